@@ -1,0 +1,19 @@
+"""Hierarchies (trees of partial sums) over a stream: shape, noise, consistency, range queries."""
+
+from dpstream.hierarchy.tree import (
+    aggregate_levels,
+    decomposed_range_sums,
+    draw_noise_levels,
+    level_sizes,
+    make_consistent,
+    num_levels,
+)
+
+__all__ = [
+    "aggregate_levels",
+    "decomposed_range_sums",
+    "draw_noise_levels",
+    "level_sizes",
+    "make_consistent",
+    "num_levels",
+]

@@ -1,0 +1,159 @@
+"""A fan-out-b hierarchy over one chunk of a stream, as a list of levels.
+
+Layout.  A chunk of ``n_leaves`` leaves is covered by ``n_levels`` levels; level 0 holds the
+leaves and level ``k`` holds nodes that each sum ``b^k`` consecutive leaves.  The top level has
+``ceil(n_leaves / b^(n_levels-1))`` nodes and nothing sits above it: with ``r = b^h`` values and
+``h`` levels this is the paper's height-h hierarchy whose would-be root (the sum of the whole
+chunk) is never measured, i.e. a forest of ``b`` trees.  When ``n_leaves`` is not a multiple of
+``b^(n_levels-1)`` the last top-level tree is completed with leaves of value zero that are
+never released; they receive noise like every other node, which keeps all trees full and the
+consistency step exact.
+
+Every level is a flat float64 array; a level's node ``j`` has children ``b j .. b j + b - 1`` in
+the level below, so ``level[k-1].reshape(-1, b)`` lines the children up under their parents.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpstream._checks import check_positive_int
+from dpstream.noise import laplace_noise
+
+__all__ = [
+    "aggregate_levels",
+    "decomposed_range_sums",
+    "draw_noise_levels",
+    "level_sizes",
+    "make_consistent",
+    "num_levels",
+]
+
+
+def num_levels(max_range: int, fanout: int) -> int:
+    """h = ceil(log_b r), computed exactly on integers (and at least 1).
+
+    >>> num_levels(2**20, 16), num_levels(2**20, 2), num_levels(1000, 16)
+    (5, 20, 3)
+    """
+    max_range = check_positive_int(max_range, "max_range", minimum=2)
+    fanout = check_positive_int(fanout, "fanout", minimum=2)
+    levels, capacity = 0, 1
+    while capacity < max_range:
+        capacity *= fanout
+        levels += 1
+    return max(levels, 1)
+
+
+def level_sizes(n_leaves: int, fanout: int, n_levels: int) -> list[int]:
+    """Number of nodes per level, bottom (leaves, padded) to top.
+
+    >>> level_sizes(40, 4, 3)
+    [48, 12, 3]
+    """
+    top = -(-n_leaves // fanout ** (n_levels - 1))
+    return [top * fanout ** (n_levels - 1 - k) for k in range(n_levels)]
+
+
+def aggregate_levels(leaves: np.ndarray, fanout: int, n_levels: int) -> list[np.ndarray]:
+    """True partial sums at every level for the given leaves (padded with zeros).
+
+    >>> [level.tolist() for level in aggregate_levels(np.arange(1.0, 5.0), 2, 3)]
+    [[1.0, 2.0, 3.0, 4.0], [3.0, 7.0], [10.0]]
+    """
+    sizes = level_sizes(leaves.size, fanout, n_levels)
+    padded = np.zeros(sizes[0])
+    padded[: leaves.size] = leaves
+    levels = [padded]
+    for _ in range(1, n_levels):
+        levels.append(levels[-1].reshape(-1, fanout).sum(axis=1))
+    return levels
+
+
+def draw_noise_levels(
+    rng: np.random.Generator, n_leaves: int, fanout: int, n_levels: int, scale: float
+) -> list[np.ndarray]:
+    """Independent ``Lap(scale)`` noise for every node, bottom level first.
+
+    The draw order (leaves first, then each level up) is fixed, so a seed always gives the same
+    tree however the stream is fed.
+    """
+    return [laplace_noise(rng, scale, size) for size in level_sizes(n_leaves, fanout, n_levels)]
+
+
+def make_consistent(levels: list[np.ndarray], fanout: int) -> list[np.ndarray]:
+    """Least-squares consistent estimates from equal-variance noisy levels (Hay et al.).
+
+    Two passes, as in Appendix C of the ToPS paper.  Bottom-up (Eq. 10), for a node ``x`` at
+    height ``l`` (leaves have height 1):
+
+        z(x) = (b^l - b^(l-1)) / (b^l - 1) * H(x) + (b^(l-1) - 1) / (b^l - 1) * sum_chd z(y)
+
+    Top-down (Eq. 11), the top level keeps ``z`` and every other node takes
+
+        H'(x) = (b - 1) / b * z(x) + 1 / b * (H'(prt(x)) - sum_sbl z(y))
+              = z(x) + (H'(prt(x)) - sum_chd(prt(x)) z(y)) / b,
+
+    where the siblings' values are the bottom-up ``z`` values.  Afterwards every parent equals
+    the sum of its children up to float rounding.  Applied to pure noise it gives the noise of
+    the online algorithm (Theorem 3.1): since true sums are consistent already, making
+    ``T + N`` consistent equals ``T`` plus consistent ``N``.
+
+    >>> noisy = [np.array([1.0, 2.0, 3.0, 4.0]), np.array([4.0, 6.0])]
+    >>> [np.round(level, 3).tolist() for level in make_consistent(noisy, 2)]
+    [[1.333, 2.333, 2.667, 3.667], [3.667, 6.333]]
+    """
+    n_levels = len(levels)
+    bottom_up = [np.asarray(levels[0], dtype=np.float64)]
+    for k in range(1, n_levels):
+        height = k + 1
+        b_l, b_l1 = float(fanout) ** height, float(fanout) ** (height - 1)
+        child_sums = bottom_up[-1].reshape(-1, fanout).sum(axis=1)
+        bottom_up.append(((b_l - b_l1) * levels[k] + (b_l1 - 1.0) * child_sums) / (b_l - 1.0))
+    result = [np.empty(0)] * n_levels
+    result[-1] = bottom_up[-1]
+    for k in range(n_levels - 2, -1, -1):
+        children = bottom_up[k].reshape(-1, fanout)
+        correction = (result[k + 1] - children.sum(axis=1)) / fanout
+        result[k] = (children + correction[:, None]).ravel()
+    return result
+
+
+def decomposed_range_sums(
+    levels: list[np.ndarray], fanout: int, starts: np.ndarray, stops: np.ndarray
+) -> np.ndarray:
+    """Answer range sums [start, stop) (in leaves) from the fewest nodes that tile each range.
+
+    This is how a hierarchy *without* consistency answers a range query: at each level it uses
+    the nodes inside the range that are not inside an already-used parent, at most
+    ``2 (b - 1)`` per level.  Vectorized over queries with one prefix sum per level.
+
+    >>> levels = aggregate_levels(np.arange(8.0), 2, 3)
+    >>> decomposed_range_sums(levels, 2, np.array([0, 1, 3]), np.array([8, 6, 3])).tolist()
+    [28.0, 15.0, 0.0]
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    stops = np.asarray(stops, dtype=np.int64)
+    total = np.zeros(starts.shape, dtype=np.float64)
+    # Node range [lo_k, hi_k) fully inside the query at level k; the part also covered by level
+    # k+1 is [fanout * lo_{k+1}, fanout * hi_{k+1}) when that range is non-empty.
+    n_levels = len(levels)
+    lows, highs = [], []
+    for k in range(n_levels):
+        width = fanout**k
+        lo = -(-starts // width)
+        hi = np.maximum(stops // width, lo)
+        lows.append(lo)
+        highs.append(hi)
+    for k, level in enumerate(levels):
+        prefix = np.concatenate(([0.0], np.cumsum(level)))
+        lo, hi = lows[k], highs[k]
+        if k + 1 < n_levels:
+            inner_lo, inner_hi = fanout * lows[k + 1], fanout * highs[k + 1]
+            has_inner = inner_hi > inner_lo
+            left = np.where(has_inner, inner_lo, hi)
+            right = np.where(has_inner, inner_hi, hi)
+            total += prefix[left] - prefix[lo] + prefix[hi] - prefix[right]
+        else:
+            total += prefix[hi] - prefix[lo]
+    return total

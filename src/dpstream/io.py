@@ -1,0 +1,138 @@
+"""Reading and writing value streams: CSV or plain text, optionally gzipped, or stdin/stdout.
+
+A stream file holds one value per line.  The first line may be a header; with several
+comma- (or tab-) separated columns, ``column`` names the one to read.  Reading is lazy, so a
+stream of any length is read in constant memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+__all__ = ["InputError", "open_input", "iter_values", "read_values", "iter_chunks"]
+
+
+class InputError(ValueError):
+    """A stream file that cannot be read as numbers; the message names the line and the text."""
+
+
+def open_input(path: str | os.PathLike[str]) -> TextIO:
+    """Open ``path`` for reading text: ``-`` is stdin, ``*.gz`` is decompressed."""
+    if str(path) == "-":
+        return sys.stdin
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"input file {str(path)!r} does not exist.")
+    if path.is_dir():
+        raise InputError(f"input {str(path)!r} is a directory, not a file.")
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _split(line: str) -> list[str]:
+    if "," in line:
+        return [field.strip() for field in line.split(",")]
+    if "\t" in line:
+        return [field.strip() for field in line.split("\t")]
+    return [line.strip()]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def iter_values(lines: TextIO, column: str | None = None, source: str = "input") -> Iterator[float]:
+    """Yield the stream's values one at a time, as soon as each line arrives.
+
+    Raises
+    ------
+    InputError
+        For a missing or ambiguous column, or a field that is not a number (naming the line).
+    """
+    index: int | None = None
+    line_number = 0
+    for line_number, line in enumerate(lines, start=1):  # noqa: B007
+        if line.strip():
+            break
+    else:
+        return
+    fields = _split(line)
+    if all(_is_number(field) for field in fields):  # no header
+        if column is not None:
+            raise InputError(f"{source} has no header line, so column {column!r} cannot be found.")
+        if len(fields) > 1:
+            raise InputError(
+                f"{source} line {line_number} has {len(fields)} fields and no header; "
+                "give one value per line, or a header and a column name."
+            )
+        index = 0
+        yield float(fields[0])
+    elif column is None:
+        if len(fields) > 1:
+            raise InputError(
+                f"{source} has columns {', '.join(fields)}; choose one with a column name (--column)."
+            )
+        index = 0
+    else:
+        if column not in fields:
+            raise InputError(f"{source} has no column {column!r}; its columns are {', '.join(fields)}.")
+        index = fields.index(column)
+    single = len(fields) == 1
+    for line_number, line in enumerate(lines, start=line_number + 1):
+        if single:
+            text = line.strip()
+            if not text:
+                continue
+        else:
+            if not line.strip():
+                continue
+            parts = _split(line)
+            if index >= len(parts):
+                raise InputError(f"{source} line {line_number} has no field {index + 1}: {line.strip()!r}.")
+            text = parts[index]
+        try:
+            yield float(text)
+        except ValueError:
+            raise InputError(f"{source} line {line_number} is not a number: {text!r}.") from None
+
+
+def iter_chunks(values: Iterator[float], size: int) -> Iterator[np.ndarray]:
+    """Group an iterator of values into float64 arrays of at most ``size`` values."""
+    buffer: list[float] = []
+    for value in values:
+        buffer.append(value)
+        if len(buffer) == size:
+            yield np.array(buffer, dtype=np.float64)
+            buffer = []
+    if buffer:
+        yield np.array(buffer, dtype=np.float64)
+
+
+def read_values(path: str | os.PathLike[str], column: str | None = None) -> np.ndarray:
+    """Read a whole stream file into a float64 array.
+
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp()) / "s.csv"
+    >>> _ = tmp.write_text("time,value\\n1,4\\n2,3.5\\n")
+    >>> read_values(tmp, column="value").tolist()
+    [4.0, 3.5]
+    """
+    stream = open_input(path)
+    try:
+        return np.fromiter(iter_values(stream, column, source=str(path)), dtype=np.float64)
+    finally:
+        if stream is not sys.stdin:
+            stream.close()

@@ -1,0 +1,6 @@
+"""Release pipelines: threshold optimizer -> perturber -> smoother, batch or one value at a time."""
+
+from dpstream.release.perturber import HierarchicalPerturber, PerturberState, optimal_smoothed_levels
+from dpstream.release.tops import ToPS, ToPSState
+
+__all__ = ["HierarchicalPerturber", "PerturberState", "ToPS", "ToPSState", "optimal_smoothed_levels"]
