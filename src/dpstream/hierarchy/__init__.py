@@ -1,5 +1,6 @@
 """Hierarchies (trees of partial sums) over a stream: shape, noise, consistency, range queries."""
 
+from dpstream.hierarchy.plain import PlainHierarchy
 from dpstream.hierarchy.tree import (
     aggregate_levels,
     decomposed_range_sums,
@@ -10,6 +11,7 @@ from dpstream.hierarchy.tree import (
 )
 
 __all__ = [
+    "PlainHierarchy",
     "aggregate_levels",
     "decomposed_range_sums",
     "draw_noise_levels",

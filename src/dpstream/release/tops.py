@@ -177,8 +177,8 @@ class ToPS:
             neighbours=EVENT_LEVEL,
             composition=(
                 f"NM-E threshold {self.threshold_epsilon:g}-DP on the first {self.hold} values; "
-                f"hierarchy {self.epsilon:g}-DP on the rest (eps/{self.levels - self.smoothed_levels} "
-                f"per level on h-s = {self.levels}-{self.smoothed_levels} levels); parallel composition"
+                f"hierarchy {self.epsilon:g}-DP on the rest (eps/{self.levels - self.smoothed_levels} on "
+                f"each of h - s = {self.levels - self.smoothed_levels} measured levels); parallel composition"
             ),
         )
 

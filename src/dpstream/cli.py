@@ -1,0 +1,257 @@
+"""The ``dpstream`` command line: release, evaluate, demo.
+
+Flags map to library classes here and nowhere else.  Every error is one line on stderr and a
+non-zero exit code; output files that exist are never overwritten without ``--force``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+import numpy as np
+
+from dpstream.datasets import load_dataset
+from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, summarize
+from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
+from dpstream.io import InputError, iter_chunks, iter_values, open_input
+from dpstream.release import ToPS
+from dpstream.smoothers import SMOOTHERS
+
+__all__ = ["main"]
+
+#: Batch size for file input; stdin is released value by value.
+_CHUNK = 65536
+
+
+class _Group(click.Group):
+    """Turn the library's errors into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ValueError, TypeError, InputError, OSError) as error:
+            raise click.ClickException(str(error)) from None
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _refuse_overwrite(paths: list[Path], force: bool) -> None:
+    existing = [str(path) for path in paths if path.exists()]
+    if existing and not force:
+        raise click.ClickException(
+            f"{existing[0]} exists; pass --force to overwrite it (nothing was written)."
+        )
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}.") from None
+    if not values:
+        raise click.BadParameter(f"expected at least one number, got {text!r}.")
+    return values
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpstream")
+def main() -> None:
+    """Publish statistics of data streams under differential privacy."""
+
+
+# -- release -------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where the released values go, one per line ('-' is stdout).")
+@click.option("--epsilon", type=float, required=True, help="Privacy budget of the release.")
+@click.option("--upper-bound", type=float, required=True, help="Public bound B: values lie in [0, B].")
+@click.option("--hold", type=int, default=65536, show_default=True,
+              help="Leading values used to choose the threshold; not released.")
+@click.option("--max-range", type=int, default=2**20, show_default=True,
+              help="Largest query range r; a fresh hierarchy every r values.")
+@click.option("--fanout", type=int, default=16, show_default=True, help="Fan-out b of the hierarchy.")
+@click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default="recent", show_default=True)
+@click.option("--window", type=int, default=None, help="Window of the moving_average smoother.")
+@click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
+@click.option("--threshold-epsilon", type=float, default=None,
+              help="Budget of the threshold optimizer (default: --epsilon).")
+@click.option("--column", default=None, help="Column to read when INPUT has several.")
+@click.option("--seed", type=int, default=None, help="Seed of the noise, to replay a release.")
+@click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def release(input_path: str, output_path: str, epsilon: float, upper_bound: float, hold: int,
+            max_range: int, fanout: int, smoother: str, window: int | None, alpha: float | None,
+            threshold_epsilon: float | None, column: str | None, seed: int | None, clip: bool,
+            force: bool) -> None:
+    """Release the stream in INPUT with ToPS under epsilon-DP (event level).
+
+    INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
+    stdin).  From stdin, each value is released as soon as it arrives.
+    """
+    tops = ToPS(epsilon, upper_bound, hold=hold, max_range=max_range, fanout=fanout, smoother=smoother,
+                window=window, alpha=alpha, threshold_epsilon=threshold_epsilon, clip=clip, seed=seed)
+    if output_path != "-":
+        _refuse_overwrite([Path(output_path)], force)
+    source = open_input(input_path)
+    values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
+    sink: TextIO = sys.stdout if output_path == "-" else open(output_path, "w", encoding="utf-8")
+    released = 0
+    try:
+        if input_path == "-":
+            released = _release_live(tops, values, sink)
+        else:
+            released = _release_batches(tops, iter_chunks(values, _CHUNK), sink)
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+        if source is not sys.stdin:
+            source.close()
+    if tops.threshold is None:
+        _say(f"the stream ended after {tops.position:,} values, before the hold-out of {hold:,} "
+             "was complete: nothing was released.")
+    else:
+        _say(f"released {released:,} values after holding out {hold:,}.")
+
+
+def _announce(tops: ToPS) -> None:
+    _say(f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
+         f"of h = {tops.levels}")
+    _say(f"privacy: {tops.privacy()}")
+
+
+def _release_live(tops: ToPS, values: Iterator[float], sink: TextIO) -> int:
+    released = 0
+    for value in values:
+        out = tops.release_one(value)
+        if out is None:
+            if tops.threshold is not None:
+                _announce(tops)
+            continue
+        sink.write(f"{out!r}\n")
+        sink.flush()
+        released += 1
+    return released
+
+
+def _release_batches(tops: ToPS, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
+    released = 0
+    for chunk in chunks:
+        had_threshold = tops.threshold is not None
+        out = tops.release(chunk)
+        if not had_threshold and tops.threshold is not None:
+            _announce(tops)
+        if out.size:
+            sink.write("\n".join(map(repr, out.tolist())) + "\n")
+            released += out.size
+    return released
+
+
+# -- evaluate ------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--dataset", default="pos", show_default=True, help="Built-in name (pos) or a stream file.")
+@click.option("--column", default=None, help="Column to read from a dataset file with several.")
+@click.option("--upper-bound", type=float, default=None,
+              help="Public bound B (built-in datasets know theirs; files default to their maximum).")
+@click.option("--study", type=click.Choice(list(STUDIES)), default="end-to-end", show_default=True)
+@click.option("--methods", default=None, help="Comma-separated methods of the study (default: all).")
+@click.option("--epsilons", default="0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08,0.09,0.1", show_default=True)
+@click.option("--rounds", type=int, default=10, show_default=True)
+@click.option("--queries", type=int, default=200, show_default=True)
+@click.option("--hold", type=int, default=65536, show_default=True)
+@click.option("--max-range", type=int, default=2**20, show_default=True)
+@click.option("--percentile", type=float, default=95.0, show_default=True,
+              help="Oracle threshold of the hierarchy study (non-private).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
+@click.option("--force", is_flag=True, help="Overwrite results already in --out.")
+def evaluate(dataset: str, column: str | None, upper_bound: float | None, study: str, methods: str | None,
+             epsilons: str, rounds: int, queries: int, hold: int, max_range: int, percentile: float,
+             seed: int, out_dir: str, force: bool) -> None:
+    """Run a study of the paper's Section 5 and write CSV, JSON and a PNG plot to --out."""
+    data = load_dataset(dataset, upper_bound=upper_bound, column=column)
+    config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile)
+    if min(hold, max_range, rounds, queries) < 1:
+        raise click.ClickException(
+            f"--hold, --max-range, --rounds and --queries must be >= 1, got {hold}, {max_range}, {rounds}, {queries}."
+        )
+    out = Path(out_dir)
+    stem = f"{study}-{data.name}"
+    paths = {kind: out / f"{stem}{suffix}" for kind, suffix in
+             (("rounds", "-rounds.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", "-mse.png"))}
+    _refuse_overwrite(list(paths.values()), force)
+    method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
+    records = run_study(study, data.values, data.upper_bound, epsilons=_floats(epsilons), methods=method_list,
+                        config=config, seed=seed, dataset=data.name, log=_say)
+    rows = summarize(records)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(paths["rounds"], records)
+    _write_csv(paths["summary"], rows)
+    paths["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
+                                         "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
+    from dpstream.evaluation.plots import plot_metric
+
+    plot_metric(rows, paths["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
+    _say(_table(rows))
+    _say("wrote " + ", ".join(str(path) for path in paths.values()))
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    epsilons = sorted({row["epsilon"] for row in rows})
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    cell = {(row["method"], row["epsilon"]): row["mse_mean"] for row in rows}
+    lines = ["MSE (mean over rounds)", "method".ljust(22) + "".join(f"eps={e:<10g}" for e in epsilons)]
+    for method in methods:
+        lines.append(method.ljust(22) + "".join(f"{cell[(method, e)]:<14.3g}" for e in epsilons))
+    return "\n".join(lines)
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--epsilon", type=float, default=0.05, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="demo-output", show_default=True)
+def demo(epsilon: float, seed: int, out_dir: str) -> None:
+    """Release the built-in POS stream with ToPS and plot it against the truth."""
+    data = load_dataset("pos")
+    _say(f"dataset: {data.description}; B = {data.upper_bound:g}")
+    tops = ToPS(epsilon, data.upper_bound, seed=seed)
+    released = tops.release(data.values)
+    truth = data.values[tops.hold:]
+    _announce(tops)
+    rng = np.random.default_rng(seed)
+    queries = random_queries(rng, truth.size, 200)
+    metrics = error_metrics(prefix_range_sums(released, queries), prefix_range_sums(truth, queries), queries)
+    mean_length = float(np.mean(queries.lengths))
+    click.echo(f"released {released.size:,} values (positions {tops.hold:,} onwards)")
+    click.echo("200 random range queries (mean length {:,.0f}): ".format(mean_length)
+               + ", ".join(f"{name.upper()} {metrics[name]:.4g}" for name in METRICS))
+    click.echo(f"true total {truth.sum():,.0f}, released total {released.sum():,.0f}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    from dpstream.evaluation.plots import plot_moving_average
+
+    path = plot_moving_average(truth, released, out / "pos-moving-average.png",
+                               title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
+    click.echo(f"plot: {path}")

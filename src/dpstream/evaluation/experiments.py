@@ -1,0 +1,240 @@
+"""The experiments of Section 5: end-to-end release and the hierarchy/smoother study.
+
+Each study is a table of methods.  A method takes a prepared :class:`Scenario` (the held-out
+first m values, the next r values to release and their ground truth), a budget and a
+generator, and returns a function that answers range queries.  Every round draws fresh noise
+and fresh queries; all methods of a round answer the same queries.
+
+* ``end-to-end`` (Figure 3's ToPS line): ToPS with the same epsilon for NM-E and the
+  hierarchy (so the whole release is epsilon-DP); ground truth is the raw stream.
+* ``hierarchy`` (Figures 4-5): theta is the true p-th percentile (default 95) of the first m
+  values -- a NON-PRIVATE oracle that isolates the perturber and smoother -- and the ground
+  truth is the stream truncated at theta.
+
+``Base`` always answers 0; every method must beat it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from dpstream.evaluation.metrics import METRICS, RangeQueries, error_metrics, prefix_range_sums, random_queries
+from dpstream.hierarchy import PlainHierarchy
+from dpstream.release import HierarchicalPerturber, ToPS
+from dpstream.rng import Seed, make_rng
+from dpstream.thresholds import true_percentile
+
+__all__ = ["STUDIES", "ExperimentConfig", "Scenario", "extend_stream", "run_study", "summarize"]
+
+Answer = Callable[[RangeQueries], np.ndarray]
+MethodFn = Callable[["Scenario", float, "ExperimentConfig", np.random.Generator], tuple[Answer, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """The paper's settings as defaults: m = 65,536, r = 2^20, 200 queries."""
+
+    hold: int = 65536
+    max_range: int = 2**20
+    rounds: int = 10
+    queries: int = 200
+    percentile: float = 95.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One dataset prepared for a study."""
+
+    held: np.ndarray
+    stream: np.ndarray
+    truth: np.ndarray
+    upper_bound: float
+    threshold: float | None
+    threshold_source: str
+
+
+def extend_stream(values: np.ndarray, length: int) -> tuple[np.ndarray, str]:
+    """Extend ``values`` to ``length`` by appending it reversed, then forward, and so on.
+
+    This is how the paper's code lengthens a short dataset.  Returns the stream and a sentence
+    saying what was done.
+
+    >>> extend_stream(np.array([1.0, 2.0, 3.0]), 7)[0].tolist()
+    [1.0, 2.0, 3.0, 3.0, 2.0, 1.0, 1.0]
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size >= length:
+        return values[:length], f"using the first {length:,} of {values.size:,} values"
+    copies = -(-length // values.size)
+    pieces = [values if k % 2 == 0 else values[::-1] for k in range(copies)]
+    note = (
+        f"the data has {values.size:,} values, fewer than the {length:,} needed; extended by appending "
+        f"it reversed, then forward, alternately ({copies} copies, cut to {length:,})"
+    )
+    return np.concatenate(pieces)[:length], note
+
+
+# -- methods -----------------------------------------------------------------------------
+
+
+def _released(values: np.ndarray) -> Answer:
+    return lambda queries: prefix_range_sums(values, queries)
+
+
+def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+    return (lambda queries: np.zeros(queries.starts.size)), {}
+
+
+def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+    tops = ToPS(epsilon, scenario.upper_bound, hold=config.hold, max_range=config.max_range, seed=rng)
+    tops.release(scenario.held)
+    released = tops.release(scenario.stream)
+    return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
+
+
+def _plain(fanout: int) -> MethodFn:
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        tree = PlainHierarchy(
+            scenario.truth,
+            threshold=scenario.threshold,
+            epsilon=epsilon,
+            max_range=config.max_range,
+            fanout=fanout,
+            rng=rng,
+        )
+        return (lambda queries: tree.range_sums(queries.starts, queries.stops)), {"smoothed_levels": 0}
+
+    return method
+
+
+def _consistent(smoother: str | None) -> MethodFn:
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        perturber = HierarchicalPerturber(
+            threshold=scenario.threshold,
+            epsilon=epsilon,
+            max_range=config.max_range,
+            fanout=16,
+            smoothed_levels=0 if smoother is None else None,
+            smoother=smoother or "recent",
+            seed=rng,
+        )
+        released = perturber.release(scenario.truth)
+        return _released(released), {"smoothed_levels": perturber.smoothed_levels}
+
+    return method
+
+
+#: Studies: name -> (methods, whether theta is a fixed non-private percentile).
+STUDIES: dict[str, tuple[dict[str, MethodFn], bool]] = {
+    "end-to-end": ({"ToPS": _tops, "Base": _base}, False),
+    "hierarchy": (
+        {
+            "H2": _plain(2),
+            "H16": _plain(16),
+            "H16c": _consistent(None),
+            "H16c+recent": _consistent("recent"),
+            "H16c+mean": _consistent("mean"),
+            "H16c+median": _consistent("median"),
+            "H16c+moving_average": _consistent("moving_average"),
+            "H16c+exponential": _consistent("exponential"),
+            "Base": _base,
+        },
+        True,
+    ),
+}
+
+
+def prepare(values: np.ndarray, upper_bound: float, study: str, config: ExperimentConfig) -> Scenario:
+    """Split a stream of exactly hold + max_range values into a study's scenario."""
+    held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
+    if not STUDIES[study][1]:
+        return Scenario(held, stream, stream, upper_bound, None, "NM-E (private)")
+    theta = true_percentile(held, config.percentile)
+    source = f"true p{config.percentile:g} of the first {config.hold:,} values (NON-PRIVATE oracle)"
+    return Scenario(held, stream, np.minimum(stream, theta), upper_bound, theta, source)
+
+
+def run_study(
+    study: str,
+    values: np.ndarray,
+    upper_bound: float,
+    *,
+    epsilons: Sequence[float],
+    methods: Sequence[str] | None = None,
+    config: ExperimentConfig = ExperimentConfig(),
+    seed: Seed = 0,
+    dataset: str = "data",
+    progress: bool = True,
+    log: Callable[[str], None] = lambda message: None,
+) -> list[dict[str, Any]]:
+    """Run a study; return one record per (round, epsilon, method) with every metric.
+
+    ``values`` is extended (see :func:`extend_stream`) or cut to ``hold + max_range`` values.
+    """
+    if study not in STUDIES:
+        raise ValueError(f"study must be one of {', '.join(STUDIES)}; got {study!r}.")
+    table = STUDIES[study][0]
+    names = list(table) if methods is None else list(methods)
+    unknown = [name for name in names if name not in table]
+    if unknown:
+        raise ValueError(f"study {study!r} has no method {unknown[0]!r}; it has {', '.join(table)}.")
+    values, note = extend_stream(values, config.hold + config.max_range)
+    log(f"{dataset}: {note}")
+    scenario = prepare(values, upper_bound, study, config)
+    log(f"{dataset}: threshold {scenario.threshold_source}" + (
+        f" = {scenario.threshold:g}" if scenario.threshold is not None else ""))
+    rng = make_rng(seed)
+    records: list[dict[str, Any]] = []
+    total = config.rounds * len(epsilons) * len(names)
+    with tqdm(total=total, desc=f"{study} on {dataset}", disable=not progress, unit="run") as bar:
+        for round_index in range(config.rounds):
+            queries = random_queries(rng, scenario.truth.size, config.queries)
+            truth = prefix_range_sums(scenario.truth, queries)
+            for epsilon in epsilons:
+                for name in names:
+                    answer, info = table[name](scenario, float(epsilon), config, rng)
+                    record = {
+                        "study": study,
+                        "dataset": dataset,
+                        "method": name,
+                        "epsilon": float(epsilon),
+                        "round": round_index,
+                        "threshold_source": scenario.threshold_source,
+                        "threshold": info.get("threshold", scenario.threshold),
+                        "smoothed_levels": info.get("smoothed_levels"),
+                    }
+                    record.update(error_metrics(answer(queries), truth, queries))
+                    records.append(record)
+                    bar.update()
+    return records
+
+
+def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and standard deviation over rounds of every metric, per (method, epsilon)."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["method"], record["epsilon"]), []).append(record)
+    rows = []
+    for (method, epsilon), group in groups.items():
+        row: dict[str, Any] = {
+            "study": group[0]["study"],
+            "dataset": group[0]["dataset"],
+            "method": method,
+            "epsilon": epsilon,
+            "rounds": len(group),
+            "threshold_source": group[0]["threshold_source"],
+        }
+        thresholds = [r["threshold"] for r in group if r["threshold"] is not None]
+        row["threshold_mean"] = float(np.mean(thresholds)) if thresholds else None
+        row["smoothed_levels"] = group[0]["smoothed_levels"]
+        for metric in METRICS:
+            column = np.array([r[metric] for r in group])
+            row[f"{metric}_mean"] = float(column.mean())
+            row[f"{metric}_std"] = float(column.std(ddof=1)) if column.size > 1 else 0.0
+        rows.append(row)
+    return rows

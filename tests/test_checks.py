@@ -1,0 +1,224 @@
+"""Validation (``dpstream._checks``) and the generator convention (``dpstream.rng``).
+
+The documented contract: ``TypeError`` for a value of the wrong type, ``ValueError`` for a value
+of the right type that breaks a rule; messages name the parameter and the value received.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpstream._checks import (
+    check_bound,
+    check_choice,
+    check_epsilon,
+    check_nonnegative_int,
+    check_positive_int,
+    check_probability,
+    check_stream_values,
+)
+from dpstream.rng import make_rng
+
+# -- real-number parameters ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("check", [check_epsilon, check_bound])
+@pytest.mark.parametrize("value", [1, 0.5, 1e-12, np.float64(3.0), np.int64(2), 1e300])
+def test_positive_real_accepts_finite_positive_numbers(check, value):
+    result = check(value)
+    assert type(result) is float
+    assert result == float(value)
+
+
+@pytest.mark.parametrize("check, name", [(check_epsilon, "epsilon"), (check_bound, "upper_bound")])
+@pytest.mark.parametrize(
+    "value, error, shown",
+    [
+        (0, ValueError, "0"),
+        (-1, ValueError, "-1"),
+        (-0.0, ValueError, "0.0"),
+        (math.nan, ValueError, "nan"),
+        (math.inf, ValueError, "inf"),
+        (-math.inf, ValueError, "-inf"),
+        ("1.0", TypeError, "'1.0'"),
+        (True, TypeError, "True"),
+        (False, TypeError, "False"),
+        (None, TypeError, "None"),
+        (1 + 2j, TypeError, "(1+2j)"),
+        ([1.0], TypeError, "[1.0]"),
+    ],
+)
+def test_positive_real_rejects_with_named_parameter_and_value(check, name, value, error, shown):
+    with pytest.raises(error) as info:
+        check(value)
+    message = str(info.value)
+    assert message.startswith(name)
+    assert shown in message
+
+
+def test_custom_parameter_name_appears_in_message():
+    with pytest.raises(ValueError, match=r"threshold_epsilon .*got -2"):
+        check_epsilon(-2, "threshold_epsilon")
+    with pytest.raises(TypeError, match=r"threshold .*got 'x'"):
+        check_bound("x", "threshold")
+
+
+# -- integer parameters ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [1, 2, 10**12, np.int64(7), np.uint8(3)])
+def test_positive_int_accepts_integers(value):
+    result = check_positive_int(value, "hold")
+    assert type(result) is int and result == int(value)
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [(1.5, TypeError), (2.0, TypeError), ("3", TypeError), (True, TypeError), (None, TypeError), (0, ValueError), (-4, ValueError)],
+)
+def test_positive_int_rejects(value, error):
+    with pytest.raises(error) as info:
+        check_positive_int(value, "hold")
+    assert str(info.value).startswith("hold")
+    assert repr(value) in str(info.value)
+
+
+def test_positive_int_minimum_is_enforced_and_named():
+    assert check_positive_int(2, "fanout", minimum=2) == 2
+    with pytest.raises(ValueError, match=r"fanout must be an integer >= 2, got 1\."):
+        check_positive_int(1, "fanout", minimum=2)
+
+
+def test_nonnegative_int():
+    assert check_nonnegative_int(0, "smoothed_levels") == 0
+    with pytest.raises(ValueError, match=r"smoothed_levels .*>= 0, got -1"):
+        check_nonnegative_int(-1, "smoothed_levels")
+    with pytest.raises(TypeError, match="smoothed_levels"):
+        check_nonnegative_int(0.0, "smoothed_levels")
+
+
+# -- probabilities and choices ---------------------------------------------------------------
+
+
+def test_probability_closed_interval():
+    assert check_probability(0, "alpha") == 0.0
+    assert check_probability(1, "alpha") == 1.0
+    assert check_probability(0.25, "alpha") == 0.25
+    for bad in (-1e-12, 1 + 1e-12, math.nan, math.inf):
+        with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got"):
+            check_probability(bad, "alpha")
+    with pytest.raises(TypeError, match="alpha"):
+        check_probability("0.5", "alpha")
+    with pytest.raises(TypeError, match="alpha"):
+        check_probability(True, "alpha")
+
+
+def test_probability_open_low():
+    assert check_probability(1e-300, "p", open_low=True) == 1e-300
+    with pytest.raises(ValueError, match=r"p must be in \(0, 1\], got 0\.0"):
+        check_probability(0, "p", open_low=True)
+
+
+def test_choice():
+    choices = ("recent", "mean")
+    assert check_choice("mean", "smoother", choices) == "mean"
+    with pytest.raises(ValueError) as info:
+        check_choice("foo", "smoother", choices)
+    assert "smoother" in str(info.value) and "'foo'" in str(info.value)
+    assert "recent" in str(info.value) and "mean" in str(info.value)
+    with pytest.raises(TypeError, match=r"smoother must be a string, got 3"):
+        check_choice(3, "smoother", choices)
+
+
+# -- stream values -----------------------------------------------------------------------------
+
+
+def test_stream_values_returns_float64_1d_copy_semantics():
+    out = check_stream_values([0, 1, 2.5, 10], 10.0)
+    assert out.dtype == np.float64 and out.ndim == 1
+    np.testing.assert_array_equal(out, [0.0, 1.0, 2.5, 10.0])
+    # A scalar becomes a one-element stream; the bounds 0 and B themselves are inside.
+    np.testing.assert_array_equal(check_stream_values(3, 10.0), [3.0])
+    np.testing.assert_array_equal(check_stream_values([0.0, 10.0], 10.0), [0.0, 10.0])
+    assert check_stream_values([], 10.0).shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "values, position, shown",
+    [
+        ([1.0, -0.5, 2.0], 1, "-0.5"),
+        ([1.0, 2.0, 10.5], 2, "10.5"),
+        ([math.nan, 1.0], 0, "nan"),
+        ([1.0, 1.0, 1.0, math.inf], 3, "inf"),
+        ([1.0, -math.inf], 1, "-inf"),
+    ],
+)
+@pytest.mark.parametrize("offset", [0, 1000])
+def test_stream_values_errors_name_global_position_and_value(values, position, shown, offset):
+    with pytest.raises(ValueError) as info:
+        check_stream_values(values, 10.0, offset=offset)
+    message = str(info.value)
+    assert f"position {offset + position} " in message
+    assert shown in message
+
+
+def test_stream_values_first_offending_position_is_reported():
+    with pytest.raises(ValueError, match="position 2 "):
+        check_stream_values([0.0, 1.0, 11.0, -1.0, math.nan][:4], 10.0)
+    # NaN/inf are reported before range errors, wherever they are.
+    with pytest.raises(ValueError, match=r"position 3 must be a finite number"):
+        check_stream_values([0.0, 11.0, 1.0, math.nan], 10.0)
+
+
+def test_stream_values_clip():
+    out = check_stream_values([-3.0, 0.0, 4.0, 12.0], 10.0, clip=True)
+    np.testing.assert_array_equal(out, [0.0, 0.0, 4.0, 10.0])
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="position 1 must be a finite number"):
+            check_stream_values([1.0, bad], 10.0, clip=True)
+
+
+def test_stream_values_shape_and_type_errors():
+    with pytest.raises(ValueError, match=r"one-dimensional.*\(2, 2\)"):
+        check_stream_values([[1.0, 2.0], [3.0, 4.0]], 10.0)
+    with pytest.raises(TypeError, match="stream values must be numbers.*'abc'"):
+        check_stream_values("abc", 10.0)
+    with pytest.raises(TypeError, match="stream values must be numbers"):
+        check_stream_values([1.0, "x"], 10.0)
+    with pytest.raises(TypeError, match="stream values must be numbers"):
+        check_stream_values({"a": 1}, 10.0)
+
+
+# -- generators --------------------------------------------------------------------------------
+
+
+def test_make_rng_same_seed_same_stream_and_different_seed_differs():
+    a = make_rng(123).random(8)
+    b = make_rng(123).random(8)
+    c = make_rng(124).random(8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # An integer seed means PCG64 seeded with it (numpy's default_rng).
+    np.testing.assert_array_equal(a, np.random.default_rng(123).random(8))
+    np.testing.assert_array_equal(make_rng(np.int64(5)).random(3), np.random.default_rng(5).random(3))
+
+
+def test_make_rng_shares_a_given_generator():
+    generator = np.random.default_rng(9)
+    assert make_rng(generator) is generator
+
+
+def test_make_rng_none_gives_fresh_generator():
+    assert isinstance(make_rng(None), np.random.Generator)
+    assert isinstance(make_rng(), np.random.Generator)
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError)])
+def test_make_rng_rejects_bad_seeds(seed, error):
+    with pytest.raises(error) as info:
+        make_rng(seed)
+    assert str(info.value).startswith("seed")
+    assert repr(seed) in str(info.value)
