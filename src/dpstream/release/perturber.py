@@ -55,20 +55,25 @@ EVENT_LEVEL = "event level: two streams are neighbours when they differ in the v
 def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     """s of Eq. 7: the number of lowest levels replaced by the smoother.
 
-    Minimizes ``(b - 1) (log_b r - s)^3 2 theta^2 / eps^2 + b^(2s) theta^2 / 36`` over the
-    integers ``0 <= s < h``; theta^2 is a common factor, so s does not depend on theta.
+    Eq. 7 models the squared error as ``(b - 1) (log_b r - s)^3 2 theta^2 / eps^2`` (noise of
+    the ``h - s`` measured levels) plus ``b^(2s) theta^2 / 36`` (smoothing bias); theta^2 is a
+    common factor, so s does not depend on theta.  The expression is convex in a real s; we
+    minimize it over the reals in [0, h - 1] and round to the nearest level, which is how the
+    paper's authors evaluate it in their published code.  The integer argmin can be one level
+    lower, because the expression rises faster to the right of its minimum than to the left:
+    on POS with r = 2^20 it picks s = 2 at eps = 0.04-0.05 where rounding picks 3, and the
+    measured MSE (``dpstream evaluate``) is about 2.5x worse there and stops decreasing in eps.
+    Pass ``smoothed_levels`` to force any other s.
 
-    >>> [optimal_smoothed_levels(e, 2**20, 16) for e in (0.01, 0.05, 1.0)]
-    [3, 2, 1]
+    >>> [optimal_smoothed_levels(e, 2**20, 16) for e in (0.01, 0.05, 0.1, 1.0)]
+    [3, 3, 2, 2]
     """
     epsilon = check_epsilon(epsilon)
     h = num_levels(max_range, fanout)
     log_r = math.log(max_range) / math.log(fanout)
-
-    def error(s: int) -> float:
-        return (fanout - 1) * (log_r - s) ** 3 * 2.0 / epsilon**2 + float(fanout) ** (2 * s) / 36.0
-
-    return min(range(h), key=error)
+    s = np.linspace(0.0, h - 1.0, 1000 * (h - 1) + 1)
+    error = (fanout - 1) * np.maximum(log_r - s, 0.0) ** 3 * 2.0 / epsilon**2 + np.exp(2 * s * math.log(fanout)) / 36.0
+    return int(min(h - 1, max(0, round(float(s[np.argmin(error)])))))
 
 
 @dataclass

@@ -1,0 +1,78 @@
+"""Release throughput and memory of ToPS on the paper's setting (n = 2^20 + 65,536 POS values).
+
+Run with ``make bench`` (``pytest benchmarks --benchmark-only``).  Throughput is reported in
+``extra_info`` as values per second; memory as the peak traced by ``tracemalloc``.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from dpstream import ToPS, load_dataset
+from dpstream.evaluation import extend_stream
+
+HOLD, RANGE = 65536, 2**20
+EPSILON = 0.05
+
+
+@pytest.fixture(scope="module")
+def pos() -> tuple[np.ndarray, float]:
+    data = load_dataset("pos")
+    values, _ = extend_stream(data.values, 4 * RANGE + HOLD)
+    return values, data.upper_bound
+
+
+def _tops(bound: float, seed: int = 0) -> ToPS:
+    return ToPS(EPSILON, bound, hold=HOLD, max_range=RANGE, seed=seed)
+
+
+def test_batch_release(benchmark, pos):
+    values, bound = pos
+    stream = values[: HOLD + RANGE]
+    out = benchmark.pedantic(lambda: _tops(bound).release(stream), rounds=10, iterations=1, warmup_rounds=1)
+    assert out.size == RANGE
+    benchmark.extra_info["values_per_second"] = stream.size / benchmark.stats.stats.median
+
+
+def test_streaming_release_one_value_at_a_time(benchmark, pos):
+    values, bound = pos
+    stream = values[: HOLD + RANGE].tolist()
+
+    def run() -> int:
+        tops = _tops(bound)
+        release_one = tops.release_one
+        count = 0
+        for value in stream:
+            if release_one(value) is not None:
+                count += 1
+        return count
+
+    count = benchmark.pedantic(run, rounds=3, iterations=1)
+    assert count == RANGE
+    benchmark.extra_info["values_per_second"] = len(stream) / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_peak_memory_does_not_grow_with_the_stream(benchmark, pos, chunks):
+    """Peak memory of a streaming release over 1 and 4 chunks of r values, fed in batches."""
+    values, bound = pos
+    stream = values[: HOLD + chunks * RANGE]
+
+    def run() -> int:
+        tops = _tops(bound)
+        tracemalloc.start()
+        for start in range(0, stream.size, 65536):
+            tops.release(stream[start : start + 65536])
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+
+    peak = benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info["peak_mib"] = peak / 2**20
+    benchmark.extra_info["values"] = int(stream.size)
+    # One hierarchy over r = 2^20 values is ~1.07e6 float64 nodes plus the consistency passes'
+    # temporaries; a growing state would scale with `chunks`.
+    assert peak < 96 * 2**20
