@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m pytest benchmarks --benchmark-only -p no:doctest
+	$(BIN)/python -m pytest benchmarks --benchmark-only -o addopts="" --benchmark-columns=min,median,max
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .benchmarks

@@ -25,14 +25,21 @@ def pos() -> tuple[np.ndarray, float]:
     return values, data.upper_bound
 
 
-def _tops(bound: float, seed: int = 0) -> ToPS:
-    return ToPS(EPSILON, bound, hold=HOLD, max_range=RANGE, seed=seed)
+def _tops(bound: float, smoothed_levels: int | None = None) -> ToPS:
+    return ToPS(EPSILON, bound, hold=HOLD, max_range=RANGE, smoothed_levels=smoothed_levels, seed=0)
 
 
-def test_batch_release(benchmark, pos):
+# s = 3 is what Eq. 7 gives at eps = 0.05; s = 0 measures every value (the largest tree).
+LEVELS = pytest.mark.parametrize("smoothed_levels", [None, 0], ids=["s=eq7", "s=0"])
+
+
+@LEVELS
+def test_batch_release(benchmark, pos, smoothed_levels):
     values, bound = pos
     stream = values[: HOLD + RANGE]
-    out = benchmark.pedantic(lambda: _tops(bound).release(stream), rounds=10, iterations=1, warmup_rounds=1)
+    out = benchmark.pedantic(
+        lambda: _tops(bound, smoothed_levels).release(stream), rounds=10, iterations=1, warmup_rounds=1
+    )
     assert out.size == RANGE
     benchmark.extra_info["values_per_second"] = stream.size / benchmark.stats.stats.median
 
@@ -55,14 +62,15 @@ def test_streaming_release_one_value_at_a_time(benchmark, pos):
     benchmark.extra_info["values_per_second"] = len(stream) / benchmark.stats.stats.median
 
 
+@LEVELS
 @pytest.mark.parametrize("chunks", [1, 4])
-def test_peak_memory_does_not_grow_with_the_stream(benchmark, pos, chunks):
+def test_peak_memory_does_not_grow_with_the_stream(benchmark, pos, chunks, smoothed_levels):
     """Peak memory of a streaming release over 1 and 4 chunks of r values, fed in batches."""
     values, bound = pos
     stream = values[: HOLD + chunks * RANGE]
 
     def run() -> int:
-        tops = _tops(bound)
+        tops = _tops(bound, smoothed_levels)
         tracemalloc.start()
         for start in range(0, stream.size, 65536):
             tops.release(stream[start : start + 65536])
