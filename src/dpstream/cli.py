@@ -255,3 +255,6 @@ def demo(epsilon: float, seed: int, out_dir: str) -> None:
     path = plot_moving_average(truth, released, out / "pos-moving-average.png",
                                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
     click.echo(f"plot: {path}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The command line: release end to end, streaming from stdin, errors as one line, no overwrite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpstream import ToPS
+from dpstream.cli import main
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def stream_file(tmp_path):
+    values = np.random.default_rng(0).integers(0, 30, size=3000).astype(float)
+    path = tmp_path / "stream.csv"
+    path.write_text("value\n" + "\n".join(str(v) for v in values) + "\n")
+    return path, values
+
+
+ARGS = ["--epsilon", "0.5", "--upper-bound", "100", "--hold", "500", "--max-range", "1024", "--seed", "3"]
+
+
+def test_release_file_matches_the_library(runner, stream_file, tmp_path):
+    path, values = stream_file
+    out = tmp_path / "out.txt"
+    result = runner.invoke(main, ["release", str(path), "-o", str(out), *ARGS])
+    assert result.exit_code == 0, result.output
+    released = np.loadtxt(out)
+    expected = ToPS(0.5, 100, hold=500, max_range=1024, seed=3).release(values)
+    assert np.array_equal(released, expected)  # repr round-trips floats exactly
+    assert "threshold theta" in result.stderr and "0.5-DP" in result.stderr
+
+
+def test_release_stdin_equals_file(runner, stream_file, tmp_path):
+    path, values = stream_file
+    result = runner.invoke(main, ["release", "-", "-o", "-", *ARGS], input=path.read_text())
+    assert result.exit_code == 0, result.stderr
+    released = np.array([float(line) for line in result.stdout.splitlines()])
+    assert np.array_equal(released, ToPS(0.5, 100, hold=500, max_range=1024, seed=3).release(values))
+
+
+def test_release_refuses_to_overwrite(runner, stream_file, tmp_path):
+    path, _ = stream_file
+    out = tmp_path / "out.txt"
+    out.write_text("precious\n")
+    result = runner.invoke(main, ["release", str(path), "-o", str(out), *ARGS])
+    assert result.exit_code != 0
+    assert "--force" in result.stderr and out.read_text() == "precious\n"
+    forced = runner.invoke(main, ["release", str(path), "-o", str(out), *ARGS, "--force"])
+    assert forced.exit_code == 0 and out.read_text() != "precious\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "needle"),
+    [
+        ("1\n2\n", ["--epsilon", "-1"], "epsilon must be a finite number > 0, got -1.0"),
+        ("1\nabc\n", [], "line 2 is not a number: 'abc'"),
+        ("1\n200\n", [], "position 1 must be in [0, 100]"),
+        ("a,b\n1,2\n", [], "choose one with a column name"),
+    ],
+)
+def test_release_errors_are_one_line(runner, text, args, needle):
+    base = {"--epsilon": "1", "--upper-bound": "100", "--hold": "1"}
+    for i in range(0, len(args), 2):
+        base[args[i]] = args[i + 1]
+    flat = [item for pair in base.items() for item in pair]
+    result = runner.invoke(main, ["release", "-", "-o", "-", *flat], input=text)
+    assert result.exit_code != 0
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
+
+
+def test_release_missing_input_file(runner, tmp_path):
+    result = runner.invoke(main, ["release", str(tmp_path / "nope.csv"), "-o", "-", *ARGS])
+    assert result.exit_code != 0 and "does not exist" in result.stderr
+
+
+def test_release_short_stream_says_nothing_was_released(runner):
+    result = runner.invoke(main, ["release", "-", "-o", "-", *ARGS], input="1\n2\n")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "before the hold-out" in result.stderr
+
+
+def test_release_streams_each_value_as_it_arrives(tmp_path):
+    """A live producer: the first released value must come out before the producer finishes."""
+    producer = (
+        "import sys, time\n"
+        "for i in range(6):\n"
+        "    print(i, flush=True)\n"
+        "    time.sleep(0.5 if i < 5 else 30)\n"
+    )
+    source = subprocess.Popen([sys.executable, "-c", producer], stdout=subprocess.PIPE)
+    release = subprocess.Popen(
+        [sys.executable, "-m", "dpstream.cli", "release", "-", "-o", "-", "--epsilon", "1",
+         "--upper-bound", "10", "--hold", "2", "--seed", "1"],
+        stdin=source.stdout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        start = time.monotonic()
+        lines = [release.stdout.readline() for _ in range(4)]
+        elapsed = time.monotonic() - start
+    finally:
+        source.kill()
+        release.kill()
+    assert all(line.strip() for line in lines)
+    assert elapsed < 20  # the producer's last value comes only after 30 s
+
+
+def test_evaluate_writes_results_and_plot(runner, tmp_path):
+    out = tmp_path / "res"
+    args = ["evaluate", "--study", "hierarchy", "--methods", "H16c,Base", "--epsilons", "0.5,1",
+            "--rounds", "2", "--queries", "20", "--hold", "1000", "--max-range", "4096", "--out", str(out)]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.stderr
+    for name in ("hierarchy-pos.csv", "hierarchy-pos-rounds.csv", "hierarchy-pos.json", "hierarchy-pos-mse.png"):
+        assert (out / name).stat().st_size > 0
+    assert "NON-PRIVATE" in result.stderr
+    again = runner.invoke(main, args)
+    assert again.exit_code != 0 and "--force" in again.stderr
+
+
+def test_evaluate_rejects_unknown_method(runner, tmp_path):
+    result = runner.invoke(main, ["evaluate", "--methods", "nope", "--rounds", "1", "--out", str(tmp_path / "r")])
+    assert result.exit_code != 0 and "no method 'nope'" in result.stderr
+
+
+def test_demo_writes_plot(runner, tmp_path):
+    result = runner.invoke(main, ["demo", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.stderr
+    assert "released 450,061 values" in result.stdout
+    assert (tmp_path / "pos-moving-average.png").stat().st_size > 0
