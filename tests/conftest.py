@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Property tests draw their examples from a fixed seed (the suite's "fixed seeds" rule) and keep
+# no example database; each test still sets its own small max_examples and deadline=None.
+settings.register_profile("dpstream", derandomize=True, database=None, print_blob=True)
+settings.load_profile("dpstream")
 
 
 @pytest.fixture
@@ -61,6 +67,48 @@ def reference_predictions(name: str, prior: float, observations, **params) -> np
         else:  # pragma: no cover - test misuse
             raise AssertionError(name)
     return np.array(out, dtype=np.float64)
+
+
+def design_matrix(sizes: list[int], fanout: int) -> np.ndarray:
+    """Rows = nodes (level 0 first), columns = leaves; a node observes the sum of its leaves."""
+    n = sizes[0]
+    rows = []
+    for k, size in enumerate(sizes):
+        width = fanout**k
+        for j in range(size):
+            row = np.zeros(n)
+            row[j * width : (j + 1) * width] = 1.0
+            rows.append(row)
+    return np.array(rows)
+
+
+def ols_levels(noisy_levels, fanout: int) -> list[np.ndarray]:
+    """Ordinary least squares by brute force (``np.linalg.lstsq`` on the design matrix): the
+    unknowns are the (padded) leaves, every node observes its leaves' sum with equal variance.
+    Returns the fitted value of every node, level by level."""
+    sizes = [np.asarray(level).size for level in noisy_levels]
+    design = design_matrix(sizes, fanout)
+    leaves, *_ = np.linalg.lstsq(design, np.concatenate(noisy_levels), rcond=None)
+    fitted = design @ leaves
+    return np.split(fitted, np.cumsum(sizes)[:-1])
+
+
+def ols_leaf_covariance(sizes: list[int], fanout: int) -> np.ndarray:
+    """Covariance of the OLS leaf estimates per unit node variance: (X^T X)^{-1}."""
+    design = design_matrix(sizes, fanout)
+    return np.linalg.inv(design.T @ design)
+
+
+@pytest.fixture
+def least_squares():
+    """The brute-force least-squares helpers, as a namespace."""
+
+    class LeastSquares:
+        design = staticmethod(design_matrix)
+        levels = staticmethod(ols_levels)
+        leaf_covariance = staticmethod(ols_leaf_covariance)
+
+    return LeastSquares
 
 
 @pytest.fixture

@@ -77,7 +77,15 @@ def test_positive_int_accepts_integers(value):
 
 @pytest.mark.parametrize(
     "value, error",
-    [(1.5, TypeError), (2.0, TypeError), ("3", TypeError), (True, TypeError), (None, TypeError), (0, ValueError), (-4, ValueError)],
+    [
+        (1.5, TypeError),
+        (2.0, TypeError),
+        ("3", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+        (0, ValueError),
+        (-4, ValueError),
+    ],
 )
 def test_positive_int_rejects(value, error):
     with pytest.raises(error) as info:

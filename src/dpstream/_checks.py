@@ -2,7 +2,7 @@
 
 Every check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for a value
 of the right type that breaks a rule.  Messages name the parameter, the rule, and end with
-what was received, e.g. ``epsilon must be a finite number > 0, got -1.``
+what was received, e.g. ``epsilon must be a finite number > 0, got -1.0.``
 """
 
 from __future__ import annotations
@@ -87,6 +87,11 @@ def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _preview(values: object) -> str:
+    text = repr(values)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_stream_values(
     values: object, upper_bound: float, *, clip: bool = False, offset: int = 0
 ) -> np.ndarray:
@@ -112,9 +117,12 @@ def check_stream_values(
         Naming the first offending position and its value.
     """
     try:
-        array = np.asarray(values, dtype=np.float64)
+        array = np.asarray(values)
+        if array.dtype.kind not in "iuf":  # no strings, booleans, objects or complex numbers
+            raise TypeError
+        array = array.astype(np.float64, copy=False)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"stream values must be numbers, got {values!r:.80}") from error
+        raise TypeError(f"stream values must be numbers, got {_preview(values)}.") from error
     if array.ndim == 0:
         array = array.reshape(1)
     if array.ndim != 1:
@@ -123,7 +131,7 @@ def check_stream_values(
     if bad.any():
         index = int(np.argmax(bad))
         raise ValueError(
-            f"stream value at position {offset + index} must be a finite number, got {array[index]!r}."
+            f"stream value at position {offset + index} must be a finite number, got {float(array[index])!r}."
         )
     outside = (array < 0) | (array > upper_bound)
     if outside.any():
@@ -132,6 +140,6 @@ def check_stream_values(
         index = int(np.argmax(outside))
         raise ValueError(
             f"stream value at position {offset + index} must be in [0, {upper_bound:g}] "
-            f"(pass clip=True to clip), got {array[index]!r}."
+            f"(pass clip=True to clip), got {float(array[index])!r}."
         )
     return array

@@ -34,8 +34,8 @@ def open_input(path: str | os.PathLike[str]) -> TextIO:
     if path.is_dir():
         raise InputError(f"input {str(path)!r} is a directory, not a file.")
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")  # -sig: drop a byte-order mark
 
 
 def _split(line: str) -> list[str]:

@@ -239,13 +239,24 @@ def make_smoother(name: str | Smoother = "recent", **params: Any) -> Smoother:
     MovingAverageSmoother(window=4, name='moving_average')
     """
     if not isinstance(name, str):
+        if not all(callable(getattr(name, method, None)) for method in ("init", "predict", "step")):
+            raise TypeError(
+                f"smoother must be a name ({', '.join(SMOOTHERS)}) or an object with init, predict "
+                f"and step methods, got {name!r}."
+            )
+        if params:
+            raise ValueError(
+                f"smoother parameters {sorted(params)} apply to smoothers given by name; the smoother "
+                f"{name!r} is already built."
+            )
         return name
     check_choice(name, "smoother", tuple(SMOOTHERS))
     allowed = {"moving_average": {"window"}, "exponential": {"alpha"}}.get(name, set())
     unknown = set(params) - allowed
     if unknown:
+        key = sorted(unknown)[0]
         raise ValueError(
-            f"smoother {name!r} takes no parameter {sorted(unknown)[0]!r}; "
-            f"it takes {sorted(allowed) or 'none'}."
+            f"smoother {name!r} takes no parameter {key!r} (it takes {sorted(allowed) or 'none'}), "
+            f"got {key}={params[key]!r}."
         )
     return SMOOTHERS[name](**params)

@@ -1,0 +1,339 @@
+"""ToPS end to end (``dpstream.release.tops``): hold-out, NM-E wiring, truncation, streaming
+equivalence, privacy statement, and every documented error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpstream import HierarchicalPerturber, ToPS
+from dpstream.release import optimal_smoothed_levels
+from dpstream.smoothers import MovingAverageSmoother, make_smoother
+from dpstream.thresholds import noisy_max_threshold
+
+B = 100.0
+HOLD = 200
+
+
+def tops(epsilon=1.0, upper_bound=B, **kwargs) -> ToPS:
+    base = dict(hold=HOLD, max_range=1000, fanout=16, smoothed_levels=1, seed=2024)
+    base.update(kwargs)
+    return ToPS(epsilon, upper_bound, **base)
+
+
+def stream(n: int, seed: int = 0) -> np.ndarray:
+    """Skewed integer values in [0, B] (like transaction sizes): truncation matters."""
+    return np.minimum(np.random.default_rng(seed).geometric(0.08, n), B).astype(float)
+
+
+def released_one_by_one(t: ToPS, values) -> np.ndarray:
+    """Feed a fresh ToPS one value at a time; the hold-out gives None, the rest floats."""
+    out = [t.release_one(v) for v in values]
+    assert all(x is None for x in out[: t.hold])
+    assert all(type(x) is float for x in out[t.hold :])
+    return np.array(out[t.hold :], dtype=np.float64)
+
+
+# -- batch == pieces == one at a time ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", [0, 1, 2])
+def test_batch_pieces_and_single_values_identical(s, smoother_case):
+    name, params = smoother_case
+    values = stream(HOLD + 3500, seed=1)  # three and a half chunks of r = 1000 (not a power of 16)
+    kwargs = dict(smoother=name, smoothed_levels=s, **params)
+    whole = tops(**kwargs).release(values)
+    assert whole.shape == (values.size - HOLD,)
+    cuts = np.sort(np.random.default_rng(s).integers(0, values.size, 12))
+    t = tops(**kwargs)
+    pieces = np.concatenate([t.release(part) for part in np.split(values, cuts)])
+    single = released_one_by_one(tops(**kwargs), values.tolist())
+    assert np.array_equal(whole, pieces)
+    assert np.array_equal(whole, single)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cuts=st.lists(st.integers(0, HOLD + 2300), max_size=8),
+    s=st.integers(0, 2),
+    smoother=st.sampled_from(["recent", "mean", "median", "moving_average", "exponential"]),
+    one_by_one=st.sets(st.integers(0, 8)),
+)
+def test_random_mix_of_batches_and_single_values(cuts, s, smoother, one_by_one):
+    """Any mix of release() pieces and release_one() calls gives the batch output bit for bit."""
+    values = stream(HOLD + 2300, seed=2)
+    whole = tops(smoother=smoother, smoothed_levels=s).release(values)
+    t = tops(smoother=smoother, smoothed_levels=s)
+    out = []
+    for i, part in enumerate(np.split(values, sorted(cuts))):
+        if i in one_by_one:
+            out.extend(x for x in (t.release_one(v) for v in part.tolist()) if x is not None)
+        else:
+            out.extend(t.release(part).tolist())
+    assert np.array_equal(whole, np.array(out))
+
+
+def test_fanout_4_power_of_fanout_range():
+    values = stream(HOLD + 1100, seed=3)
+    kwargs = dict(max_range=256, fanout=4, smoothed_levels=2, smoother="moving_average", window=5)
+    assert np.array_equal(tops(**kwargs).release(values), released_one_by_one(tops(**kwargs), values))
+
+
+def test_same_seed_same_output_different_seed_differs():
+    values = stream(HOLD + 1500, seed=4)
+    a = tops(seed=7).release(values)
+    assert np.array_equal(a, tops(seed=7).release(values))
+    assert not np.array_equal(a, tops(seed=8).release(values))
+    assert np.array_equal(a, tops(seed=np.random.default_rng(7)).release(values))
+
+
+# -- hold-out, threshold, truncation -------------------------------------------------------------
+
+
+def test_hold_out_is_not_released():
+    t = tops()
+    values = stream(HOLD + 10, seed=5)
+    assert t.release(values[:150]).shape == (0,)
+    assert t.threshold is None and t.position == 150
+    np.testing.assert_array_equal(t.state.held, values[:150])
+    assert t.state.perturber is None
+    assert [t.release_one(v) for v in values[150:HOLD - 1]] == [None] * (HOLD - 1 - 150)
+    assert t.threshold is None
+    assert t.release_one(values[HOLD - 1]) is None  # the last held value chooses theta
+    assert t.threshold is not None and t.position == HOLD
+    assert t.state.held is None and t.state.perturber is not None
+    out = t.release(values[HOLD:])
+    assert out.shape == (10,) and t.position == HOLD + 10
+
+
+def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
+    """theta = NM-E on the first `hold` values with threshold_epsilon as the selection budget and
+    epsilon as Eq. 6's stream budget, drawn first from the one generator; then the perturber
+    (same generator) releases min(v, theta).  Re-built here from the public parts."""
+    values = stream(HOLD + 2500, seed=6)
+    kwargs = dict(epsilon=0.3, threshold_epsilon=0.9, c=45.0, threshold_step=0.5, smoothed_levels=1, seed=99)
+    t = tops(**kwargs)
+    out = t.release(values)
+    rng = np.random.default_rng(99)
+    theta = noisy_max_threshold(
+        values[:HOLD], epsilon=0.9, stream_epsilon=0.3, upper_bound=B, max_range=1000, fanout=16, rng=rng, c=45.0, step=0.5
+    )
+    assert t.threshold == theta
+    assert theta % 0.5 == 0 and 0 < theta <= B
+    p = HierarchicalPerturber(threshold=theta, epsilon=0.3, max_range=1000, fanout=16, smoothed_levels=1, seed=rng)
+    assert np.array_equal(out, p.release(np.minimum(values[HOLD:], theta)))
+
+
+def test_truncation_with_zero_noise(zero_noise):
+    """No hierarchy noise and s = 0: every released value is min(v, theta) exactly."""
+    values = stream(HOLD + 1200, seed=7)
+    t = tops(smoothed_levels=0)
+    out = t.release(values)
+    theta = t.threshold
+    assert 1 <= theta < values.max()  # some values are truncated
+    np.testing.assert_array_equal(out, np.minimum(values[HOLD:], theta))
+
+
+def test_smoothed_levels_default_and_structure():
+    t = ToPS(0.05, B, hold=10, max_range=2**20, fanout=16, seed=0)
+    assert t.levels == 5
+    assert t.smoothed_levels == optimal_smoothed_levels(0.05, 2**20, 16)
+    t = tops(smoothed_levels=0)
+    assert (t.levels, t.smoothed_levels, t.max_range, t.fanout) == (3, 0, 1000, 16)
+
+
+def test_privacy_statement():
+    for epsilon, threshold_epsilon, expected in [(1.0, None, 1.0), (0.5, 2.0, 2.0), (3.0, 0.1, 3.0)]:
+        guarantee = tops(epsilon=epsilon, threshold_epsilon=threshold_epsilon).privacy()
+        assert guarantee.epsilon == expected
+        assert guarantee.delta == 0.0
+        assert "event level" in guarantee.neighbours
+        assert f"first {HOLD} values" in guarantee.composition
+
+
+# -- parameter errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, shown",
+    [
+        (dict(epsilon=0), ValueError, ("epsilon", "0")),
+        (dict(epsilon=-1), ValueError, ("epsilon", "-1")),
+        (dict(epsilon=math.nan), ValueError, ("epsilon", "nan")),
+        (dict(epsilon=math.inf), ValueError, ("epsilon", "inf")),
+        (dict(epsilon="1"), TypeError, ("epsilon", "'1'")),
+        (dict(epsilon=True), TypeError, ("epsilon", "True")),
+        (dict(epsilon=None), TypeError, ("epsilon", "None")),
+        (dict(upper_bound=0), ValueError, ("upper_bound", "0")),
+        (dict(upper_bound=-5), ValueError, ("upper_bound", "-5")),
+        (dict(upper_bound="100"), TypeError, ("upper_bound", "'100'")),
+        (dict(hold=0), ValueError, ("hold", "0")),
+        (dict(hold=1.5), TypeError, ("hold", "1.5")),
+        (dict(hold=-3), ValueError, ("hold", "-3")),
+        (dict(fanout=1), ValueError, ("fanout", "1")),
+        (dict(fanout=2.0), TypeError, ("fanout", "2.0")),
+        (dict(max_range=1), ValueError, ("max_range", "1")),
+        (dict(smoother="foo"), ValueError, ("smoother", "'foo'")),
+        (dict(smoother="recent", window=3), ValueError, ("window", "'recent'")),
+        (dict(smoother="exponential", window=3), ValueError, ("window", "'exponential'")),
+        (dict(smoother="moving_average", alpha=0.5), ValueError, ("alpha", "'moving_average'")),
+        (dict(smoother="exponential", alpha=1.5), ValueError, ("alpha", "1.5")),
+        (dict(smoother="exponential", alpha=-0.5), ValueError, ("alpha", "-0.5")),
+        (dict(smoother="moving_average", window=0), ValueError, ("window", "0")),
+        (dict(smoother="moving_average", window=2.5), TypeError, ("window", "2.5")),
+        (dict(smoothed_levels=3), ValueError, ("smoothed_levels", "3")),  # h = 3 for r = 1000, b = 16
+        (dict(smoothed_levels=-1), ValueError, ("smoothed_levels", "-1")),
+        (dict(smoothed_levels=1.0), TypeError, ("smoothed_levels", "1.0")),
+        (dict(threshold_step=200), ValueError, ("threshold_step", "200")),
+        (dict(threshold_step=0), ValueError, ("threshold_step", "0")),
+        (dict(threshold_epsilon=0), ValueError, ("threshold_epsilon", "0")),
+        (dict(threshold_epsilon="x"), TypeError, ("threshold_epsilon", "'x'")),
+        (dict(c=-60), ValueError, ("c", "-60")),
+        (dict(clip=1), TypeError, ("clip", "1")),
+        (dict(clip="yes"), TypeError, ("clip", "'yes'")),
+        (dict(clip=None), TypeError, ("clip", "None")),
+        (dict(seed=-1), ValueError, ("seed", "-1")),
+        (dict(seed="x"), TypeError, ("seed", "'x'")),
+        (dict(seed=2.5), TypeError, ("seed", "2.5")),
+    ],
+)
+def test_bad_parameters_raise_documented_errors(kwargs, error, shown):
+    with pytest.raises(error) as info:
+        tops(**kwargs)
+    message = str(info.value)
+    for text in shown:
+        assert text in message, message
+
+
+def test_non_string_smoother_is_a_type_error():
+    with pytest.raises(TypeError, match="smoother.*3"):
+        tops(smoother=3)
+
+
+def test_smoother_instance_is_accepted():
+    values = stream(HOLD + 600, seed=8)
+    by_instance = tops(smoother=MovingAverageSmoother(window=4)).release(values)
+    by_name = tops(smoother="moving_average", window=4).release(values)
+    assert np.array_equal(by_instance, by_name)
+    assert np.array_equal(by_name, tops(smoother=make_smoother("moving_average", window=4)).release(values))
+
+
+# -- stream value errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad, error, shown",
+    [
+        (-1.0, ValueError, "-1"),
+        (B + 0.5, ValueError, "100.5"),
+        (math.nan, ValueError, "nan"),
+        (math.inf, ValueError, "inf"),
+        (-math.inf, ValueError, "-inf"),
+    ],
+)
+@pytest.mark.parametrize("phase_start", [0, 150, HOLD + 30])  # in the hold-out, across it, after it
+def test_batch_errors_name_global_position_and_value(bad, error, shown, phase_start):
+    values = stream(HOLD + 100, seed=9)
+    t = tops()
+    t.release(values[:phase_start])
+    batch = values[phase_start : phase_start + 80].copy()
+    batch[57] = bad
+    with pytest.raises(error) as info:
+        t.release(batch)
+    assert f"position {phase_start + 57} " in str(info.value)
+    assert shown in str(info.value)
+
+
+@pytest.mark.parametrize("bad, shown", [(-2.0, "-2"), (101.0, "101"), (math.nan, "nan"), (math.inf, "inf")])
+@pytest.mark.parametrize("position", [5, HOLD + 7])
+def test_release_one_errors_name_global_position_and_value(bad, shown, position):
+    t = tops()
+    for v in stream(position, seed=10):
+        t.release_one(v)
+    with pytest.raises(ValueError) as info:
+        t.release_one(bad)
+    assert f"position {position} " in str(info.value) and shown in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["3", "abc", None, True, b"1", [1.0], np.array([[1.0]])])
+def test_release_one_type_errors(bad):
+    t = tops()
+    t.release_one(1.0)
+    with pytest.raises(TypeError) as info:
+        t.release_one(bad)
+    assert "position 1 " in str(info.value) and repr(bad) in str(info.value)
+
+
+def test_batch_type_and_shape_errors():
+    t = tops()
+    with pytest.raises(TypeError, match="stream values must be numbers.*abc"):
+        t.release("abc")
+    with pytest.raises(TypeError, match="stream values must be numbers"):
+        t.release([1.0, "x"])
+    with pytest.raises(ValueError, match=r"one-dimensional.*\(2, 2\)"):
+        t.release([[1.0, 2.0], [3.0, 4.0]])
+    assert t.position == 0
+
+
+@pytest.mark.parametrize("bad", [["5"], [True], "5"])
+def test_batch_rejects_what_release_one_rejects(bad):
+    with pytest.raises(TypeError):
+        tops().release_one(bad[0] if isinstance(bad, list) else bad)
+    with pytest.raises(TypeError):
+        tops().release(bad)
+
+
+def test_clip_clips_out_of_range_but_rejects_non_finite():
+    values = stream(HOLD + 900, seed=11)
+    wild = values.copy()
+    wild[::7] = -5.0
+    wild[3::11] = 1e6
+    clipped = tops(clip=True).release(wild)
+    assert np.array_equal(clipped, tops().release(np.clip(wild, 0.0, B)))
+    assert np.array_equal(clipped, released_one_by_one(tops(clip=True), wild.tolist()))
+    for bad in (math.nan, math.inf, -math.inf):
+        t = tops(clip=True)
+        with pytest.raises(ValueError, match="position 2 must be a finite number"):
+            t.release([1.0, 2.0, bad])
+        t.release_one(1.0)
+        with pytest.raises(ValueError, match="position 1 must be a finite number"):
+            t.release_one(bad)
+
+
+@pytest.mark.parametrize("split", [50, HOLD - 5, HOLD + 300])
+def test_failed_calls_leave_the_stream_unchanged(split):
+    """A bad call in any phase (hold-out, straddling theta's choice, release) changes nothing: the
+    rest of the stream releases exactly as on a fresh object with the same seed."""
+    values = stream(HOLD + 1400, seed=12)
+    reference = tops().release(values)
+    t = tops()
+    first = t.release(values[:split])
+    position = t.position
+    bad_batch = values[split : split + 40].copy()
+    bad_batch[-1] = -1.0  # valid values first: the whole call must be rejected
+    with pytest.raises(ValueError):
+        t.release(bad_batch)
+    with pytest.raises(TypeError):
+        t.release(["x"])
+    with pytest.raises(ValueError):
+        t.release_one(math.nan)
+    with pytest.raises(TypeError):
+        t.release_one("1")
+    assert t.position == position
+    rest = t.release(values[split:])
+    assert np.array_equal(np.concatenate([first, rest]), reference)
+
+
+def test_numeric_types_for_release_one():
+    values = stream(HOLD + 300, seed=13)
+    a = released_one_by_one(tops(), values.tolist())
+    b = released_one_by_one(tops(), [np.float64(v) for v in values])
+    c = released_one_by_one(tops(), [int(v) for v in values])
+    d = released_one_by_one(tops(), [np.int32(v) for v in values])
+    assert np.array_equal(a, b) and np.array_equal(a, c) and np.array_equal(a, d)
+    assert np.array_equal(a, tops().release(values.astype(np.int64)))
