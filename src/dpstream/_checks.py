@@ -33,16 +33,11 @@ def _is_int(value: object) -> bool:
 
 def check_epsilon(value: object, name: str = "epsilon") -> float:
     """A privacy budget: a finite real number > 0."""
-    if not _is_real(value):
-        raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)  # type: ignore[arg-type]
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
-    return value
+    return check_bound(value, name)
 
 
 def check_bound(value: object, name: str = "upper_bound") -> float:
-    """An upper bound on the stream's values: a finite real number > 0."""
+    """A positive quantity (a bound, a threshold, a budget): a finite real number > 0."""
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number, got {value!r}.")
     value = float(value)  # type: ignore[arg-type]
@@ -93,7 +88,7 @@ def _preview(values: object) -> str:
 
 
 def check_stream_values(
-    values: object, upper_bound: float, *, clip: bool = False, offset: int = 0
+    values: object, upper_bound: float, *, clip: bool | None = False, offset: int = 0
 ) -> np.ndarray:
     """Return ``values`` as a 1-D float64 array of finite numbers in [0, upper_bound].
 
@@ -103,9 +98,10 @@ def check_stream_values(
         The values, in stream order.
     upper_bound : float
         B, the public bound of the domain [0, B].
-    clip : bool
+    clip : bool or None
         Clip values outside [0, B] into it instead of raising.  NaN and infinities are
-        always errors: clipping them would invent a value.
+        always errors: clipping them would invent a value.  None: clipping is not offered
+        (the error then does not suggest it).
     offset : int
         Stream position of ``values[0]``, so that errors name the position in the whole stream.
 
@@ -138,8 +134,9 @@ def check_stream_values(
         if clip:
             return np.clip(array, 0.0, upper_bound)
         index = int(np.argmax(outside))
+        hint = "" if clip is None else " (pass clip=True to clip)"
         raise ValueError(
-            f"stream value at position {offset + index} must be in [0, {upper_bound:g}] "
-            f"(pass clip=True to clip), got {float(array[index])!r}."
+            f"stream value at position {offset + index} must be in [0, {upper_bound:g}]{hint}, "
+            f"got {float(array[index])!r}."
         )
     return array

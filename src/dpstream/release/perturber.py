@@ -40,7 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_bound, check_epsilon, check_nonnegative_int, check_positive_int
+from dpstream._checks import (
+    check_bound,
+    check_epsilon,
+    check_nonnegative_int,
+    check_positive_int,
+    check_stream_values,
+)
 from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
@@ -206,9 +212,22 @@ class HierarchicalPerturber:
 
     # -- batch -----------------------------------------------------------------------------
 
-    def release(self, values: np.ndarray) -> np.ndarray:
-        """Release a batch of truncated values (continuing the stream); vectorized."""
-        values = np.asarray(values, dtype=np.float64)
+    def release(self, values: object) -> np.ndarray:
+        """Release a batch of values in [0, threshold] (continuing the stream); vectorized.
+
+        Values must already be truncated (``np.minimum(values, threshold)``): a value above
+        the threshold would break the privacy guarantee, so it is an error that names it.
+        """
+        return self._release(check_stream_values(values, self.threshold, clip=None, offset=self.state.released))
+
+    def release_one(self, value: float) -> float:
+        """Release one value in [0, threshold]; bit-identical to the batch path for a seed."""
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.threshold):
+            check_stream_values([value], self.threshold, clip=None, offset=self.state.released)
+        return self._release_one(float(value))
+
+    def _release(self, values: np.ndarray) -> np.ndarray:
+        """The batch path, for values already checked and truncated."""
         out = np.empty(values.size, dtype=np.float64)
         done = 0
         while done < values.size:
@@ -252,8 +271,8 @@ class HierarchicalPerturber:
 
     # -- one value -------------------------------------------------------------------------
 
-    def release_one(self, value: float) -> float:
-        """Release one truncated value; bit-identical to the batch path for the same seed."""
+    def _release_one(self, value: float) -> float:
+        """The one-value path, for a value already checked and truncated."""
         st = self.state
         noise = st.noise if st.noise is not None else self._draw_chunk()
         position = st.released % self.max_range

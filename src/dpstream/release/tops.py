@@ -132,7 +132,8 @@ class ToPS:
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother(smoother, **params)
         self._rng = make_rng(seed)
-        # A perturber with a placeholder theta validates r, b, s now rather than after the hold.
+        # A perturber with a placeholder theta checks r, b and s now rather than after the hold;
+        # s does not depend on theta (Eq. 7), so its levels are the real ones.
         self._perturber_args = dict(
             epsilon=self.epsilon,
             max_range=max_range,
@@ -218,7 +219,7 @@ class ToPS:
         assert self._perturber is not None
         rest = np.minimum(values[start:], self._perturber.threshold)
         self._position += rest.size
-        return self._perturber.release(rest)
+        return self._perturber._release(rest)
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
@@ -235,7 +236,7 @@ class ToPS:
             return None
         self._position += 1
         theta = perturber.threshold
-        return perturber.release_one(value if value < theta else theta)
+        return perturber._release_one(value if value < theta else theta)
 
     def _coerce(self, value: object) -> float:
         if isinstance(value, (str, bytes, bool)) or value is None:
