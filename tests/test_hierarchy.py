@@ -158,13 +158,17 @@ def test_make_consistent_single_level_is_identity_and_inputs_untouched():
         np.testing.assert_array_equal(a, b)
 
 
-@settings(max_examples=50, deadline=None)
-@given(
+# Random tree shapes (including padded top trees) and noise seeds for property tests.
+RANDOM_TREES = dict(
     n_leaves=st.integers(1, 80),
     fanout=st.integers(2, 6),
     n_levels=st.integers(1, 4),
     seed=st.integers(0, 2**32 - 1),
 )
+
+
+@settings(max_examples=50, deadline=None)
+@given(**RANDOM_TREES)
 def test_consistent_trees_children_sum_to_parent(n_leaves, fanout, n_levels, seed):
     rng = np.random.default_rng(seed)
     sizes = level_sizes(n_leaves, fanout, n_levels)
@@ -180,12 +184,7 @@ def test_consistent_trees_children_sum_to_parent(n_leaves, fanout, n_levels, see
 
 
 @settings(max_examples=50, deadline=None)
-@given(
-    n_leaves=st.integers(1, 80),
-    fanout=st.integers(2, 6),
-    n_levels=st.integers(1, 4),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**RANDOM_TREES)
 def test_theorem_3_1_online_equals_offline(n_leaves, fanout, n_levels, seed):
     """make_consistent(T + N) == T + make_consistent(N) for true (consistent) sums T."""
     rng = np.random.default_rng(seed)
