@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/dpstream demo --out demo-output
+	$(BIN)/dpstream demo --out demo-output --force
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream import ToPS
-from dpstream.cli import main
+from dpstream.cli import cli as main
 
 
 @pytest.fixture
@@ -139,3 +139,67 @@ def test_demo_writes_plot(runner, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert "released 450,061 values" in result.stdout
     assert (tmp_path / "pos-moving-average.png").stat().st_size > 0
+
+
+def test_release_never_writes_over_its_input(runner, stream_file):
+    path, _ = stream_file
+    before = path.read_text()
+    result = runner.invoke(main, ["release", str(path), "-o", str(path), *ARGS, "--force"])
+    assert result.exit_code != 0 and "is the input file" in result.stderr
+    assert path.read_text() == before
+
+
+def test_failed_release_leaves_no_file(runner, tmp_path):
+    source = tmp_path / "neg.csv"
+    source.write_text("\n".join(["1"] * 600 + ["-3"] + ["1"] * 10) + "\n")
+    out = tmp_path / "neg.out"
+    result = runner.invoke(main, ["release", str(source), "-o", str(out), *ARGS])
+    assert result.exit_code != 0 and "position 600" in result.stderr and "--clip" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["neg.csv"]
+    clipped = runner.invoke(main, ["release", str(source), "-o", str(out), *ARGS, "--clip"])
+    assert clipped.exit_code == 0 and len(out.read_text().splitlines()) == 111
+
+
+@pytest.mark.parametrize("text", ["", "value\n", "\n\n"])
+def test_release_of_no_values_is_an_error(runner, tmp_path, text):
+    source = tmp_path / "empty.csv"
+    source.write_text(text)
+    result = runner.invoke(main, ["release", str(source), "-o", "-", *ARGS])
+    assert result.exit_code != 0 and "holds no values" in result.stderr
+
+
+def test_threshold_step_allows_bounds_below_one(runner):
+    text = "\n".join(str(v) for v in np.random.default_rng(1).uniform(0, 0.5, 600)) + "\n"
+    args = ["release", "-", "-o", "-", "--epsilon", "1", "--upper-bound", "0.5", "--hold", "500"]
+    refused = runner.invoke(main, args, input=text)
+    assert refused.exit_code != 0 and "threshold_step" in refused.stderr
+    result = runner.invoke(main, [*args, "--threshold-step", "0.01"], input=text)
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 100
+
+
+def test_seeded_release_warns(runner, stream_file):
+    path, _ = stream_file
+    result = runner.invoke(main, ["release", str(path), "-o", "-", *ARGS])
+    assert "testing only" in result.stderr
+
+
+def test_demo_refuses_to_overwrite(runner, tmp_path):
+    (tmp_path / "pos-moving-average.png").write_bytes(b"mine")
+    result = runner.invoke(main, ["demo", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "--force" in result.stderr
+    assert (tmp_path / "pos-moving-average.png").read_bytes() == b"mine"
+
+
+@pytest.mark.parametrize(
+    "args", [["release", "x.csv"], ["release", "-", "-o", "-", "--epsilon", "zero", "--upper-bound", "1"], ["nope"]]
+)
+def test_usage_errors_are_one_line(args):
+    result = subprocess.run([sys.executable, "-m", "dpstream.cli", *args], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error:")
+
+
+def test_huge_hold_is_a_clear_error(runner):
+    result = runner.invoke(main, ["release", "-", "-o", "-", "--epsilon", "1", "--upper-bound", "10",
+                                  "--hold", str(10**13)], input="1\n")
+    assert result.exit_code != 0 and "memory" in result.stderr

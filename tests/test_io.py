@@ -148,3 +148,19 @@ def test_byte_order_mark_is_ignored(tmp_path, suffix):
     np.testing.assert_array_equal(read_values(path), [1.0, 2.0, 3.0])
     path = write(tmp_path, "bomh" + suffix, "\ufeffvalue,x\n1,2\n")
     np.testing.assert_array_equal(read_values(path, column="value"), [1.0])
+
+
+def test_first_line_that_is_neither_numbers_nor_names_is_an_error():
+    with pytest.raises(InputError, match=r"line 1 is neither a number nor a header.*'12a'"):
+        list(iter_values(io.StringIO("12a\n3\n")))
+
+
+def test_quoted_header_names_are_found():
+    assert list(iter_values(io.StringIO('"t","value"\n1,4\n2,5\n'), column="value")) == [4.0, 5.0]
+
+
+def test_non_utf8_input_is_a_clear_error(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes(b"value\n1\n\xe9\n")
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_values(path)

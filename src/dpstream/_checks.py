@@ -134,7 +134,7 @@ def check_stream_values(
         if clip:
             return np.clip(array, 0.0, upper_bound)
         index = int(np.argmax(outside))
-        hint = "" if clip is None else " (pass clip=True to clip)"
+        hint = "" if clip is None else " (clip=True, or --clip, clips it)"
         raise ValueError(
             f"stream value at position {offset + index} must be in [0, {upper_bound:g}]{hint}, "
             f"got {float(array[index])!r}."

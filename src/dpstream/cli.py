@@ -23,7 +23,7 @@ from dpstream.io import InputError, iter_chunks, iter_values, open_input
 from dpstream.release import ToPS
 from dpstream.smoothers import SMOOTHERS
 
-__all__ = ["main"]
+__all__ = ["cli", "main"]
 
 #: Batch size for file input; stdin is released value by value.
 _CHUNK = 65536
@@ -37,6 +37,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (ValueError, TypeError, InputError, OSError) as error:
             raise click.ClickException(str(error)) from None
+        except MemoryError:
+            raise click.ClickException(
+                "not enough memory for these parameters (--hold and --max-range set what is kept in memory)."
+            ) from None
 
 
 def _say(message: str) -> None:
@@ -63,14 +67,26 @@ def _floats(text: str) -> list[float]:
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dpstream")
-def main() -> None:
+def cli() -> None:
     """Publish statistics of data streams under differential privacy."""
+
+
+def main() -> None:
+    """Entry point: every error, usage errors included, is one line on stderr."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        _say("Error: aborted.")
+        sys.exit(1)
+    except click.ClickException as error:
+        _say(f"Error: {error.format_message()}")
+        sys.exit(error.exit_code)
 
 
 # -- release -------------------------------------------------------------------------------
 
 
-@main.command()
+@cli.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="Where the released values go, one per line ('-' is stdout).")
@@ -87,36 +103,57 @@ def main() -> None:
 @click.option("--threshold-epsilon", type=float, default=None,
               help="Budget of the threshold optimizer (default: --epsilon).")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
-@click.option("--seed", type=int, default=None, help="Seed of the noise, to replay a release.")
-@click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
+@click.option("--threshold-step", type=float, default=1.0, show_default=True,
+              help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
+@click.option("--seed", type=int, default=None,
+              help="For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release.")
+@click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
+              "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def release(input_path: str, output_path: str, epsilon: float, upper_bound: float, hold: int,
             max_range: int, fanout: int, smoother: str, window: int | None, alpha: float | None,
-            threshold_epsilon: float | None, column: str | None, seed: int | None, clip: bool,
-            force: bool) -> None:
+            threshold_epsilon: float | None, column: str | None, threshold_step: float, seed: int | None,
+            clip: bool, force: bool) -> None:
     """Release the stream in INPUT with ToPS under epsilon-DP (event level).
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
     stdin).  From stdin, each value is released as soon as it arrives.
     """
     tops = ToPS(epsilon, upper_bound, hold=hold, max_range=max_range, fanout=fanout, smoother=smoother,
-                window=window, alpha=alpha, threshold_epsilon=threshold_epsilon, clip=clip, seed=seed)
-    if output_path != "-":
-        _refuse_overwrite([Path(output_path)], force)
+                window=window, alpha=alpha, threshold_epsilon=threshold_epsilon, threshold_step=threshold_step,
+                clip=clip, seed=seed)
+    if seed is not None:
+        _say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
+    target = None if output_path == "-" else Path(output_path)
+    if target is not None:
+        if input_path != "-" and Path(input_path).exists() and target.exists() and target.samefile(input_path):
+            raise click.ClickException(f"--output {output_path} is the input file; choose another output.")
+        _refuse_overwrite([target], force)
     source = open_input(input_path)
     values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
-    sink: TextIO = sys.stdout if output_path == "-" else open(output_path, "w", encoding="utf-8")
+    # A file output is written next to its target and renamed at the end, so a failed release
+    # neither leaves a partial file behind nor destroys an existing one.
+    partial = None if target is None else target.with_name(f".{target.name}.partial")
+    sink: TextIO = sys.stdout if partial is None else open(partial, "w", encoding="utf-8")
     released = 0
     try:
         if input_path == "-":
             released = _release_live(tops, values, sink)
         else:
             released = _release_batches(tops, iter_chunks(values, _CHUNK), sink)
-    finally:
-        if sink is not sys.stdout:
+    except BaseException:
+        if partial is not None:
             sink.close()
+            partial.unlink(missing_ok=True)
+        raise
+    finally:
         if source is not sys.stdin:
             source.close()
+    if partial is not None:
+        sink.close()
+        partial.replace(target)
+    if tops.position == 0:
+        raise click.ClickException(f"{'stdin' if input_path == '-' else input_path} holds no values.")
     if tops.threshold is None:
         _say(f"the stream ended after {tops.position:,} values, before the hold-out of {hold:,} "
              "was complete: nothing was released.")
@@ -160,7 +197,7 @@ def _release_batches(tops: ToPS, chunks: Iterator[np.ndarray], sink: TextIO) -> 
 # -- evaluate ------------------------------------------------------------------------------
 
 
-@main.command()
+@cli.command()
 @click.option("--dataset", default="pos", show_default=True, help="Built-in name (pos) or a stream file.")
 @click.option("--column", default=None, help="Column to read from a dataset file with several.")
 @click.option("--upper-bound", type=float, default=None,
@@ -228,12 +265,18 @@ def _table(rows: list[dict[str, Any]]) -> str:
 # -- demo ----------------------------------------------------------------------------------
 
 
-@main.command()
+@cli.command()
 @click.option("--epsilon", type=float, default=0.05, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="demo-output", show_default=True)
-def demo(epsilon: float, seed: int, out_dir: str) -> None:
-    """Release the built-in POS stream with ToPS and plot it against the truth."""
+@click.option("--force", is_flag=True, help="Overwrite the plot if it exists.")
+def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
+    """Release the built-in POS stream with ToPS and plot it against the truth.
+
+    The demo is seeded so that it can be replayed: it shows utility, it is not a private release.
+    """
+    plot_path = Path(out_dir) / "pos-moving-average.png"
+    _refuse_overwrite([plot_path], force)
     data = load_dataset("pos")
     _say(f"dataset: {data.description}; B = {data.upper_bound:g}")
     tops = ToPS(epsilon, data.upper_bound, seed=seed)
@@ -252,7 +295,7 @@ def demo(epsilon: float, seed: int, out_dir: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     from dpstream.evaluation.plots import plot_moving_average
 
-    path = plot_moving_average(truth, released, out / "pos-moving-average.png",
+    path = plot_moving_average(truth, released, plot_path,
                                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
     click.echo(f"plot: {path}")
 

@@ -1,4 +1,4 @@
-"""Reading and writing value streams: CSV or plain text, optionally gzipped, or stdin/stdout.
+"""Reading value streams: CSV or plain text, optionally gzipped, or stdin.
 
 A stream file holds one value per line.  The first line may be a header; with several
 comma- (or tab-) separated columns, ``column`` names the one to read.  Reading is lazy, so a
@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,10 +41,12 @@ def open_input(path: str | os.PathLike[str]) -> TextIO:
 
 def _split(line: str) -> list[str]:
     if "," in line:
-        return [field.strip() for field in line.split(",")]
-    if "\t" in line:
-        return [field.strip() for field in line.split("\t")]
-    return [line.strip()]
+        fields = line.split(",")
+    elif "\t" in line:
+        fields = line.split("\t")
+    else:
+        fields = [line]
+    return [field.strip().strip('"').strip("'").strip() for field in fields]
 
 
 def _is_number(text: str) -> bool:
@@ -54,15 +57,26 @@ def _is_number(text: str) -> bool:
     return True
 
 
+#: A header field is a name: it starts with a letter or an underscore.
+_NAME = re.compile(r"^[A-Za-z_]")
+
+
 def iter_values(lines: TextIO, column: str | None = None, source: str = "input") -> Iterator[float]:
     """Yield the stream's values one at a time, as soon as each line arrives.
 
     Raises
     ------
     InputError
-        For a missing or ambiguous column, or a field that is not a number (naming the line).
+        For a missing or ambiguous column, a first line that is neither numbers nor a header,
+        a field that is not a number (naming the line), or text that is not UTF-8.
     """
-    index: int | None = None
+    try:
+        yield from _parse(lines, column, source)
+    except UnicodeDecodeError as error:
+        raise InputError(f"{source} is not UTF-8 text ({error.reason} at byte {error.start}).") from None
+
+
+def _parse(lines: TextIO, column: str | None, source: str) -> Iterator[float]:
     line_number = 0
     for line_number, line in enumerate(lines, start=1):  # noqa: B007
         if line.strip():
@@ -80,6 +94,11 @@ def iter_values(lines: TextIO, column: str | None = None, source: str = "input")
             )
         index = 0
         yield float(fields[0])
+    elif not all(_NAME.match(field) for field in fields):
+        raise InputError(
+            f"{source} line {line_number} is neither a number nor a header of column names: "
+            f"{line.strip()[:60]!r}."
+        )
     elif column is None:
         if len(fields) > 1:
             raise InputError(
@@ -92,13 +111,11 @@ def iter_values(lines: TextIO, column: str | None = None, source: str = "input")
         index = fields.index(column)
     single = len(fields) == 1
     for line_number, line in enumerate(lines, start=line_number + 1):
+        if not line.strip():
+            continue
         if single:
             text = line.strip()
-            if not text:
-                continue
         else:
-            if not line.strip():
-                continue
             parts = _split(line)
             if index >= len(parts):
                 raise InputError(f"{source} line {line_number} has no field {index + 1}: {line.strip()!r}.")

@@ -8,6 +8,7 @@ smoothed, and released the moment it arrives.  Data flows one way:
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -31,16 +32,20 @@ __all__ = ["ToPS", "ToPSState"]
 
 @dataclass
 class ToPSState:
-    """The stream so far: the hold-out buffer until theta is chosen, then the perturber's state.
+    """A snapshot of the stream so far.  SECRET: it holds raw held-out values, the current
+    hierarchy's noise and the generator's state; never publish it.
 
-    ``position`` counts every value consumed, held or released.  The generator's state
-    (``rng.bit_generator.state``) completes it.
+    ``position`` counts every value consumed, held or released.  ``held`` is the hold-out
+    buffer until theta is chosen; ``perturber`` the perturber's state after that; ``rng_state``
+    is ``rng.bit_generator.state``.  Together they are everything needed to continue the stream
+    without re-drawing noise for a released position.
     """
 
     position: int
     held: np.ndarray | None
     threshold: float | None
     perturber: PerturberState | None
+    rng_state: dict
 
 
 class ToPS:
@@ -148,7 +153,7 @@ class ToPS:
         self._held = np.empty(self.hold, dtype=np.float64)
         self._position = 0
 
-    # -- what is public ----------------------------------------------------------------
+    # -- what the release has chosen, and its state ---------------------------------------
 
     @property
     def threshold(self) -> float | None:
@@ -162,12 +167,15 @@ class ToPS:
 
     @property
     def state(self) -> ToPSState:
-        """The explicit streaming state (with ``rng.bit_generator.state`` it is complete)."""
-        return ToPSState(
-            position=self._position,
-            held=None if self._perturber is not None else self._held[: self._position].copy(),
-            threshold=self.threshold,
-            perturber=None if self._perturber is None else self._perturber.state,
+        """A deep copy of the streaming state (SECRET: see :class:`ToPSState`)."""
+        return copy.deepcopy(
+            ToPSState(
+                position=self._position,
+                held=None if self._perturber is not None else self._held[: self._position],
+                threshold=self.threshold,
+                perturber=None if self._perturber is None else self._perturber.state,
+                rng_state=self._rng.bit_generator.state,
+            )
         )
 
     def privacy(self) -> PrivacyGuarantee:
