@@ -166,6 +166,9 @@ def test_release_of_no_values_is_an_error(runner, tmp_path, text):
     source.write_text(text)
     result = runner.invoke(main, ["release", str(source), "-o", "-", *ARGS])
     assert result.exit_code != 0 and "holds no values" in result.stderr
+    to_file = runner.invoke(main, ["release", str(source), "-o", str(tmp_path / "out.txt"), *ARGS])
+    assert to_file.exit_code != 0 and "holds no values" in to_file.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.csv"]
 
 
 def test_threshold_step_allows_bounds_below_one(runner):

@@ -141,6 +141,8 @@ def release(input_path: str, output_path: str, epsilon: float, upper_bound: floa
             released = _release_live(tops, values, sink)
         else:
             released = _release_batches(tops, iter_chunks(values, _CHUNK), sink)
+        if tops.position == 0:
+            raise click.ClickException(f"{'stdin' if input_path == '-' else input_path} holds no values.")
     except BaseException:
         if partial is not None:
             sink.close()
@@ -152,8 +154,6 @@ def release(input_path: str, output_path: str, epsilon: float, upper_bound: floa
     if partial is not None:
         sink.close()
         partial.replace(target)
-    if tops.position == 0:
-        raise click.ClickException(f"{'stdin' if input_path == '-' else input_path} holds no values.")
     if tops.threshold is None:
         _say(f"the stream ended after {tops.position:,} values, before the hold-out of {hold:,} "
              "was complete: nothing was released.")
@@ -291,13 +291,13 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     click.echo("200 random range queries (mean length {:,.0f}): ".format(mean_length)
                + ", ".join(f"{name.upper()} {metrics[name]:.4g}" for name in METRICS))
     click.echo(f"true total {truth.sum():,.0f}, released total {released.sum():,.0f}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
     from dpstream.evaluation.plots import plot_moving_average
 
     path = plot_moving_average(truth, released, plot_path,
                                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
     click.echo(f"plot: {path}")
+
 
 if __name__ == "__main__":
     main()

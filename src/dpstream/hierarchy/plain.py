@@ -47,7 +47,6 @@ class PlainHierarchy:
         self.levels = num_levels(self.max_range, self.fanout)
         scale = threshold * self.levels / epsilon
         values = np.asarray(values, dtype=np.float64)
-        self.size = values.size
         self._chunks = []
         for start in range(0, values.size, self.max_range):
             chunk = values[start : start + self.max_range]
