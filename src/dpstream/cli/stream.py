@@ -1,95 +1,57 @@
-"""The ``dpstream`` command line: release, evaluate, demo.
-
-Flags map to library classes here and nowhere else.  Every error is one line on stderr and a
-non-zero exit code; output files that exist are never overwritten without ``--force``.
-"""
+"""Stream commands: ``release`` (continual release of one stream), ``evaluate`` and ``demo``."""
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 import click
 import numpy as np
 
+from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
-from dpstream.io import InputError, iter_chunks, iter_values, open_input
+from dpstream.io import iter_chunks, iter_values, open_input
 from dpstream.release import ToPS
 from dpstream.smoothers import SMOOTHERS
-
-__all__ = ["cli", "main"]
 
 #: Batch size for file input; stdin is released value by value.
 _CHUNK = 65536
 
 
-class _Group(click.Group):
-    """Turn the library's errors into one-line messages instead of tracebacks."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (ValueError, TypeError, InputError, OSError) as error:
-            raise click.ClickException(str(error)) from None
-        except MemoryError:
-            raise click.ClickException(
-                "not enough memory for these parameters (--hold and --max-range set what is kept in memory)."
-            ) from None
-
-
-def _say(message: str) -> None:
-    click.echo(message, err=True)
-
-
-def _refuse_overwrite(paths: list[Path], force: bool) -> None:
-    existing = [str(path) for path in paths if path.exists()]
-    if existing and not force:
-        raise click.ClickException(
-            f"{existing[0]} exists; pass --force to overwrite it (nothing was written)."
-        )
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}.") from None
-    if not values:
-        raise click.BadParameter(f"expected at least one number, got {text!r}.")
-    return values
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="dpstream")
-def cli() -> None:
-    """Publish statistics of data streams under differential privacy."""
-
-
-def main() -> None:
-    """Entry point: every error, usage errors included, is one line on stderr."""
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        _say("Error: aborted.")
-        sys.exit(1)
-    except click.ClickException as error:
-        _say(f"Error: {error.format_message()}")
-        sys.exit(error.exit_code)
-
-
 # -- release -------------------------------------------------------------------------------
+
+
+def _build_tops(options: dict[str, Any]) -> ToPS:
+    return ToPS(options["epsilon"], options["upper_bound"], hold=options["hold"], max_range=options["max_range"],
+                fanout=options["fanout"], smoother=options["smoother"], window=options["window"],
+                alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
+                threshold_step=options["threshold_step"], clip=options["clip"], seed=options["seed"])
+
+
+def _describe_tops(tops: ToPS) -> str:
+    return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
+            f"of h = {tops.levels}")
+
+
+#: ``--method`` -> (build a releaser from the command's options, describe it once theta is out).
+#: A releaser has ``release(values) -> np.ndarray``, ``release_one(value) -> float | None``,
+#: ``threshold`` (None until published), ``position``, ``hold`` and ``privacy()``.
+RELEASE_METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], str]]] = {
+    "tops": (_build_tops, _describe_tops),
+}
 
 
 @cli.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="Where the released values go, one per line ('-' is stdout).")
+@click.option("--method", type=click.Choice(list(RELEASE_METHODS)), default="tops", show_default=True,
+              help="Release mechanism.")
 @click.option("--epsilon", type=float, required=True, help="Privacy budget of the release.")
 @click.option("--upper-bound", type=float, required=True, help="Public bound B: values lie in [0, B].")
 @click.option("--hold", type=int, default=65536, show_default=True,
@@ -110,25 +72,22 @@ def main() -> None:
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def release(input_path: str, output_path: str, epsilon: float, upper_bound: float, hold: int,
-            max_range: int, fanout: int, smoother: str, window: int | None, alpha: float | None,
-            threshold_epsilon: float | None, column: str | None, threshold_step: float, seed: int | None,
-            clip: bool, force: bool) -> None:
-    """Release the stream in INPUT with ToPS under epsilon-DP (event level).
+def release(input_path: str, output_path: str, method: str, column: str | None, seed: int | None,
+            hold: int, force: bool, **options: Any) -> None:
+    """Release the stream in INPUT under epsilon-DP (event level); ToPS by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
     stdin).  From stdin, each value is released as soon as it arrives.
     """
-    tops = ToPS(epsilon, upper_bound, hold=hold, max_range=max_range, fanout=fanout, smoother=smoother,
-                window=window, alpha=alpha, threshold_epsilon=threshold_epsilon, threshold_step=threshold_step,
-                clip=clip, seed=seed)
+    build, describe = RELEASE_METHODS[method]
+    releaser = build({**options, "hold": hold, "seed": seed})
     if seed is not None:
-        _say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
+        say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
     target = None if output_path == "-" else Path(output_path)
     if target is not None:
         if input_path != "-" and Path(input_path).exists() and target.exists() and target.samefile(input_path):
             raise click.ClickException(f"--output {output_path} is the input file; choose another output.")
-        _refuse_overwrite([target], force)
+        refuse_overwrite([target], force)
     source = open_input(input_path)
     values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
     # A file output is written next to its target and renamed at the end, so a failed release
@@ -138,10 +97,10 @@ def release(input_path: str, output_path: str, epsilon: float, upper_bound: floa
     released = 0
     try:
         if input_path == "-":
-            released = _release_live(tops, values, sink)
+            released = _release_live(releaser, values, sink, describe)
         else:
-            released = _release_batches(tops, iter_chunks(values, _CHUNK), sink)
-        if tops.position == 0:
+            released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
+        if releaser.position == 0:
             raise click.ClickException(f"{'stdin' if input_path == '-' else input_path} holds no values.")
     except BaseException:
         if partial is not None:
@@ -154,26 +113,25 @@ def release(input_path: str, output_path: str, epsilon: float, upper_bound: floa
     if partial is not None:
         sink.close()
         partial.replace(target)
-    if tops.threshold is None:
-        _say(f"the stream ended after {tops.position:,} values, before the hold-out of {hold:,} "
+    if releaser.threshold is None:
+        say(f"the stream ended after {releaser.position:,} values, before the hold-out of {hold:,} "
              "was complete: nothing was released.")
     else:
-        _say(f"released {released:,} values after holding out {hold:,}.")
+        say(f"released {released:,} values after holding out {hold:,}.")
 
 
-def _announce(tops: ToPS) -> None:
-    _say(f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
-         f"of h = {tops.levels}")
-    _say(f"privacy: {tops.privacy()}")
+def _announce(releaser: Any, describe: Callable[[Any], str] = _describe_tops) -> None:
+    say(describe(releaser))
+    say(f"privacy: {releaser.privacy()}")
 
 
-def _release_live(tops: ToPS, values: Iterator[float], sink: TextIO) -> int:
+def _release_live(releaser: Any, values: Iterator[float], sink: TextIO, describe: Callable[[Any], str]) -> int:
     released = 0
     for value in values:
-        out = tops.release_one(value)
+        out = releaser.release_one(value)
         if out is None:
-            if tops.threshold is not None:
-                _announce(tops)
+            if releaser.threshold is not None:
+                _announce(releaser, describe)
             continue
         sink.write(f"{out!r}\n")
         sink.flush()
@@ -181,13 +139,14 @@ def _release_live(tops: ToPS, values: Iterator[float], sink: TextIO) -> int:
     return released
 
 
-def _release_batches(tops: ToPS, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
+def _release_batches(releaser: Any, chunks: Iterator[np.ndarray], sink: TextIO,
+                     describe: Callable[[Any], str]) -> int:
     released = 0
     for chunk in chunks:
-        had_threshold = tops.threshold is not None
-        out = tops.release(chunk)
-        if not had_threshold and tops.threshold is not None:
-            _announce(tops)
+        had_threshold = releaser.threshold is not None
+        out = releaser.release(chunk)
+        if not had_threshold and releaser.threshold is not None:
+            _announce(releaser, describe)
         if out.size:
             sink.write("\n".join(map(repr, out.tolist())) + "\n")
             released += out.size
@@ -228,28 +187,21 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     stem = f"{study}-{data.name}"
     paths = {kind: out / f"{stem}{suffix}" for kind, suffix in
              (("rounds", "-rounds.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", "-mse.png"))}
-    _refuse_overwrite(list(paths.values()), force)
+    refuse_overwrite(list(paths.values()), force)
     method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
-    records = run_study(study, data.values, data.upper_bound, epsilons=_floats(epsilons), methods=method_list,
-                        config=config, seed=seed, dataset=data.name, log=_say)
+    records = run_study(study, data.values, data.upper_bound, epsilons=floats(epsilons), methods=method_list,
+                        config=config, seed=seed, dataset=data.name, log=say)
     rows = summarize(records)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(paths["rounds"], records)
-    _write_csv(paths["summary"], rows)
+    write_csv(paths["rounds"], records)
+    write_csv(paths["summary"], rows)
     paths["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
                                          "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
     from dpstream.evaluation.plots import plot_metric
 
     plot_metric(rows, paths["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
-    _say(_table(rows))
-    _say("wrote " + ", ".join(str(path) for path in paths.values()))
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    say(_table(rows))
+    say("wrote " + ", ".join(str(path) for path in paths.values()))
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -276,9 +228,9 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     The demo is seeded so that it can be replayed: it shows utility, it is not a private release.
     """
     plot_path = Path(out_dir) / "pos-moving-average.png"
-    _refuse_overwrite([plot_path], force)
+    refuse_overwrite([plot_path], force)
     data = load_dataset("pos")
-    _say(f"dataset: {data.description}; B = {data.upper_bound:g}")
+    say(f"dataset: {data.description}; B = {data.upper_bound:g}")
     tops = ToPS(epsilon, data.upper_bound, seed=seed)
     released = tops.release(data.values)
     truth = data.values[tops.hold:]
@@ -298,6 +250,3 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
                                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
     click.echo(f"plot: {path}")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,10 @@
+"""The ``dpstream`` command line.
+
+One module per family of commands; each registers its commands on the shared group
+:data:`cli` when imported here.  ``_common`` holds what they share.
+"""
+
+from dpstream.cli import stream  # noqa: F401  (registers release, evaluate, demo)
+from dpstream.cli._common import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,84 @@
+"""What every ``dpstream`` command shares: the group, one-line errors, safe output files.
+
+Flags map to library classes in the command modules and nowhere else.  Every error is one
+line on stderr and a non-zero exit code; output files that exist are never overwritten
+without ``--force``.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpstream.io import InputError
+
+__all__ = ["cli", "floats", "main", "refuse_overwrite", "say", "write_csv"]
+
+
+class _Group(click.Group):
+    """Turn the library's errors into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ValueError, TypeError, InputError, OSError) as error:
+            raise click.ClickException(str(error)) from None
+        except MemoryError:
+            raise click.ClickException(
+                "not enough memory for these parameters (--hold and --max-range set what is kept in memory)."
+            ) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpstream")
+def cli() -> None:
+    """Publish statistics of data streams under differential privacy."""
+
+
+def main() -> None:
+    """Entry point: every error, usage errors included, is one line on stderr."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        say("Error: aborted.")
+        sys.exit(1)
+    except click.ClickException as error:
+        say(f"Error: {error.format_message()}")
+        sys.exit(error.exit_code)
+
+
+def say(message: str) -> None:
+    """Progress and diagnostics go to stderr; stdout carries results only."""
+    click.echo(message, err=True)
+
+
+def refuse_overwrite(paths: list[Path], force: bool) -> None:
+    """Fail before any work if one of ``paths`` exists and ``--force`` was not given."""
+    existing = [str(path) for path in paths if path.exists()]
+    if existing and not force:
+        raise click.ClickException(
+            f"{existing[0]} exists; pass --force to overwrite it (nothing was written)."
+        )
+
+
+def floats(text: str) -> list[float]:
+    """Parse a comma-separated list of numbers given on the command line."""
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}.") from None
+    if not values:
+        raise click.BadParameter(f"expected at least one number, got {text!r}.")
+    return values
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write dict rows with a header taken from the first row."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
