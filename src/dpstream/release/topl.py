@@ -44,7 +44,7 @@ __all__ = ["SW_REPORT", "SR_REPORT", "PM_REPORT", "Report", "ToPL", "ToPLClient"
 #: Mechanism codes of a report.
 SW_REPORT, SR_REPORT, PM_REPORT = 0, 1, 2
 
-_EVENT_LEVEL_LDP = "event level, local: each report carries one value of the stream; any two values are neighbours"
+_EVENT_LEVEL_LDP = "local DP (Definition 2.2) at event level: each report carries one value; any two values are neighbours"
 
 
 class Report(NamedTuple):
