@@ -234,3 +234,14 @@ def test_cli_evaluate_topl_with_a_stream_epsilon(tmp_path):
     summary = json.loads((tmp_path / "res" / "topl-s.json").read_text())
     assert summary["config"]["stream_epsilon"] == 2.0
     assert {row["method"] for row in summary["summary"]} == {"SW-W", "SW", "Base"}
+
+
+def test_cli_topl_demo_plots_and_refuses_to_overwrite(tmp_path):
+    runner = CliRunner()
+    args = ["topl-demo", "--epsilon", "2", "--intervals", "30", "--out", str(tmp_path)]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "topl-pos-eps2-moving-average.png").stat().st_size > 0
+    assert "released 450,061 values" in result.output
+    again = runner.invoke(cli, args)
+    assert again.exit_code != 0 and "--force" in again.output
