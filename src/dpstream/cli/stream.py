@@ -16,7 +16,7 @@ from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
 from dpstream.io import iter_chunks, iter_values, open_input
-from dpstream.release import ToPS
+from dpstream.release import ToPL, ToPS
 from dpstream.smoothers import SMOOTHERS
 
 #: Batch size for file input; stdin is released value by value.
@@ -44,6 +44,23 @@ def _describe_tops(tops: ToPS) -> str:
 RELEASE_METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], str]]] = {
     "tops": (_build_tops, _describe_tops),
 }
+
+
+def _build_topl(options: dict[str, Any]) -> ToPL:
+    ignored = {"fanout": 16, "smoother": "recent", "window": None, "alpha": None, "threshold_step": 1.0}
+    for name, default in ignored.items():
+        if options[name] != default:
+            raise ValueError(f"--{name.replace('_', '-')} does not apply to --method topl, got {options[name]!r}.")
+    return ToPL(options["epsilon"], options["upper_bound"], hold=options["hold"], max_range=options["max_range"],
+                threshold_epsilon=options["threshold_epsilon"], clip=options["clip"], seed=options["seed"])
+
+
+def _describe_topl(topl: ToPL) -> str:
+    return (f"threshold theta = {topl.threshold:g} (Square Wave reports + Eq. 8, {topl.collector.variant}); "
+            f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
+
+
+RELEASE_METHODS["topl"] = (_build_topl, _describe_topl)
 
 
 @cli.command()
@@ -171,14 +188,17 @@ def _release_batches(releaser: Any, chunks: Iterator[np.ndarray], sink: TextIO,
 @click.option("--percentile", type=float, default=95.0, show_default=True,
               help="Oracle threshold of the hierarchy study (non-private).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--stream-epsilon", type=float, default=1.0, show_default=True,
+              help="topl study: budget of the stream reports (--epsilons then sets the threshold reports').")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 def evaluate(dataset: str, column: str | None, upper_bound: float | None, study: str, methods: str | None,
              epsilons: str, rounds: int, queries: int, hold: int, max_range: int, percentile: float,
-             seed: int, out_dir: str, force: bool) -> None:
+             seed: int, out_dir: str, force: bool, stream_epsilon: float) -> None:
     """Run a study of the paper's Section 5 and write CSV, JSON and a PNG plot to --out."""
     data = load_dataset(dataset, upper_bound=upper_bound, column=column)
-    config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile)
+    config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile,
+                              stream_epsilon=stream_epsilon)
     if min(hold, max_range, rounds, queries) < 1:
         raise click.ClickException(
             f"--hold, --max-range, --rounds and --queries must be >= 1, got {hold}, {max_range}, {rounds}, {queries}."

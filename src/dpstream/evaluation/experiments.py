@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from dpstream._checks import check_epsilon
 from dpstream.evaluation.metrics import METRICS, RangeQueries, error_metrics, prefix_range_sums, random_queries
 from dpstream.hierarchy import PlainHierarchy
-from dpstream.release import HierarchicalPerturber, ToPS
+from dpstream.release import HierarchicalPerturber, ToPL, ToPS
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds import true_percentile
 
@@ -44,6 +45,7 @@ class ExperimentConfig:
     rounds: int = 10
     queries: int = 200
     percentile: float = 95.0
+    stream_epsilon: float = 1.0  # the ``topl`` study's budget of the stream reports (Figure 8: 1)
 
 
 @dataclass(frozen=True)
@@ -149,11 +151,35 @@ STUDIES: dict[str, tuple[dict[str, MethodFn], bool]] = {
 }
 
 
+# -- ToPL (Section 5.5, Figure 8) ---------------------------------------------------------
+# The ``topl`` study varies the budget of the threshold reports (the study's epsilon) with the
+# stream reports' budget fixed at ``config.stream_epsilon``; SW-W and SW choose theta from
+# Square Wave reports of the first m values, Base answers 0.  Ground truth is the raw stream.
+
+
+def _topl(variant: str) -> MethodFn:
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        check_epsilon(config.stream_epsilon, "stream_epsilon")
+        topl = ToPL(config.stream_epsilon, scenario.upper_bound, threshold_epsilon=epsilon, hold=config.hold,
+                    max_range=config.max_range, variant=variant, seed=rng)
+        topl.release(scenario.held)
+        released = topl.release(scenario.stream)
+        return _released(released), {"threshold": topl.threshold}
+
+    return method
+
+
+STUDIES["topl"] = ({"SW-W": _topl("SW-W"), "SW": _topl("SW"), "Base": _base}, False)
+
+#: How the private studies choose theta (for the results' ``threshold_source`` column).
+_PRIVATE_THRESHOLDS = {"topl": "Square Wave + Eq. 8 (LDP)"}
+
+
 def prepare(values: np.ndarray, upper_bound: float, study: str, config: ExperimentConfig) -> Scenario:
     """Split a stream of exactly hold + max_range values into a study's scenario."""
     held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
     if not STUDIES[study][1]:
-        return Scenario(held, stream, stream, upper_bound, None, "NM-E (private)")
+        return Scenario(held, stream, stream, upper_bound, None, _PRIVATE_THRESHOLDS.get(study, "NM-E (private)"))
     theta = true_percentile(held, config.percentile)
     source = f"true p{config.percentile:g} of the first {config.hold:,} values (NON-PRIVATE oracle)"
     return Scenario(held, stream, np.minimum(stream, theta), upper_bound, theta, source)
