@@ -17,6 +17,8 @@ from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, s
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
 from dpstream.io import iter_chunks, iter_values, open_input
 from dpstream.release import ToPS
+from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.pak import PAK, PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.smoothers import SMOOTHERS
 
 #: Batch size for file input; stdin is released value by value.
@@ -38,11 +40,36 @@ def _describe_tops(tops: ToPS) -> str:
             f"of h = {tops.levels}")
 
 
+def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
+    return PAK(options["epsilon"], options["upper_bound"], hold=options["hold"], length=options["max_range"],
+               threshold_fraction=options["threshold_fraction"], delta=options["delta"],
+               multiplier=options["multiplier"], noise=options["noise"], capped=capped, clip=options["clip"],
+               seed=options["seed"])
+
+
+def _describe_pak(pak: PAK) -> str:
+    kind = "capped at B" if pak.capped else "UNCAPPED, as in the ToPS paper"
+    return (f"threshold tau = {pak.threshold:g} (S-PAK {kind}; before the cap {pak.raw_threshold:g}); "
+            f"noisy sum of the first {pak.hold:,} values = {pak.held_sum:.6g}")
+
+
+def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
+    return BinaryTreeCounter(threshold=options["upper_bound"], epsilon=options["epsilon"],
+                             length=options["max_range"], clip=options["clip"], seed=options["seed"])
+
+
+def _describe_bt(counter: BinaryTreeCounter) -> str:
+    return f"binary tree with bound B = {counter.threshold:g}, {counter.levels} levels, no hold-out"
+
+
 #: ``--method`` -> (build a releaser from the command's options, describe it once theta is out).
 #: A releaser has ``release(values) -> np.ndarray``, ``release_one(value) -> float | None``,
 #: ``threshold`` (None until published), ``position``, ``hold`` and ``privacy()``.
 RELEASE_METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], str]]] = {
     "tops": (_build_tops, _describe_tops),
+    "pak": (_build_pak, _describe_pak),
+    "pak-uncapped": (lambda options: _build_pak(options, capped=False), _describe_pak),
+    "bt": (_build_bt, _describe_bt),
 }
 
 
@@ -67,6 +94,14 @@ RELEASE_METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any]
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--threshold-step", type=float, default=1.0, show_default=True,
               help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
+@click.option("--delta", type=float, default=None,
+              help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range).")
+@click.option("--threshold-fraction", type=float, default=PAK_THRESHOLD_FRACTION, show_default=True,
+              help="pak: eps1/eps, the share of the budget for the threshold (the rest for the held-out sum).")
+@click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
+              help="pak: the multiplier r of PAK's Eq. 15.")
+@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
+              help="pak: noise of the smooth-sensitivity threshold.")
 @click.option("--seed", type=int, default=None,
               help="For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release.")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
@@ -117,7 +152,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         say(f"the stream ended after {releaser.position:,} values, before the hold-out of {hold:,} "
              "was complete: nothing was released.")
     else:
-        say(f"released {released:,} values after holding out {hold:,}.")
+        say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
 def _announce(releaser: Any, describe: Callable[[Any], str] = _describe_tops) -> None:

@@ -116,6 +116,9 @@ class BinaryTreeCounter:
         Budget of the counter.
     length : int
         n: leaves of one tree (the stream length PAK assumes); a fresh tree every n values.
+    clip : bool
+        Clip values outside [0, threshold] instead of raising (only sensible when the
+        threshold is the public bound B).
     seed : int, Generator or None
         Source of all noise.
 
@@ -135,7 +138,15 @@ class BinaryTreeCounter:
     (3, True)
     """
 
-    def __init__(self, *, threshold: float, epsilon: float, length: int = 2**20, seed: Seed = None) -> None:
+    #: Values held out before the release starts: none (the interface of the release pipelines).
+    hold = 0
+
+    def __init__(
+        self, *, threshold: float, epsilon: float, length: int = 2**20, clip: bool = False, seed: Seed = None
+    ) -> None:
+        if not isinstance(clip, bool):
+            raise TypeError(f"clip must be True or False, got {clip!r}.")
+        self.clip = clip
         self.threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
         self.length = check_positive_int(length, "length", minimum=2)
@@ -144,6 +155,11 @@ class BinaryTreeCounter:
         self._rng = make_rng(seed)
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET)
         self.state = BinaryTreeState(released=0, running=0.0, increments=None, count=0.0)
+
+    @property
+    def position(self) -> int:
+        """Number of values released so far."""
+        return self.state.released
 
     @property
     def count(self) -> float:
@@ -171,7 +187,8 @@ class BinaryTreeCounter:
 
     def release(self, values: object) -> np.ndarray:
         """Release a batch of values in ``[0, threshold]``: the increments of the noisy count."""
-        values = check_stream_values(values, self.threshold, clip=None, offset=self.state.released)
+        clip = True if self.clip else None
+        values = check_stream_values(values, self.threshold, clip=clip, offset=self.state.released)
         return self._release(values)
 
     def _release(self, values: np.ndarray) -> np.ndarray:
@@ -194,6 +211,6 @@ class BinaryTreeCounter:
 
     def release_one(self, value: float) -> float:
         """Release one value; equals the batch path for the same seed."""
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.threshold):
-            check_stream_values([value], self.threshold, clip=None, offset=self.state.released)
-        return float(self._release(np.array([float(value)]))[0])
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.threshold:
+            return float(self._release(np.array([float(value)]))[0])
+        return float(self.release([value])[0])

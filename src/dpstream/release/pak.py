@@ -54,7 +54,9 @@ from dpstream.thresholds.smooth_sensitivity import (
 __all__ = [
     "PAK",
     "PAK_BETA",
+    "PAK_MULTIPLIER",
     "PAK_PERCENTILE",
+    "PAK_THRESHOLD_FRACTION",
     "PAKParameters",
     "cap_threshold",
     "optimize_pak",
