@@ -328,7 +328,11 @@ def optimize_pak(
         outlier = -estimate / math.log(p) * (math.sqrt(p**r * n) + math.sqrt(math.log(1.0 / betas["out"]))) ** 2
         return noise_error + sum_error + outlier
 
-    start = np.array([p_max, 0.85, 1.5, 0.85, 0.3, 0.4, 0.15, 0.15])
+    # start from the largest lambda on a grid whose g(lambda, p_max, m) leaves most of beta free
+    feasible = [lam for lam in np.linspace(0.99, 0.05, 95) if _quantile_gap(lam, p_max, m) <= beta / 4]
+    if not feasible:
+        raise ValueError(f"no feasible parameters: g(lambda, p, m) >= beta = {beta!r} for m = {m}; raise m.")
+    start = np.array([p_max, feasible[0], 1.5, 0.85, 0.3, 0.4, 0.15, 0.15])
     bounds = [(1e-5, p_max), (0.05, 1.0), (1.0, 10.0), (0.05, 0.99)] + [(0.01, 1.0)] * 4
     result = optimize.minimize(alpha, start, method="TNC", bounds=bounds)
     x = result.x if alpha(result.x) <= alpha(start) else start
