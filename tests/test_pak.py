@@ -137,3 +137,22 @@ def test_release_methods_on_the_command_line(tmp_path, method):
     assert result.exit_code == 0, result.output
     lines = target.read_text().split()
     assert len(lines) == (1500 if method == "bt" else 500)
+
+
+def test_last_step_errors_and_the_improvement_factor(tmp_path):
+    from dpstream.evaluation.improvement import last_step_errors
+
+    values = _stream(30000, seed=4)
+    result = last_step_errors(values, 500.0, epsilon=1.0, hold=20000, rounds=3, progress=False)
+    assert set(result["errors"]) == {"BT-bound", "PAK-optimized", "PAK-default"}
+    assert all(len(errors) == 3 for errors in result["errors"].values())
+    for name, factor in result["improvement_factor"].items():
+        assert factor == pytest.approx(result["mean_abs_error"]["BT-bound"] / result["mean_abs_error"][name])
+    source = tmp_path / "s.txt"
+    source.write_text("\n".join(map(str, values)) + "\n")
+    args = ["pak-improvement", "--dataset", str(source), "--upper-bound", "500", "--hold", "20000", "--rounds", "2",
+            "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "improvement factor of PAK-optimized" in result.output
+    assert CliRunner().invoke(cli, args).exit_code != 0  # refuses to overwrite
