@@ -272,9 +272,21 @@ def _held_out_scenario(values: np.ndarray, upper_bound: float, config: Experimen
     return Scenario(held, held, held, upper_bound, None, source)
 
 
+def _query_range(scenario: Scenario, config: ExperimentConfig) -> int:
+    """The largest range a query can span: r, or fewer when the released stream is shorter.
+
+    In Figures 6 and 7 the hierarchy runs on the m held-out values, so no query spans more than
+    m values; with r = 2^20 > m = 4,096, Eq. 7 would pick blocks of 16^3 = 4,096 values and the
+    whole stream would be a single smoothed block.  Both the hierarchy and NM-E's score (whose
+    r is "the maximal range of any query") therefore use min(r, stream length).
+    """
+    return max(2, min(config.max_range, scenario.stream.size))
+
+
 def _hierarchy_release(values: np.ndarray, theta: float, epsilon: float, config: ExperimentConfig,
                        rng: np.random.Generator, smoother: bool) -> Answer:
-    perturber = HierarchicalPerturber(threshold=theta, epsilon=epsilon, max_range=config.max_range, fanout=16,
+    max_range = max(2, min(config.max_range, values.size))
+    perturber = HierarchicalPerturber(threshold=theta, epsilon=epsilon, max_range=max_range, fanout=16,
                                       smoothed_levels=None if smoother else 0, smoother="recent", seed=rng)
     return _released(perturber.release(np.minimum(values, theta)))
 
@@ -332,7 +344,8 @@ def _smooth_hierarchy(kind: str, capped: bool, smoother: bool, fixed_stream_epsi
 def _nm_e_hierarchy(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     """Figure 7's NM-E: threshold budget epsilon, hierarchy FIXED_EPSILON (Recent smoother)."""
     theta = noisy_max_threshold(scenario.held, epsilon=epsilon, stream_epsilon=FIXED_EPSILON,
-                                upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16, rng=rng)
+                                upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
+                                fanout=16, rng=rng)
     return _hierarchy_release(scenario.stream, theta, FIXED_EPSILON, config, rng, True), {"threshold": theta}
 
 
@@ -349,7 +362,8 @@ def _oracle_percentile(p: float) -> MethodFn:
 def _nm_e_fixed(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     """Figure 6's NM-E: threshold budget FIXED_EPSILON, the hierarchy epsilon."""
     theta = noisy_max_threshold(scenario.held, epsilon=FIXED_EPSILON, stream_epsilon=epsilon,
-                                upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16, rng=rng)
+                                upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
+                                fanout=16, rng=rng)
     return _hierarchy_release(scenario.stream, theta, epsilon, config, rng, True), {"threshold": theta}
 
 
