@@ -310,7 +310,7 @@ def _pak(capped: bool) -> MethodFn:
                   delta=_delta(config), seed=rng)
         pak.release(scenario.held)
         released = pak.release(scenario.stream)
-        return _released(released), {"threshold": pak.threshold, "raw_threshold": pak.raw_threshold}
+        return _released(released), {"threshold": pak.threshold}
 
     return method
 
