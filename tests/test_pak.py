@@ -156,3 +156,14 @@ def test_last_step_errors_and_the_improvement_factor(tmp_path):
     assert result.exit_code == 0, result.output
     assert "improvement factor of PAK-optimized" in result.output
     assert CliRunner().invoke(cli, args).exit_code != 0  # refuses to overwrite
+
+
+def test_threshold_parameters_are_checked_before_the_hold_out():
+    with pytest.raises(ValueError, match="beta"):
+        PAK(1.0, 10, beta=0.7)
+    with pytest.raises(ValueError, match="multiplier"):
+        PAK(1.0, 10, multiplier=0.9)
+    with pytest.raises(ValueError, match="percentile"):
+        PAK(1.0, 10, percentile=120)
+    with pytest.raises(ValueError, match="kappa"):
+        PAK(1e-4, 10, hold=10, length=10, beta=1e-3, noise="gaussian", delta=0.5)

@@ -5,4 +5,5 @@ from dpstream.release.tops import ToPS, ToPSState
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK
 
-__all__ = ["BinaryTreeCounter", "PAK", "HierarchicalPerturber", "PerturberState", "ToPS", "ToPSState", "optimal_smoothed_levels"]
+__all__ = ["HierarchicalPerturber", "PerturberState", "ToPS", "ToPSState", "optimal_smoothed_levels"]
+__all__ += ["BinaryTreeCounter", "PAK"]

@@ -46,6 +46,7 @@ from dpstream.thresholds.smooth_sensitivity import (
     admissible_parameters,
     noise_inverse_cdf,
     pak_kappa,
+    pak_parameters,
     pak_threshold,
     quantile_rank,
     smooth_sensitivity_quantile,
@@ -162,7 +163,10 @@ class PAK:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}.")
         self.capped, self.clip = capped, clip
-        admissible_parameters(self.noise, self.threshold_epsilon, self.delta)  # validates now
+        if not 0 <= self.percentile <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {percentile!r}.")
+        pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
+                       noise=self.noise)  # validates the threshold's parameters now, not after the hold-out
         self._rng = make_rng(seed)
         self._held = np.empty(self.hold)
         self._position = 0

@@ -43,6 +43,7 @@ __all__ = [
     "admissible_parameters",
     "noise_inverse_cdf",
     "pak_kappa",
+    "pak_parameters",
     "pak_threshold",
     "quantile_rank",
     "smooth_quantile_threshold",
@@ -209,6 +210,25 @@ def smooth_quantile_threshold(
     return estimate + ss / a * _draw(noise, rng)
 
 
+def pak_parameters(
+    *, epsilon: float, delta: float, beta: float, multiplier: float, noise: str = "laplace"
+) -> tuple[float, float, float, float]:
+    """Check S-PAK's public parameters and return ``(a, b, G^{-1}(1 - beta), kappa)``.
+
+    >>> [round(x, 4) for x in pak_parameters(epsilon=1.0, delta=1e-6, beta=0.006, multiplier=1.5)]
+    [0.5, 0.0345, 4.4228, 1.4496]
+    """
+    a, b = admissible_parameters(noise, epsilon, delta)
+    beta = check_probability(beta, "beta", open_low=True)
+    if beta >= 0.5:
+        raise ValueError(f"beta must be < 0.5 so that the offset is positive, got {beta!r}.")
+    multiplier = check_bound(multiplier, "multiplier")
+    if multiplier < 1:
+        raise ValueError(f"multiplier r must be >= 1 (Eq. 15), got {multiplier!r}.")
+    offset = noise_inverse_cdf(noise, 1.0 - beta)
+    return a, b, offset, pak_kappa(a, b, offset)
+
+
 def pak_threshold(
     values: np.ndarray,
     *,
@@ -239,16 +259,8 @@ def pak_threshold(
     >>> bool(49 < tau < 60)
     True
     """
-    a, b = admissible_parameters(noise, epsilon, delta)
-    beta = check_probability(beta, "beta", open_low=True)
-    if beta >= 0.5:
-        raise ValueError(f"beta must be < 0.5 so that the offset is positive, got {beta!r}.")
-    multiplier = check_bound(multiplier, "multiplier")
-    if multiplier < 1:
-        raise ValueError(f"multiplier r must be >= 1 (Eq. 15), got {multiplier!r}.")
+    a, b, offset, kappa = pak_parameters(epsilon=epsilon, delta=delta, beta=beta, multiplier=multiplier, noise=noise)
     check_bound(upper_bound)
-    offset = noise_inverse_cdf(noise, 1.0 - beta)
-    kappa = pak_kappa(a, b, offset)
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
     return multiplier * (estimate + kappa * ss / a * (_draw(noise, rng) + offset))
