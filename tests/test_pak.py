@@ -167,3 +167,12 @@ def test_threshold_parameters_are_checked_before_the_hold_out():
         PAK(1.0, 10, percentile=120)
     with pytest.raises(ValueError, match="kappa"):
         PAK(1e-4, 10, hold=10, length=10, beta=1e-3, noise="gaussian", delta=0.5)
+
+
+def test_optimizer_and_last_step_refuse_a_stream_no_longer_than_the_hold_out():
+    from dpstream.evaluation.improvement import last_step_errors
+
+    with pytest.raises(ValueError, match="n must be"):
+        optimize_pak(_stream(100), epsilon=1.0, upper_bound=500, n=100, delta=1e-6)
+    with pytest.raises(ValueError, match="hold"):
+        last_step_errors(_stream(100), 500.0, hold=100, rounds=1, progress=False)

@@ -38,6 +38,8 @@ def last_step_errors(
     """
     values = np.asarray(values, dtype=np.float64)
     n, truth = values.size, float(values.sum())
+    if not 0 < hold < n - 1:
+        raise ValueError(f"hold must be between 1 and n - 2 = {n - 2} for a stream of {n} values, got {hold!r}.")
     params = optimize_pak(values[:hold], epsilon=epsilon, upper_bound=upper_bound, n=n, delta=delta, beta=beta)
     log(f"optimized local parameters (Eq. 16, TNC): p = {params.p:.4g}, lambda = {params.lam:.3g}, "
         f"r = {params.multiplier:.3g}, eps1/eps = {params.threshold_fraction:.3g}, "

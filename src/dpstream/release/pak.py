@@ -296,6 +296,10 @@ def optimize_pak(
     epsilon = check_epsilon(epsilon)
     values = np.asarray(values, dtype=np.float64)
     m = values.size
+    if not (isinstance(n, int) and n > m + 1):
+        raise ValueError(f"n must be an integer > m + 1 = {m + 1} (the stream is longer than the hold-out), got {n!r}.")
+    delta = check_probability(delta, "delta", open_low=True)
+    beta = check_probability(beta, "beta", open_low=True)
     log_term = math.log2(n - m) ** 1.5
     alpha_bt = log_term * upper_bound * math.sqrt(8.0 * math.log(1.0 / beta)) / epsilon
     penalty = 10.0 * alpha_bt
