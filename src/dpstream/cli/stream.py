@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -16,7 +17,8 @@ from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
 from dpstream.io import iter_chunks, iter_values, open_input
-from dpstream.release import ToPL, ToPS
+from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.smoothers import SMOOTHERS
 
 #: Batch size for file input; stdin is released value by value.
@@ -38,19 +40,29 @@ def _describe_tops(tops: ToPS) -> str:
             f"of h = {tops.levels}")
 
 
-#: ``--method`` -> (build a releaser from the command's options, describe it once theta is out).
-#: A releaser has ``release(values) -> np.ndarray``, ``release_one(value) -> float | None``,
-#: ``threshold`` (None until published), ``position``, ``hold`` and ``privacy()``.
-RELEASE_METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], str]]] = {
-    "tops": (_build_tops, _describe_tops),
-}
+def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
+    return PAK(options["epsilon"], options["upper_bound"], hold=options["hold"], length=options["max_range"],
+               threshold_fraction=options["threshold_fraction"], delta=options["delta"],
+               multiplier=options["multiplier"], noise=options["noise"], capped=capped, clip=options["clip"],
+               seed=options["seed"])
+
+
+def _describe_pak(pak: PAK) -> str:
+    kind = "capped at B" if pak.capped else "UNCAPPED, as in the ToPS paper"
+    return (f"threshold tau = {pak.threshold:g} (S-PAK {kind}; before the cap {pak.raw_threshold:g}); "
+            f"noisy sum of the first {pak.hold:,} values = {pak.held_sum:.6g}")
+
+
+def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
+    return BinaryTreeCounter(threshold=options["upper_bound"], epsilon=options["epsilon"],
+                             length=options["max_range"], clip=options["clip"], seed=options["seed"])
+
+
+def _describe_bt(counter: BinaryTreeCounter) -> str:
+    return f"binary tree with bound B = {counter.threshold:g}, {counter.levels} levels, no hold-out"
 
 
 def _build_topl(options: dict[str, Any]) -> ToPL:
-    ignored = {"fanout": 16, "smoother": "recent", "window": None, "alpha": None, "threshold_step": 1.0}
-    for name, default in ignored.items():
-        if options[name] != default:
-            raise ValueError(f"--{name.replace('_', '-')} does not apply to --method topl, got {options[name]!r}.")
     return ToPL(options["epsilon"], options["upper_bound"], hold=options["hold"], max_range=options["max_range"],
                 threshold_epsilon=options["threshold_epsilon"], clip=options["clip"], seed=options["seed"])
 
@@ -60,7 +72,31 @@ def _describe_topl(topl: ToPL) -> str:
             f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
 
 
-RELEASE_METHODS["topl"] = (_build_topl, _describe_topl)
+@dataclass(frozen=True)
+class _Method:
+    """How ``release --method NAME`` builds its releaser and which of the options it reads.
+
+    A releaser has ``release(values) -> np.ndarray``, ``release_one(value) -> float | None``,
+    ``threshold`` (None until published), ``position``, ``hold`` and ``privacy()``.
+    """
+
+    build: Callable[[dict[str, Any]], Any]
+    describe: Callable[[Any], str]
+    #: Method-specific options; setting any other one is an error rather than silently ignored.
+    options: frozenset[str] = frozenset()
+
+
+_TOPS_OPTIONS = frozenset({"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step"})
+_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise"})
+
+RELEASE_METHODS: dict[str, _Method] = {
+    "tops": _Method(_build_tops, _describe_tops, _TOPS_OPTIONS),
+    "pak": _Method(_build_pak, _describe_pak, _PAK_OPTIONS),
+    "pak-uncapped": _Method(lambda options: _build_pak(options, capped=False), _describe_pak, _PAK_OPTIONS),
+    "bt": _Method(_build_bt, _describe_bt),
+    "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
+}
+_SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
 
 
 @cli.command()
@@ -84,6 +120,14 @@ RELEASE_METHODS["topl"] = (_build_topl, _describe_topl)
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--threshold-step", type=float, default=1.0, show_default=True,
               help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
+@click.option("--delta", type=float, default=None,
+              help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range).")
+@click.option("--threshold-fraction", type=float, default=PAK_THRESHOLD_FRACTION, show_default=True,
+              help="pak: eps1/eps, the share of the budget for the threshold (the rest for the held-out sum).")
+@click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
+              help="pak: the multiplier r of PAK's Eq. 15.")
+@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
+              help="pak: noise of the smooth-sensitivity threshold.")
 @click.option("--seed", type=int, default=None,
               help="For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release.")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
@@ -96,8 +140,15 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
     stdin).  From stdin, each value is released as soon as it arrives.
     """
-    build, describe = RELEASE_METHODS[method]
-    releaser = build({**options, "hold": hold, "seed": seed})
+    chosen = RELEASE_METHODS[method]
+    context = click.get_current_context()
+    for name in sorted(_SPECIFIC_OPTIONS - chosen.options):
+        if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
+    describe = chosen.describe
+    releaser = chosen.build({**options, "hold": hold, "seed": seed})
+    if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
+        _announce(releaser, describe)
     if seed is not None:
         say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
     target = None if output_path == "-" else Path(output_path)
@@ -131,10 +182,10 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         sink.close()
         partial.replace(target)
     if releaser.threshold is None:
-        say(f"the stream ended after {releaser.position:,} values, before the hold-out of {hold:,} "
+        say(f"the stream ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} "
              "was complete: nothing was released.")
     else:
-        say(f"released {released:,} values after holding out {hold:,}.")
+        say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
 def _announce(releaser: Any, describe: Callable[[Any], str] = _describe_tops) -> None:

@@ -177,6 +177,8 @@ _PRIVATE_THRESHOLDS = {"topl": "Square Wave + Eq. 8 (LDP)"}
 
 def prepare(values: np.ndarray, upper_bound: float, study: str, config: ExperimentConfig) -> Scenario:
     """Split a stream of exactly hold + max_range values into a study's scenario."""
+    if study in SCENARIO_BUILDERS:
+        return SCENARIO_BUILDERS[study](values, upper_bound, config)
     held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
     if not STUDIES[study][1]:
         return Scenario(held, stream, stream, upper_bound, None, _PRIVATE_THRESHOLDS.get(study, "NM-E (private)"))
@@ -264,3 +266,172 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[f"{metric}_std"] = float(column.std(ddof=1)) if column.size > 1 else 0.0
         rows.append(row)
     return rows
+
+
+# -- the baselines of Figures 3, 6 and 7 (PAK, the binary tree, S-P, true percentiles) -------
+
+from dpstream.release.binary_tree import BinaryTreeCounter  # noqa: E402
+from dpstream.release.pak import PAK, cap_threshold  # noqa: E402
+from dpstream.thresholds import noisy_max_threshold  # noqa: E402
+from dpstream.thresholds.smooth_sensitivity import pak_threshold, smooth_quantile_threshold  # noqa: E402
+
+#: Studies whose scenario is not the default split: name -> builder of the scenario.
+SCENARIO_BUILDERS: dict[str, Callable[[np.ndarray, float, ExperimentConfig], Scenario]] = {}
+
+#: Budget of the hierarchy in Figure 7 and of NM-E in Figure 6 (the paper fixes both at 0.05).
+FIXED_EPSILON = 0.05
+
+#: The true percentiles of Figure 6 (NON-PRIVATE oracle thresholds).
+ORACLE_PERCENTILES = (85.0, 90.0, 95.0, 99.5, 99.9)
+
+
+def _delta(config: ExperimentConfig) -> float:
+    """delta = 1 / n^2 with n = m + r values (ToPS Appendix B)."""
+    return 1.0 / (config.hold + config.max_range) ** 2
+
+
+def _held_out_scenario(values: np.ndarray, upper_bound: float, config: ExperimentConfig) -> Scenario:
+    """Section 5.4's setting: the hierarchy runs on the same first m values that choose theta;
+    the ground truth is those values, untruncated."""
+    held = values[: config.hold]
+    source = "per method (true percentiles are NON-PRIVATE oracles; NM-E, S-PAK and S-P are private)"
+    return Scenario(held, held, held, upper_bound, None, source)
+
+
+def _query_range(scenario: Scenario, config: ExperimentConfig) -> int:
+    """The largest range a query can span: r, or fewer when the released stream is shorter.
+
+    In Figures 6 and 7 the hierarchy runs on the m held-out values, so no query spans more than
+    m values; with r = 2^20 > m = 4,096, Eq. 7 would pick blocks of 16^3 = 4,096 values and the
+    whole stream would be a single smoothed block.  Both the hierarchy and NM-E's score (whose
+    r is "the maximal range of any query") therefore use min(r, stream length).
+    """
+    return max(2, min(config.max_range, scenario.stream.size))
+
+
+def _hierarchy_release(values: np.ndarray, theta: float, epsilon: float, config: ExperimentConfig,
+                       rng: np.random.Generator, smoother: bool) -> Answer:
+    max_range = max(2, min(config.max_range, values.size))
+    perturber = HierarchicalPerturber(threshold=theta, epsilon=epsilon, max_range=max_range, fanout=16,
+                                      smoothed_levels=None if smoother else 0, smoother="recent", seed=rng)
+    return _released(perturber.release(np.minimum(values, theta)))
+
+
+def _smooth_threshold(kind: str, scenario: Scenario, epsilon: float, config: ExperimentConfig,
+                      rng: np.random.Generator, capped: bool) -> float:
+    """S-PAK (PAK's defaults, ToPS Appendix B) or S-P (p = 99.5) on the held-out values, capped or not."""
+    common = dict(epsilon=epsilon, delta=_delta(config), upper_bound=scenario.upper_bound, rng=rng)
+    if kind == "S-PAK":
+        theta = pak_threshold(scenario.held, **common)
+    else:
+        theta = smooth_quantile_threshold(scenario.held, percentile=99.5, **common)
+    return cap_threshold(theta, scenario.upper_bound, capped=capped)
+
+
+def _pak(capped: bool) -> MethodFn:
+    """PAK's Mechanism 1 end to end (capped: tau >= B falls back to B; uncapped: as the ToPS paper ran it)."""
+
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        pak = PAK(epsilon, scenario.upper_bound, hold=config.hold, length=config.max_range, capped=capped,
+                  delta=_delta(config), seed=rng)
+        pak.release(scenario.held)
+        released = pak.release(scenario.stream)
+        return _released(released), {"threshold": pak.threshold}
+
+    return method
+
+
+def _nm_e_binary_tree(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+    """Figure 3's NM-E: PAK's phase 1 replaced by NM-E; the binary tree is kept."""
+    theta = noisy_max_threshold(scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound,
+                                max_range=config.max_range, fanout=16, rng=rng)
+    counter = BinaryTreeCounter(threshold=theta, epsilon=epsilon, length=config.max_range, seed=rng)
+    return _released(counter.release(np.minimum(scenario.stream, theta))), {"threshold": theta}
+
+
+def _binary_tree_bound(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+    """The plain binary tree with the public bound B (no threshold)."""
+    counter = BinaryTreeCounter(threshold=scenario.upper_bound, epsilon=epsilon, length=config.max_range, seed=rng)
+    return _released(counter.release(scenario.stream)), {"threshold": scenario.upper_bound}
+
+
+def _smooth_hierarchy(kind: str, capped: bool, smoother: bool, fixed_stream_epsilon: bool) -> MethodFn:
+    """A smooth-sensitivity threshold (budget epsilon) + the consistent hierarchy, with or without
+    the Recent smoother; the hierarchy gets epsilon, or FIXED_EPSILON in Figure 7."""
+
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        theta = _smooth_threshold(kind, scenario, epsilon, config, rng, capped)
+        stream_epsilon = FIXED_EPSILON if fixed_stream_epsilon else epsilon
+        return _hierarchy_release(scenario.stream, theta, stream_epsilon, config, rng, smoother), {"threshold": theta}
+
+    return method
+
+
+def _nm_e_hierarchy(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+    """Figure 7's NM-E: threshold budget epsilon, hierarchy FIXED_EPSILON (Recent smoother)."""
+    theta = noisy_max_threshold(scenario.held, epsilon=epsilon, stream_epsilon=FIXED_EPSILON,
+                                upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
+                                fanout=16, rng=rng)
+    return _hierarchy_release(scenario.stream, theta, FIXED_EPSILON, config, rng, True), {"threshold": theta}
+
+
+def _oracle_percentile(p: float) -> MethodFn:
+    """Figure 6: the TRUE p-th percentile of the held-out values as theta -- a NON-PRIVATE oracle."""
+
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        theta = true_percentile(scenario.held, p)
+        return _hierarchy_release(scenario.stream, theta, epsilon, config, rng, True), {"threshold": theta}
+
+    return method
+
+
+def _nm_e_fixed(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+    """Figure 6's NM-E: threshold budget FIXED_EPSILON, the hierarchy epsilon."""
+    theta = noisy_max_threshold(scenario.held, epsilon=FIXED_EPSILON, stream_epsilon=epsilon,
+                                upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
+                                fanout=16, rng=rng)
+    return _hierarchy_release(scenario.stream, theta, epsilon, config, rng, True), {"threshold": theta}
+
+
+STUDIES.update(
+    {
+        # Figure 3 (and Section 3.1's uncapped PAK): end to end on the values after the hold-out.
+        "baselines": (
+            {
+                "PAK": _pak(capped=True),
+                "PAK-uncapped": _pak(capped=False),
+                "BT-bound": _binary_tree_bound,
+                "NM-E+BT": _nm_e_binary_tree,
+                "S-PAK+H16c+recent": _smooth_hierarchy("S-PAK", True, True, False),
+                "S-PAK-uncapped+H16c+recent": _smooth_hierarchy("S-PAK", False, True, False),
+                "ToPS": _tops,
+                "Base": _base,
+            },
+            False,
+        ),
+        # Figure 6: true percentiles (NON-PRIVATE oracles) vs NM-E at eps 0.05; x-axis: the hierarchy's eps.
+        "percentiles": (
+            {
+                **{f"true-p{p:g}-ORACLE": _oracle_percentile(p) for p in ORACLE_PERCENTILES},
+                "NM-E@0.05": _nm_e_fixed,
+                "Base": _base,
+            },
+            False,
+        ),
+        # Figure 7: threshold methods at eps (x-axis), hierarchy at eps 0.05, on the held-out values.
+        "threshold-methods": (
+            {
+                "NM-E+H16c+recent": _nm_e_hierarchy,
+                "S-PAK+H16c+recent": _smooth_hierarchy("S-PAK", True, True, True),
+                "S-PAK+H16c": _smooth_hierarchy("S-PAK", True, False, True),
+                "S-P+H16c+recent": _smooth_hierarchy("S-P", True, True, True),
+                "S-P+H16c": _smooth_hierarchy("S-P", True, False, True),
+                "S-PAK-uncapped+H16c+recent": _smooth_hierarchy("S-PAK", False, True, True),
+                "S-P-uncapped+H16c+recent": _smooth_hierarchy("S-P", False, True, True),
+                "Base": _base,
+            },
+            False,
+        ),
+    }
+)
+SCENARIO_BUILDERS.update({"percentiles": _held_out_scenario, "threshold-methods": _held_out_scenario})

@@ -1,10 +1,14 @@
 """Release pipelines: threshold optimizer -> perturber -> smoother, batch or one value at a time."""
 
+from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.pak import PAK
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState, optimal_smoothed_levels
-from dpstream.release.tops import ToPS, ToPSState
 from dpstream.release.topl import Report, ToPL, ToPLClient, ToPLCollector
+from dpstream.release.tops import ToPS, ToPSState
 
 __all__ = [
+    "PAK",
+    "BinaryTreeCounter",
     "HierarchicalPerturber",
     "PerturberState",
     "Report",

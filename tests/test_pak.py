@@ -1,0 +1,190 @@
+"""PAK's Mechanism 1, its optimizer and heuristics, and the baseline studies and CLI methods."""
+
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpstream.cli import cli
+from dpstream.evaluation import ExperimentConfig, run_study
+from dpstream.release.pak import (
+    PAK,
+    _quantile_gap,
+    cap_threshold,
+    heuristic_time_lag,
+    optimize_pak,
+    time_lag_first_criterion,
+    time_lag_second_criterion,
+)
+
+
+@pytest.mark.parametrize("fraction", [0.05, 0.5, 0.85, 0.99])
+def test_privacy_is_epsilon_delta_for_every_budget_split(fraction):
+    pak = PAK(0.7, 100, hold=100, length=1000, threshold_fraction=fraction)
+    guarantee = pak.privacy()
+    assert guarantee.epsilon == pytest.approx(0.7)
+    assert guarantee.delta == 1 / 1100**2
+    assert pak.threshold_epsilon + pak.sum_epsilon == pytest.approx(0.7)
+    assert PAK(0.7, 100, hold=100, length=1000, threshold_fraction=fraction, delta=1e-9).privacy().delta == 1e-9
+    assert "event level" in guarantee.neighbours
+
+
+def test_cap_falls_back_to_b():
+    assert cap_threshold(5.0, 10.0) == 5.0
+    assert cap_threshold(10.0, 10.0) == 10.0
+    assert cap_threshold(1e6, 10.0) == 10.0 and cap_threshold(1e6, 10.0, capped=False) == 1e6
+    assert cap_threshold(0.0, 10.0, capped=False) == 10.0
+
+
+def _stream(size, seed=0):
+    return np.minimum(np.random.default_rng(seed).geometric(0.15, size), 500).astype(float)
+
+
+def test_mechanism_1_truncates_at_tau_and_scales_the_tree_to_tau():
+    stream = _stream(6000)
+    pak = PAK(2.0, 500, hold=2000, length=4096, seed=3)
+    out = pak.release(stream)
+    tau = pak.threshold
+    assert 0 < tau <= 500 and out.size == 4000
+    counter = pak._counter
+    assert counter.threshold == tau and counter.noise_scale == tau * 12 / 2.0
+    # outputs minus their noise are the truncated values (zero-noise check through the tree's own noise)
+    noise = np.diff(np.concatenate(([0.0], np.cumsum(out)))) - np.minimum(stream[2000:], tau)
+    np.testing.assert_allclose(noise, counter.state.increments[:4000], atol=1e-6)
+
+
+def test_uncapped_keeps_a_threshold_above_b_and_capped_falls_back():
+    stream = _stream(3000)
+    capped = PAK(0.01, 500, hold=1000, length=2048, seed=1)
+    uncapped = PAK(0.01, 500, hold=1000, length=2048, capped=False, seed=1)
+    capped.release(stream)
+    uncapped.release(stream)
+    assert capped.raw_threshold == uncapped.raw_threshold > 500
+    assert capped.threshold == 500 and uncapped.threshold == uncapped.raw_threshold
+
+
+def test_held_sum_is_the_truncated_sum_plus_lap_tau_over_eps2():
+    # |Lap(tau/eps2)| < tau/eps2 * ln(1/beta) with probability 1 - beta; beta = 1e-6 over 20 runs.
+    stream = _stream(1500)
+    for seed in range(20):
+        pak = PAK(3.0, 500, hold=1000, length=1024, threshold_fraction=0.5, seed=seed)
+        pak.release(stream)
+        truncated = np.minimum(stream[:1000], pak.threshold).sum()
+        assert abs(pak.held_sum - truncated) < pak.threshold / pak.sum_epsilon * math.log(1e6)
+
+
+def test_batch_equals_one_at_a_time():
+    stream = _stream(1300)
+    batch, single = (PAK(1.0, 500, hold=1000, length=256, seed=7) for _ in range(2))
+    out = batch.release(stream)
+    streamed = [single.release_one(float(v)) for v in stream]
+    assert streamed[:1000] == [None] * 1000
+    np.testing.assert_array_equal(out, np.array(streamed[1000:]))
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError, match="threshold_fraction"):
+        PAK(1.0, 10, threshold_fraction=1.0)
+    with pytest.raises(ValueError, match="noise"):
+        PAK(1.0, 10, noise="cauchy")
+    with pytest.raises(TypeError, match="capped"):
+        PAK(1.0, 10, capped="yes")
+    with pytest.raises(ValueError, match="position 1"):
+        PAK(1.0, 10, hold=5).release([1.0, 11.0])
+
+
+def test_time_lag_heuristics():
+    # Section VI-B: with beta = 0.02, delta = 2^-20, eps = 1, p_max = 0.005 the second criterion is "m > 80,000".
+    second = time_lag_second_criterion(epsilon=1.0, delta=2.0**-20)
+    assert 80_000 < second < 85_000
+    first = time_lag_first_criterion()
+    assert _quantile_gap(0.5, 0.005, first) < 0.02 <= _quantile_gap(0.5, 0.005, first - 1)
+    assert heuristic_time_lag(epsilon=1.0, delta=2.0**-20) == max(first, math.floor(second) + 1)
+
+
+def test_optimizer_respects_the_constraints():
+    values = _stream(20000, seed=2)
+    params = optimize_pak(values, epsilon=1.0, upper_bound=500, n=200000, delta=2.0**-20)
+    assert 0 < params.p <= 0.005 and 0 < params.lam <= 1 and params.multiplier >= 1
+    assert 0 < params.threshold_fraction < 1
+    assert sum(params.betas.values()) == pytest.approx(0.02)
+    assert params.betas["qt"] == pytest.approx(_quantile_gap(params.lam, params.p, 20000))
+    assert params.improvement_factor >= 1 and params.alpha > 0
+
+
+@pytest.mark.parametrize("study", ["baselines", "percentiles", "threshold-methods"])
+def test_baseline_studies_run_and_label_oracles(study):
+    config = ExperimentConfig(hold=1024, max_range=2048, rounds=1, queries=20)
+    records = run_study(study, _stream(4000), 500.0, epsilons=[0.5], config=config, progress=False)
+    methods = {record["method"] for record in records}
+    assert "Base" in methods and all(np.isfinite(record["mse"]) for record in records)
+    if study == "percentiles":
+        assert {m for m in methods if m.startswith("true-")} == {
+            f"true-p{p}-ORACLE" for p in ("85", "90", "95", "99.5", "99.9")
+        }
+        assert "NON-PRIVATE" in records[0]["threshold_source"]
+
+
+@pytest.mark.parametrize("method", ["pak", "pak-uncapped", "bt"])
+def test_release_methods_on_the_command_line(tmp_path, method):
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(str(v) for v in _stream(1500)) + "\n")
+    target = tmp_path / "out.txt"
+    hold = [] if method == "bt" else ["--hold", "1000"]
+    result = CliRunner().invoke(cli, ["release", str(source), "-o", str(target), "--method", method, "--epsilon",
+                                      "1", "--upper-bound", "500", *hold, "--max-range", "512", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    assert "privacy:" in result.stderr
+    lines = target.read_text().split()
+    assert len(lines) == (1500 if method == "bt" else 500)
+
+
+def test_last_step_errors_and_the_improvement_factor(tmp_path):
+    from dpstream.evaluation.improvement import last_step_errors
+
+    values = _stream(30000, seed=4)
+    result = last_step_errors(values, 500.0, epsilon=1.0, hold=20000, rounds=3, progress=False)
+    assert set(result["errors"]) == {"BT-bound", "PAK-optimized", "PAK-default"}
+    assert all(len(errors) == 3 for errors in result["errors"].values())
+    for name, factor in result["improvement_factor"].items():
+        assert factor == pytest.approx(result["mean_abs_error"]["BT-bound"] / result["mean_abs_error"][name])
+    source = tmp_path / "s.txt"
+    source.write_text("\n".join(map(str, values)) + "\n")
+    args = ["pak-improvement", "--dataset", str(source), "--upper-bound", "500", "--hold", "20000", "--rounds", "2",
+            "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "improvement factor of PAK-optimized" in result.output
+    assert CliRunner().invoke(cli, args).exit_code != 0  # refuses to overwrite
+
+
+def test_threshold_parameters_are_checked_before_the_hold_out():
+    with pytest.raises(ValueError, match="beta"):
+        PAK(1.0, 10, beta=0.7)
+    with pytest.raises(ValueError, match="multiplier"):
+        PAK(1.0, 10, multiplier=0.9)
+    with pytest.raises(ValueError, match="percentile"):
+        PAK(1.0, 10, percentile=120)
+    with pytest.raises(ValueError, match="kappa"):
+        PAK(1e-4, 10, hold=10, length=10, beta=1e-3, noise="gaussian", delta=0.5)
+
+
+def test_optimizer_and_last_step_refuse_a_stream_no_longer_than_the_hold_out():
+    from dpstream.evaluation.improvement import last_step_errors
+
+    with pytest.raises(ValueError, match="n must be"):
+        optimize_pak(_stream(100), epsilon=1.0, upper_bound=500, n=100, delta=1e-6)
+    with pytest.raises(ValueError, match="hold"):
+        last_step_errors(_stream(100), 500.0, hold=100, rounds=1, progress=False)
+
+
+def test_release_refuses_options_of_another_method(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("1\n2\n")
+    for method, option in (("bt", ["--hold", "10"]), ("pak", ["--smoother", "mean"]), ("tops", ["--delta", "0.1"])):
+        result = CliRunner().invoke(cli, ["release", str(source), "-o", str(tmp_path / "out.txt"), "--method",
+                                          method, "--epsilon", "1", "--upper-bound", "5", *option])
+        assert result.exit_code != 0
+        assert f"{option[0]} does not apply to --method {method}" in result.output
+        assert not (tmp_path / "out.txt").exists()
