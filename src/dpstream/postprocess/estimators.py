@@ -194,8 +194,9 @@ def _g_inverse(v: np.ndarray, form: str) -> np.ndarray:
         out[inside] = _inverse_digamma(v[inside]) - 1.0
     else:
         # ln r + 1/(2r) = v with r = 1/(2w), w in (0, 1]:  w - ln w = v + ln 2  ->  w = -W0(-e^{-(v + ln 2)})
-        w = -lambertw(-np.exp(-(v[inside] + np.log(2.0))), 0).real
-        out[inside] = 0.5 / w
+        z = np.maximum(-np.exp(-(v[inside] + np.log(2.0))), -np.exp(-1.0))  # the branch point, up to rounding
+        w = -lambertw(z, 0).real
+        out[inside] = 0.5 / np.clip(np.nan_to_num(w, nan=1.0), 1e-300, 1.0)
     return out
 
 
@@ -216,7 +217,7 @@ def _response(mu: np.ndarray, log_p: np.ndarray, y_plus: np.ndarray, slope_y: np
     moving = (above | below) & (r > 0)
     slope = np.zeros_like(r)
     curvature = _g_curvature(r[moving], form)
-    slope[moving] = np.where(curvature > 0, 1.0 / np.maximum(curvature, 1e-300), 0.0)
+    slope[moving] = 1.0 / np.maximum(curvature, 1e-12)  # the Stirling form's G'' vanishes at r = 1/2
     return r, slope
 
 
@@ -250,12 +251,14 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     mu = np.clip(np.log(n + 0.5 * (p > 0).sum(axis=1)), lo, hi)
     counts = np.empty_like(y)
     slopes = np.zeros_like(y)
-    r_lo = np.zeros_like(y)
-    r_hi = np.zeros_like(y)
+    r_lo = np.zeros_like(y)  # r(lo) = 0
+    r_hi = _response(hi, log_p, y_plus, slope_y, weight, form)[0]
     excess = np.zeros(steps)
-    collapsed = np.zeros(steps, dtype=bool)
+    previous = np.full(steps, np.inf)
+    converged = np.zeros(steps, dtype=bool)
     active = rows.copy()
     iterations = 0
+    tiny = 4 * np.finfo(float).eps
     while active.size and iterations < _MAX_ITERATIONS:
         iterations += 1
         r, slope = _response(mu[active], log_p[active], y_plus[active], slope_y[active], weight, form)
@@ -268,31 +271,33 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
         hi[active[high_side]] = mu[active[high_side]]
         r_hi[active[high_side]] = r[high_side]
         done = np.abs(f) <= tolerance * n
-        width = hi[active] - lo[active]
-        stuck = ~done & (width <= 4 * np.finfo(float).eps * np.maximum(1.0, np.abs(mu[active])))
-        collapsed[active[stuck]] = True
+        converged[active[done]] = True
+        a_lo, a_hi, a_mu = lo[active], hi[active], mu[active]
+        closed = ~done & (a_hi - a_lo <= tiny * np.maximum(1.0, np.abs(a_mu)))
         total_slope = slope.sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            newton = mu[active] - f / total_slope
-        a_lo, a_hi = lo[active], hi[active]
-        ok = (total_slope > 0) & (newton > a_lo) & (newton < a_hi)
-        # Converged rows keep the mu their counts answer (moved by the final Newton step below).
-        mu[active] = np.where(done | stuck, np.where(done & (total_slope > 0), newton, mu[active]),
-                              np.where(ok, newton, 0.5 * (a_lo + a_hi)))
-        active = active[~(done | stuck)]
-    # Last correction: rows that met the tolerance take one Newton step in r; rows whose
-    # bracket closed on a jump of sum r(mu) (the Stirling form's linear piece) interpolate
-    # between the two sides, which both minimise the Lagrangian at that mu.
-    smooth = ~collapsed
+            newton = a_mu - f / total_slope
+        # Newton while it halves |f| and stays inside the bracket, bisection otherwise.
+        ok = (total_slope > 0) & (newton > a_lo) & (newton < a_hi) & (np.abs(f) <= 0.5 * previous[active])
+        previous[active] = np.abs(f)
+        # Converged rows keep the mu their counts answer, moved by the final Newton step below.
+        mu[active] = np.where(done, np.where(total_slope > 0, newton, a_mu), np.where(ok, newton, 0.5 * (a_lo + a_hi)))
+        active = active[~(done | closed)]
+    # Last correction.  Rows that met the tolerance take one Newton step in r (the counts
+    # that moved absorb the tiny excess).  Rows whose bracket closed on a jump of sum r(mu)
+    # (the Stirling form's linear piece) interpolate between the two sides of the jump, both
+    # of which minimise the Lagrangian at that mu.
     total = slopes.sum(axis=1)
-    step_ok = smooth & (total > 0)
-    counts[step_ok] -= (excess[step_ok] / total[step_ok])[:, None] * slopes[step_ok]
-    if collapsed.any():
-        low_sum, high_sum = r_lo[collapsed].sum(axis=1), r_hi[collapsed].sum(axis=1)
+    step = converged & (total > 0)
+    counts[step] -= (excess[step] / total[step])[:, None] * slopes[step]
+    jump = ~converged
+    if jump.any():
+        low_sum, high_sum = r_lo[jump].sum(axis=1), r_hi[jump].sum(axis=1)
         theta = np.clip((n - low_sum) / np.maximum(high_sum - low_sum, 1e-300), 0.0, 1.0)
-        counts[collapsed] = r_lo[collapsed] + theta[:, None] * (r_hi[collapsed] - r_lo[collapsed])
+        counts[jump] = r_lo[jump] + theta[:, None] * (r_hi[jump] - r_lo[jump])
+        mu[jump] = 0.5 * (lo[jump] + hi[jump])
     np.maximum(counts, 0.0, out=counts)
-    flat = ~step_ok & ~collapsed
+    flat = converged & ~step
     if flat.any():  # every count sits at a kink; a relative rescale of at most `tolerance`
         counts[flat] *= n / counts[flat].sum(axis=1, keepdims=True)
     sums = counts.sum(axis=1)
