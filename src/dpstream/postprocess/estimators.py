@@ -111,7 +111,7 @@ def _check_noisy(noisy: object) -> np.ndarray:
     bad = np.argwhere(~np.isfinite(array))
     if bad.size:
         row, col = bad[0]
-        raise ValueError(f"noisy counts must be finite; row {row + 1}, column {col + 1} is {array[row, col]!r}.")
+        raise ValueError(f"noisy counts must be finite; row {row + 1}, column {col + 1} is {float(array[row, col])!r}.")
     return array
 
 

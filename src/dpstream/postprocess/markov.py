@@ -53,7 +53,7 @@ def check_transition(matrix: object, name: str = "transition") -> np.ndarray:
     if bad.size:
         row, col = bad[0]
         raise ValueError(
-            f"{name} entries must be finite and >= 0; row {row + 1}, column {col + 1} is {array[row, col]!r}."
+            f"{name} entries must be finite and >= 0; row {row + 1}, column {col + 1} is {float(array[row, col])!r}."
         )
     sums = array.sum(axis=1)
     off = np.flatnonzero(np.abs(sums - 1.0) > ROW_SUM_TOLERANCE)
