@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,7 @@ def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str
               "steps": f"MSE vs T (n={users}, epsilon={epsilon:g}, s=0.01)",
               "correlation": f"MSE vs s (n={users}, T={steps})",
               "probability": f"Section 6.1: one user, T={steps}, s=0"}
-    with tqdm(total=total, desc="rounds", unit="round", file=click.get_text_stream("stderr")) as bar:
+    with tqdm(total=total, desc="rounds", unit="round", file=sys.stderr) as bar:
         for name, settings in plan.items():
             records = run_study(settings, rounds, seed, progress=bar.update)
             rows = summarize(records)
