@@ -21,7 +21,7 @@ from dpstream.postprocess.markov import FIG3_MATRIX, simulate_counts, smoothed_t
 from dpstream.postprocess.mechanism import LaplaceCounts
 from dpstream.postprocess.metrics import IMPOSSIBLE, mse, step_probabilities
 
-__all__ = ["METHOD_NAMES", "STUDIES", "Setting", "run_round", "study_settings", "summarize", "plot_study"]
+__all__ = ["METHOD_NAMES", "STUDIES", "Setting", "run_round", "run_study", "study_settings", "summarize", "plot_study"]
 
 #: Method label -> (method, prior, form); ``None`` is the unprocessed Laplace release.
 METHOD_NAMES: dict[str, tuple[str, str | None, str | None] | None] = {
