@@ -187,3 +187,16 @@ def test_bad_inputs_are_named():
         mle_estimate([[1.0, 2.0]], users=0)
     with pytest.raises(ValueError, match="epsilon"):
         map_estimate([[1.0, 2.0]], np.eye(2), users=3, epsilon=-1.0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("jitter", [0.0, 1e-12, 1e-9])
+def test_map_on_nearly_noise_free_counts(form, jitter):
+    """Degenerate steps: every count at its kink and the sum within the tolerance of n.  The
+    answer stays at the truth and still meets the optimality conditions."""
+    truth = simulate_counts(FIG3_MATRIX, users=200, steps=100, seed=4).astype(float)
+    noisy = truth + np.random.default_rng(1).normal(0, jitter, truth.shape)
+    estimate = map_estimate(noisy, FIG3_MATRIX, users=200, epsilon=100.0, form=form)
+    assert estimate.kkt_residual <= 1e-8
+    assert estimate.sum_residual <= 64e-12 * 200
+    np.testing.assert_allclose(estimate.counts, truth, atol=1e-6)

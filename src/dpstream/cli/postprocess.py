@@ -13,6 +13,7 @@ from typing import Any
 import click
 import numpy as np
 
+from dpstream._checks import check_epsilon
 from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
 from dpstream.io import InputError, _is_number, _split, open_input
 from dpstream.postprocess import FORMS, METHODS, PRIORS, check_transition, postprocess, round_counts
@@ -138,6 +139,8 @@ def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str
         raise click.ClickException(
             f"--users, --steps and --rounds must be >= 1 and --seed >= 0, got {users}, {steps}, {rounds}, {seed}."
         )
+    for value in floats(epsilons) + floats(correlation_epsilons) + [epsilon]:
+        check_epsilon(value)
     chosen = list(STUDIES) if study == "all" else [study]
     out = Path(out_dir)
     paths = {name: {kind: out / f"postprocess-{name}{suffix}" for kind, suffix in

@@ -289,7 +289,10 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     # of which minimise the Lagrangian at that mu.
     total = slopes.sum(axis=1)
     step = converged & (total > 0)
-    counts[step] -= (excess[step] / total[step])[:, None] * slopes[step]
+    before = counts[step]
+    after = before - (excess[step] / total[step])[:, None] * slopes[step]
+    kink = y_plus[step]  # a count on one side of its noisy value stays on that side
+    counts[step] = np.where(before > kink, np.maximum(after, kink), np.where(before < kink, np.minimum(after, kink), after))
     jump = ~converged
     if jump.any():
         low_sum, high_sum = r_lo[jump].sum(axis=1), r_hi[jump].sum(axis=1)
@@ -298,8 +301,8 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
         mu[jump] = 0.5 * (lo[jump] + hi[jump])
     np.maximum(counts, 0.0, out=counts)
     flat = converged & ~step
-    if flat.any():  # every count sits at a kink; a relative rescale of at most `tolerance`
-        counts[flat] *= n / counts[flat].sum(axis=1, keepdims=True)
+    if flat.any():
+        mu[flat] = _leave_kink(counts, flat, excess, log_p, weight, form)
     sums = counts.sum(axis=1)
     return Estimate(
         counts=counts,
@@ -308,6 +311,25 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
         sum_residual=float(np.max(np.abs(sums - n))),
         iterations=iterations,
     )
+
+
+def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, log_p: np.ndarray, weight: float,
+                form: str) -> np.ndarray:
+    """Rows where every count sits at a kink (its noisy value or 0) and the sum is off by at
+    most ``tolerance * n``: the optimum moves one count off its kink, the one whose
+    subdifferential ends first in the needed direction, and ``mu`` is that end.  Updates
+    ``counts`` in place and returns the rows' multipliers."""
+    r = counts[flat]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        smooth = _g_slope(r, form) - log_p[flat]
+    lower = np.where(r > 0, smooth - weight, -np.inf)      # lowering is possible only above 0
+    upper = np.where(np.isfinite(smooth), smooth + weight, np.inf)
+    surplus = excess[flat] > 0
+    index = np.where(surplus, np.argmax(lower, axis=1), np.argmin(upper, axis=1))
+    rows = np.arange(r.shape[0])
+    r[rows, index] = np.maximum(r[rows, index] - excess[flat], 0.0)
+    counts[flat] = r
+    return np.where(surplus, lower[rows, index], upper[rows, index])
 
 
 def kkt_residual(counts: np.ndarray, noisy: np.ndarray, marginals: np.ndarray, multipliers: np.ndarray,
