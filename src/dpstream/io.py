@@ -18,7 +18,7 @@ from typing import TextIO
 
 import numpy as np
 
-__all__ = ["InputError", "open_input", "iter_values", "read_values", "iter_chunks"]
+__all__ = ["InputError", "open_input", "iter_values", "read_values", "iter_chunks", "read_matrix"]
 
 
 class InputError(ValueError):
@@ -153,3 +153,32 @@ def read_values(path: str | os.PathLike[str], column: str | None = None) -> np.n
     finally:
         if stream is not sys.stdin:
             stream.close()
+
+
+def read_matrix(path: str, what: str) -> np.ndarray:
+    """A CSV of numbers (optional header row, no index column) as a 2-D float array.
+
+    Errors name the file, the line and the offending text.
+    """
+    rows: list[list[float]] = []
+    with open_input(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            fields = _split(line.strip())
+            if not all(_is_number(field) for field in fields):
+                if not rows and number == 1:
+                    continue  # a header row
+                bad = next(field for field in fields if not _is_number(field))
+                raise InputError(f"{what} {path!r} line {number}: {bad!r} is not a number.")
+            values = [float(field) for field in fields]
+            if rows and len(values) != len(rows[0]):
+                raise InputError(
+                    f"{what} {path!r} line {number} has {len(values)} columns, the first row has {len(rows[0])}."
+                )
+            if not all(np.isfinite(values)):
+                raise InputError(f"{what} {path!r} line {number} holds a non-finite number: {line.strip()!r}.")
+            rows.append(values)
+    if not rows:
+        raise InputError(f"{what} {path!r} holds no numbers.")
+    return np.array(rows)

@@ -1,0 +1,154 @@
+"""Post-processing commands: ``postprocess`` (MAP / MLE of a noisy count stream under a public
+Markov model) and ``evaluate-postprocess`` (the synthetic experiments of Cao et al., Section 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from dpstream._checks import check_epsilon
+from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
+from dpstream.io import read_matrix
+from dpstream.postprocess import FORMS, METHODS, PRIORS, check_transition, postprocess, round_counts
+
+def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
+    """Write ``matrix`` as CSV to a temporary file beside ``path`` and rename it at the end."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            np.savetxt(out, matrix, delimiter=",", fmt="%d" if integer else "%.10g")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+@cli.command("postprocess")
+@click.argument("noisy_path", metavar="NOISY.csv", type=click.Path(dir_okay=False))
+@click.option("--transition", "transition_path", required=True, type=click.Path(dir_okay=False),
+              help="Public transition matrix: CSV, m x m, row = from, column = to, rows sum to 1.")
+@click.option("--users", type=int, required=True, help="Public number n of users (every step's total).")
+@click.option("--epsilon", type=float, required=True, help="Per-step budget the counts were released with.")
+@click.option("--method", type=click.Choice(METHODS), default="map", show_default=True,
+              help="map: with the Markov prior (Cao et al.); mle: without it (Lee et al.).")
+@click.option("--prior", type=click.Choice(PRIORS), default="frequency", show_default=True,
+              help="Initial distribution P^1: the normalised first noisy counts, or uniform.")
+@click.option("--form", type=click.Choice(FORMS), default="exact", show_default=True,
+              help="ln r! as log-gamma (exact) or by Stirling's formula (the paper's Eq. 10).")
+@click.option("--integer", is_flag=True, help="Round to integers keeping every row sum equal to --users.")
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
+              help="Where the post-processed counts go (CSV, same shape as NOISY.csv).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def postprocess_command(noisy_path: str, transition_path: str, users: int, epsilon: float, method: str,
+                        prior: str, form: str, integer: bool, output_path: str, force: bool) -> None:
+    """Post-process noisy location counts (T rows x m columns, no index column).
+
+    Uses only the released counts and public knowledge (the transition matrix, n, epsilon), so
+    the output keeps the release's privacy guarantee and spends nothing more.
+    """
+    output = Path(output_path)
+    for source in (noisy_path, transition_path):
+        if output.exists() and Path(source).exists() and output.resolve() == Path(source).resolve():
+            raise click.ClickException(f"refusing to overwrite the input {source!r} with the output.")
+    refuse_overwrite([output], force)
+    noisy = read_matrix(noisy_path, "noisy counts")
+    transition = check_transition(read_matrix(transition_path, "transition matrix"))
+    if transition.shape[0] != noisy.shape[1]:
+        raise click.ClickException(
+            f"the transition matrix is {transition.shape[0]} x {transition.shape[0]} but {noisy_path!r} "
+            f"has {noisy.shape[1]} columns (one per location)."
+        )
+    estimate = postprocess(noisy, transition, users=users, epsilon=epsilon, method=method, prior=prior, form=form)
+    counts = round_counts(estimate.counts, users) if integer else estimate.counts
+    _write_matrix(output, counts, integer)
+    residual = "L1 optimality gap" if method == "mle" else "KKT residual"
+    say(f"{method} ({prior if method == 'map' else 'no'} prior): {noisy.shape[0]} steps x {noisy.shape[1]} locations; "
+        f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {output}")
+
+
+@cli.command("evaluate-postprocess")
+@click.option("--study", type=click.Choice(["epsilon", "steps", "correlation", "probability", "all"]),
+              default="all", show_default=True, help="Fig. 4(a), Fig. 5, Fig. 6, Section 6.1 / Fig. 3(b), or all.")
+@click.option("--epsilons", default="0.02,0.05,0.1,0.2,0.4,0.6,0.8,1.0,1.2,1.4,1.6,1.8,2.0", show_default=True,
+              help="Per-step budgets of the epsilon and probability studies.")
+@click.option("--steps-grid", default="100,110,120,130,140,150,160,170,180,190,200,500", show_default=True,
+              help="Values of T of the steps study.")
+@click.option("--levels", default="1,0.1,0.01", show_default=True, help="Smoothing levels s of the correlation study.")
+@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True,
+              help="Budgets at which the correlation study is run.")
+@click.option("--users", type=int, default=200, show_default=True)
+@click.option("--steps", type=int, default=500, show_default=True, help="T of the epsilon and correlation studies.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Budget of the steps study.")
+@click.option("--rounds", type=int, default=50, show_default=True, help="Rounds per point (the paper: 50).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
+@click.option("--force", is_flag=True, help="Overwrite results already in --out.")
+def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str, correlation_epsilons: str,
+                         users: int, steps: int, epsilon: float, rounds: int, seed: int, out_dir: str,
+                         force: bool) -> None:
+    """Run the synthetic experiments of Section 6 and write CSV, JSON and PNG per study to --out.
+
+    Data: n users start uniformly at the 3 locations of Fig. 3 and move by its matrix smoothed
+    with Eq. 11 (s = 0 for the epsilon study as in Fig. 4(a), s = 0.01 for the steps study as in
+    Fig. 5); every round releases their counts with Lap(2 / epsilon) per cell.
+    """
+    from tqdm import tqdm
+
+    from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
+
+    if min(users, steps, rounds) < 1 or seed < 0:
+        raise click.ClickException(
+            f"--users, --steps and --rounds must be >= 1 and --seed >= 0, got {users}, {steps}, {rounds}, {seed}."
+        )
+    for value in floats(epsilons) + floats(correlation_epsilons) + [epsilon]:
+        check_epsilon(value)
+    chosen = list(STUDIES) if study == "all" else [study]
+    out = Path(out_dir)
+    paths = {name: {kind: out / f"postprocess-{name}{suffix}" for kind, suffix in
+                    (("rounds", "-rounds.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", ".png"))}
+             for name in chosen}
+    refuse_overwrite([path for group in paths.values() for path in group.values()], force)
+    default_s = {"epsilon": 0.0, "steps": 0.01, "probability": 0.0}
+    plan = {name: study_settings(name, epsilons=floats(correlation_epsilons) if name == "correlation"
+                                 else floats(epsilons),
+                                 steps=[int(t) for t in floats(steps_grid)], levels=floats(levels), users=users,
+                                 default_steps=steps, default_epsilon=epsilon, default_s=default_s)
+            for name in chosen}
+    out.mkdir(parents=True, exist_ok=True)
+    total = sum(len(settings) for settings in plan.values()) * rounds
+    titles = {"epsilon": f"MSE vs epsilon (n={users}, T={steps}, s=0)",
+              "steps": f"MSE vs T (n={users}, epsilon={epsilon:g}, s=0.01)",
+              "correlation": f"MSE vs s (n={users}, T={steps})",
+              "probability": f"Section 6.1: one user, T={steps}, s=0"}
+    with tqdm(total=total, desc="rounds", unit="round", file=sys.stderr) as bar:
+        for name, settings in plan.items():
+            records = run_study(settings, rounds, seed, progress=bar.update)
+            rows = summarize(records)
+            write_csv(paths[name]["rounds"], records)
+            write_csv(paths[name]["summary"], rows)
+            paths[name]["json"].write_text(json.dumps(
+                {"study": name, "users": users, "rounds": rounds, "seed": seed, "summary": rows}, indent=2))
+            plot_study(rows, paths[name]["plot"], title=titles[name])
+            say(_table(rows))
+    say("wrote " + ", ".join(str(path) for group in paths.values() for path in group.values()))
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    """Mean MSE (impossible share for the probability study): one line per method."""
+    study = rows[0]["study"]
+    metric = "impossible_share_mean" if study == "probability" else "mse_mean"
+    keys = list(dict.fromkeys((row["epsilon"], row["x"]) for row in rows))
+    cell = {(row["method"], row["epsilon"], row["x"]): row[metric] for row in rows}
+    header = {"epsilon": "eps", "steps": "T", "correlation": "s", "probability": "eps"}[study]
+    label = (lambda e, x: f"eps={e:g},s={x:g}") if study == "correlation" else (lambda e, x: f"{header}={x:g}")
+    lines = [f"{study}: {metric}", "method".ljust(26) + "".join(label(e, x).ljust(14) for e, x in keys)]
+    for method in dict.fromkeys(row["method"] for row in rows):
+        lines.append(method.ljust(26) + "".join(f"{cell[(method, e, x)]:<14.4g}" for e, x in keys))
+    return "\n".join(lines)

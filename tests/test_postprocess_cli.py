@@ -1,0 +1,84 @@
+"""The ``postprocess`` and ``evaluate-postprocess`` commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpstream.cli import cli
+from dpstream.postprocess import FIG3_MATRIX, LaplaceCounts, map_estimate, mle_estimate, simulate_counts
+
+
+@pytest.fixture()
+def files(tmp_path):
+    truth = simulate_counts(FIG3_MATRIX, users=50, steps=40, seed=1)
+    noisy = LaplaceCounts(epsilon=0.5, seed=2).release(truth)
+    noisy_path = tmp_path / "noisy.csv"
+    np.savetxt(noisy_path, noisy, delimiter=",", fmt="%.17g")
+    transition_path = tmp_path / "T.csv"
+    np.savetxt(transition_path, FIG3_MATRIX, delimiter=",", header="loc1,loc2,loc3", comments="")
+    return tmp_path, noisy, noisy_path, transition_path
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, [str(arg) for arg in args])
+
+
+@pytest.mark.parametrize("method", ["map", "mle"])
+def test_postprocess_writes_the_library_answer(files, method):
+    tmp, noisy, noisy_path, transition_path = files
+    out = tmp / "out.csv"
+    result = _run("postprocess", noisy_path, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                  "--method", method, "-o", out)
+    assert result.exit_code == 0, result.output
+    written = np.loadtxt(out, delimiter=",")
+    if method == "map":
+        expected = map_estimate(noisy, FIG3_MATRIX, users=50, epsilon=0.5).counts
+    else:
+        expected = mle_estimate(noisy, users=50).counts
+    np.testing.assert_allclose(written, expected, rtol=1e-9, atol=1e-8)
+    # No overwrite without --force; with --integer every row sums to n.
+    again = _run("postprocess", noisy_path, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                 "--integer", "-o", out)
+    assert again.exit_code != 0 and "--force" in again.output
+    forced = _run("postprocess", noisy_path, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                  "--integer", "--prior", "uniform", "--form", "stirling", "-o", out, "--force")
+    assert forced.exit_code == 0, forced.output
+    rounded = np.loadtxt(out, delimiter=",", dtype=np.int64)
+    assert rounded.shape == noisy.shape and np.all(rounded.sum(axis=1) == 50)
+
+
+def test_postprocess_rejects_bad_inputs(files):
+    tmp, _, noisy_path, _ = files
+    bad = tmp / "bad.csv"
+    bad.write_text("0.5,0.5,0\n0.2,0.2,0.2\n0,0,1\n")
+    result = _run("postprocess", noisy_path, "--transition", bad, "--users", 50, "--epsilon", 1, "-o", tmp / "o.csv")
+    assert result.exit_code != 0 and "row 2 sums to 0.6" in result.output
+    square = tmp / "two.csv"
+    square.write_text("1,0\n0,1\n")
+    result = _run("postprocess", noisy_path, "--transition", square, "--users", 50, "--epsilon", 1, "-o", tmp / "o.csv")
+    assert result.exit_code != 0 and "3 columns" in result.output
+    ragged = tmp / "ragged.csv"
+    ragged.write_text("1,2,3\n4,5\n")
+    result = _run("postprocess", ragged, "--transition", files[3], "--users", 5, "--epsilon", 1, "-o", tmp / "o.csv")
+    assert result.exit_code != 0 and "line 2 has 2 columns" in result.output
+    text = tmp / "text.csv"
+    text.write_text("1,2,3\n4,x,6\n")
+    result = _run("postprocess", text, "--transition", files[3], "--users", 5, "--epsilon", 1, "-o", tmp / "o.csv")
+    assert result.exit_code != 0 and "'x' is not a number" in result.output
+    assert not (tmp / "o.csv").exists()
+
+
+def test_evaluate_postprocess_small(tmp_path):
+    result = _run("evaluate-postprocess", "--study", "epsilon", "--epsilons", "0.05,1", "--rounds", 2,
+                  "--steps", 60, "--users", 30, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "postprocess-epsilon.json").read_text())["summary"]
+    methods = {row["method"] for row in summary}
+    assert {"MLE", "MAP frequency (exact)", "MAP uniform (Stirling)", "Laplace (raw)"} <= methods
+    assert all(row["kkt_residual_max"] <= 1e-9 for row in summary)
+    assert (tmp_path / "postprocess-epsilon.png").stat().st_size > 0
+    assert (tmp_path / "postprocess-epsilon-rounds.csv").exists()
