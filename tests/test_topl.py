@@ -87,6 +87,16 @@ def test_threshold_is_deterministic_and_sw_w_is_not_pulled_to_b():
         square_wave_threshold(reports, variant="EM", **kwargs)
 
 
+@pytest.mark.parametrize(("low", "high"), [(0.2, 0.3), (0.4, 0.6)])
+def test_sw_w_keeps_the_bulk_when_the_low_end_is_empty(low, high):
+    """No mass near 0: the quiet low end is not a tail, so theta stays inside the data."""
+    rng = np.random.default_rng(5)
+    values = rng.uniform(low, high, 65536)
+    reports = SquareWave(epsilon=1.0).perturb(values, rng)
+    theta = square_wave_threshold(reports, epsilon=1.0, stream_epsilon=1.0, upper_bound=1000.0, max_range=2**20)
+    assert theta >= 1000.0 * low
+
+
 # -- client / collector ---------------------------------------------------------------------
 
 

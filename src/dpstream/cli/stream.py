@@ -135,10 +135,11 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def release(input_path: str, output_path: str, method: str, column: str | None, seed: int | None,
             hold: int, force: bool, **options: Any) -> None:
-    """Release the stream in INPUT under epsilon-DP (event level); ToPS by default.
+    """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
-    stdin).  From stdin, each value is released as soon as it arrives.
+    stdin).  From stdin, each value is released as soon as it arrives.  pak and pak-uncapped
+    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee is printed on stderr.
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()

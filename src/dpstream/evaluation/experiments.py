@@ -342,7 +342,12 @@ def _pak(capped: bool) -> MethodFn:
 
 
 def _nm_e_binary_tree(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-    """Figure 3's NM-E: PAK's phase 1 replaced by NM-E; the binary tree is kept."""
+    """Figure 3's NM-E: PAK's phase 1 replaced by NM-E; the binary tree is kept.
+
+    NM-E scores thresholds with ToPS's own noise model (fan-out 16, Eq. 6), unchanged, as the
+    paper describes the swap.  Scoring for the binary tree (fan-out 2) would weigh its larger
+    noise and favour a smaller theta; that variant is not what Figure 3 shows.
+    """
     theta = noisy_max_threshold(scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound,
                                 max_range=config.max_range, fanout=16, rng=rng)
     counter = BinaryTreeCounter(threshold=theta, epsilon=epsilon, length=config.max_range, seed=rng)

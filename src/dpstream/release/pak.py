@@ -355,21 +355,17 @@ def time_lag_first_criterion(*, beta: float = 0.02, p_max: float = 0.005, lam: f
     """PAK VI-B a): the smallest m with ``g(lambda, p_max, m) < beta`` (lambda = 0.5).
 
     >>> m = time_lag_first_criterion()
-    >>> _quantile_gap(0.5, 0.005, m) < 0.02 <= _quantile_gap(0.5, 0.005, m - 1)
+    >>> _quantile_gap(0.5, 0.005, m) < 0.02 and all(_quantile_gap(0.5, 0.005, k) >= 0.02 for k in range(1, m))
     True
     """
     high = 1
     while _quantile_gap(lam, p_max, high) >= beta:
         high *= 2
-    low = high // 2  # g(low) >= beta (or low = 0)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if _quantile_gap(lam, p_max, mid) < beta:
-            high = mid
-        else:
-            low = mid
-    # g is not monotone in m (floor of lambda p m); take the first m of the final stretch
-    return high
+    # g is not monotone in m (the floor of lambda p m jumps), so bisection could miss an
+    # earlier m: scan every m up to the first power of two that satisfies the bound.
+    m = np.arange(1, high + 1)
+    below = stats.binom.cdf(np.floor(lam * p_max * m), m, p_max) < beta
+    return int(m[np.argmax(below)])
 
 
 def time_lag_second_criterion(

@@ -54,16 +54,26 @@ def prune_tail(frequencies: np.ndarray, run: int = PRUNE_RUN, floor: float = PRU
 
     The result is renormalized to sum to 1; without such a bucket it is returned unchanged.
 
+    Only buckets from the median on are candidates.  Section 4.1 prunes the *tail*, where EM
+    leaves small spurious mass that drags theta towards B.  Read literally ("the first bucket"),
+    the rule would also fire on an empty low end -- data with no mass near 0 -- and zero the
+    whole distribution above the first bucket, so Eq. 8 would return the smallest candidate.
+    Starting the search at the bucket where the cumulative mass reaches 1/2 keeps the bulk (and
+    a non-zero total) in every case.
+
     >>> prune_tail(np.array([0.5, 0.4, 0.0, 0.0, 0.1]), run=2, floor=0.01).round(4).tolist()
     [0.5556, 0.4444, 0.0, 0.0, 0.0]
+    >>> prune_tail(np.array([0.0, 0.0, 0.0, 0.6, 0.4]), run=2, floor=0.01).tolist()
+    [0.0, 0.0, 0.0, 0.6, 0.4]
     """
     f = np.asarray(frequencies, dtype=np.float64)
     small = f < floor
-    if f.size <= run:
+    if f.size <= run or not f.sum() > 0:
         return f.copy()
-    # all_small[i] is True when buckets i+1 .. i+run are all below the floor.
-    windows = np.lib.stride_tricks.sliding_window_view(small[1:], run)
-    qualified = np.flatnonzero(windows.all(axis=1))
+    median = int(np.searchsorted(np.cumsum(f), 0.5 * f.sum()))
+    # quiet[i] is True when buckets i+1 .. i+run are all below the floor.
+    quiet = np.lib.stride_tricks.sliding_window_view(small[1:], run).all(axis=1)
+    qualified = median + np.flatnonzero(quiet[median:])
     if qualified.size == 0:
         return f.copy()
     pruned = f.copy()
