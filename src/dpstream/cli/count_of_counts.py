@@ -57,7 +57,8 @@ def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, 
             raise click.ClickException(f"--output {output_path} is an input table; choose another output.")
     refuse_overwrite([target], force)
     mechanism = TopDownCountOfCounts(epsilon=epsilon, methods=_methods(method), max_size=max_size,
-                                     max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed)
+                                     max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed,
+                                     progress=True)
     if seed is not None:
         say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
     data = read_tables(entities, groups, hierarchy)

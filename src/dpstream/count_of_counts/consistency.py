@@ -184,7 +184,10 @@ def back_substitute(tree: RegionTree, leaves: LevelHistograms) -> tuple[LevelHis
 class _Mechanism:
     """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise source."""
 
-    def __init__(self, *, epsilon: float, max_size: int | None, max_size_epsilon: float | None, isotonic: str | None, seed: Seed):
+    def __init__(
+        self, *, epsilon: float, max_size: int | None, max_size_epsilon: float | None, isotonic: str | None, seed: Seed, progress: bool
+    ):
+        self.progress = progress
         self.epsilon = check_epsilon(epsilon)
         self.max_size = None if max_size is None else check_positive_int(max_size, "max_size")
         self.max_size_epsilon = None if max_size_epsilon is None else check_epsilon(max_size_epsilon, "max_size_epsilon")
@@ -226,6 +229,8 @@ class TopDownCountOfCounts(_Mechanism):
         Eq. 5-6 or the plain average (Section 5.3).
     seed : int, Generator or None
         The noise source.
+    progress : bool
+        Show progress bars on stderr.
 
     Privacy
     -------
@@ -247,8 +252,11 @@ class TopDownCountOfCounts(_Mechanism):
         isotonic: str | None = None,
         merge: str = "weighted",
         seed: Seed = None,
+        progress: bool = False,
     ):
-        super().__init__(epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed)
+        super().__init__(
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed, progress=progress
+        )
         names = (methods,) if isinstance(methods, str) else tuple(methods)
         if not names:
             raise ValueError("methods must name at least one method, got an empty sequence.")
@@ -271,7 +279,10 @@ class TopDownCountOfCounts(_Mechanism):
         max_size = self._resolve_max_size(data)
         per_level = self.epsilon / levels
         return [
-            estimate_level(data.truth(level), method=method, epsilon=per_level, rng=self._rng, max_size=max_size, isotonic=self.isotonic)
+            estimate_level(
+                data.truth(level), method=method, epsilon=per_level, rng=self._rng, max_size=max_size,
+                isotonic=self.isotonic, progress=f"level {level} ({method})" if self.progress else None,
+            )
             for level, method in enumerate(self._level_methods(levels))
         ]
 
@@ -308,8 +319,11 @@ class BottomUpCountOfCounts(_Mechanism):
         max_size_epsilon: float | None = None,
         isotonic: str | None = None,
         seed: Seed = None,
+        progress: bool = False,
     ):
-        super().__init__(epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed)
+        super().__init__(
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed, progress=progress
+        )
         self.method = check_choice(method, "method", METHODS)
 
     def _needs_max_size(self) -> bool:
@@ -321,6 +335,7 @@ class BottomUpCountOfCounts(_Mechanism):
         estimate = estimate_level(
             data.truth(leaf), method=self.method, epsilon=self.epsilon, rng=self._rng,
             max_size=self._resolve_max_size(data), isotonic=self.isotonic,
+            progress=f"leaves ({self.method})" if self.progress else None,
         )
         return CountOfCountsRelease(data.tree, back_substitute(data.tree, estimate.histograms))
 

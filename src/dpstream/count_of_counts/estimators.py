@@ -25,10 +25,13 @@ post-processing.
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import isotonic_regression
+from tqdm import tqdm
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
 from dpstream.count_of_counts.histograms import (
@@ -66,11 +69,13 @@ def estimate_level(
     rng: np.random.Generator,
     max_size: int | None = None,
     isotonic: str | None = None,
+    progress: str | None = None,
 ) -> LevelEstimate:
     """Run ``method`` ("hc", "hg" or "naive") on every region of a level with budget ``epsilon``.
 
     ``max_size`` is the public bound ``K`` (needed by "hc" and "naive"); ``isotonic`` is
-    "l1" or "l2" (default: "l1" for "hc", the paper's choice, and "l2" for "hg").  The estimate
+    "l1" or "l2" (default: "l1" for "hc", the paper's choice, and "l2" for "hg").  With
+    ``progress`` (a label), a progress bar over the regions goes to stderr.  The estimate
     of every region is integral, non-negative and has the region's ``G`` groups.
 
     >>> truth = LevelHistograms.from_groups(np.zeros(5), np.array([1, 1, 2, 3, 3]), 1)
@@ -89,13 +94,17 @@ def estimate_level(
         raise ValueError(f"method {method!r} needs the public maximum group size max_size (K), got None.")
     max_size = check_positive_int(max_size, "max_size")
     if method == "hc":
-        return _estimate_hc(truth, epsilon, rng, max_size, isotonic)
-    return _estimate_naive(truth, epsilon, rng, max_size)
+        return _estimate_hc(truth, epsilon, rng, max_size, isotonic, progress)
+    return _estimate_naive(truth, epsilon, rng, max_size, progress)
 
 
-def _chunks(n_nodes: int, width: int) -> list[tuple[int, int]]:
+def _chunks(n_nodes: int, width: int, progress: str | None) -> Iterator[tuple[int, int]]:
+    """Consecutive blocks of regions whose dense rows of ``width`` cells fit in :data:`CHUNK_CELLS`."""
     step = max(1, CHUNK_CELLS // width)
-    return [(lo, min(n_nodes, lo + step)) for lo in range(0, n_nodes, step)]
+    with tqdm(total=n_nodes, desc=progress, unit="region", file=sys.stderr, disable=progress is None, leave=False) as bar:
+        for lo in range(0, n_nodes, step):
+            yield lo, min(n_nodes, lo + step)
+            bar.update(min(n_nodes, lo + step) - lo)
 
 
 def _dense_rows(truth: LevelHistograms, lo: int, hi: int, max_size: int) -> np.ndarray:
@@ -117,10 +126,12 @@ def _finish(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_nodes: int
     return LevelEstimate(histograms, factor / histograms.count)
 
 
-def _estimate_hc(truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, isotonic: str) -> LevelEstimate:
+def _estimate_hc(
+    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, isotonic: str, progress: str | None
+) -> LevelEstimate:
     groups = truth.groups()
     parts = []
-    for lo, hi in _chunks(truth.n_nodes, max_size):
+    for lo, hi in _chunks(truth.n_nodes, max_size, progress):
         cumulative = np.cumsum(_dense_rows(truth, lo, hi, max_size), axis=1)[:, :max_size]
         noisy = cumulative + double_geometric_noise(rng, 1.0 / epsilon, cumulative.shape)
         bounds = groups[lo:hi]
@@ -136,10 +147,12 @@ def _estimate_hc(truth: LevelHistograms, epsilon: float, rng: np.random.Generato
     return _finish(parts, truth.n_nodes, 4.0 / epsilon**2)
 
 
-def _estimate_naive(truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int) -> LevelEstimate:
+def _estimate_naive(
+    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, progress: str | None
+) -> LevelEstimate:
     groups = truth.groups()
     parts = []
-    for lo, hi in _chunks(truth.n_nodes, max_size + 1):
+    for lo, hi in _chunks(truth.n_nodes, max_size + 1, progress):
         dense = _dense_rows(truth, lo, hi, max_size)
         noisy = dense + double_geometric_noise(rng, 2.0 / epsilon, dense.shape)
         projected = project_to_simplex(noisy, groups[lo:hi])
