@@ -30,13 +30,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 from tqdm import tqdm
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
 from dpstream.count_of_counts.histograms import (
     LevelHistograms,
     isotonic_l1,
+    isotonic_l2,
     largest_remainder_round,
     project_to_simplex,
 )
@@ -139,8 +139,8 @@ def _estimate_hc(
             starts = np.arange(hi - lo, dtype=np.int64) * max_size
             fitted = isotonic_l1(noisy.ravel(), 0, bounds, starts=starts).reshape(noisy.shape)
         else:
-            fitted = np.stack([isotonic_regression(row.astype(np.float64)).x for row in noisy])
-            fitted = np.rint(np.clip(fitted, 0, bounds[:, None])).astype(np.int64)
+            fitted = np.stack([isotonic_l2(row, 0, bound) for row, bound in zip(noisy, bounds)])
+            fitted = np.rint(fitted).astype(np.int64)
         cumulative = np.concatenate((fitted, bounds[:, None]), axis=1)
         parts.append(_sparse_rows(np.diff(cumulative, axis=1, prepend=0), lo))
     # Section 5.1.2: Var(H[j]) ~ 2 * 2 / eps^2, shared by the groups estimated to have size j
@@ -172,8 +172,7 @@ def _estimate_hg(truth: LevelHistograms, epsilon: float, rng: np.random.Generato
     else:
         fitted = np.empty(noisy.size, dtype=np.int64)
         for start, size in zip(starts[groups > 0], groups[groups > 0]):
-            block = isotonic_regression(noisy[start : start + size].astype(np.float64)).x
-            fitted[start : start + size] = np.rint(np.maximum(block, 0.0))
+            fitted[start : start + size] = np.rint(isotonic_l2(noisy[start : start + size], 0.0))
     node = np.repeat(np.arange(truth.n_nodes), groups)
     histograms = LevelHistograms.from_sorted(node, fitted, np.ones(fitted.size, dtype=np.int64), truth.n_nodes)
     # Section 5.1.1: 2 / (|S_i| eps^2), S_i the run of equal estimated sizes containing group i
