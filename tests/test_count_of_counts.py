@@ -198,6 +198,9 @@ def test_tables_with_string_ids_and_empty_groups(tmp_path):
     (tmp_path / "e.csv").write_text("entity_id,group_id\np1,g1\np2,g1\np3,g3\n")
     data = read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h.csv")
     assert data.truth(0).size.tolist() == [0, 1, 2] and data.groups(1).tolist() == [2, 1]
+    (tmp_path / "e.csv").write_text("entity_id,group_id\np1,g1\np1,g3\n")
+    with pytest.raises(ValueError, match="entity_id more than once"):
+        read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h.csv")
     (tmp_path / "e.csv").write_text("entity_id,group_id\np1,g9\n")
     with pytest.raises(ValueError, match="g9"):
         read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h.csv")

@@ -202,6 +202,8 @@ def read_tables(
     tree, row_leaf = RegionTree.from_paths(paths)
     grp = _read(groups, ["group_id", "region_id"], "Groups")
     ent = _read(entities, ["entity_id", "group_id"], "Entities")
+    if pc.count_distinct(ent["entity_id"]).as_py() != ent.num_rows:
+        raise InputError("the Entities table lists an entity_id more than once (an entity belongs to one group).")
     group_ids, entity_groups = _keys(grp["group_id"], ent["group_id"])
     if pc.count_distinct(group_ids).as_py() != len(group_ids):
         raise InputError("the Groups table lists a group_id more than once.")
