@@ -1,0 +1,345 @@
+"""Consistent hierarchical count-of-counts histograms (Kuo et al., Section 5, Algorithm 1).
+
+:class:`TopDownCountOfCounts` spends ``epsilon / (L + 1)`` on every level (a Section 4 method
+per region), then makes the estimates consistent top-down: it matches the parent's groups to
+its children's groups (Algorithm 2, :func:`match_level`), merges the two size estimates of
+every matched group by inverse-variance weighting (Eq. 5-6) and rounds, and finally rebuilds
+every parent as the sum of its children (back-substitution).  :class:`BottomUpCountOfCounts`
+is the baseline of Section 6.2.2: all budget on the leaves, sums upward.
+
+Every output satisfies the four desiderata of Problem 1 exactly: integral, non-negative,
+``G`` groups per region, and children summing to their parent.
+
+Privacy
+-------
+Both are epsilon-DP at the entity level (Theorem 5.6): neighbouring databases share the public
+Hierarchy and Groups tables and differ in one Entities row, so one group's size changes by
+one.  Top-down: sequential composition over the ``L + 1`` levels (``epsilon / (L + 1)`` each),
+parallel composition over the disjoint regions of a level.  Bottom-up: ``epsilon`` on the leaves,
+parallel composition.  Matching, merging, rounding and summing are post-processing.  If ``K``
+is estimated from the data (:func:`~dpstream.count_of_counts.estimators.estimate_max_size`), its
+budget adds to ``epsilon`` by sequential composition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
+from dpstream.count_of_counts.estimators import METHODS, LevelEstimate, estimate_level, estimate_max_size
+from dpstream.count_of_counts.histograms import LevelHistograms
+from dpstream.privacy import PrivacyGuarantee
+from dpstream.rng import Seed, make_rng
+
+__all__ = [
+    "MERGES",
+    "BottomUpCountOfCounts",
+    "CountOfCountsRelease",
+    "TopDownCountOfCounts",
+    "match_groups",
+    "match_level",
+    "merge_estimates",
+]
+
+MERGES = ("weighted", "average")
+NEIGHBOURS = "entity level: the Entities table differs in one row (one group's size changes by one)"
+
+
+@dataclass(frozen=True)
+class CountOfCountsRelease:
+    """Released histograms of every level (``levels[l]`` for level ``l``) of ``tree``."""
+
+    tree: RegionTree
+    levels: tuple[LevelHistograms, ...]
+
+    def rows(self) -> list[tuple[str, int, int, int]]:
+        """``(region, level, size, count)`` for every non-zero count, root first."""
+        out = []
+        for level, hist in enumerate(self.levels):
+            names = self.tree.names[level][hist.node]
+            out.extend(zip(names.tolist(), [level] * hist.node.size, hist.size.tolist(), hist.count.tolist()))
+        return out
+
+
+# ---------------------------------------------------------------------------- Algorithm 2
+
+
+def _tie_key(hist: LevelHistograms) -> np.ndarray:
+    """For every group of ``hist`` (in row order): ``(k + 1/2) / n`` for the ``k``-th of ``n`` groups of its row."""
+    first = np.repeat(np.cumsum(hist.count) - hist.count, hist.count)
+    return (np.arange(first.size) - first + 0.5) / np.repeat(hist.count, hist.count)
+
+
+def match_level(children: LevelHistograms, parent_of_child: np.ndarray) -> np.ndarray:
+    """Algorithm 2 for every parent of a level at once.
+
+    Returns ``order`` such that the ``i``-th group of the children's level (in row order of
+    ``children``, i.e. by child and size) matched to position ``i`` of the parents' groups
+    sorted by ``(parent, size)`` is ``order[i]``.  The algorithm matches the smallest unmatched
+    parent group to the smallest unmatched child group, which is a merge of the two sorted
+    lists: sorting the children's groups by ``(parent, size)`` and pairing positionally.  When a
+    run of equal parent sizes ends inside a run of equal child sizes spread over several
+    children (line 15), the cut must split proportionally to the children's counts; ordering the
+    tied child groups by ``(k + 1/2) / n_c`` (the ``k``-th of child ``c``'s ``n_c`` tied groups) makes
+    every cut proportional up to rounding by one group per child.  (The paper rounds each cut by
+    largest remainders; this stationary rounding keeps the matching one ``O(G log G)`` sort.
+    The matching cost is the same for any tie order.)
+
+    >>> kids = LevelHistograms.from_groups(np.array([0, 0, 1, 1]), np.array([1, 5, 1, 2]), 2)
+    >>> match_level(kids, np.array([0, 0])).tolist()
+    [0, 2, 3, 1]
+    """
+    parent = np.asarray(parent_of_child, dtype=np.int64)[np.repeat(children.node, children.count)]
+    values = np.repeat(children.size, children.count)
+    return np.lexsort((_tie_key(children), values, parent))
+
+
+def match_groups(parent_sizes: np.ndarray, children_sizes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2 for one parent: the child and the index (into the child's sorted sizes) of
+    the group matched to each of the parent's groups in increasing order of size.
+
+    >>> child, index = match_groups(np.array([2, 1, 9]), [np.array([8]), np.array([1, 3])])
+    >>> child.tolist(), index.tolist()
+    ([1, 1, 0], [0, 1, 0])
+    """
+    parent_sizes = np.asarray(parent_sizes, dtype=np.int64)
+    if parent_sizes.size != sum(len(sizes) for sizes in children_sizes):
+        raise ValueError(
+            f"a parent must have as many groups as its children, got {parent_sizes.size} and "
+            f"{sum(len(sizes) for sizes in children_sizes)}."
+        )
+    node = np.concatenate([np.full(len(sizes), c, dtype=np.int64) for c, sizes in enumerate(children_sizes)] + [np.zeros(0, np.int64)])
+    sizes = np.concatenate([np.asarray(s, dtype=np.int64) for s in children_sizes] + [np.zeros(0, np.int64)])
+    children = LevelHistograms.from_groups(node, sizes, len(children_sizes))
+    order = match_level(children, np.zeros(len(children_sizes), dtype=np.int64))
+    group_child = np.repeat(children.node, children.count)
+    starts = np.concatenate(([0], np.cumsum(np.bincount(group_child, minlength=len(children_sizes)))[:-1]))
+    return group_child[order], (order - starts[group_child[order]])
+
+
+# ---------------------------------------------------------------------------- Eq. 5-6
+
+
+def merge_estimates(
+    parent: np.ndarray, parent_var: np.ndarray, child: np.ndarray, child_var: np.ndarray, merge: str = "weighted"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Merged size and variance of matched groups (Section 5.3).
+
+    "weighted": inverse-variance weighting, Eq. 5 (size) and Eq. 6 (variance).  "average": the
+    plain mean, with the variance of a mean of two independent estimates.
+
+    >>> [a.tolist() for a in merge_estimates(np.array([10.0]), np.array([1.0]), np.array([4.0]), np.array([2.0]))]
+    [[8.0], [0.6666666666666666]]
+    """
+    merge = check_choice(merge, "merge", MERGES)
+    if merge == "average":
+        return (parent + child) / 2.0, (parent_var + child_var) / 4.0
+    parent_weight, child_weight = 1.0 / parent_var, 1.0 / child_var
+    total = parent_weight + child_weight
+    return (parent * parent_weight + child * child_weight) / total, 1.0 / total
+
+
+def _groups(estimate: LevelEstimate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    hist = estimate.histograms
+    return (
+        np.repeat(hist.node, hist.count),
+        np.repeat(hist.size, hist.count).astype(np.float64),
+        np.repeat(estimate.variance, hist.count),
+    )
+
+
+def top_down(tree: RegionTree, estimates: Sequence[LevelEstimate], merge: str = "weighted") -> tuple[LevelHistograms, ...]:
+    """Lines 7-18 of Algorithm 1 on per-level estimates (post-processing only)."""
+    merge = check_choice(merge, "merge", MERGES)
+    node, values, variance = _groups(estimates[0])
+    for level in range(1, tree.levels):
+        child_node, child_values, child_var = _groups(estimates[level])
+        if child_node.size != node.size:
+            raise ValueError(f"level {level} has {child_node.size} groups but level {level - 1} has {node.size}.")
+        order = match_level(estimates[level].histograms, tree.parents[level])
+        merged, merged_var = merge_estimates(values, variance, child_values[order], child_var[order], merge)
+        child_values[order] = np.rint(merged)
+        child_var[order] = merged_var
+        resort = np.lexsort((child_values, child_node))
+        node, values, variance = child_node[resort], child_values[resort], child_var[resort]
+    leaves = LevelHistograms.from_sorted(node, values.astype(np.int64), np.ones(node.size, dtype=np.int64), tree.size(tree.levels - 1))
+    return back_substitute(tree, leaves)
+
+
+def back_substitute(tree: RegionTree, leaves: LevelHistograms) -> tuple[LevelHistograms, ...]:
+    """Every level as sums of the leaves (lines 16-18 of Algorithm 1)."""
+    levels = [leaves]
+    for level in range(tree.levels - 1, 0, -1):
+        levels.append(levels[-1].aggregate(tree.parents[level], tree.size(level - 1)))
+    return tuple(reversed(levels))
+
+
+# ---------------------------------------------------------------------------- mechanisms
+
+
+class _Mechanism:
+    """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise source."""
+
+    def __init__(
+        self, *, epsilon: float, max_size: int | None, max_size_epsilon: float | None, isotonic: str | None, seed: Seed, progress: bool
+    ):
+        self.progress = progress
+        self.epsilon = check_epsilon(epsilon)
+        self.max_size = None if max_size is None else check_positive_int(max_size, "max_size")
+        self.max_size_epsilon = None if max_size_epsilon is None else check_epsilon(max_size_epsilon, "max_size_epsilon")
+        self.isotonic = isotonic
+        self._rng = make_rng(seed)
+
+    def _needs_max_size(self) -> bool:
+        raise NotImplementedError
+
+    def _resolve_max_size(self, data: CountOfCountsData) -> int | None:
+        if self.max_size is not None or not self._needs_max_size():
+            return self.max_size
+        if self.max_size_epsilon is None:
+            raise ValueError("methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither.")
+        return estimate_max_size(int(data.size.max(initial=0)), self.max_size_epsilon, self._rng)
+
+    def _k_part(self) -> tuple[float, str]:
+        if self.max_size is None and self._needs_max_size() and self.max_size_epsilon is not None:
+            return self.max_size_epsilon, f" plus {self.max_size_epsilon:g} to estimate K (sequential composition)"
+        return 0.0, ""
+
+
+class TopDownCountOfCounts(_Mechanism):
+    """Algorithm 1: per-level estimates made consistent top-down.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total budget of the histograms, ``epsilon / (L + 1)`` per level.
+    methods : str or sequence of str
+        "hc" (default), "hg" or "naive"; one for all levels or one per level, root first.
+    max_size : int, optional
+        Public bound ``K`` on group sizes (needed by "hc" and "naive").
+    max_size_epsilon : float, optional
+        Without ``max_size``: the extra budget to estimate ``K`` (footnote of Section 4.3).
+    isotonic : {"l1", "l2"}, optional
+        Isotonic regression of the Section 4 methods (default: "l1" for hc, "l2" for hg).
+    merge : {"weighted", "average"}
+        Eq. 5-6 or the plain average (Section 5.3).
+    seed : int, Generator or None
+        The noise source.
+    progress : bool
+        Show progress bars on stderr.
+
+    Privacy
+    -------
+    epsilon-DP at the entity level; sequential over levels, parallel within a level.
+
+    >>> data = CountOfCountsData.from_leaf_sizes([("US", "CA"), ("US", "OR")], {"CA": [1, 2, 2], "OR": [4]})
+    >>> out = TopDownCountOfCounts(epsilon=1.0, max_size=10, seed=0).release(data)
+    >>> [int(hist.count.sum()) for hist in out.levels]
+    [4, 4]
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        methods: str | Sequence[str] = "hc",
+        max_size: int | None = None,
+        max_size_epsilon: float | None = None,
+        isotonic: str | None = None,
+        merge: str = "weighted",
+        seed: Seed = None,
+        progress: bool = False,
+    ):
+        super().__init__(
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed, progress=progress
+        )
+        names = (methods,) if isinstance(methods, str) else tuple(methods)
+        if not names:
+            raise ValueError("methods must name at least one method, got an empty sequence.")
+        self.methods = tuple(check_choice(name, "method", METHODS) for name in names)
+        self.merge = check_choice(merge, "merge", MERGES)
+
+    def _needs_max_size(self) -> bool:
+        return any(method != "hg" for method in self.methods)
+
+    def _level_methods(self, levels: int) -> tuple[str, ...]:
+        if len(self.methods) == 1:
+            return self.methods * levels
+        if len(self.methods) != levels:
+            raise ValueError(f"methods needs one entry or one per level ({levels}), got {list(self.methods)}.")
+        return self.methods
+
+    def estimates(self, data: CountOfCountsData) -> list[LevelEstimate]:
+        """Lines 1-5 of Algorithm 1: the independent noisy estimates of every level."""
+        levels = data.tree.levels
+        max_size = self._resolve_max_size(data)
+        per_level = self.epsilon / levels
+        return [
+            estimate_level(
+                data.truth(level), method=method, epsilon=per_level, rng=self._rng, max_size=max_size,
+                isotonic=self.isotonic, progress=f"level {level} ({method})" if self.progress else None,
+            )
+            for level, method in enumerate(self._level_methods(levels))
+        ]
+
+    def release(self, data: CountOfCountsData) -> CountOfCountsRelease:
+        """Consistent histograms of every region of every level."""
+        return CountOfCountsRelease(data.tree, top_down(data.tree, self.estimates(data), self.merge))
+
+    def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
+        """What a release spends (``levels``: ``L + 1`` of the hierarchy, for the split)."""
+        extra, note = self._k_part()
+        split = f"epsilon/(L+1) = {self.epsilon / levels:g} per level" if levels else "epsilon/(L+1) per level"
+        return PrivacyGuarantee(
+            self.epsilon + extra,
+            0.0,
+            NEIGHBOURS,
+            f"{split}, sequential over levels, parallel over the regions of a level{note}",
+        )
+
+
+class BottomUpCountOfCounts(_Mechanism):
+    """The bottom-up baseline (Section 6.2.2): all budget on the leaves, parents as sums.
+
+    Privacy
+    -------
+    epsilon-DP at the entity level; parallel composition over the leaves.
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        method: str = "hc",
+        max_size: int | None = None,
+        max_size_epsilon: float | None = None,
+        isotonic: str | None = None,
+        seed: Seed = None,
+        progress: bool = False,
+    ):
+        super().__init__(
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed, progress=progress
+        )
+        self.method = check_choice(method, "method", METHODS)
+
+    def _needs_max_size(self) -> bool:
+        return self.method != "hg"
+
+    def release(self, data: CountOfCountsData) -> CountOfCountsRelease:
+        """Leaf estimates with the whole budget, summed up the tree."""
+        leaf = data.tree.levels - 1
+        estimate = estimate_level(
+            data.truth(leaf), method=self.method, epsilon=self.epsilon, rng=self._rng,
+            max_size=self._resolve_max_size(data), isotonic=self.isotonic,
+            progress=f"leaves ({self.method})" if self.progress else None,
+        )
+        return CountOfCountsRelease(data.tree, back_substitute(data.tree, estimate.histograms))
+
+    def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
+        """What a release spends."""
+        extra, note = self._k_part()
+        return PrivacyGuarantee(self.epsilon + extra, 0.0, NEIGHBOURS, f"all of epsilon on the leaves, parallel over the leaves{note}")

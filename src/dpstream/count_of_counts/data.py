@@ -1,0 +1,343 @@
+"""Count-of-counts inputs: the region tree, the groups and their (private) sizes.
+
+The paper's three tables (Section 3) are Entities(entity_id, group_id), which is private,
+Groups(group_id, region_id) and Hierarchy(region_id, level0, ..., levelL), which are public.
+Every Hierarchy row is a leaf region; ``level0 .. levelL`` name its ancestors from the root
+(one region at level 0) down to the leaf itself.  Region names must be unique within a level.
+
+:class:`CountOfCountsData` holds the same information compactly: the tree and, for every
+group, its leaf and its size.  Build it from the tables (:func:`read_tables`, CSV or Parquet),
+directly from group sizes per leaf (:meth:`CountOfCountsData.from_leaf_sizes`), or from the
+generators of Section 6.1 (:func:`housing_data`, :func:`taxi_data`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from dpstream._checks import check_nonnegative_int, check_positive_int
+from dpstream.count_of_counts.histograms import LevelHistograms
+from dpstream.io import InputError
+from dpstream.rng import Seed, make_rng
+
+__all__ = ["CountOfCountsData", "RegionTree", "housing_data", "read_tables", "taxi_data", "write_tables"]
+
+
+@dataclass(frozen=True)
+class RegionTree:
+    """A public region hierarchy with levels ``0 .. L``.
+
+    ``names[l][i]`` is the name of region ``i`` of level ``l`` and ``parents[l][i]`` the index
+    of its parent in level ``l - 1`` (``-1`` at the root).  Within a level, regions are sorted
+    by parent, so the children of a region are consecutive.
+    """
+
+    names: tuple[np.ndarray, ...]
+    parents: tuple[np.ndarray, ...]
+
+    @property
+    def levels(self) -> int:
+        """``L + 1``, the number of levels including the root."""
+        return len(self.names)
+
+    def size(self, level: int) -> int:
+        """How many regions level ``level`` has."""
+        return len(self.names[level])
+
+    def leaf_ancestor(self, level: int) -> np.ndarray:
+        """For every leaf, the index of its ancestor at ``level``."""
+        index = np.arange(self.size(self.levels - 1))
+        for lower in range(self.levels - 1, level, -1):
+            index = self.parents[lower][index]
+        return index
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[Sequence[str]]) -> tuple[RegionTree, np.ndarray]:
+        """The tree of leaf paths ``(level0, ..., levelL)``, and each path's leaf index.
+
+        >>> tree, leaf = RegionTree.from_paths([("US", "CA", "LA"), ("US", "OR", "Lane"), ("US", "CA", "SF")])
+        >>> [names.tolist() for names in tree.names], leaf.tolist()
+        ([['US'], ['CA', 'OR'], ['LA', 'SF', 'Lane']], [0, 2, 1])
+        """
+        table = np.asarray(paths, dtype=str)
+        if table.ndim != 2 or table.shape[0] == 0 or table.shape[1] == 0:
+            raise ValueError(f"a hierarchy needs at least one leaf and one level, got shape {table.shape}.")
+        if len(set(table[:, 0])) != 1:
+            raise ValueError(f"level0 must name a single root region, got {sorted(set(table[:, 0]))[:5]}.")
+        names: list[np.ndarray] = []
+        parents: list[np.ndarray] = []
+        row_node = np.zeros(table.shape[0], dtype=np.int64)
+        for level in range(table.shape[1]):
+            unique, inverse = np.unique(table[:, level], return_inverse=True)
+            parent_of_unique = np.full(unique.size, -1, dtype=np.int64)
+            if level:
+                parent_of_unique[inverse] = row_node
+                clash = parent_of_unique[inverse] != row_node
+                if clash.any():
+                    name = table[np.flatnonzero(clash)[0], level]
+                    raise ValueError(f"region {name!r} appears under two parents at level {level}; names must be unique per level.")
+            order = np.lexsort((unique, parent_of_unique))
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            names.append(unique[order])
+            parents.append(parent_of_unique[order])
+            row_node = rank[inverse]
+        if len(set(table[:, -1])) != table.shape[0]:
+            raise ValueError("every leaf region must appear in exactly one hierarchy row.")
+        return cls(tuple(names), tuple(parents)), row_node
+
+
+@dataclass(frozen=True)
+class CountOfCountsData:
+    """The tree, and the leaf and size (number of entities) of every group.
+
+    Group sizes are the private part; the tree and the number of groups per leaf are public.
+    """
+
+    tree: RegionTree
+    leaf: np.ndarray
+    size: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.leaf.shape != self.size.shape:
+            raise ValueError(f"leaf and size need one entry per group, got {self.leaf.shape} and {self.size.shape}.")
+        if self.size.size and self.size.min() < 0:
+            raise ValueError(f"group sizes must be >= 0, got {int(self.size.min())}.")
+
+    @classmethod
+    def from_leaf_sizes(cls, paths: Sequence[Sequence[str]], sizes: Mapping[str, object]) -> CountOfCountsData:
+        """The direct API: leaf paths ``(level0, ..., levelL)`` and the group sizes of every leaf.
+
+        >>> data = CountOfCountsData.from_leaf_sizes([("US", "CA"), ("US", "OR")], {"CA": [1, 2, 2], "OR": [4]})
+        >>> data.truth(0).size.tolist(), data.truth(0).count.tolist()
+        ([1, 2, 4], [1, 2, 1])
+        """
+        tree, row_leaf = RegionTree.from_paths(paths)
+        leaf_of_name = dict(zip(np.asarray(paths, dtype=str)[:, -1].tolist(), row_leaf.tolist()))
+        unknown = [name for name in sizes if name not in leaf_of_name]
+        if unknown:
+            raise ValueError(f"group sizes given for regions that are not leaves of the hierarchy: {unknown[:5]}.")
+        leaves, group_sizes = [], []
+        for name, values in sizes.items():
+            array = np.asarray(values)
+            if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+                raise ValueError(f"group sizes of region {name!r} must be a 1-D array of integers, got {array!r:.60}.")
+            leaves.append(np.full(array.size, leaf_of_name[name], dtype=np.int64))
+            group_sizes.append(array.astype(np.int64))
+        return cls(tree, _concat(leaves), _concat(group_sizes))
+
+    @property
+    def n_groups(self) -> int:
+        """Total number of groups ``G`` of the root."""
+        return int(self.size.size)
+
+    def truth(self, level: int) -> LevelHistograms:
+        """The true count-of-counts histograms of every region of ``level``."""
+        node = self.tree.leaf_ancestor(level)[self.leaf]
+        return LevelHistograms.from_groups(node, self.size, self.tree.size(level))
+
+    def groups(self, level: int) -> np.ndarray:
+        """The public number of groups of every region of ``level``."""
+        node = self.tree.leaf_ancestor(level)[self.leaf]
+        return np.bincount(node, minlength=self.tree.size(level)).astype(np.int64)
+
+
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str) -> pa.Table:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what} table {str(path)!r} does not exist or is not a file.")
+    try:
+        if path.suffix in (".parquet", ".pq"):
+            table = pq.read_table(path)
+        else:
+            table = pa_csv.read_csv(path)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
+        raise InputError(f"cannot read the {what} table {str(path)!r}: {error}") from None
+    missing = [name for name in columns or () if name not in table.column_names]
+    if missing:
+        raise InputError(f"the {what} table {str(path)!r} lacks column(s) {missing}; it has {table.column_names}.")
+    for name in columns or ():
+        if table[name].null_count:
+            raise InputError(f"the {what} table {str(path)!r} has empty values in column {name!r}.")
+    return table
+
+
+def _keys(*columns: pa.ChunkedArray) -> list[pa.ChunkedArray]:
+    """Cast id columns to one comparable type: int64 if all are integers, else strings."""
+    if all(pa.types.is_integer(column.type) for column in columns):
+        return [column.cast(pa.int64()) for column in columns]
+    return [column.cast(pa.string()) for column in columns]
+
+
+def read_tables(
+    entities: str | os.PathLike[str], groups: str | os.PathLike[str], hierarchy: str | os.PathLike[str]
+) -> CountOfCountsData:
+    """Read Entities(entity_id, group_id), Groups(group_id, region_id) and
+    Hierarchy(region_id, level0, ..., levelL) from CSV or Parquet (by file extension)."""
+    hier = _read(hierarchy, ["region_id", "level0"], "Hierarchy")
+    levels = sorted((int(m.group(1)), name) for name in hier.column_names if (m := re.fullmatch(r"level(\d+)", name)))
+    if [number for number, _ in levels] != list(range(len(levels))):
+        raise InputError(f"the Hierarchy table needs columns level0, level1, ... without gaps, got {[n for _, n in levels]}.")
+    for _, name in levels:
+        if hier[name].null_count:
+            raise InputError(f"the Hierarchy table has empty values in column {name!r}.")
+    paths = np.column_stack([hier[name].cast(pa.string()).to_numpy(zero_copy_only=False) for _, name in levels])
+    tree, row_leaf = RegionTree.from_paths(paths)
+    grp = _read(groups, ["group_id", "region_id"], "Groups")
+    ent = _read(entities, ["entity_id", "group_id"], "Entities")
+    if pc.count_distinct(ent["entity_id"]).as_py() != ent.num_rows:
+        raise InputError("the Entities table lists an entity_id more than once (an entity belongs to one group).")
+    group_ids, entity_groups = _keys(grp["group_id"], ent["group_id"])
+    if pc.count_distinct(group_ids).as_py() != len(group_ids):
+        raise InputError("the Groups table lists a group_id more than once.")
+    group_regions, region_ids = _keys(grp["region_id"], hier["region_id"])
+    if pc.count_distinct(region_ids).as_py() != len(region_ids):
+        raise InputError("the Hierarchy table lists a region_id more than once.")
+    row = pc.index_in(group_regions, value_set=region_ids.combine_chunks())
+    if row.null_count:
+        bad = group_regions.filter(pc.is_null(row))[0].as_py()
+        raise InputError(f"the Groups table places a group in region {bad!r}, which is not in the Hierarchy table.")
+    member = pc.index_in(entity_groups, value_set=group_ids.combine_chunks())
+    if member.null_count:
+        bad = entity_groups.filter(pc.is_null(member))[0].as_py()
+        raise InputError(f"the Entities table refers to group_id {bad!r}, which is not in the Groups table.")
+    leaf = row_leaf[row.to_numpy(zero_copy_only=False).astype(np.int64)]
+    size = np.bincount(member.to_numpy(zero_copy_only=False).astype(np.int64), minlength=len(group_ids))
+    return CountOfCountsData(tree, leaf, size.astype(np.int64))
+
+
+def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, parquet: bool = False) -> list[Path]:
+    """Write the three tables (entities, groups, hierarchy) of ``data``; returns their paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tree = data.tree
+    leaves = tree.size(tree.levels - 1)
+    columns = {"region_id": tree.names[-1]}
+    for level in range(tree.levels):
+        columns[f"level{level}"] = tree.names[level][tree.leaf_ancestor(level)]
+    group_id = np.arange(data.n_groups, dtype=np.int64)
+    tables = {
+        "entities": pa.table({"entity_id": np.arange(int(data.size.sum()), dtype=np.int64), "group_id": np.repeat(group_id, data.size)}),
+        "groups": pa.table({"group_id": group_id, "region_id": tree.names[-1][data.leaf] if leaves else []}),
+        "hierarchy": pa.table(columns),
+    }
+    paths = []
+    for name, table in tables.items():
+        path = directory / f"{name}.{'parquet' if parquet else 'csv'}"
+        if parquet:
+            pq.write_table(table, path)
+        else:
+            pa_csv.write_csv(table, path)
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------- generators
+
+#: Shares of household sizes 1..7, shaped like the 2010 Census SF1 national table (the state
+#: tables are not shipped); states jitter them.
+HOUSEHOLD_SHARES = np.array([0.267, 0.336, 0.158, 0.132, 0.062, 0.025, 0.010])
+
+
+def _apportion(total: int, weights: np.ndarray, minimum: int = 0) -> np.ndarray:
+    """Integers >= ``minimum`` summing to ``total``, proportional to ``weights`` (largest remainder)."""
+    spare = total - minimum * weights.size
+    exact = spare * weights / weights.sum()
+    base = np.floor(exact).astype(np.int64)
+    order = np.argsort(base - exact, kind="stable")
+    base[order[: spare - int(base.sum())]] += 1
+    return base + minimum
+
+
+def housing_data(
+    n_groups: int = 1_000_000,
+    *,
+    n_states: int = 50,
+    n_counties: int = 3000,
+    n_outliers: int = 50,
+    max_outlier: int = 10_000,
+    seed: Seed = None,
+) -> CountOfCountsData:
+    """The partially synthetic housing data of Section 6.1, with about ``n_groups`` groups.
+
+    National / state / county.  Every state gets a share of the households (log-normal
+    weights) and a jittered copy of :data:`HOUSEHOLD_SHARES` for sizes 1..7; beyond 7 the number
+    of households of size ``k`` is ``Binomial(n_{k-1}, r)`` with the state's ratio
+    ``r = n_7 / n_6``, so neighbouring sizes keep that ratio in expectation (a geometric tail).
+    Then ``n_outliers`` groups of size uniform on ``1 .. max_outlier`` go to random states.
+    Counties are apportioned to states by size (at least one each) and every group goes to a
+    county of its state with probability proportional to the county's (log-normal) size.
+
+    >>> data = housing_data(10_000, n_states=3, n_counties=9, seed=1)
+    >>> data.tree.size(1), data.tree.size(2), bool(abs(data.n_groups - 10_050) < 200)
+    (3, 9, True)
+    """
+    n_groups = check_positive_int(n_groups, "n_groups")
+    n_states = check_positive_int(n_states, "n_states")
+    n_counties = check_positive_int(n_counties, "n_counties", minimum=n_states)
+    n_outliers = check_nonnegative_int(n_outliers, "n_outliers")
+    max_outlier = check_positive_int(max_outlier, "max_outlier")
+    rng = make_rng(seed)
+    state_weights = rng.lognormal(0.0, 1.0, n_states)
+    households = _apportion(n_groups, state_weights)
+    outlier_state = rng.integers(0, n_states, n_outliers)
+    outlier_size = rng.integers(1, max_outlier + 1, n_outliers)
+    counties = _apportion(n_counties, state_weights, minimum=1)
+    county_offset = np.concatenate(([0], np.cumsum(counties)[:-1]))
+    leaves, sizes = [], []
+    for state in range(n_states):
+        shares = HOUSEHOLD_SHARES * rng.lognormal(0.0, 0.1, HOUSEHOLD_SHARES.size)
+        counts = list(rng.multinomial(households[state], shares / shares.sum()))
+        ratio = min(counts[6] / counts[5], 0.9) if counts[5] else 0.0
+        while counts[-1] > 0:
+            counts.append(int(rng.binomial(counts[-1], ratio)))
+        state_sizes = np.concatenate((np.repeat(np.arange(1, len(counts) + 1), counts), outlier_size[outlier_state == state]))
+        county_weights = rng.lognormal(0.0, 1.0, counties[state])
+        county = rng.choice(counties[state], size=state_sizes.size, p=county_weights / county_weights.sum())
+        leaves.append(county_offset[state] + county)
+        sizes.append(state_sizes)
+    paths = [
+        ("US", f"S{state:02d}", f"S{state:02d}C{county:04d}") for state in range(n_states) for county in range(counties[state])
+    ]
+    tree, row_leaf = RegionTree.from_paths(paths)
+    return CountOfCountsData(tree, row_leaf[np.concatenate(leaves)], np.concatenate(sizes).astype(np.int64))
+
+
+def taxi_data(n_taxis: int = 2000, *, mean_pickups: float = 300.0, seed: Seed = None) -> CountOfCountsData:
+    """A small taxi-like dataset: taxis in neighbourhoods as groups, pick-ups as entities.
+
+    Manhattan / {upper, lower} / 28 neighbourhoods (14 each), like the paper's NYC data.  Every
+    (taxi, neighbourhood) pair is a group (so the number of groups is public), whose size is
+    Poisson with mean ``activity * popularity``: taxis have log-normal activity with mean
+    ``mean_pickups`` in total, neighbourhoods Dirichlet popularity.
+
+    >>> data = taxi_data(10, seed=0)
+    >>> data.tree.size(2), data.n_groups
+    (28, 280)
+    """
+    n_taxis = check_positive_int(n_taxis, "n_taxis")
+    rng = make_rng(seed)
+    activity = rng.lognormal(0.0, 0.8, n_taxis)
+    activity *= mean_pickups / activity.mean()
+    popularity = rng.dirichlet(np.full(28, 0.7))
+    sizes = rng.poisson(np.outer(popularity, activity)).astype(np.int64)  # (neighbourhood, taxi)
+    paths = [("Manhattan", "upper" if hood < 14 else "lower", f"N{hood:02d}") for hood in range(28)]
+    tree, row_leaf = RegionTree.from_paths(paths)
+    return CountOfCountsData(tree, np.repeat(row_leaf, n_taxis), sizes.ravel())

@@ -1,0 +1,198 @@
+"""The single-region methods of Section 4: naive, ``Hg`` and ``Hc`` (and the footnote's ``K``).
+
+Every method takes the true histograms of all regions of one level and returns an estimate
+for each region together with the Section 5.1 variance estimate of every estimated group's
+size.  Regions are disjoint (every group lies in one leaf), so one call on a whole level
+spends its ``epsilon`` once, by parallel composition.
+
+Privacy
+-------
+epsilon-DP at the entity level: neighbouring databases share the public Hierarchy and Groups
+tables and differ in one row of Entities, so exactly one group's size changes by one.
+
+* naive (Section 4.1): ``H'`` (sizes capped at the public ``K``) has L1 sensitivity 2 (Lemma 3);
+  double-geometric noise of scale ``2 / epsilon`` on all ``K + 1`` cells.
+* ``Hg`` (Section 4.2): the sorted sizes have sensitivity 1; noise of scale ``1 / epsilon`` on
+  each of the ``G`` entries (``G`` is public).
+* ``Hc`` (Section 4.3): the cumulative histogram has sensitivity 1 (Lemma 4.2); noise of scale
+  ``1 / epsilon`` on cells ``0 .. K - 1``.  Cell ``K`` always equals the public ``G`` and is
+  released without noise, which is what the paper's constraint ``Hc[K] = G`` amounts to.
+
+Everything after the noise (isotonic regression, projection, rounding, variance estimates) is
+post-processing.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream.count_of_counts.histograms import (
+    LevelHistograms,
+    isotonic_l1,
+    isotonic_l2,
+    largest_remainder_round,
+    project_to_simplex,
+)
+from dpstream.noise import double_geometric_noise, laplace_noise
+
+__all__ = ["METHODS", "LevelEstimate", "estimate_level", "estimate_max_size"]
+
+METHODS = ("hc", "hg", "naive")
+ISOTONIC = ("l1", "l2")
+#: Dense K-length rows handled at once by the naive and Hc methods (bounds memory to ~ this * 40 bytes).
+CHUNK_CELLS = 4_000_000
+
+
+@dataclass(frozen=True)
+class LevelEstimate:
+    """Estimated histograms of one level and the variance of each estimated group's size.
+
+    ``variance[r]`` belongs to every group of row ``r`` of ``histograms`` (Section 5.1).
+    """
+
+    histograms: LevelHistograms
+    variance: np.ndarray
+
+
+def estimate_level(
+    truth: LevelHistograms,
+    *,
+    method: str,
+    epsilon: float,
+    rng: np.random.Generator,
+    max_size: int | None = None,
+    isotonic: str | None = None,
+    progress: str | None = None,
+) -> LevelEstimate:
+    """Run ``method`` ("hc", "hg" or "naive") on every region of a level with budget ``epsilon``.
+
+    ``max_size`` is the public bound ``K`` (needed by "hc" and "naive"); ``isotonic`` is
+    "l1" or "l2" (default: "l1" for "hc", the paper's choice, and "l2" for "hg").  With
+    ``progress`` (a label), a progress bar over the regions goes to stderr.  The estimate
+    of every region is integral, non-negative and has the region's ``G`` groups.
+
+    >>> truth = LevelHistograms.from_groups(np.zeros(5), np.array([1, 1, 2, 3, 3]), 1)
+    >>> est = estimate_level(truth, method="hc", epsilon=1e6, rng=np.random.default_rng(0), max_size=5)
+    >>> est.histograms.size.tolist(), est.histograms.count.tolist()
+    ([1, 2, 3], [2, 1, 2])
+    """
+    method = check_choice(method, "method", METHODS)
+    epsilon = check_epsilon(epsilon)
+    if isotonic is None:
+        isotonic = "l2" if method == "hg" else "l1"
+    isotonic = check_choice(isotonic, "isotonic", ISOTONIC)
+    if method == "hg":
+        return _estimate_hg(truth, epsilon, rng, isotonic)
+    if max_size is None:
+        raise ValueError(f"method {method!r} needs the public maximum group size max_size (K), got None.")
+    max_size = check_positive_int(max_size, "max_size")
+    if method == "hc":
+        return _estimate_hc(truth, epsilon, rng, max_size, isotonic, progress)
+    return _estimate_naive(truth, epsilon, rng, max_size, progress)
+
+
+def _chunks(n_nodes: int, width: int, progress: str | None) -> Iterator[tuple[int, int]]:
+    """Consecutive blocks of regions whose dense rows of ``width`` cells fit in :data:`CHUNK_CELLS`."""
+    step = max(1, CHUNK_CELLS // width)
+    with tqdm(total=n_nodes, desc=progress, unit="region", file=sys.stderr, disable=progress is None, leave=False) as bar:
+        for lo in range(0, n_nodes, step):
+            yield lo, min(n_nodes, lo + step)
+            bar.update(min(n_nodes, lo + step) - lo)
+
+
+def _dense_rows(truth: LevelHistograms, lo: int, hi: int, max_size: int) -> np.ndarray:
+    """``H'`` of regions ``lo .. hi - 1`` as rows of length ``max_size + 1`` (sizes capped at K)."""
+    a, b = np.searchsorted(truth.node, [lo, hi])
+    cells = (truth.node[a:b] - lo) * (max_size + 1) + np.minimum(truth.size[a:b], max_size)
+    flat = np.bincount(cells, weights=truth.count[a:b], minlength=(hi - lo) * (max_size + 1))
+    return flat.astype(np.int64).reshape(hi - lo, max_size + 1)
+
+
+def _sparse_rows(rows: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    node, size = np.nonzero(rows)
+    return node + lo, size.astype(np.int64), rows[node, size]
+
+
+def _finish(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_nodes: int, factor: float) -> LevelEstimate:
+    node, size, count = (np.concatenate(column) if column else np.zeros(0, np.int64) for column in zip(*parts))
+    histograms = LevelHistograms.from_sorted(node, size, count, n_nodes)
+    return LevelEstimate(histograms, factor / histograms.count)
+
+
+def _estimate_hc(
+    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, isotonic: str, progress: str | None
+) -> LevelEstimate:
+    groups = truth.groups()
+    parts = []
+    for lo, hi in _chunks(truth.n_nodes, max_size, progress):
+        cumulative = np.cumsum(_dense_rows(truth, lo, hi, max_size), axis=1)[:, :max_size]
+        noisy = cumulative + double_geometric_noise(rng, 1.0 / epsilon, cumulative.shape)
+        bounds = groups[lo:hi]
+        if isotonic == "l1":
+            starts = np.arange(hi - lo, dtype=np.int64) * max_size
+            fitted = isotonic_l1(noisy.ravel(), 0, bounds, starts=starts).reshape(noisy.shape)
+        else:
+            fitted = np.stack([isotonic_l2(row, 0, bound) for row, bound in zip(noisy, bounds)])
+            fitted = np.rint(fitted).astype(np.int64)
+        cumulative = np.concatenate((fitted, bounds[:, None]), axis=1)
+        parts.append(_sparse_rows(np.diff(cumulative, axis=1, prepend=0), lo))
+    # Section 5.1.2: Var(H[j]) ~ 2 * 2 / eps^2, shared by the groups estimated to have size j
+    return _finish(parts, truth.n_nodes, 4.0 / epsilon**2)
+
+
+def _estimate_naive(
+    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, progress: str | None
+) -> LevelEstimate:
+    groups = truth.groups()
+    parts = []
+    for lo, hi in _chunks(truth.n_nodes, max_size + 1, progress):
+        dense = _dense_rows(truth, lo, hi, max_size)
+        noisy = dense + double_geometric_noise(rng, 2.0 / epsilon, dense.shape)
+        projected = project_to_simplex(noisy, groups[lo:hi])
+        parts.append(_sparse_rows(largest_remainder_round(projected, groups[lo:hi]), lo))
+    # Not in the paper (Section 5.1 covers Hg and Hc): each cell carries noise of variance
+    # ~ 2 (2 / eps)^2 = 8 / eps^2, shared by the groups estimated to have that size.
+    return _finish(parts, truth.n_nodes, 8.0 / epsilon**2)
+
+
+def _estimate_hg(truth: LevelHistograms, epsilon: float, rng: np.random.Generator, isotonic: str) -> LevelEstimate:
+    groups = truth.groups()
+    starts = np.concatenate(([0], np.cumsum(groups)[:-1]))
+    noisy = np.repeat(truth.size, truth.count) + double_geometric_noise(rng, 1.0 / epsilon, int(groups.sum()))
+    if isotonic == "l1":
+        upper = np.maximum(np.maximum.reduceat(noisy, starts[groups > 0]), 0) if noisy.size else np.zeros(0)
+        fitted = isotonic_l1(noisy, 0, upper, starts=starts[groups > 0])
+    else:
+        fitted = np.empty(noisy.size, dtype=np.int64)
+        for start, size in zip(starts[groups > 0], groups[groups > 0]):
+            fitted[start : start + size] = np.rint(isotonic_l2(noisy[start : start + size], 0.0))
+    node = np.repeat(np.arange(truth.n_nodes), groups)
+    histograms = LevelHistograms.from_sorted(node, fitted, np.ones(fitted.size, dtype=np.int64), truth.n_nodes)
+    # Section 5.1.1: 2 / (|S_i| eps^2), S_i the run of equal estimated sizes containing group i
+    return LevelEstimate(histograms, 2.0 / (epsilon**2 * histograms.count))
+
+
+def estimate_max_size(largest_group: int, epsilon: float, rng: np.random.Generator) -> int:
+    """A public bound ``K`` from a tiny budget (the footnote of Section 4.3).
+
+    ``K = X + Lap(1/epsilon) + 5 sqrt(2) / epsilon`` (rounded up, at least 1) for ``X`` the size
+    of the largest group, which has sensitivity 1; ``Pr[K >= X] > 0.9995``.
+
+    Privacy
+    -------
+    epsilon-DP at the entity level (one entity moves ``X`` by at most one).  It composes
+    sequentially with the release that uses ``K``.
+
+    >>> estimate_max_size(10_000, 1e-4, np.random.default_rng(0)) > 10_000
+    True
+    """
+    epsilon = check_epsilon(epsilon, "max_size_epsilon")
+    noisy = largest_group + float(laplace_noise(rng, 1.0 / epsilon, 1)[0]) + 5.0 * math.sqrt(2.0) / epsilon
+    return max(1, math.ceil(noisy))

@@ -1,0 +1,244 @@
+"""Hierarchical count-of-counts (``dpstream.count_of_counts``): Problem 1's four desiderata,
+Algorithm 2's optimality, Eq. 5-6, the error metric, the inputs and the mechanisms' contracts.
+
+Reference solvers share no code with the implementation: the matching is checked against
+``scipy.optimize.linear_sum_assignment`` on the full |size difference| cost matrix, and the
+earth-mover's distance against ``scipy.stats.wasserstein_distance`` (which is the per-group
+transport cost, so it is multiplied by the number of groups).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+from scipy.stats import wasserstein_distance
+
+from dpstream.count_of_counts import (
+    BottomUpCountOfCounts,
+    CountOfCountsData,
+    LevelHistograms,
+    TopDownCountOfCounts,
+    emd_per_region,
+    housing_data,
+    level_errors,
+    match_groups,
+    match_level,
+    merge_estimates,
+    omniscient_error,
+    read_tables,
+    taxi_data,
+    write_tables,
+)
+
+
+def random_data(rng: np.random.Generator) -> CountOfCountsData:
+    """A random hierarchy of 1-4 levels with random fan-outs, empty leaves, zero-size and huge groups."""
+    depth = int(rng.integers(1, 5))
+    paths = [("root",)]
+    for level in range(1, depth):
+        paths = [path + (f"{path[-1]}.{child}",) for path in paths for child in range(int(rng.integers(1, 4)))]
+    sizes = {}
+    for path in paths:
+        if rng.random() < 0.8:
+            n = int(rng.integers(0, 60))
+            values = rng.geometric(rng.uniform(0.1, 0.9), n) - (rng.random(n) < 0.1)
+            values[rng.random(n) < 0.02] = rng.integers(50, 500)
+            sizes[path[-1]] = values
+    return CountOfCountsData.from_leaf_sizes(paths, sizes)
+
+
+def assert_desiderata(data: CountOfCountsData, release) -> None:
+    """Problem 1: integral, non-negative, G groups per region, children sum to their parent."""
+    tree = data.tree
+    assert len(release.levels) == tree.levels
+    for level, hist in enumerate(release.levels):
+        assert hist.count.dtype.kind == "i" and hist.size.dtype.kind == "i"
+        assert np.all(hist.count > 0) and np.all(hist.size >= 0)
+        assert np.array_equal(hist.groups(), data.groups(level))
+        if level:
+            summed = hist.aggregate(tree.parents[level], tree.size(level - 1))
+            parent = release.levels[level - 1]
+            for column in ("node", "size", "count"):
+                assert np.array_equal(getattr(summed, column), getattr(parent, column))
+
+
+MECHANISMS = [
+    lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=300, seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=0.3, methods="hg", seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=2.0, methods="naive", max_size=80, seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=300, isotonic="l2", merge="average", seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=0.5, methods="hg", isotonic="l1", max_size_epsilon=0.1, seed=seed),
+    lambda seed: BottomUpCountOfCounts(epsilon=1.0, max_size=300, seed=seed),
+    lambda seed: BottomUpCountOfCounts(epsilon=1.0, method="hg", seed=seed),
+]
+
+
+@pytest.mark.parametrize("make", MECHANISMS)
+def test_every_release_meets_the_four_desiderata(make):
+    rng = np.random.default_rng(20)
+    for trial in range(12):
+        data = random_data(rng)
+        assert_desiderata(data, make(trial).release(data))
+
+
+def test_mixed_methods_per_level_and_the_generators():
+    rng = np.random.default_rng(21)
+    data = housing_data(5000, n_states=3, n_counties=8, seed=rng)
+    release = TopDownCountOfCounts(epsilon=1.0, methods=("hg", "hc", "naive"), max_size=20_000, seed=1).release(data)
+    assert_desiderata(data, release)
+    taxis = taxi_data(30, seed=2)
+    assert_desiderata(taxis, TopDownCountOfCounts(epsilon=1.0, max_size=5000, seed=3).release(taxis))
+    with pytest.raises(ValueError, match="one per level"):
+        TopDownCountOfCounts(epsilon=1.0, methods=("hg", "hc"), max_size=10).release(data)
+
+
+def test_with_no_noise_the_release_is_the_truth():
+    data = random_data(np.random.default_rng(22))
+    for mechanism in (TopDownCountOfCounts(epsilon=1e9, max_size=10_000, seed=0),
+                      TopDownCountOfCounts(epsilon=1e9, methods="hg", seed=0),
+                      BottomUpCountOfCounts(epsilon=1e9, max_size=10_000, seed=0)):
+        assert level_errors(data, mechanism.release(data)) == [0.0] * data.tree.levels
+
+
+def test_same_seed_same_release():
+    data = random_data(np.random.default_rng(23))
+    one = TopDownCountOfCounts(epsilon=1.0, max_size=500, seed=9).release(data)
+    two = TopDownCountOfCounts(epsilon=1.0, max_size=500, seed=9).release(data)
+    assert one.rows() == two.rows()
+
+
+def test_algorithm_2_finds_a_least_cost_matching():
+    rng = np.random.default_rng(24)
+    for _ in range(300):
+        n_children = int(rng.integers(1, 5))
+        children = [np.sort(rng.integers(0, 6, int(rng.integers(0, 7)))) for _ in range(n_children)]
+        total = sum(child.size for child in children)
+        parent = rng.integers(0, 8, total)
+        child, index = match_groups(parent, children)
+        # a perfect matching: every child group used once
+        pairs = sorted(zip(child.tolist(), index.tolist()))
+        assert pairs == sorted((c, i) for c, kid in enumerate(children) for i in range(kid.size))
+        if total == 0:
+            continue
+        matched = np.array([children[c][i] for c, i in zip(child, index)])
+        cost = np.abs(np.sort(parent) - matched).sum()
+        flat = np.concatenate(children)
+        rows, cols = linear_sum_assignment(np.abs(parent[:, None] - flat[None, :]))
+        assert cost == np.abs(parent[rows] - flat[cols]).sum()
+
+
+def test_algorithm_2_splits_ties_in_proportion():
+    # line 15: 30 parent groups of size 1 against 200 + 100 + 100 children groups of size 1
+    children = [np.ones(200, int), np.ones(100, int), np.ones(100, int)]
+    child, _ = match_groups(np.r_[np.ones(300, int), np.full(100, 2)], children)
+    first = np.bincount(child[:300], minlength=3)
+    assert np.all(np.abs(first - np.array([150, 75, 75])) <= 1)
+    cut = np.bincount(child[:30], minlength=3)
+    assert np.all(np.abs(cut - np.array([15, 7.5, 7.5])) <= 1)
+
+
+def test_match_level_handles_many_parents_at_once():
+    kids = LevelHistograms.from_groups(np.array([0, 0, 1, 2, 2]), np.array([3, 1, 2, 9, 4]), 3)
+    order = match_level(kids, np.array([0, 0, 1]))
+    groups = np.repeat(kids.size, kids.count)
+    # parent 0 owns children 0 and 1 (3 groups), parent 1 owns child 2 (2 groups)
+    assert groups[order].tolist() == [1, 2, 3, 4, 9]
+
+
+def test_merge_is_inverse_variance_weighting():
+    rng = np.random.default_rng(25)
+    a, b = rng.normal(10, 3, 50), rng.normal(10, 3, 50)
+    va, vb = rng.uniform(0.1, 5, 50), rng.uniform(0.1, 5, 50)
+    merged, variance = merge_estimates(a, va, b, vb)
+    assert np.allclose(merged, (a / va + b / vb) / (1 / va + 1 / vb))  # Eq. 5
+    assert np.allclose(variance, 1 / (1 / va + 1 / vb))  # Eq. 6
+    assert np.all(variance <= np.minimum(va, vb))
+    plain, _ = merge_estimates(a, va, b, vb, "average")
+    assert np.allclose(plain, (a + b) / 2)
+    with pytest.raises(ValueError, match="merge"):
+        merge_estimates(a, va, b, vb, "median")
+
+
+def test_emd_is_the_transport_cost():
+    rng = np.random.default_rng(26)
+    for _ in range(50):
+        n = int(rng.integers(1, 40))
+        x, y = rng.integers(0, 30, n), rng.integers(0, 30, n)
+        a = LevelHistograms.from_groups(np.zeros(n), x, 2)
+        b = LevelHistograms.from_groups(np.zeros(n), y, 2)
+        emd = emd_per_region(a, b)
+        assert emd[1] == 0
+        assert emd[0] == pytest.approx(n * wasserstein_distance(x, y))
+        assert emd[0] == np.abs(np.sort(x) - np.sort(y)).sum()  # Lemma 1: L1 of Hg
+
+
+def test_omniscient_reference_formula():
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b")], {"a": [1, 1, 3], "b": [2]})
+    # root: 3 distinct sizes; leaves: 2 and 1 on average 1.5; epsilon/(L+1) = 0.5
+    assert omniscient_error(data, 1.0) == pytest.approx([3 * math.sqrt(2) / 0.5, 1.5 * math.sqrt(2) / 0.5])
+
+
+@pytest.mark.parametrize("parquet", [False, True])
+def test_tables_round_trip(tmp_path, parquet):
+    data = housing_data(3000, n_states=2, n_counties=5, seed=4)
+    write_tables(data, tmp_path, parquet=parquet)
+    suffix = "parquet" if parquet else "csv"
+    back = read_tables(*(tmp_path / f"{name}.{suffix}" for name in ("entities", "groups", "hierarchy")))
+    for level in range(3):
+        for column in ("node", "size", "count"):
+            assert np.array_equal(getattr(back.truth(level), column), getattr(data.truth(level), column))
+
+
+def test_tables_with_string_ids_and_empty_groups(tmp_path):
+    (tmp_path / "h.csv").write_text("region_id,level0,level1\nx,top,x\ny,top,y\n")
+    (tmp_path / "g.csv").write_text("group_id,region_id\ng1,x\ng2,x\ng3,y\n")
+    (tmp_path / "e.csv").write_text("entity_id,group_id\np1,g1\np2,g1\np3,g3\n")
+    data = read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h.csv")
+    assert data.truth(0).size.tolist() == [0, 1, 2] and data.groups(1).tolist() == [2, 1]
+    (tmp_path / "e.csv").write_text("entity_id,group_id\np1,g1\np1,g3\n")
+    with pytest.raises(ValueError, match="entity_id more than once"):
+        read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h.csv")
+    (tmp_path / "e.csv").write_text("entity_id,group_id\np1,g9\n")
+    with pytest.raises(ValueError, match="g9"):
+        read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h.csv")
+    (tmp_path / "g2.csv").write_text("group_id,region_id\ng1,z\n")
+    with pytest.raises(ValueError, match="'z'"):
+        read_tables(tmp_path / "e.csv", tmp_path / "g2.csv", tmp_path / "h.csv")
+    (tmp_path / "h2.csv").write_text("region_id,level1\nx,x\n")
+    with pytest.raises(ValueError, match="level0"):
+        read_tables(tmp_path / "e.csv", tmp_path / "g.csv", tmp_path / "h2.csv")
+    with pytest.raises(ValueError, match="does not exist"):
+        read_tables(tmp_path / "none.csv", tmp_path / "g.csv", tmp_path / "h.csv")
+
+
+def test_bad_hierarchies_and_inputs():
+    with pytest.raises(ValueError, match="single root"):
+        CountOfCountsData.from_leaf_sizes([("a", "x"), ("b", "y")], {})
+    with pytest.raises(ValueError, match="two parents"):
+        CountOfCountsData.from_leaf_sizes([("r", "a", "x"), ("r", "b", "x")], {})
+    with pytest.raises(ValueError, match="not leaves"):
+        CountOfCountsData.from_leaf_sizes([("r", "a")], {"q": [1]})
+    with pytest.raises(ValueError, match=">= 0"):
+        CountOfCountsData.from_leaf_sizes([("r", "a")], {"a": [1, -1]})
+    with pytest.raises(ValueError, match="integers"):
+        CountOfCountsData.from_leaf_sizes([("r", "a")], {"a": [1.5]})
+    with pytest.raises(ValueError, match="max_size"):
+        TopDownCountOfCounts(epsilon=1.0).release(CountOfCountsData.from_leaf_sizes([("r", "a")], {"a": [1]}))
+    with pytest.raises(ValueError, match="epsilon"):
+        TopDownCountOfCounts(epsilon=-1.0)
+    with pytest.raises(ValueError, match="method"):
+        TopDownCountOfCounts(epsilon=1.0, methods="hx")
+
+
+def test_privacy_guarantees():
+    top = TopDownCountOfCounts(epsilon=0.9, max_size=10).privacy(3)
+    assert (top.epsilon, top.delta) == (0.9, 0.0) and "0.3 per level" in top.composition
+    assert "entity" in top.neighbours
+    estimated = TopDownCountOfCounts(epsilon=0.9, max_size_epsilon=0.01).privacy(3)
+    assert estimated.epsilon == pytest.approx(0.91) and "estimate K" in estimated.composition
+    assert TopDownCountOfCounts(epsilon=0.9, methods="hg", max_size_epsilon=0.01).privacy().epsilon == 0.9
+    bottom = BottomUpCountOfCounts(epsilon=1.0, max_size=10).privacy()
+    assert bottom.epsilon == 1.0 and "leaves" in bottom.composition

@@ -1,0 +1,80 @@
+"""``dpstream count-of-counts`` and ``dpstream evaluate-count-of-counts``."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpstream.cli import cli
+from dpstream.count_of_counts import TopDownCountOfCounts, housing_data, write_tables
+
+
+@pytest.fixture
+def tables(tmp_path):
+    data = housing_data(2000, n_states=3, n_counties=7, seed=5)
+    paths = write_tables(data, tmp_path / "in")
+    return data, [str(path) for path in paths]
+
+
+def run(args):
+    return CliRunner().invoke(cli, args)
+
+
+def test_release_matches_the_library_and_is_consistent(tables, tmp_path):
+    data, (entities, groups, hierarchy) = tables
+    out = tmp_path / "out.csv"
+    args = ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
+            "--epsilon", "1", "--max-size", "20000", "--seed", "3", "-o", str(out)]
+    result = run(args)
+    assert result.exit_code == 0, result.output
+    assert "1-DP" in result.output and "entity level" in result.output
+    with open(out, newline="") as handle:
+        rows = [(r["region"], int(r["level"]), int(r["size"]), int(r["count"])) for r in csv.DictReader(handle)]
+    expected = TopDownCountOfCounts(epsilon=1.0, max_size=20_000, seed=3).release(data).rows()
+    assert rows == expected
+    # every level holds all groups
+    for level in range(3):
+        assert sum(count for _, lv, _, count in rows if lv == level) == data.n_groups
+    again = run(args)
+    assert again.exit_code != 0 and "--force" in again.output
+    assert run(args + ["--force", "--method", "hg,hc,hc"]).exit_code == 0
+
+
+def test_release_errors(tables, tmp_path):
+    _, (entities, groups, hierarchy) = tables
+    base = ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy, "--epsilon", "1"]
+    result = run(base + ["-o", entities, "--force"])
+    assert result.exit_code != 0 and "input table" in result.output
+    result = run(base + ["--method", "hx", "-o", str(tmp_path / "o.csv")])
+    assert result.exit_code != 0 and "hx" in result.output
+    result = run(["count-of-counts", "--entities", str(tmp_path / "missing.csv"), "--groups", groups,
+                  "--hierarchy", hierarchy, "--epsilon", "1", "-o", str(tmp_path / "o.csv")])
+    assert result.exit_code != 0 and "does not exist" in result.output
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_release_without_max_size_spends_the_estimate(tables, tmp_path):
+    _, (entities, groups, hierarchy) = tables
+    result = run(["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
+                  "--epsilon", "1", "--max-size-epsilon", "0.01", "--seed", "1", "-o", str(tmp_path / "o.csv")])
+    assert result.exit_code == 0, result.output
+    assert "1.01-DP" in result.output
+
+
+def test_evaluate_writes_tables_and_plot(tables, tmp_path):
+    _, (entities, groups, hierarchy) = tables
+    out = tmp_path / "results"
+    result = run(["evaluate-count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
+                  "--strategies", "hc,hc-average,hg,bu", "--runs", "2", "--max-size", "20000", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "count-of-counts-tables.json").read_text())["summary"]
+    strategies = {row["strategy"] for row in summary}
+    assert strategies == {"hc", "hc-average", "hg", "bu", "omniscient"}
+    assert all(np.isfinite(row["emd_mean"]) and row["emd_mean"] >= 0 for row in summary)
+    assert (out / "count-of-counts-tables-levels.png").stat().st_size > 1000
+    result = run(["evaluate-count-of-counts", "--strategies", "nope", "--out", str(out)])
+    assert result.exit_code != 0 and "nope" in result.output
