@@ -47,7 +47,7 @@ def test_mechanism_1_truncates_at_tau_and_scales_the_tree_to_tau():
     out = pak.release(stream)
     tau = pak.threshold
     assert 0 < tau <= 500 and out.size == 4000
-    counter = pak._counter
+    counter = pak._stream
     assert counter.threshold == tau and counter.noise_scale == tau * 12 / 2.0
     # outputs minus their noise are the truncated values (zero-noise check through the tree's own noise)
     noise = np.diff(np.concatenate(([0.0], np.cumsum(out)))) - np.minimum(stream[2000:], tau)

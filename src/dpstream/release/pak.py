@@ -35,10 +35,10 @@ from dpstream._checks import (
     check_epsilon,
     check_positive_int,
     check_probability,
-    check_stream_values,
 )
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.perturber import EVENT_LEVEL
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds.smooth_sensitivity import (
@@ -88,7 +88,7 @@ def cap_threshold(theta: float, upper_bound: float, *, capped: bool = True) -> f
     return float(theta)
 
 
-class PAK:
+class PAK(HoldOutRelease):
     """Continual release of a stream's running sum under (epsilon, delta)-DP (PAK, Mechanism 1).
 
     Parameters
@@ -168,20 +168,9 @@ class PAK:
         pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
                        noise=self.noise)  # validates the threshold's parameters now, not after the hold-out
         self._rng = make_rng(seed)
-        self._held = np.empty(self.hold)
-        self._position = 0
-        self._counter: BinaryTreeCounter | None = None
+        self._start_hold_out()
         self.raw_threshold: float | None = None
         self.held_sum: float | None = None
-
-    @property
-    def threshold(self) -> float | None:
-        """tau as used (after the cap), once the hold-out is complete."""
-        return None if self._counter is None else self._counter.threshold
-
-    @property
-    def position(self) -> int:
-        return self._position
 
     def privacy(self) -> PrivacyGuarantee:
         """(epsilon, delta) for any split: eps1 + eps2 on the hold-out, eps on the rest, in parallel."""
@@ -205,27 +194,15 @@ class PAK:
         tau = cap_threshold(self.raw_threshold, self.upper_bound, capped=self.capped)
         truncated_sum = float(np.minimum(self._held, tau).sum())
         self.held_sum = truncated_sum + float(self._rng.laplace(0.0, tau / self.sum_epsilon))
-        self._counter = BinaryTreeCounter(threshold=tau, epsilon=self.epsilon, length=self.length, seed=self._rng)
-        self._held = np.empty(0)
+        self._stream = BinaryTreeCounter(threshold=tau, epsilon=self.epsilon, length=self.length, seed=self._rng)
 
     def release(self, values: object) -> np.ndarray:
         """Consume a batch; return the increments of the noisy running sum after the hold-out.
 
-        ``held_sum + cumsum(outputs)`` is PAK's released ``c^(sigma, i)`` for ``i > m``.
+        ``held_sum + cumsum(outputs)`` is PAK's released ``c^(sigma, i)`` for ``i > m``; the
+        threshold tau (after the cap) is :attr:`threshold`.
         """
-        values = check_stream_values(values, self.upper_bound, clip=self.clip, offset=self._position)
-        start = 0
-        if self._counter is None:
-            start = min(values.size, self.hold - self._position)
-            self._held[self._position : self._position + start] = values[:start]
-            self._position += start
-            if self._position < self.hold:
-                return np.empty(0)
-            self._choose_threshold()
-        assert self._counter is not None
-        rest = np.minimum(values[start:], self._counter.threshold)
-        self._position += rest.size
-        return self._counter._release(rest)
+        return super().release(values)
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; None while it is held out."""

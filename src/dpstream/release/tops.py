@@ -21,6 +21,7 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream.privacy import PrivacyGuarantee
+from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.perturber import EVENT_LEVEL, HierarchicalPerturber, PerturberState
 from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
@@ -48,7 +49,7 @@ class ToPSState:
     rng_state: dict
 
 
-class ToPS:
+class ToPS(HoldOutRelease):
     """Continual release of a real-valued stream under epsilon-DP (ToPS).
 
     Parameters
@@ -149,21 +150,9 @@ class ToPS:
         probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, seed=self._rng)
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
-        self._perturber: HierarchicalPerturber | None = None
-        self._held = np.empty(self.hold, dtype=np.float64)
-        self._position = 0
+        self._start_hold_out()
 
     # -- what the release has chosen, and its state ---------------------------------------
-
-    @property
-    def threshold(self) -> float | None:
-        """theta, once the hold-out is complete (None before)."""
-        return None if self._perturber is None else self._perturber.threshold
-
-    @property
-    def position(self) -> int:
-        """Number of values consumed so far (held or released)."""
-        return self._position
 
     @property
     def state(self) -> ToPSState:
@@ -171,9 +160,9 @@ class ToPS:
         return copy.deepcopy(
             ToPSState(
                 position=self._position,
-                held=None if self._perturber is not None else self._held[: self._position],
+                held=None if self._stream is not None else self._held[: self._position],
                 threshold=self.threshold,
-                perturber=None if self._perturber is None else self._perturber.state,
+                perturber=None if self._stream is None else self._stream.state,
                 rng_state=self._rng.bit_generator.state,
             )
         )
@@ -205,29 +194,7 @@ class ToPS:
             c=self.c,
             step=self.threshold_step,
         )
-        self._perturber = HierarchicalPerturber(threshold=theta, **self._perturber_args, seed=self._rng)
-        self._held = np.empty(0)  # the hold-out is no longer needed
-
-    def release(self, values: object) -> np.ndarray:
-        """Consume a batch of values; return the values released for it (vectorized).
-
-        On a fresh object, the result holds positions ``hold, hold + 1, ...`` of the stream.
-        Later calls continue the stream.  Values must be finite and in [0, B] (or clipped when
-        ``clip=True``); an error names the first bad position and leaves the stream unchanged.
-        """
-        values = check_stream_values(values, self.upper_bound, clip=self.clip, offset=self._position)
-        start = 0
-        if self._perturber is None:
-            start = min(values.size, self.hold - self._position)
-            self._held[self._position : self._position + start] = values[:start]
-            self._position += start
-            if self._position < self.hold:
-                return np.empty(0)
-            self._choose_threshold()
-        assert self._perturber is not None
-        rest = np.minimum(values[start:], self._perturber.threshold)
-        self._position += rest.size
-        return self._perturber._release(rest)
+        self._stream = HierarchicalPerturber(threshold=theta, **self._perturber_args, seed=self._rng)
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
@@ -235,7 +202,7 @@ class ToPS:
             value = self._coerce(value)
         if not 0.0 <= value <= self.upper_bound:
             value = self._out_of_range(value)
-        perturber = self._perturber
+        perturber = self._stream
         if perturber is None:
             self._held[self._position] = value
             self._position += 1

@@ -1,0 +1,72 @@
+"""The shape every threshold-then-release pipeline shares (ToPS, PAK).
+
+The first ``hold`` values of the stream choose a threshold and are not released one by one;
+every later value is truncated at the threshold and handed to a stream mechanism (ToPS's
+hierarchical perturber, PAK's binary tree).  The two phases read disjoint positions of the
+stream, so their budgets compose in parallel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from dpstream._checks import check_stream_values
+
+__all__ = ["HoldOutRelease"]
+
+
+class HoldOutRelease(ABC):
+    """Hold out the first ``hold`` values to choose theta; release the rest truncated at theta.
+
+    A subclass sets ``upper_bound``, ``hold`` and ``clip``, calls :meth:`_start_hold_out`, and
+    implements :meth:`_choose_threshold`, which reads ``self._held`` and sets ``self._stream``:
+    the mechanism for the later values (it has ``threshold`` and ``_release(values)``, which
+    takes values already checked and truncated).
+    """
+
+    upper_bound: float
+    hold: int
+    clip: bool
+
+    def _start_hold_out(self) -> None:
+        self._held = np.empty(self.hold, dtype=np.float64)
+        self._position = 0
+        self._stream: Any = None
+
+    @abstractmethod
+    def _choose_threshold(self) -> None:
+        """Choose theta from ``self._held`` and set ``self._stream``."""
+
+    @property
+    def threshold(self) -> float | None:
+        """theta, once the hold-out is complete (None before)."""
+        return None if self._stream is None else self._stream.threshold
+
+    @property
+    def position(self) -> int:
+        """Number of values consumed so far (held or released)."""
+        return self._position
+
+    def release(self, values: object) -> np.ndarray:
+        """Consume a batch of values; return the values released for it (vectorized).
+
+        On a fresh object, the result holds positions ``hold, hold + 1, ...`` of the stream.
+        Later calls continue the stream.  Values must be finite and in [0, B] (or clipped when
+        ``clip=True``); an error names the first bad position and leaves the stream unchanged.
+        """
+        values = check_stream_values(values, self.upper_bound, clip=self.clip, offset=self._position)
+        start = 0
+        if self._stream is None:
+            start = min(values.size, self.hold - self._position)
+            self._held[self._position : self._position + start] = values[:start]
+            self._position += start
+            if self._position < self.hold:
+                return np.empty(0)
+            self._choose_threshold()
+            self._held = np.empty(0)  # the hold-out is no longer needed
+        rest = np.minimum(values[start:], self._stream.threshold)
+        self._position += rest.size
+        return self._stream._release(rest)
