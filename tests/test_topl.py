@@ -255,3 +255,10 @@ def test_cli_topl_demo_plots_and_refuses_to_overwrite(tmp_path):
     assert "released 450,061 values" in result.output
     again = runner.invoke(cli, args)
     assert again.exit_code != 0 and "--force" in again.output
+
+
+def test_guarantees_are_stated_as_local_dp():
+    for guarantee in (ToPL(1.0, 100.0, threshold_epsilon=0.5).privacy(), HybridMechanism(epsilon=2.0).privacy(),
+                      SquareWave(epsilon=0.5).privacy()):
+        assert guarantee.local and "-LDP" in str(guarantee) and guarantee.delta == 0
+    assert str(ToPL(1.0, 100.0, threshold_epsilon=0.5).privacy()).startswith("1-LDP")

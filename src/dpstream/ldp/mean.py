@@ -71,7 +71,7 @@ def check_unit_values(values: object, low: float = -1.0, high: float = 1.0, name
 
 def _privacy(name: str, epsilon: float) -> PrivacyGuarantee:
     return PrivacyGuarantee(epsilon=epsilon, delta=0.0, neighbours=LOCAL_REPORT,
-                            composition=f"{name}: one randomized report per value, no composition")
+                            composition=f"{name}: one randomized report per value, no composition", local=True)
 
 
 @dataclass(frozen=True)

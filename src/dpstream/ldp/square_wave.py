@@ -95,7 +95,7 @@ class SquareWave:
     def privacy(self) -> PrivacyGuarantee:
         """epsilon-LDP per report."""
         return PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=LOCAL_REPORT,
-                                composition="SW: one randomized report per value, no composition")
+                                composition="SW: one randomized report per value, no composition", local=True)
 
 
 def _ramp_integral(x: np.ndarray, width: float) -> np.ndarray:

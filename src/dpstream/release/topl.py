@@ -253,6 +253,7 @@ def _guarantee(epsilon: float, threshold_epsilon: float, hold: int) -> PrivacyGu
             f"later value one Hybrid-mechanism report ({epsilon:g}-LDP); disjoint values, one report each, so "
             "nothing composes; theta and the released stream are post-processing"
         ),
+        local=True,
     )
 
 
