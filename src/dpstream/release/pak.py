@@ -277,8 +277,9 @@ def optimize_pak(
         raise ValueError(f"n must be an integer > m + 1 = {m + 1} (the stream is longer than the hold-out), got {n!r}.")
     delta = check_probability(delta, "delta", open_low=True)
     beta = check_probability(beta, "beta", open_low=True)
-    log_term = math.log2(n - m) ** 1.5
-    alpha_bt = log_term * upper_bound * math.sqrt(8.0 * math.log(1.0 / beta)) / epsilon
+    log_term = math.log2(n - m) ** 1.5  # PAK's tree covers the n - m values after the hold-out
+    # the plain binary tree it is compared with covers all n values (Eq. 3)
+    alpha_bt = math.log2(n) ** 1.5 * upper_bound * math.sqrt(8.0 * math.log(1.0 / beta)) / epsilon
     penalty = 10.0 * alpha_bt
     sorted_values = np.sort(values)
     names = ("lt", "Lap", "out", "rt")
