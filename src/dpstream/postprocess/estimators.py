@@ -302,7 +302,7 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     np.maximum(counts, 0.0, out=counts)
     flat = converged & ~step
     if flat.any():
-        mu[flat] = _leave_kink(counts, flat, excess, log_p, weight, form)
+        mu[flat] = _leave_kink(counts, flat, excess, mu, y, log_p, weight, form)
     sums = counts.sum(axis=1)
     return Estimate(
         counts=counts,
@@ -313,23 +313,40 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     )
 
 
-def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, log_p: np.ndarray, weight: float,
-                form: str) -> np.ndarray:
-    """Rows where every count sits at a kink (its noisy value or 0) and the sum is off by at
-    most ``tolerance * n``: the optimum moves one count off its kink, the one whose
-    subdifferential ends first in the needed direction, and ``mu`` is that end.  Updates
-    ``counts`` in place and returns the rows' multipliers."""
-    r = counts[flat]
+def _subdifferential(counts: np.ndarray, noisy: np.ndarray, log_p: np.ndarray, weight: float,
+                     form: str) -> tuple[np.ndarray, np.ndarray]:
+    """Ends ``[low, high]`` of ``partial f_l(r_l)`` plus the normal cone of ``r >= 0``.
+
+    ``f_l(r) = weight |r - r~_l| + G(r) - r ln P_l``: the one-sided slopes are
+    ``G'(r) - ln P_l -+ weight``, the sign of each set by the side of ``r~_l`` that ``r`` lies on
+    (both at ``r = r~_l``).  At ``r = 0`` the cone makes ``low = -inf``; where ``P_l = 0``,
+    ``high = +inf``.
+    """
     with np.errstate(divide="ignore", invalid="ignore"):
-        smooth = _g_slope(r, form) - log_p[flat]
-    lower = np.where(r > 0, smooth - weight, -np.inf)      # lowering is possible only above 0
-    upper = np.where(np.isfinite(smooth), smooth + weight, np.inf)
-    surplus = excess[flat] > 0
-    index = np.where(surplus, np.argmax(lower, axis=1), np.argmin(upper, axis=1))
+        smooth = _g_slope(counts, form) - log_p
+    low = np.where(counts > noisy, smooth + weight, smooth - weight)
+    high = np.where(counts < noisy, smooth - weight, smooth + weight)
+    return np.where(counts > 0, low, -np.inf), high
+
+
+def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, mu: np.ndarray, noisy: np.ndarray,
+                log_p: np.ndarray, weight: float, form: str) -> np.ndarray:
+    """Rows where every count sits at a kink (its noisy value or 0) and the sum is off by at
+    most ``tolerance * n``.  A surplus moves down the count whose subdifferential starts
+    highest, a deficit moves up the one whose subdifferential ends lowest; then ``mu`` is
+    clipped into the intersection of every count's subdifferential (a row with no excess keeps
+    its ``mu`` when that already lies in it).  Updates ``counts`` in place and returns the rows'
+    multipliers."""
+    r, y, lp, e = counts[flat], noisy[flat], log_p[flat], excess[flat]
+    low, high = _subdifferential(r, y, lp, weight, form)
+    index = np.where(e > 0, np.argmax(low, axis=1), np.argmin(high, axis=1))
     rows = np.arange(r.shape[0])
-    r[rows, index] = np.maximum(r[rows, index] - excess[flat], 0.0)
+    r[rows, index] = np.maximum(r[rows, index] - e, 0.0)
     counts[flat] = r
-    return np.where(surplus, lower[rows, index], upper[rows, index])
+    low, high = _subdifferential(r, y, lp, weight, form)
+    start, end = low.max(axis=1), high.min(axis=1)
+    # An empty intersection (only by rounding): the midpoint minimises the residual.
+    return np.where(start <= end, np.clip(mu[flat], start, np.maximum(start, end)), 0.5 * (start + end))
 
 
 def kkt_residual(counts: np.ndarray, noisy: np.ndarray, marginals: np.ndarray, multipliers: np.ndarray,
@@ -340,13 +357,12 @@ def kkt_residual(counts: np.ndarray, noisy: np.ndarray, marginals: np.ndarray, m
     convex, so these conditions are also sufficient.
     """
     weight = 1.0 / laplace_scale(epsilon)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        smooth = _g_slope(counts, form) - np.log(marginals)
-    y = np.asarray(noisy, dtype=np.float64)
-    low = np.where(counts > y, smooth + weight, smooth - weight)
-    high = np.where(counts < y, smooth - weight, smooth + weight)
+    counts = np.asarray(counts, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        log_p = np.log(np.asarray(marginals, dtype=np.float64))
+    low, high = _subdifferential(counts, np.asarray(noisy, dtype=np.float64), log_p, weight, form)
     mu = np.asarray(multipliers, dtype=np.float64)[:, None]
-    distance = np.where(counts > 0, np.maximum(low - mu, 0.0), 0.0) + np.maximum(mu - high, 0.0)
+    distance = np.maximum(low - mu, 0.0) + np.maximum(mu - high, 0.0)
     distance = np.where(np.isfinite(distance), distance, np.where(counts > 0, np.inf, 0.0))
     return float(distance.max())
 
