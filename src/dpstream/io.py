@@ -158,19 +158,29 @@ def read_values(path: str | os.PathLike[str], column: str | None = None) -> np.n
 def read_matrix(path: str, what: str) -> np.ndarray:
     """A CSV of numbers (optional header row, no index column) as a 2-D float array.
 
-    Errors name the file, the line and the offending text.
+    The first non-blank line is a header only if every field is a name (starts with a letter
+    or an underscore, as in :func:`iter_values`); a numeric header such as ``0,1,2`` cannot
+    be told apart from data and is read as data.  Errors name the file, the line and the
+    offending text.  ``-`` reads stdin and leaves it open.
     """
     rows: list[list[float]] = []
-    with open_input(path) as handle:
+    handle = open_input(path)
+    try:
+        header_allowed = True
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             fields = _split(line.strip())
             if not all(_is_number(field) for field in fields):
-                if not rows and number == 1:
-                    continue  # a header row
-                bad = next(field for field in fields if not _is_number(field))
-                raise InputError(f"{what} {path!r} line {number}: {bad!r} is not a number.")
+                if header_allowed and all(_NAME.match(field) for field in fields):
+                    header_allowed = False
+                    continue
+                wrong = [field for field in fields if not _is_number(field)]
+                # On the first line, a field that is neither a number nor a name is the culprit.
+                bad = next((field for field in wrong if not (header_allowed and _NAME.match(field))), wrong[0])
+                hint = " (a header line must hold only names)" if header_allowed else ""
+                raise InputError(f"{what} {path!r} line {number}: {bad!r} is not a number{hint}.")
+            header_allowed = False
             values = [float(field) for field in fields]
             if rows and len(values) != len(rows[0]):
                 raise InputError(
@@ -179,6 +189,9 @@ def read_matrix(path: str, what: str) -> np.ndarray:
             if not all(np.isfinite(values)):
                 raise InputError(f"{what} {path!r} line {number} holds a non-finite number: {line.strip()!r}.")
             rows.append(values)
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
     if not rows:
         raise InputError(f"{what} {path!r} holds no numbers.")
     return np.array(rows)

@@ -16,7 +16,34 @@ import numpy as np
 from dpstream._checks import check_epsilon
 from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
 from dpstream.io import read_matrix
-from dpstream.postprocess import FORMS, METHODS, PRIORS, check_transition, postprocess, round_counts
+from dpstream.postprocess import (
+    COUNT_SENSITIVITY,
+    FORMS,
+    METHODS,
+    PRIORS,
+    check_transition,
+    laplace_scale,
+    postprocess,
+    round_counts,
+)
+
+#: A MAP answer whose KKT residual exceeds this is reported as not solved.
+KKT_WARNING = 1e-6
+#: ``--users`` is doubted when the mean ``|sum(noisy row) - n|`` exceeds this many standard
+#: deviations of a row sum's noise.
+USERS_WARNING_SDS = 10.0
+
+
+def _users_mismatch(noisy: np.ndarray, users: int, epsilon: float, sensitivity: float) -> str | None:
+    """A warning when the noisy row sums sit far from ``users``: the sum of ``m`` cells of
+    ``Lap(b)`` noise has standard deviation ``sqrt(m) sqrt(2) b``, ``b = sensitivity / epsilon``."""
+    sd = np.sqrt(noisy.shape[1]) * np.sqrt(2.0) * laplace_scale(epsilon, sensitivity)
+    gap = float(np.mean(np.abs(noisy.sum(axis=1) - users)))
+    if gap <= USERS_WARNING_SDS * sd:
+        return None
+    return (f"warning: the noisy rows sum to {float(noisy.sum(axis=1).mean()):.6g} on average, {gap / sd:.0f} noise "
+            f"standard deviations from --users {users}; check --users, --epsilon and --sensitivity.")
+
 
 def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
     """Write ``matrix`` as CSV to a temporary file beside ``path`` and rename it at the end."""
@@ -36,6 +63,9 @@ def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
               help="Public transition matrix: CSV, m x m, row = from, column = to, rows sum to 1.")
 @click.option("--users", type=int, required=True, help="Public number n of users (every step's total).")
 @click.option("--epsilon", type=float, required=True, help="Per-step budget the counts were released with.")
+@click.option("--sensitivity", type=float, default=COUNT_SENSITIVITY, show_default=True,
+              help="The L1 sensitivity the counts were released with; noise Lap(sensitivity/epsilon) per cell: "
+              "2 when neighbours move one user, 1 for add/remove-one-user.")
 @click.option("--method", type=click.Choice(METHODS), default="map", show_default=True,
               help="map: with the Markov prior (Cao et al.); mle: without it (Lee et al.).")
 @click.option("--prior", type=click.Choice(PRIORS), default="frequency", show_default=True,
@@ -46,12 +76,13 @@ def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
               help="Where the post-processed counts go (CSV, same shape as NOISY.csv).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def postprocess_command(noisy_path: str, transition_path: str, users: int, epsilon: float, method: str,
-                        prior: str, form: str, integer: bool, output_path: str, force: bool) -> None:
+def postprocess_command(noisy_path: str, transition_path: str, users: int, epsilon: float, sensitivity: float,
+                        method: str, prior: str, form: str, integer: bool, output_path: str, force: bool) -> None:
     """Post-process noisy location counts (T rows x m columns, no index column).
 
-    Uses only the released counts and public knowledge (the transition matrix, n, epsilon), so
-    the output keeps the release's privacy guarantee and spends nothing more.
+    MAP assumes the counts carry Lap(sensitivity/epsilon) noise in every cell.  Uses only the
+    released counts and public knowledge (the transition matrix, n, epsilon, the sensitivity),
+    so the output keeps the release's privacy guarantee and spends nothing more.
     """
     output = Path(output_path)
     for source in (noisy_path, transition_path):
@@ -65,12 +96,20 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
             f"the transition matrix is {transition.shape[0]} x {transition.shape[0]} but {noisy_path!r} "
             f"has {noisy.shape[1]} columns (one per location)."
         )
-    estimate = postprocess(noisy, transition, users=users, epsilon=epsilon, method=method, prior=prior, form=form)
+    estimate = postprocess(noisy, transition, users=users, epsilon=epsilon, method=method, prior=prior, form=form,
+                           sensitivity=sensitivity)
+    mismatch = _users_mismatch(noisy, users, epsilon, sensitivity)
+    if mismatch:
+        say(mismatch)
     counts = round_counts(estimate.counts, users) if integer else estimate.counts
     _write_matrix(output, counts, integer)
     residual = "L1 optimality gap" if method == "mle" else "KKT residual"
     say(f"{method} ({prior if method == 'map' else 'no'} prior): {noisy.shape[0]} steps x {noisy.shape[1]} locations; "
         f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {output}")
+    if method == "map" and (estimate.unconverged or estimate.kkt_residual > KKT_WARNING):
+        say(f"warning: {estimate.unconverged} of {noisy.shape[0]} steps did not converge within the iteration limit "
+            f"and the KKT residual is {estimate.kkt_residual:.2e} (accepted: {KKT_WARNING:g}); {output} is not the "
+            "exact MAP estimate.")
 
 
 @cli.command("evaluate-postprocess")

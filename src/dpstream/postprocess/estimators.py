@@ -6,7 +6,9 @@ Given the noisy counts ``R~`` (``T x m``), the number of users ``n`` and the mar
     ``f_t(r) = c * sum_l |r_l - r~_l|  +  sum_l [ G(r_l) - r_l ln P^t_l ]``
     subject to ``sum_l r_l = n`` and ``r >= 0``,
 
-with ``c = 1 / lambda = epsilon / Delta`` (Eq. 6) and ``G(r) = ln r!`` from the multinomial
+with ``c = 1 / lambda = epsilon / Delta`` (Eq. 6): the likelihood assumes noise
+``Lap(Delta / epsilon)`` in every cell, ``Delta = sensitivity`` (default 2, one user moving to
+another location; 1 for add/remove-one-user neighbours), and ``G(r) = ln r!`` from the multinomial
 prior of Eq. 8 (the constant ``ln n!`` dropped).  ``form="exact"`` uses ``G = lnGamma(r + 1)``,
 which is strictly convex; ``form="stirling"`` uses the paper's Stirling form (Eqs. 9-10),
 ``G(r) = ln(2 pi r)/2 + r ln(r / e)``.  Taken literally that function tends to ``-infinity`` as
@@ -40,9 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, gammaln, lambertw
 
-from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream._checks import check_choice, check_positive_int
 from dpstream.postprocess.markov import check_transition, propagate
-from dpstream.postprocess.mechanism import laplace_scale
+from dpstream.postprocess.mechanism import COUNT_SENSITIVITY, laplace_scale
 
 __all__ = [
     "FORMS",
@@ -87,6 +89,10 @@ class Estimate:
         Largest ``|sum_l r_l - n|`` over the steps.
     iterations : int
         Outer iterations of the multiplier search (0 for the MLE).
+    unconverged : int
+        MAP: steps still open when the iteration limit was reached (their counts are the
+        best bracket interpolation and their ``kkt_residual`` shows how far off they are);
+        0 for the MLE.
     """
 
     counts: np.ndarray
@@ -94,6 +100,7 @@ class Estimate:
     kkt_residual: float
     sum_residual: float
     iterations: int
+    unconverged: int = 0
 
 
 # -- input checks ----------------------------------------------------------------------------
@@ -222,8 +229,10 @@ def _response(mu: np.ndarray, log_p: np.ndarray, y_plus: np.ndarray, slope_y: np
 
 
 def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, form: str = "exact",
-              tolerance: float = 1e-10) -> Estimate:
+              tolerance: float = 1e-10, sensitivity: float = COUNT_SENSITIVITY) -> Estimate:
     """MAP estimate (Section 5.3) for given marginals ``P^t`` (``T x m``); see the module docstring.
+
+    The likelihood assumes the counts were released with ``Lap(sensitivity / epsilon)`` per cell.
 
     ``tolerance`` is the accepted ``|sum_l r_l - n| / n`` before the last correction step,
     which then puts every row sum at ``n`` to rounding.
@@ -235,7 +244,7 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     y = _check_noisy(noisy)
     p = _check_marginals(marginals, y.shape)
     n = check_positive_int(users, "users")
-    weight = 1.0 / laplace_scale(epsilon)
+    weight = 1.0 / laplace_scale(epsilon, sensitivity)
     form = check_choice(form, "form", FORMS)
     steps = y.shape[0]
     with np.errstate(divide="ignore"):
@@ -256,6 +265,7 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     excess = np.zeros(steps)
     previous = np.full(steps, np.inf)
     converged = np.zeros(steps, dtype=bool)
+    closed_rows = np.zeros(steps, dtype=bool)
     active = rows.copy()
     iterations = 0
     tiny = 4 * np.finfo(float).eps
@@ -274,6 +284,7 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
         converged[active[done]] = True
         a_lo, a_hi, a_mu = lo[active], hi[active], mu[active]
         closed = ~done & (a_hi - a_lo <= tiny * np.maximum(1.0, np.abs(a_mu)))
+        closed_rows[active[closed]] = True
         total_slope = slope.sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             newton = a_mu - f / total_slope
@@ -286,7 +297,8 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     # Last correction.  Rows that met the tolerance take one Newton step in r (the counts
     # that moved absorb the tiny excess).  Rows whose bracket closed on a jump of sum r(mu)
     # (the Stirling form's linear piece) interpolate between the two sides of the jump, both
-    # of which minimise the Lagrangian at that mu.
+    # of which minimise the Lagrangian at that mu.  Rows still open at the iteration limit
+    # take the same interpolation and are counted as unconverged.
     total = slopes.sum(axis=1)
     step = converged & (total > 0)
     before = counts[step]
@@ -302,62 +314,80 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     np.maximum(counts, 0.0, out=counts)
     flat = converged & ~step
     if flat.any():
-        mu[flat] = _leave_kink(counts, flat, excess, log_p, weight, form)
+        mu[flat] = _leave_kink(counts, flat, excess, mu, y, log_p, weight, form)
     sums = counts.sum(axis=1)
     return Estimate(
         counts=counts,
         multipliers=mu,
-        kkt_residual=kkt_residual(counts, y, p, mu, epsilon=epsilon, form=form),
+        kkt_residual=kkt_residual(counts, y, p, mu, epsilon=epsilon, form=form, sensitivity=sensitivity),
         sum_residual=float(np.max(np.abs(sums - n))),
         iterations=iterations,
+        unconverged=int(np.count_nonzero(~converged & ~closed_rows)),
     )
 
 
-def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, log_p: np.ndarray, weight: float,
-                form: str) -> np.ndarray:
-    """Rows where every count sits at a kink (its noisy value or 0) and the sum is off by at
-    most ``tolerance * n``: the optimum moves one count off its kink, the one whose
-    subdifferential ends first in the needed direction, and ``mu`` is that end.  Updates
-    ``counts`` in place and returns the rows' multipliers."""
-    r = counts[flat]
+def _subdifferential(counts: np.ndarray, noisy: np.ndarray, log_p: np.ndarray, weight: float,
+                     form: str) -> tuple[np.ndarray, np.ndarray]:
+    """Ends ``[low, high]`` of ``partial f_l(r_l)`` plus the normal cone of ``r >= 0``.
+
+    ``f_l(r) = weight |r - r~_l| + G(r) - r ln P_l``: the one-sided slopes are
+    ``G'(r) - ln P_l -+ weight``, the sign of each set by the side of ``r~_l`` that ``r`` lies on
+    (both at ``r = r~_l``).  At ``r = 0`` the cone makes ``low = -inf``; where ``P_l = 0``,
+    ``high = +inf``.
+    """
     with np.errstate(divide="ignore", invalid="ignore"):
-        smooth = _g_slope(r, form) - log_p[flat]
-    lower = np.where(r > 0, smooth - weight, -np.inf)      # lowering is possible only above 0
-    upper = np.where(np.isfinite(smooth), smooth + weight, np.inf)
-    surplus = excess[flat] > 0
-    index = np.where(surplus, np.argmax(lower, axis=1), np.argmin(upper, axis=1))
+        smooth = _g_slope(counts, form) - log_p
+    low = np.where(counts > noisy, smooth + weight, smooth - weight)
+    high = np.where(counts < noisy, smooth - weight, smooth + weight)
+    return np.where(counts > 0, low, -np.inf), high
+
+
+def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, mu: np.ndarray, noisy: np.ndarray,
+                log_p: np.ndarray, weight: float, form: str) -> np.ndarray:
+    """Rows where every count sits at a kink (its noisy value or 0) and the sum is off by at
+    most ``tolerance * n``.  A surplus moves down the count whose subdifferential starts
+    highest, a deficit moves up the one whose subdifferential ends lowest; then ``mu`` is
+    clipped into the intersection of every count's subdifferential (a row with no excess keeps
+    its ``mu`` when that already lies in it).  Updates ``counts`` in place and returns the rows'
+    multipliers."""
+    r, y, lp, e = counts[flat], noisy[flat], log_p[flat], excess[flat]
+    low, high = _subdifferential(r, y, lp, weight, form)
+    index = np.where(e > 0, np.argmax(low, axis=1), np.argmin(high, axis=1))
     rows = np.arange(r.shape[0])
-    r[rows, index] = np.maximum(r[rows, index] - excess[flat], 0.0)
+    r[rows, index] = np.maximum(r[rows, index] - e, 0.0)
     counts[flat] = r
-    return np.where(surplus, lower[rows, index], upper[rows, index])
+    low, high = _subdifferential(r, y, lp, weight, form)
+    start, end = low.max(axis=1), high.min(axis=1)
+    # An empty intersection (only by rounding): the midpoint minimises the residual.
+    return np.where(start <= end, np.clip(mu[flat], start, np.maximum(start, end)), 0.5 * (start + end))
 
 
 def kkt_residual(counts: np.ndarray, noisy: np.ndarray, marginals: np.ndarray, multipliers: np.ndarray,
-                 *, epsilon: float, form: str = "exact") -> float:
+                 *, epsilon: float, form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> float:
     """Largest distance of ``mu_t`` from ``partial f_l(r_l)`` (plus the normal cone of ``r >= 0``).
 
     Zero exactly at the MAP optimum (with its sum constraint met); each step's objective is
     convex, so these conditions are also sufficient.
     """
-    weight = 1.0 / laplace_scale(epsilon)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        smooth = _g_slope(counts, form) - np.log(marginals)
-    y = np.asarray(noisy, dtype=np.float64)
-    low = np.where(counts > y, smooth + weight, smooth - weight)
-    high = np.where(counts < y, smooth - weight, smooth + weight)
+    weight = 1.0 / laplace_scale(epsilon, sensitivity)
+    counts = np.asarray(counts, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        log_p = np.log(np.asarray(marginals, dtype=np.float64))
+    low, high = _subdifferential(counts, np.asarray(noisy, dtype=np.float64), log_p, weight, form)
     mu = np.asarray(multipliers, dtype=np.float64)[:, None]
-    distance = np.where(counts > 0, np.maximum(low - mu, 0.0), 0.0) + np.maximum(mu - high, 0.0)
+    distance = np.maximum(low - mu, 0.0) + np.maximum(mu - high, 0.0)
     distance = np.where(np.isfinite(distance), distance, np.where(counts > 0, np.inf, 0.0))
     return float(distance.max())
 
 
 def map_objective(counts: object, noisy: object, marginals: object, *, epsilon: float,
-                  form: str = "exact") -> np.ndarray:
-    """Per-step objective ``f_t`` (the negative log posterior up to constants)."""
+                  form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> np.ndarray:
+    """Per-step objective ``f_t`` (the negative log posterior up to constants; noise
+    ``Lap(sensitivity / epsilon)`` per cell)."""
     r = np.asarray(counts, dtype=np.float64)
     y = np.asarray(noisy, dtype=np.float64)
     p = np.asarray(marginals, dtype=np.float64)
-    weight = 1.0 / laplace_scale(epsilon)
+    weight = 1.0 / laplace_scale(epsilon, sensitivity)
     with np.errstate(divide="ignore", invalid="ignore"):
         prior = np.where(r > 0, r * np.log(p), 0.0)
     return (weight * np.abs(r - y) + _g(r, form) - prior).sum(axis=1)
@@ -390,8 +420,9 @@ def prior_marginals(noisy: object, transition: object, prior: str = "frequency")
 
 
 def map_estimate(noisy: object, transition: object, *, users: int, epsilon: float, prior: str = "frequency",
-                 form: str = "exact") -> Estimate:
-    """MAP post-processing (Eq. 5) with the marginals of :func:`prior_marginals`.
+                 form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> Estimate:
+    """MAP post-processing (Eq. 5) with the marginals of :func:`prior_marginals`, for counts
+    released with ``Lap(sensitivity / epsilon)`` per cell.
 
     >>> est = map_estimate([[30.0, 5.0, 70.0], [40.0, 50.0, -3.0]], [[0, 0, 1], [.5, 0, .5], [0, 1, 0]],
     ...                    users=100, epsilon=0.5, prior="uniform")
@@ -399,7 +430,8 @@ def map_estimate(noisy: object, transition: object, *, users: int, epsilon: floa
     [100.0, 100.0]
     """
     y = _check_noisy(noisy)
-    return map_solve(y, prior_marginals(y, transition, prior), users=users, epsilon=epsilon, form=form)
+    return map_solve(y, prior_marginals(y, transition, prior), users=users, epsilon=epsilon, form=form,
+                     sensitivity=sensitivity)
 
 
 def mle_estimate(noisy: object, *, users: int) -> Estimate:
@@ -446,10 +478,14 @@ def round_counts(counts: object, users: int) -> np.ndarray:
 
 
 def postprocess(noisy: object, transition: object, *, users: int, epsilon: float, method: str = "map",
-                prior: str = "frequency", form: str = "exact") -> Estimate:
-    """One entry point for the CLI and the experiments: ``method`` is ``map`` or ``mle``."""
+                prior: str = "frequency", form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> Estimate:
+    """One entry point for the CLI and the experiments: ``method`` is ``map`` or ``mle``.
+
+    ``epsilon`` and ``sensitivity`` describe the release (``Lap(sensitivity / epsilon)`` per
+    cell); the MLE does not depend on them."""
     method = check_choice(method, "method", METHODS)
-    check_epsilon(epsilon)
+    laplace_scale(epsilon, sensitivity)  # validates both
     if method == "mle":
         return mle_estimate(noisy, users=users)
-    return map_estimate(noisy, transition, users=users, epsilon=epsilon, prior=prior, form=form)
+    return map_estimate(noisy, transition, users=users, epsilon=epsilon, prior=prior, form=form,
+                        sensitivity=sensitivity)

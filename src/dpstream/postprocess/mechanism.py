@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpstream._checks import check_epsilon
+from dpstream._checks import check_bound, check_epsilon
 from dpstream.noise import laplace_noise
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
@@ -16,13 +16,14 @@ __all__ = ["COUNT_SENSITIVITY", "LaplaceCounts", "laplace_scale"]
 COUNT_SENSITIVITY = 2.0
 
 
-def laplace_scale(epsilon: float) -> float:
-    """Scale ``lambda = Delta / epsilon`` of the per-step noise, with ``Delta = 2``.
+def laplace_scale(epsilon: float, sensitivity: float = COUNT_SENSITIVITY) -> float:
+    """Scale ``lambda = Delta / epsilon`` of the per-step noise; ``Delta = sensitivity``, by
+    default 2 (one user moves; 1 for add/remove-one-user neighbours).
 
-    >>> laplace_scale(0.5)
-    4.0
+    >>> laplace_scale(0.5), laplace_scale(0.5, sensitivity=1)
+    (4.0, 2.0)
     """
-    return COUNT_SENSITIVITY / check_epsilon(epsilon)
+    return check_bound(sensitivity, "sensitivity") / check_epsilon(epsilon)
 
 
 class LaplaceCounts:
