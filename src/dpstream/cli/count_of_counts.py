@@ -137,8 +137,9 @@ def evaluate_count_of_counts(dataset: str, entities: str | None, groups: str | N
              (("runs", "-runs.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", "-levels.png"))}
     refuse_overwrite(list(paths.values()), force)
     data = _load(dataset, n_groups, states, counties, seed, (entities, groups, hierarchy))
-    say(f"{data.n_groups:,} groups, largest {int(data.size.max(initial=0)):,}; regions per level "
-        f"{[data.tree.size(level) for level in range(data.tree.levels)]}")
+    # the number of groups and the regions are public; the largest group size of real tables is not
+    largest = "" if entities else f", largest {int(data.size.max(initial=0)):,}"
+    say(f"{data.n_groups:,} groups{largest}; regions per level {[data.tree.size(level) for level in range(data.tree.levels)]}")
     factories = {name: STRATEGIES[name](epsilon, max_size) for name in names}
     rows = run_comparison(data, factories, runs=runs, seed=seed, progress=say)
     summary = summarize(rows)

@@ -109,10 +109,13 @@ class CountOfCountsData:
     size: np.ndarray
 
     def __post_init__(self) -> None:
-        if self.leaf.shape != self.size.shape:
-            raise ValueError(f"leaf and size need one entry per group, got {self.leaf.shape} and {self.size.shape}.")
-        if self.size.size and self.size.min() < 0:
-            raise ValueError(f"group sizes must be >= 0, got {int(self.size.min())}.")
+        leaf, size = np.asarray(self.leaf), np.asarray(self.size)
+        if leaf.ndim != 1 or leaf.shape != size.shape:
+            raise ValueError(f"leaf and size need one entry per group (1-D), got shapes {leaf.shape} and {size.shape}.")
+        leaves = self.tree.size(self.tree.levels - 1)
+        # frozen: store the validated int64 copies (a negative leaf would index from the end)
+        object.__setattr__(self, "leaf", _group_column(leaf, "leaf", leaves, f"an integer leaf index in [0, {leaves})"))
+        object.__setattr__(self, "size", _group_column(size, "size", np.iinfo(np.int64).max, "an integer >= 0"))
 
     @classmethod
     def from_leaf_sizes(cls, paths: Sequence[Sequence[str]], sizes: Mapping[str, object]) -> CountOfCountsData:
@@ -152,6 +155,21 @@ class CountOfCountsData:
         return np.bincount(node, minlength=self.tree.size(level)).astype(np.int64)
 
 
+def _group_column(values: np.ndarray, name: str, stop: int, wanted: str) -> np.ndarray:
+    """``values`` as int64 if every entry is an integer in ``[0, stop)``; else a ValueError naming the first bad one."""
+    if values.size and not (np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)):
+        raise ValueError(f"{name} must hold integers, got dtype {values.dtype}.")
+    with np.errstate(invalid="ignore"):
+        if np.issubdtype(values.dtype, np.integer):
+            good = (values >= 0) & (values < stop)
+        else:  # floats: finite and integer-valued; 2^63 is exact in float64
+            good = (values >= 0) & (values < min(float(stop), 2.0**63)) & (values == np.floor(values))
+    if not good.all():
+        index = int(np.argmin(good))
+        raise ValueError(f"{name}[{index}] must be {wanted}, got {values[index].item()!r}.")
+    return values.astype(np.int64)
+
+
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
 
@@ -167,7 +185,13 @@ def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str
         if path.suffix in (".parquet", ".pq"):
             table = pq.read_table(path)
         else:
-            table = pa_csv.read_csv(path)
+            with pa_csv.open_csv(path) as reader:
+                names = reader.schema.names
+            # every column is an id or a name: read it as written ("06" and "6" stay apart), and
+            # only an empty field counts as missing (a region may be called "NA")
+            convert = pa_csv.ConvertOptions(column_types={name: pa.string() for name in names},
+                                            strings_can_be_null=True, null_values=[""])
+            table = pa_csv.read_csv(path, convert_options=convert)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
         raise InputError(f"cannot read the {what} table {str(path)!r}: {error}") from None
     missing = [name for name in columns or () if name not in table.column_names]
@@ -190,7 +214,13 @@ def read_tables(
     entities: str | os.PathLike[str], groups: str | os.PathLike[str], hierarchy: str | os.PathLike[str]
 ) -> CountOfCountsData:
     """Read Entities(entity_id, group_id), Groups(group_id, region_id) and
-    Hierarchy(region_id, level0, ..., levelL) from CSV or Parquet (by file extension)."""
+    Hierarchy(region_id, level0, ..., levelL) from CSV or Parquet (by file extension).
+
+    CSV columns are read as text, so ids and region names are compared, and region names
+    released, exactly as written: ``06`` and ``6`` are different regions and ``06001`` keeps its
+    leading zero.  Only an empty field counts as missing.  Parquet columns keep their stored
+    types; an id that is an integer in one table and not in the other is compared as text.
+    """
     hier = _read(hierarchy, ["region_id", "level0"], "Hierarchy")
     levels = sorted((int(m.group(1)), name) for name in hier.column_names if (m := re.fullmatch(r"level(\d+)", name)))
     if [number for number, _ in levels] != list(range(len(levels))):

@@ -40,7 +40,7 @@ from dpstream.count_of_counts.histograms import (
     largest_remainder_round,
     project_to_simplex,
 )
-from dpstream.noise import double_geometric_noise, laplace_noise
+from dpstream.noise import double_geometric_noise
 
 __all__ = ["METHODS", "LevelEstimate", "estimate_level", "estimate_max_size"]
 
@@ -182,8 +182,14 @@ def _estimate_hg(truth: LevelHistograms, epsilon: float, rng: np.random.Generato
 def estimate_max_size(largest_group: int, epsilon: float, rng: np.random.Generator) -> int:
     """A public bound ``K`` from a tiny budget (the footnote of Section 4.3).
 
-    ``K = X + Lap(1/epsilon) + 5 sqrt(2) / epsilon`` (rounded up, at least 1) for ``X`` the size
-    of the largest group, which has sensitivity 1; ``Pr[K >= X] > 0.9995``.
+    ``K = max(1, X + N + ceil(5 sqrt(2) / epsilon))`` for ``X`` the size of the largest group,
+    which has sensitivity 1, and ``N ~ DGeom(1/epsilon)``: the footnote's ``Lap(1/epsilon)`` is
+    replaced by its integer counterpart, the geometric mechanism the paper uses throughout
+    (Section 3.2) to avoid floating-point Laplace noise, so ``K`` is computed exactly in integers.
+    The margin keeps the footnote's guarantee ``Pr[K >= X] > 0.9995``: with
+    ``a = exp(-epsilon)`` and ``m`` the margin, ``Pr[N < -m] = a^(m+1) / (1 + a)
+    <= exp(-5 sqrt 2) e^-epsilon / (1 + e^-epsilon) < exp(-5 sqrt 2) / 2 < 4.3e-4``
+    for every ``epsilon > 0`` (the Laplace bound of the footnote is the same ``exp(-5 sqrt 2) / 2``).
 
     Privacy
     -------
@@ -194,5 +200,5 @@ def estimate_max_size(largest_group: int, epsilon: float, rng: np.random.Generat
     True
     """
     epsilon = check_epsilon(epsilon, "max_size_epsilon")
-    noisy = largest_group + float(laplace_noise(rng, 1.0 / epsilon, 1)[0]) + 5.0 * math.sqrt(2.0) / epsilon
-    return max(1, math.ceil(noisy))
+    noise = int(double_geometric_noise(rng, 1.0 / epsilon, 1)[0])
+    return max(1, int(largest_group) + noise + math.ceil(5.0 * math.sqrt(2.0) / epsilon))

@@ -177,12 +177,7 @@ def isotonic_l1(
         # +1 where the entry prefers mid (y <= mid), -1 where it prefers mid + 1
         step = np.where(data <= np.repeat(mid, lengths), 1, -1)
         prefix = np.cumsum(step) - step  # sum of the entries before each position, globally
-        total = data.size + 1
-        local = np.arange(data.size) - np.repeat(offsets, lengths)
-        key = prefix * total + (total - 1 - local)  # largest prefix, then earliest position
-        best = np.maximum.reduceat(key, offsets)
-        best_local = total - 1 - np.mod(best, total)
-        best_value = (best - (total - 1 - best_local)) // total
+        best_value, best_local = _first_max(prefix, offsets, lengths)
         end_value = np.add.reduceat(step, offsets) + prefix[offsets]
         split = starts + np.where(end_value > best_value, lengths, best_local)
         active = ~done
@@ -193,6 +188,21 @@ def isotonic_l1(
         order = np.argsort(starts, kind="stable")
         starts, ends, lo, hi = starts[order], ends_new[order], lo[order], hi[order]
     return result
+
+
+def _first_max(values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The largest value of every consecutive segment and its first position within the segment.
+
+    Two reductions and a comparison, with no arithmetic on ``values``, so nothing can overflow
+    whatever the number of entries.
+
+    >>> [a.tolist() for a in _first_max(np.array([1, 3, 3, 2, 5]), np.array([0, 3]), np.array([3, 2]))]
+    [[3, 5], [1, 1]]
+    """
+    best = np.maximum.reduceat(values, offsets)
+    local = np.arange(values.size) - np.repeat(offsets, lengths)
+    at_best = values == np.repeat(best, lengths)
+    return best, np.minimum.reduceat(np.where(at_best, local, values.size), offsets)
 
 
 def project_to_simplex(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:

@@ -14,7 +14,14 @@ import math
 
 import numpy as np
 
-__all__ = ["double_geometric_noise", "double_geometric_pmf", "double_geometric_variance"]
+__all__ = ["MAX_SCALE", "double_geometric_noise", "double_geometric_pmf", "double_geometric_variance"]
+
+#: Largest scale :func:`double_geometric_noise` accepts (``epsilon / Delta >= 1e-15``).  numpy's
+#: geometric sampler saturates at the int64 maximum ``2^63 - 1`` (a draw exceeds ``t`` with
+#: probability about ``exp(-t / scale)``): at scale ``1e18`` one draw in ten thousand would
+#: saturate and silently distort the noise, at ``1e15`` a draw exceeds ``2^62`` with
+#: probability ``exp(-4600)``.
+MAX_SCALE = 1e15
 
 
 def _ratio(scale: float) -> float:
@@ -27,13 +34,19 @@ def double_geometric_noise(rng: np.random.Generator, scale: float, size: int | t
     """Independent ``DGeom(scale)`` samples as int64.
 
     Sampled exactly as the difference of two independent geometric variables with success
-    probability ``1 - exp(-1/scale)`` (their difference has the double-geometric law).
+    probability ``1 - exp(-1/scale)`` (their difference has the double-geometric law).  Scales
+    above :data:`MAX_SCALE` (an absurdly small ``epsilon``) raise ValueError.
 
     >>> noise = double_geometric_noise(np.random.default_rng(0), 2.0, 100_000)
     >>> noise.dtype == np.int64, bool(abs(noise.var() - double_geometric_variance(2.0)) < 0.2)
     (True, True)
     """
     _ratio(scale)  # validates the scale
+    if scale > MAX_SCALE:
+        raise ValueError(
+            f"double-geometric scale must be at most {MAX_SCALE:g} (epsilon / sensitivity >= {1 / MAX_SCALE:g}), "
+            f"got {scale!r} (epsilon / sensitivity = {1 / scale:.3g}); numpy's int64 geometric sampler would overflow."
+        )
     success = -math.expm1(-1.0 / scale)  # 1 - exp(-1/scale), accurate for large scales
     if success >= 1.0:  # scale so small that the noise is 0 with probability 1 in float64
         return np.zeros(size, dtype=np.int64)
