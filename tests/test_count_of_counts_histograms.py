@@ -9,6 +9,9 @@ solutions need not be unique), with tolerances set by the solvers' accuracy.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 from scipy.optimize import linprog, minimize
@@ -16,6 +19,7 @@ from scipy.optimize import linprog, minimize
 from dpstream.count_of_counts.estimators import estimate_level, estimate_max_size
 from dpstream.count_of_counts.histograms import (
     LevelHistograms,
+    _first_max,
     from_cumulative,
     isotonic_l1,
     isotonic_l2,
@@ -26,6 +30,8 @@ from dpstream.count_of_counts.histograms import (
     to_sparse,
     to_unattributed,
 )
+from dpstream.noise import double_geometric_pmf
+from dpstream.noise.geometric import MAX_SCALE, double_geometric_noise
 
 
 def lp_isotonic_l1(y: np.ndarray, lower: float, upper: float) -> float:
@@ -182,9 +188,102 @@ def test_estimator_errors():
 
 
 def test_estimated_max_size_covers_the_largest_group():
-    # Pr[K < X] = Pr[Lap(1/eps) < -5 sqrt(2)/eps] = exp(-5 sqrt 2)/2 ~ 4e-4; 200 draws fail all-cover with prob < 0.09,
+    # Pr[K < X] < exp(-5 sqrt 2)/2 ~ 4e-4 (double-geometric noise, see estimate_max_size); 200 draws fail all-cover with prob < 0.09,
     # so assert the (binomial) count of misses instead: P(misses >= 4) < 1e-6.
     rng = np.random.default_rng(7)
     bounds = [estimate_max_size(1000, 0.01, rng) for _ in range(200)]
     assert sum(bound < 1000 for bound in bounds) < 4
     assert all(isinstance(bound, int) and bound >= 1 for bound in bounds)
+
+
+def _reference(values, starts):
+    bounds = list(starts) + [len(values)]
+    segments = [values[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [int(s.max()) for s in segments], [int(np.argmax(s)) for s in segments]  # argmax: first maximiser
+
+
+def test_first_max_is_exact_at_the_extremes_of_int64():
+    # The former key prefix * (n + 1) + position needed |prefix| * n < 2^63, i.e. n below about
+    # 3e9 entries.  Values of magnitude 2^62 stand in for such prefixes: any key arithmetic wraps.
+    big = 2**62
+    values = np.array([-big, big, big - 1, big, 7, -big, -big, 0, big - 1, big - 1], dtype=np.int64)
+    starts = np.array([0, 4, 5, 8])
+    lengths = np.diff(np.append(starts, values.size))
+    best, first = _first_max(values, starts, lengths)
+    assert (best.tolist(), first.tolist()) == _reference(values, starts)
+    assert best.tolist() == [big, 7, 0, big - 1] and first.tolist() == [1, 0, 2, 0]
+
+
+def test_first_max_matches_the_per_segment_argmax():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        lengths = rng.integers(1, 8, rng.integers(1, 6))
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        values = rng.choice(np.array([-(2**63), -3, 0, 2, 2**63 - 1], dtype=np.int64), int(lengths.sum()))
+        best, first = _first_max(values, starts, lengths)
+        assert (best.tolist(), first.tolist()) == _reference(values, starts)
+
+
+def test_isotonic_l1_stays_optimal_on_tied_split_points():
+    # short segments full of ties between split points, against every non-decreasing candidate
+    candidates = np.array(list(itertools.combinations_with_replacement(range(6), 4)))  # sorted tuples
+    rng = np.random.default_rng(8)
+    values = rng.integers(0, 6, (40, 4))
+    fitted = isotonic_l1(values.ravel(), 0, 5, starts=np.arange(0, values.size, 4)).reshape(values.shape)
+    assert np.all(np.diff(fitted, axis=1) >= 0) and fitted.min() >= 0 and fitted.max() <= 5
+    best = np.abs(candidates[None, :, :] - values[:, None, :]).sum(axis=2).min(axis=1)
+    assert np.array_equal(np.abs(fitted - values).sum(axis=1), best)
+
+
+ALPHA = 1e-9  # failure probability of each statistical assertion
+
+
+def _margin(epsilon: float) -> int:
+    return math.ceil(5.0 * math.sqrt(2.0) / epsilon)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])
+def test_estimated_max_size_is_x_plus_double_geometric_noise_plus_margin(epsilon):
+    # K - X - margin must follow DGeom(1/epsilon) (the geometric mechanism, Section 3.2), not a
+    # rounded-up Laplace variable: compare every cell's frequency with the pmf (Hoeffding bound).
+    draws = 20_000
+    rng = np.random.default_rng(11)
+    largest = 10_000
+    noise = np.array([estimate_max_size(largest, epsilon, rng) for _ in range(draws)]) - largest - _margin(epsilon)
+    cells = np.arange(-4, 5)
+    frequency = (noise[:, None] == cells).mean(axis=0)
+    tolerance = math.sqrt(math.log(2 * cells.size / ALPHA) / (2 * draws))
+    assert np.abs(frequency - double_geometric_pmf(cells, 1.0 / epsilon)).max() < tolerance
+
+
+@pytest.mark.parametrize("epsilon", [1e-6, 1e-4, 0.01, 0.1, 1.0, 5.0, 50.0])
+def test_the_margin_keeps_pr_k_at_least_x_above_0_9995(epsilon):
+    # Pr[K < X] = Pr[N < -margin] = a^(margin + 1) / (1 + a), a = exp(-epsilon)
+    a = math.exp(-epsilon)
+    miss = a ** (_margin(epsilon) + 1) / (1 + a)
+    assert miss < 5e-4
+    # the same tail summed from the pmf where it is short enough to enumerate
+    if epsilon >= 0.01:
+        k = np.arange(-(_margin(epsilon) + 1) - int(200 / epsilon), -_margin(epsilon))
+        assert float(double_geometric_pmf(k, 1.0 / epsilon).sum()) == pytest.approx(miss, rel=1e-9)
+
+
+def test_estimated_max_size_is_an_exact_integer_for_huge_groups():
+    # integer arithmetic throughout: float64 would round every K near 2^60 to a multiple of 256,
+    # so K - X would be the same for every draw.  Pr[|N| > 60] < 1e-25 at epsilon = 1.
+    largest = 2**60 + 1
+    rng = np.random.default_rng(0)
+    bounds = [estimate_max_size(largest, 1.0, rng) for _ in range(50)]
+    assert all(isinstance(bound, int) for bound in bounds)
+    residuals = {bound - largest - _margin(1.0) for bound in bounds}
+    assert residuals <= set(range(-60, 61)) and len(residuals) > 1
+
+
+def test_absurdly_small_epsilon_is_refused_not_overflowed():
+    rng = np.random.default_rng(0)
+    draws = double_geometric_noise(rng, MAX_SCALE, 1000)
+    assert draws.dtype == np.int64 and np.abs(draws).max() < 2**62
+    with pytest.raises(ValueError, match=r"scale must be at most 1e\+15.*got 1e\+19 \(epsilon / sensitivity = 1e-19\)"):
+        double_geometric_noise(rng, 1e19, 3)
+    with pytest.raises(ValueError, match="1e-17"):
+        estimate_max_size(100, 1e-17, rng)
