@@ -372,12 +372,21 @@ def _smooth_hierarchy(kind: str, capped: bool, smoother: bool, fixed_stream_epsi
     return method
 
 
-def _nm_e_hierarchy(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-    """Figure 7's NM-E: threshold budget epsilon, hierarchy FIXED_EPSILON (Recent smoother)."""
-    theta = noisy_max_threshold(scenario.held, epsilon=epsilon, stream_epsilon=FIXED_EPSILON,
-                                upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
-                                fanout=16, rng=rng)
-    return _hierarchy_release(scenario.stream, theta, FIXED_EPSILON, config, rng, True), {"threshold": theta}
+def _nm_e_hierarchy(fixed: str) -> MethodFn:
+    """NM-E + the consistent hierarchy with the Recent smoother; one budget is FIXED_EPSILON.
+
+    ``fixed="stream"``: Figure 7 (the threshold gets epsilon, the hierarchy FIXED_EPSILON).
+    ``fixed="threshold"``: Figure 6 (the threshold gets FIXED_EPSILON, the hierarchy epsilon).
+    """
+
+    def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
+        threshold_epsilon, stream_epsilon = (epsilon, FIXED_EPSILON) if fixed == "stream" else (FIXED_EPSILON, epsilon)
+        theta = noisy_max_threshold(scenario.held, epsilon=threshold_epsilon, stream_epsilon=stream_epsilon,
+                                    upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
+                                    fanout=16, rng=rng)
+        return _hierarchy_release(scenario.stream, theta, stream_epsilon, config, rng, True), {"threshold": theta}
+
+    return method
 
 
 def _oracle_percentile(p: float) -> MethodFn:
@@ -388,14 +397,6 @@ def _oracle_percentile(p: float) -> MethodFn:
         return _hierarchy_release(scenario.stream, theta, epsilon, config, rng, True), {"threshold": theta}
 
     return method
-
-
-def _nm_e_fixed(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-    """Figure 6's NM-E: threshold budget FIXED_EPSILON, the hierarchy epsilon."""
-    theta = noisy_max_threshold(scenario.held, epsilon=FIXED_EPSILON, stream_epsilon=epsilon,
-                                upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
-                                fanout=16, rng=rng)
-    return _hierarchy_release(scenario.stream, theta, epsilon, config, rng, True), {"threshold": theta}
 
 
 STUDIES.update(
@@ -418,7 +419,7 @@ STUDIES.update(
         "percentiles": (
             {
                 **{f"true-p{p:g}-ORACLE": _oracle_percentile(p) for p in ORACLE_PERCENTILES},
-                "NM-E@0.05": _nm_e_fixed,
+                "NM-E@0.05": _nm_e_hierarchy(fixed="threshold"),
                 "Base": _base,
             },
             False,
@@ -426,7 +427,7 @@ STUDIES.update(
         # Figure 7: threshold methods at eps (x-axis), hierarchy at eps 0.05, on the held-out values.
         "threshold-methods": (
             {
-                "NM-E+H16c+recent": _nm_e_hierarchy,
+                "NM-E+H16c+recent": _nm_e_hierarchy(fixed="stream"),
                 "S-PAK+H16c+recent": _smooth_hierarchy("S-PAK", True, True, True),
                 "S-PAK+H16c": _smooth_hierarchy("S-PAK", True, False, True),
                 "S-P+H16c+recent": _smooth_hierarchy("S-P", True, True, True),
