@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dpstream._checks import (
+    MIN_EPSILON,
     check_bound,
     check_choice,
     check_epsilon,
@@ -230,3 +231,9 @@ def test_make_rng_rejects_bad_seeds(seed, error):
         make_rng(seed)
     assert str(info.value).startswith("seed")
     assert repr(seed) in str(info.value)
+
+
+def test_epsilon_has_a_floor():
+    assert check_epsilon(MIN_EPSILON) == MIN_EPSILON
+    with pytest.raises(ValueError, match=r"at least 1e-12 .*got 1e-300"):
+        check_epsilon(1e-300)

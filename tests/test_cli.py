@@ -85,10 +85,33 @@ def test_release_missing_input_file(runner, tmp_path):
     assert result.exit_code != 0 and "does not exist" in result.stderr
 
 
-def test_release_short_stream_says_nothing_was_released(runner):
+def test_release_short_stream_is_an_error_and_leaves_no_file(runner, tmp_path):
     result = runner.invoke(main, ["release", "-", "-o", "-", *ARGS], input="1\n2\n")
-    assert result.exit_code == 0 and result.stdout == ""
-    assert "before the hold-out" in result.stderr
+    assert result.exit_code != 0 and result.stdout == ""
+    assert "before the hold-out" in result.stderr and "nothing was released" in result.stderr
+    source, target = tmp_path / "short.txt", tmp_path / "out.txt"
+    source.write_text("1\n2\n")
+    result = runner.invoke(main, ["release", str(source), "-o", str(target), *ARGS])
+    assert result.exit_code != 0 and not target.exists() and not list(tmp_path.glob(".*partial"))
+
+
+def test_release_names_a_missing_output_directory(runner, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("1\n2\n")
+    result = runner.invoke(main, ["release", str(source), "-o", str(tmp_path / "nodir" / "out.txt"), *ARGS])
+    assert result.exit_code != 0 and "does not exist" in result.stderr and "partial" not in result.stderr
+
+
+def test_release_reports_a_broken_gzip_file_by_name(runner, tmp_path):
+    source = tmp_path / "data.csv.gz"
+    source.write_bytes(b"not gzip at all")
+    result = runner.invoke(main, ["release", str(source), "-o", "-", *ARGS])
+    assert result.exit_code != 0 and f"{source} is not a valid gzip file" in result.stderr
+
+
+def test_plain_dpstream_prints_the_help():
+    result = subprocess.run([sys.executable, "-m", "dpstream.cli"], capture_output=True, text=True)
+    assert "Usage: " in result.stderr and "Commands:" in result.stderr and "Error" not in result.stderr
 
 
 def test_release_streams_each_value_as_it_arrives(tmp_path):
@@ -206,3 +229,12 @@ def test_huge_hold_is_a_clear_error(runner):
     result = runner.invoke(main, ["release", "-", "-o", "-", "--epsilon", "1", "--upper-bound", "10",
                                   "--hold", str(10**13)], input="1\n")
     assert result.exit_code != 0 and "memory" in result.stderr
+
+
+def test_release_with_an_absurd_budget_is_one_line(runner):
+    values = "\n".join(str(v) for v in range(1, 200)) + "\n"
+    args = ["--upper-bound", "300", "--hold", "50", "--max-range", "64"]
+    for epsilon in ("1e300", "1e-300"):
+        result = runner.invoke(main, ["release", "-", "-o", "-", "--epsilon", epsilon, *args], input=values)
+        assert result.exit_code != 0 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "epsilon" in result.stderr

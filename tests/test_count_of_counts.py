@@ -336,3 +336,10 @@ def test_integer_valued_floats_are_accepted_as_integers(two_leaves):
     data = CountOfCountsData(two_leaves, np.array([0.0, 1.0, 1.0]), np.array([2.0, 0.0, 5.0]))
     assert data.leaf.dtype == np.int64 and data.size.dtype == np.int64
     assert data.truth(1).size.tolist() == [2, 0, 5] and data.groups(1).tolist() == [1, 2]
+
+
+def test_hierarchy_errors_show_plain_names():
+    with pytest.raises(ValueError, match=r"single root region, got \['UK', 'US'\]\.$"):
+        CountOfCountsData.from_leaf_sizes([("US", "A"), ("UK", "B")], {})
+    with pytest.raises(ValueError, match=r"^region 'C' appears under two parents at level 2"):
+        CountOfCountsData.from_leaf_sizes([("US", "A", "C"), ("US", "B", "C")], {})

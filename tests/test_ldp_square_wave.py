@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dpstream.ldp import SquareWave, estimate_density
+from dpstream.ldp import HybridMechanism, SquareWave, estimate_density
 from dpstream.ldp.square_wave import _channel
 
 Z = 5.0
@@ -125,3 +125,18 @@ def test_batch_equals_loop_and_bad_inputs():
     with pytest.raises(ValueError, match="buckets must be an integer >= 2, got 1"):
         estimate_density([0.5], 1.0, buckets=1)
     assert sw.privacy().epsilon == 1.0
+
+
+@pytest.mark.parametrize("epsilon", [1e-11, 1e-8, 1e-4, 0.0099, 0.0101, 0.3])
+def test_window_is_accurate_for_small_budgets(epsilon):
+    """b = (x e^x - e^x + 1) / (2 e^x (e^x - 1 - x)) = 1/2 - x/3 + x^2/9 + O(x^3) as x -> 0."""
+    sw = SquareWave(epsilon=epsilon)
+    assert sw.b == pytest.approx(0.5 - epsilon / 3 + epsilon**2 / 9, abs=epsilon**3 + 4e-16)  # + rounding
+    assert 2 * sw.b * sw.p + sw.q == pytest.approx(1.0, rel=1e-12)  # window 2b at p, the rest (length 1) at q
+
+
+def test_local_budgets_are_capped():
+    with pytest.raises(ValueError, match="at most 30.*got 31.0"):
+        SquareWave(epsilon=31.0)
+    with pytest.raises(ValueError, match="at most 30"):
+        HybridMechanism(epsilon=100.0)

@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "MIN_EPSILON",
     "check_epsilon",
     "check_positive_int",
     "check_nonnegative_int",
@@ -31,9 +32,24 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+#: The smallest budget accepted: below it the noise scale exceeds 1e12 times the sensitivity
+#: and float64 sums of released values lose every digit of the data.
+MIN_EPSILON = 1e-12
+
+
 def check_epsilon(value: object, name: str = "epsilon") -> float:
-    """A privacy budget: a finite real number > 0."""
-    return check_bound(value, name)
+    """A privacy budget: a finite real number >= :data:`MIN_EPSILON`.
+
+    >>> check_epsilon(1e-13)
+    Traceback (most recent call last):
+    ValueError: epsilon must be at least 1e-12 (smaller budgets drown the data in float64 noise), got 1e-13.
+    """
+    value = check_bound(value, name)
+    if value < MIN_EPSILON:
+        raise ValueError(
+            f"{name} must be at least {MIN_EPSILON:g} (smaller budgets drown the data in float64 noise), got {value!r}."
+        )
+    return value
 
 
 def check_bound(value: object, name: str = "upper_bound") -> float:

@@ -12,6 +12,7 @@ import io
 import os
 import re
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -74,6 +75,8 @@ def iter_values(lines: TextIO, column: str | None = None, source: str = "input")
         yield from _parse(lines, column, source)
     except UnicodeDecodeError as error:
         raise InputError(f"{source} is not UTF-8 text ({error.reason} at byte {error.start}).") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise InputError(f"{source} is not a valid gzip file ({error}).") from None
 
 
 def _parse(lines: TextIO, column: str | None, source: str) -> Iterator[float]:

@@ -27,9 +27,14 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (ValueError, TypeError, InputError, OSError) as error:
             raise click.ClickException(str(error)) from None
+        except ArithmeticError as error:
+            raise click.ClickException(
+                f"the computation overflowed ({error}); the parameters (such as --epsilon) are outside "
+                "what floating-point arithmetic can handle."
+            ) from None
         except MemoryError:
             raise click.ClickException(
-                "not enough memory for these parameters (--hold and --max-range set what is kept in memory)."
+                "not enough memory for these parameters (they set the size of what is kept in memory)."
             ) from None
 
 
@@ -43,6 +48,9 @@ def main() -> None:
     """Entry point: every error, usage errors included, is one line on stderr."""
     try:
         cli.main(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as error:  # plain `dpstream`: the help, not an error
+        click.echo(error.ctx.get_help() if error.ctx else error.format_message(), err=True)
+        sys.exit(error.exit_code)
     except click.exceptions.Abort:
         say("Error: aborted.")
         sys.exit(1)

@@ -157,6 +157,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         if input_path != "-" and Path(input_path).exists() and target.exists() and target.samefile(input_path):
             raise click.ClickException(f"--output {output_path} is the input file; choose another output.")
         refuse_overwrite([target], force)
+        if not target.parent.is_dir():
+            raise click.ClickException(f"the directory of --output, {str(target.parent)!r}, does not exist.")
     source = open_input(input_path)
     values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
     # A file output is written next to its target and renamed at the end, so a failed release
@@ -169,8 +171,14 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             released = _release_live(releaser, values, sink, describe)
         else:
             released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
+        name = "stdin" if input_path == "-" else input_path
         if releaser.position == 0:
-            raise click.ClickException(f"{'stdin' if input_path == '-' else input_path} holds no values.")
+            raise click.ClickException(f"{name} holds no values.")
+        if releaser.threshold is None:
+            raise click.ClickException(
+                f"{name} ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} was "
+                "complete: nothing was released (lower --hold or give a longer stream)."
+            )
     except BaseException:
         if partial is not None:
             sink.close()
@@ -182,11 +190,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     if partial is not None:
         sink.close()
         partial.replace(target)
-    if releaser.threshold is None:
-        say(f"the stream ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} "
-             "was complete: nothing was released.")
-    else:
-        say(f"released {released:,} values after holding out {releaser.hold:,}.")
+    say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
 def _announce(releaser: Any, describe: Callable[[Any], str] = _describe_tops) -> None:
@@ -280,9 +284,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     epsilons = sorted({row["epsilon"] for row in rows})
     methods = list(dict.fromkeys(row["method"] for row in rows))
     cell = {(row["method"], row["epsilon"]): row["mse_mean"] for row in rows}
-    lines = ["MSE (mean over rounds)", "method".ljust(22) + "".join(f"eps={e:<10g}" for e in epsilons)]
+    width = max(len(method) for method in ["method", *methods]) + 2
+    lines = ["MSE (mean over rounds)", "method".ljust(width) + "".join(f"eps={e:<10g}" for e in epsilons)]
     for method in methods:
-        lines.append(method.ljust(22) + "".join(f"{cell[(method, e)]:<14.3g}" for e in epsilons))
+        lines.append(method.ljust(width) + "".join(f"{cell[(method, e)]:<14.3g}" for e in epsilons))
     return "\n".join(lines)
 
 

@@ -73,7 +73,7 @@ class RegionTree:
         if table.ndim != 2 or table.shape[0] == 0 or table.shape[1] == 0:
             raise ValueError(f"a hierarchy needs at least one leaf and one level, got shape {table.shape}.")
         if len(set(table[:, 0])) != 1:
-            raise ValueError(f"level0 must name a single root region, got {sorted(set(table[:, 0]))[:5]}.")
+            raise ValueError(f"level0 must name a single root region, got {sorted(map(str, set(table[:, 0])))[:5]}.")
         names: list[np.ndarray] = []
         parents: list[np.ndarray] = []
         row_node = np.zeros(table.shape[0], dtype=np.int64)
@@ -84,7 +84,7 @@ class RegionTree:
                 parent_of_unique[inverse] = row_node
                 clash = parent_of_unique[inverse] != row_node
                 if clash.any():
-                    name = table[np.flatnonzero(clash)[0], level]
+                    name = str(table[np.flatnonzero(clash)[0], level])
                     raise ValueError(f"region {name!r} appears under two parents at level {level}; names must be unique per level.")
             order = np.lexsort((unique, parent_of_unique))
             rank = np.empty_like(order)

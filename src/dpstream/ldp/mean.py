@@ -41,14 +41,30 @@ __all__ = [
     "HybridMechanism",
     "PiecewiseMechanism",
     "StochasticRounding",
+    "MAX_LOCAL_EPSILON",
+    "check_local_epsilon",
     "check_unit_values",
 ]
 
 #: Below or at this epsilon HM uses SR only (Wang et al.'s eps* ~ 0.61, as the paper states).
 HM_PM_THRESHOLD = 0.61
 
+#: Largest budget of a local randomizer.  Square Wave's window has half-width about
+#: eps e^-eps, below the float64 resolution of [0, 1] past eps ~ 35 (and e^eps overflows past
+#: 709); a report with such a budget is not meaningfully private anyway.
+MAX_LOCAL_EPSILON = 30.0
+
 #: The neighbour relation of a local randomizer (Definition 2.2).
 LOCAL_REPORT = "local: any two input values of one report (event level: one report per stream value)"
+
+
+def check_local_epsilon(value: object) -> float:
+    """The budget of a local randomizer: :func:`check_epsilon`, and at most ``MAX_LOCAL_EPSILON``."""
+    epsilon = check_epsilon(value)
+    if epsilon > MAX_LOCAL_EPSILON:
+        raise ValueError(f"epsilon of a local randomizer must be at most {MAX_LOCAL_EPSILON:g} "
+                         f"(larger budgets break the randomizers' float64 arithmetic and protect nothing), got {epsilon!r}.")
+    return epsilon
 
 
 def check_unit_values(values: object, low: float = -1.0, high: float = 1.0, name: str = "values") -> np.ndarray:
@@ -87,7 +103,7 @@ class StochasticRounding:
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", check_local_epsilon(self.epsilon))
 
     #: Uniforms consumed per value.
     draws = 1
@@ -141,7 +157,7 @@ class PiecewiseMechanism:
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", check_local_epsilon(self.epsilon))
 
     draws = 2
 
@@ -232,7 +248,7 @@ class HybridMechanism:
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", check_local_epsilon(self.epsilon))
 
     draws = 3
 

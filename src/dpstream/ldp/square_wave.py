@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpstream._checks import check_epsilon, check_positive_int
-from dpstream.ldp.mean import LOCAL_REPORT, check_unit_values
+from dpstream._checks import check_positive_int
+from dpstream.ldp.mean import LOCAL_REPORT, check_local_epsilon, check_unit_values
 from dpstream.privacy import PrivacyGuarantee
 
 __all__ = ["DensityEstimate", "SquareWave", "estimate_density"]
@@ -50,15 +50,18 @@ class SquareWave:
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", check_local_epsilon(self.epsilon))
 
     draws = 2
 
     @property
     def b(self) -> float:
         """Half-width of the high-probability window."""
-        e, x = math.exp(self.epsilon), self.epsilon
-        return (x * e - e + 1.0) / (2.0 * e * (math.expm1(x) - x))
+        # (x e^x - e^x + 1) / (2 e^x (e^x - 1 - x)), written so that small x does not cancel:
+        # with g = e^x - 1 - x the numerator is x (e^x - 1) - g.
+        x = self.epsilon
+        g = x * x / 2.0 * (1.0 + x / 3.0 * (1.0 + x / 4.0 * (1.0 + x / 5.0))) if x < 1e-2 else math.expm1(x) - x
+        return (x * math.expm1(x) - g) / (2.0 * math.exp(x) * g)
 
     @property
     def p(self) -> float:
@@ -192,7 +195,7 @@ def estimate_density(
     >>> round(float(est.frequencies.sum()), 6), int(np.argmax(est.frequencies)) in range(3, 10)
     (1.0, True)
     """
-    epsilon = check_epsilon(epsilon)
+    epsilon = check_local_epsilon(epsilon)
     buckets = check_positive_int(buckets, "buckets", minimum=2)
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     sw = SquareWave(epsilon=epsilon)
