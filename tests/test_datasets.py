@@ -70,3 +70,15 @@ def test_empty_file_is_an_error(tmp_path):
     path.write_text("value\n")
     with pytest.raises(ValueError, match="holds no values"):
         load_dataset(path)
+
+
+def test_a_dataset_file_is_checked_against_its_bound(tmp_path):
+    negative, zeros = tmp_path / "negative.txt", tmp_path / "zeros.txt"
+    negative.write_text("1\n2\n-5\n")
+    zeros.write_text("0\n0\n")
+    with pytest.raises(ValueError, match=r"position 2 must be in \[0, 2\], got -5.0\.$"):
+        load_dataset(negative)
+    with pytest.raises(ValueError, match="no positive value"):
+        load_dataset(zeros)
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\], got 2.0"):
+        load_dataset(negative, upper_bound=1.0)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpstream._checks import check_bound, check_stream_values
 from dpstream.io import read_values
 
 __all__ = ["BUILTIN", "Dataset", "load_dataset"]
@@ -57,5 +58,8 @@ def load_dataset(name_or_path: str | Path, *, upper_bound: float | None = None, 
     values = read_values(path, column=column)
     if values.size == 0:
         raise ValueError(f"dataset file {key!r} holds no values.")
-    bound = float(values.max()) if upper_bound is None else float(upper_bound)
+    if upper_bound is None and not values.max() > 0:
+        raise ValueError(f"dataset file {key!r} has no positive value to take as its bound; give the upper bound.")
+    bound = float(values.max()) if upper_bound is None else check_bound(upper_bound, "upper bound")
+    check_stream_values(values, bound, clip=None)  # no hint: experiments do not clip
     return Dataset(path.stem, values, bound, f"stream read from {key}")
