@@ -22,7 +22,10 @@ from dpstream.count_of_counts import (
 from dpstream.count_of_counts.estimators import METHODS
 from dpstream.count_of_counts.evaluation import omniscient_error, plot_level_errors, run_comparison, summarize
 
-__all__ = ["STRATEGIES"]
+__all__ = ["SEED_HELP", "STRATEGIES"]
+
+#: Help of ``--seed`` on commands whose seed sets the noise of a release (as for ``release``).
+SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
 
 def _methods(text: str) -> list[str]:
@@ -44,18 +47,22 @@ def _methods(text: str) -> list[str]:
               help="Without --max-size: budget spent to estimate K (added to --epsilon).")
 @click.option("--isotonic", type=click.Choice(["l1", "l2"]), default=None, help="Isotonic regression (default: l1 for hc, l2 for hg).")
 @click.option("--merge", type=click.Choice(["weighted", "average"]), default="weighted", show_default=True)
-@click.option("--seed", type=int, default=None, help="Seed for testing only (a seeded release is not private).")
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False), help="CSV: region, level, size, count.")
+@click.option("--seed", type=int, default=None, help=SEED_HELP)
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="CSV: region, level, size, count ('-' is stdout).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, method: str, max_size: int | None,
                     max_size_epsilon: float, isotonic: str | None, merge: str, seed: int | None, output_path: str,
                     force: bool) -> None:
     """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1)."""
-    target = Path(output_path)
-    for source in (entities, groups, hierarchy):
-        if target.exists() and Path(source).exists() and target.samefile(source):
-            raise click.ClickException(f"--output {output_path} is an input table; choose another output.")
-    refuse_overwrite([target], force)
+    target = None if output_path == "-" else Path(output_path)
+    if target is not None:
+        for source in (entities, groups, hierarchy):
+            if target.exists() and Path(source).exists() and target.samefile(source):
+                raise click.ClickException(f"--output {output_path} is an input table; choose another output.")
+        refuse_overwrite([target], force)
+        if not target.parent.is_dir():
+            raise click.ClickException(f"the directory {str(target.parent)!r} of --output does not exist.")
     mechanism = TopDownCountOfCounts(epsilon=epsilon, methods=_methods(method), max_size=max_size,
                                      max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed,
                                      progress=True)
@@ -67,15 +74,20 @@ def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, 
     region, level, size, count = zip(*release.rows()) if data.n_groups else ((), (), (), ())
     table = pa.table({"region": pa.array(region, pa.string()), "level": pa.array(level, pa.int64()),
                       "size": pa.array(size, pa.int64()), "count": pa.array(count, pa.int64())})
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        pa_csv.write_csv(table, partial)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(target)
+    if target is None:
+        buffer = pa.BufferOutputStream()
+        pa_csv.write_csv(table, buffer)
+        click.echo(buffer.getvalue().to_pybytes().decode("utf-8"), nl=False)
+    else:
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            pa_csv.write_csv(table, partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(target)
     say(f"privacy: {mechanism.privacy(data.tree.levels)}")
-    say(f"wrote {len(region):,} non-zero counts to {target}")
+    say(f"wrote {len(region):,} non-zero counts to {'stdout' if target is None else target}")
 
 
 def _hc(eps: float, k: int, **extra: Any) -> Any:
