@@ -4,9 +4,7 @@ Markov model) and ``evaluate-postprocess`` (the synthetic experiments of Cao et 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import numpy as np
 
 from dpstream._checks import check_epsilon
 from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
-from dpstream.io import read_matrix
+from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
     COUNT_SENSITIVITY,
     FORMS,
@@ -45,15 +43,46 @@ def _users_mismatch(noisy: np.ndarray, users: int, epsilon: float, sensitivity: 
             f"standard deviations from --users {users}; check --users, --epsilon and --sensitivity.")
 
 
-def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
-    """Write ``matrix`` as CSV to a temporary file beside ``path`` and rename it at the end."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
+def _header(path: str, columns: int) -> list[str] | None:
+    """The header row of names of the matrix file ``path`` (already read by ``read_matrix``), if any.
+
+    ``read_matrix`` skips a first non-blank line only when every field is a name, so a first
+    line that is not all numbers is that header.  Stdin cannot be read twice: None.
+    """
+    if path == "-":
+        return None
+    with open_input(path) as handle:
+        line = next((line.strip() for line in handle if line.strip()), "")
+    separator = "," if "," in line else "\t" if "\t" in line else None
+    fields = [field.strip().strip('"').strip("'").strip() for field in line.split(separator)]
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            np.savetxt(out, matrix, delimiter=",", fmt="%d" if integer else "%.10g")
-        os.replace(temporary, path)
+        np.array(fields, dtype=float)
+        return None  # the first line is data
+    except ValueError:
+        pass
+    if len(fields) == columns:
+        return fields
+    say(f"warning: the header of {path!r} has {len(fields)} names for {columns} columns; it is not copied.")
+    return None
+
+
+def _write_matrix(path: Path | None, matrix: np.ndarray, integer: bool, header: list[str] | None) -> None:
+    """Write ``matrix`` as CSV (under ``header``, if any) to stdout when ``path`` is None, else to
+    a temporary file beside ``path`` that is renamed at the end (it gets the usual mode, 0o666
+    less the umask)."""
+    options: dict[str, Any] = {"delimiter": ",", "fmt": "%d" if integer else "%.10g"}
+    if header is not None:
+        options.update(header=",".join(header), comments="")
+    if path is None:
+        np.savetxt(sys.stdout, matrix, **options)
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            np.savetxt(out, matrix, **options)
+        partial.replace(path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise
 
 
@@ -73,8 +102,8 @@ def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
 @click.option("--form", type=click.Choice(FORMS), default="exact", show_default=True,
               help="ln r! as log-gamma (exact) or by Stirling's formula (the paper's Eq. 10).")
 @click.option("--integer", is_flag=True, help="Round to integers keeping every row sum equal to --users.")
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="Where the post-processed counts go (CSV, same shape as NOISY.csv).")
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where the post-processed counts go (CSV, same shape and header row as NOISY.csv; '-' is stdout).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def postprocess_command(noisy_path: str, transition_path: str, users: int, epsilon: float, sensitivity: float,
                         method: str, prior: str, form: str, integer: bool, output_path: str, force: bool) -> None:
@@ -84,11 +113,14 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     released counts and public knowledge (the transition matrix, n, epsilon, the sensitivity),
     so the output keeps the release's privacy guarantee and spends nothing more.
     """
-    output = Path(output_path)
-    for source in (noisy_path, transition_path):
-        if output.exists() and Path(source).exists() and output.resolve() == Path(source).resolve():
-            raise click.ClickException(f"refusing to overwrite the input {source!r} with the output.")
-    refuse_overwrite([output], force)
+    output = None if output_path == "-" else Path(output_path)
+    if output is not None:
+        for source in (noisy_path, transition_path):
+            if output.exists() and Path(source).exists() and output.resolve() == Path(source).resolve():
+                raise click.ClickException(f"refusing to overwrite the input {source!r} with the output.")
+        refuse_overwrite([output], force)
+        if not output.parent.is_dir():
+            raise click.ClickException(f"the directory {str(output.parent)!r} of --output does not exist.")
     noisy = read_matrix(noisy_path, "noisy counts")
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
     if transition.shape[0] != noisy.shape[1]:
@@ -102,13 +134,14 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     if mismatch:
         say(mismatch)
     counts = round_counts(estimate.counts, users) if integer else estimate.counts
-    _write_matrix(output, counts, integer)
+    _write_matrix(output, counts, integer, _header(noisy_path, noisy.shape[1]))
+    where = "stdout" if output is None else output
     residual = "L1 optimality gap" if method == "mle" else "KKT residual"
     say(f"{method} ({prior if method == 'map' else 'no'} prior): {noisy.shape[0]} steps x {noisy.shape[1]} locations; "
-        f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {output}")
+        f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {where}")
     if method == "map" and (estimate.unconverged or estimate.kkt_residual > KKT_WARNING):
         say(f"warning: {estimate.unconverged} of {noisy.shape[0]} steps did not converge within the iteration limit "
-            f"and the KKT residual is {estimate.kkt_residual:.2e} (accepted: {KKT_WARNING:g}); {output} is not the "
+            f"and the KKT residual is {estimate.kkt_residual:.2e} (accepted: {KKT_WARNING:g}); {where} is not the "
             "exact MAP estimate.")
 
 
