@@ -133,3 +133,20 @@ def test_missing_output_directory_fails_before_any_work(tables, tmp_path):
 def test_seed_help_matches_release():
     text = " ".join(run(["count-of-counts", "--help"]).output.split())
     assert "anyone who knows the seed can recompute the noise. Never publish a seeded release." in text
+
+
+@pytest.mark.parametrize("option, value, named", [
+    ("--runs", "0", "--runs"),
+    ("--strategies", "hc,nope", "nope"),
+    ("--epsilon", "0", "--epsilon"),
+    ("--max-size", "0", "--max-size"),
+    ("--counties", "1", "--counties"),
+    ("--entities", "e.csv", "go together"),
+])
+def test_evaluate_checks_options_before_looking_at_the_outputs(tmp_path, option, value, named):
+    for name in ("count-of-counts-housing.csv", "count-of-counts-housing-runs.csv"):
+        (tmp_path / name).write_text("old")
+    result = run(["evaluate-count-of-counts", "--states", "2", option, value, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "exists" not in result.output
+    assert (tmp_path / "count-of-counts-housing.csv").read_text() == "old"

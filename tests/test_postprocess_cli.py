@@ -138,3 +138,35 @@ def test_missing_output_directory_fails_before_any_work(files):
     result = _postprocess(noisy_path, transition_path, tmp / "no-such-dir" / "o.csv")
     assert result.exit_code == 1 and "no-such-dir" in result.output and "does not exist" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+SMALL = ["--rounds", 1, "--steps", 20, "--users", 5, "--epsilons", 1, "--correlation-epsilons", 1]
+
+
+@pytest.mark.parametrize("option, value, named", [
+    ("--steps-grid", "10,0", "0"),
+    ("--steps-grid", "10,2.5", "2.5"),
+    ("--levels", "0.1,-1", "-1"),
+    ("--epsilons", "1,0", "0"),
+    ("--correlation-epsilons", "nan", "nan"),
+    ("--epsilon", "-1", "-1"),
+    ("--users", "0", "0"),
+    ("--rounds", "0", "0"),
+])
+def test_evaluate_postprocess_checks_every_option_before_any_work(tmp_path, option, value, named):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = _run("evaluate-postprocess", "--study", "all", *SMALL, "--steps-grid", 10, option, value, "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("Error: Invalid value for") and option in lines[-1] and named in lines[-1]
+    assert sorted(path.name for path in out.iterdir()) == ["keep.txt"]
+
+
+def test_evaluate_commands_give_the_same_exit_code_for_the_same_mistake(tmp_path):
+    (tmp_path / "postprocess-epsilon.csv").write_text("old")
+    postprocess_result = _run("evaluate-postprocess", "--study", "epsilon", "--rounds", 0, "--out", tmp_path)
+    counts_result = _run("evaluate-count-of-counts", "--runs", 0, "--out", tmp_path)
+    assert postprocess_result.exit_code == counts_result.exit_code == 2
+    assert "--rounds" in postprocess_result.output and "--runs" in counts_result.output

@@ -15,6 +15,7 @@ from dpstream._checks import check_epsilon
 from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
 from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
+    FIG3_MATRIX,
     COUNT_SENSITIVITY,
     FORMS,
     METHODS,
@@ -23,6 +24,7 @@ from dpstream.postprocess import (
     laplace_scale,
     postprocess,
     round_counts,
+    smoothed_transition,
 )
 
 #: A MAP answer whose KKT residual exceeds this is reported as not solved.
@@ -145,26 +147,63 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
             "exact MAP estimate.")
 
 
+def _epsilon(ctx: click.Context | None, param: click.Parameter | None, value: float) -> float:
+    """A budget option: finite and > 0."""
+    try:
+        return check_epsilon(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _epsilons(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
+    """``--epsilons``-style option: comma-separated budgets, each finite and > 0."""
+    return [_epsilon(ctx, param, value) for value in floats(text)]
+
+
+def _steps_grid(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
+    """``--steps-grid``: comma-separated whole numbers >= 1 (2.5 is an error, not 2)."""
+    values = floats(text)
+    bad = [value for value in values if not (value.is_integer() and value >= 1)]
+    if bad:
+        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {text!r}.")
+    return [int(value) for value in values]
+
+
+def _levels(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
+    """``--levels``: comma-separated smoothing levels s of Eq. 11, each finite and >= 0."""
+    values = floats(text)
+    try:
+        for s in values:
+            smoothed_transition(FIG3_MATRIX, s)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return values
+
+
 @cli.command("evaluate-postprocess")
 @click.option("--study", type=click.Choice(["epsilon", "steps", "correlation", "probability", "all"]),
               default="all", show_default=True, help="Fig. 4(a), Fig. 5, Fig. 6, Section 6.1 / Fig. 3(b), or all.")
 @click.option("--epsilons", default="0.02,0.05,0.1,0.2,0.4,0.6,0.8,1.0,1.2,1.4,1.6,1.8,2.0", show_default=True,
-              help="Per-step budgets of the epsilon and probability studies.")
+              callback=_epsilons, help="Per-step budgets of the epsilon and probability studies.")
 @click.option("--steps-grid", default="100,110,120,130,140,150,160,170,180,190,200,500", show_default=True,
-              help="Values of T of the steps study.")
-@click.option("--levels", default="1,0.1,0.01", show_default=True, help="Smoothing levels s of the correlation study.")
-@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True,
+              callback=_steps_grid, help="Values of T of the steps study (whole numbers).")
+@click.option("--levels", default="1,0.1,0.01", show_default=True, callback=_levels,
+              help="Smoothing levels s of the correlation study.")
+@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True, callback=_epsilons,
               help="Budgets at which the correlation study is run.")
-@click.option("--users", type=int, default=200, show_default=True)
-@click.option("--steps", type=int, default=500, show_default=True, help="T of the epsilon and correlation studies.")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Budget of the steps study.")
-@click.option("--rounds", type=int, default=50, show_default=True, help="Rounds per point (the paper: 50).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--users", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=500, show_default=True,
+              help="T of the epsilon and correlation studies.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=_epsilon,
+              help="Budget of the steps study.")
+@click.option("--rounds", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Rounds per point (the paper: 50).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the experiment.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
-def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str, correlation_epsilons: str,
-                         users: int, steps: int, epsilon: float, rounds: int, seed: int, out_dir: str,
-                         force: bool) -> None:
+def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int], levels: list[float],
+                         correlation_epsilons: list[float], users: int, steps: int, epsilon: float, rounds: int,
+                         seed: int, out_dir: str, force: bool) -> None:
     """Run the synthetic experiments of Section 6 and write CSV, JSON and PNG per study to --out.
 
     Data: n users start uniformly at the 3 locations of Fig. 3 and move by its matrix smoothed
@@ -175,12 +214,8 @@ def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str
 
     from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
 
-    if min(users, steps, rounds) < 1 or seed < 0:
-        raise click.ClickException(
-            f"--users, --steps and --rounds must be >= 1 and --seed >= 0, got {users}, {steps}, {rounds}, {seed}."
-        )
-    for value in floats(epsilons) + floats(correlation_epsilons) + [epsilon]:
-        check_epsilon(value)
+    # Every option was checked by its type or callback while the command line was parsed, so a
+    # mistake in any of them stops the command before a study runs or a file is written.
     chosen = list(STUDIES) if study == "all" else [study]
     out = Path(out_dir)
     paths = {name: {kind: out / f"postprocess-{name}{suffix}" for kind, suffix in
@@ -188,9 +223,8 @@ def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str
              for name in chosen}
     refuse_overwrite([path for group in paths.values() for path in group.values()], force)
     default_s = {"epsilon": 0.0, "steps": 0.01, "probability": 0.0}
-    plan = {name: study_settings(name, epsilons=floats(correlation_epsilons) if name == "correlation"
-                                 else floats(epsilons),
-                                 steps=[int(t) for t in floats(steps_grid)], levels=floats(levels), users=users,
+    plan = {name: study_settings(name, epsilons=correlation_epsilons if name == "correlation" else epsilons,
+                                 steps=steps_grid, levels=levels, users=users,
                                  default_steps=steps, default_epsilon=epsilon, default_s=default_s)
             for name in chosen}
     out.mkdir(parents=True, exist_ok=True)
