@@ -150,3 +150,7 @@ def test_evaluate_checks_options_before_looking_at_the_outputs(tmp_path, option,
     assert result.exit_code == 2, result.output
     assert named in result.output and "exists" not in result.output
     assert (tmp_path / "count-of-counts-housing.csv").read_text() == "old"
+
+
+def test_evaluate_seed_help_names_the_experiment():
+    assert "Seed of the experiment" in run(["evaluate-count-of-counts", "--help"]).output

@@ -170,3 +170,7 @@ def test_evaluate_commands_give_the_same_exit_code_for_the_same_mistake(tmp_path
     counts_result = _run("evaluate-count-of-counts", "--runs", 0, "--out", tmp_path)
     assert postprocess_result.exit_code == counts_result.exit_code == 2
     assert "--rounds" in postprocess_result.output and "--runs" in counts_result.output
+
+
+def test_evaluate_seed_help_names_the_experiment():
+    assert "Seed of the experiment" in _run("evaluate-postprocess", "--help").output
