@@ -56,7 +56,8 @@ def _header(path: str, columns: int) -> list[str] | None:
     with open_input(path) as handle:
         line = next((line.strip() for line in handle if line.strip()), "")
     separator = "," if "," in line else "\t" if "\t" in line else None
-    fields = [field.strip().strip('"').strip("'").strip() for field in line.split(separator)]
+    raw = [line] if separator is None else line.split(separator)  # one column: the whole line
+    fields = [field.strip().strip('"').strip("'").strip() for field in raw]
     try:
         np.array(fields, dtype=float)
         return None  # the first line is data
