@@ -103,3 +103,54 @@ def test_the_largest_group_of_real_tables_is_not_printed(tmp_path):
 def test_generated_data_still_reports_its_largest_group(tmp_path):
     output = _evaluate(["--dataset", "housing", "--n-groups", "300", "--states", "2", "--counties", "3"], tmp_path / "out")
     assert re.search(r"groups, largest [\d,]+; regions per level \[1, 2, 3\]", output)
+
+
+def test_dash_output_writes_the_csv_to_stdout(tables, tmp_path, monkeypatch):
+    data, (entities, groups, hierarchy) = tables
+    monkeypatch.chdir(tmp_path)
+    args = ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
+            "--epsilon", "1", "--max-size", "20000", "--seed", "3", "-o", "-"]
+    result = run(args)
+    assert result.exit_code == 0, result.output
+    rows = [(r["region"], int(r["level"]), int(r["size"]), int(r["count"]))
+            for r in csv.DictReader(result.stdout.splitlines())]
+    assert rows == TopDownCountOfCounts(epsilon=1.0, max_size=20_000, seed=3).release(data).rows()
+    assert "to stdout" in result.stderr and not (tmp_path / "-").exists()
+    assert run(args).exit_code == 0  # nothing was created that a second run would refuse to overwrite
+
+
+def test_missing_output_directory_fails_before_any_work(tables, tmp_path):
+    _, (entities, groups, hierarchy) = tables
+    target = tmp_path / "no-such-dir" / "o.csv"
+    result = run(["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
+                  "--epsilon", "1", "--max-size", "20000", "-o", str(target)])
+    assert result.exit_code == 1
+    assert "no-such-dir" in result.output and "does not exist" in result.output
+    assert "read " not in result.output  # the tables were not even read
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_seed_help_matches_release():
+    text = " ".join(run(["count-of-counts", "--help"]).output.split())
+    assert "anyone who knows the seed can recompute the noise. Never publish a seeded release." in text
+
+
+@pytest.mark.parametrize("option, value, named", [
+    ("--runs", "0", "--runs"),
+    ("--strategies", "hc,nope", "nope"),
+    ("--epsilon", "0", "--epsilon"),
+    ("--max-size", "0", "--max-size"),
+    ("--counties", "1", "--counties"),
+    ("--entities", "e.csv", "go together"),
+])
+def test_evaluate_checks_options_before_looking_at_the_outputs(tmp_path, option, value, named):
+    for name in ("count-of-counts-housing.csv", "count-of-counts-housing-runs.csv"):
+        (tmp_path / name).write_text("old")
+    result = run(["evaluate-count-of-counts", "--states", "2", option, value, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "exists" not in result.output
+    assert (tmp_path / "count-of-counts-housing.csv").read_text() == "old"
+
+
+def test_evaluate_seed_help_names_the_experiment():
+    assert "Seed of the experiment" in run(["evaluate-count-of-counts", "--help"]).output

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -82,3 +84,93 @@ def test_evaluate_postprocess_small(tmp_path):
     assert all(row["kkt_residual_max"] <= 1e-9 for row in summary)
     assert (tmp_path / "postprocess-epsilon.png").stat().st_size > 0
     assert (tmp_path / "postprocess-epsilon-rounds.csv").exists()
+
+
+def _postprocess(noisy_path, transition_path, out, *extra):
+    return _run("postprocess", noisy_path, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                "-o", out, *extra)
+
+
+def test_dash_output_writes_the_counts_to_stdout(files, monkeypatch):
+    tmp, noisy, noisy_path, transition_path = files
+    monkeypatch.chdir(tmp)
+    result = _postprocess(noisy_path, transition_path, "-", "--integer")
+    assert result.exit_code == 0, result.output
+    written = np.loadtxt(result.stdout.splitlines(), delimiter=",", dtype=np.int64)
+    assert written.shape == noisy.shape and np.all(written.sum(axis=1) == 50)
+    assert "wrote stdout" in result.stderr and not (tmp / "-").exists()
+    assert _postprocess(noisy_path, transition_path, "-").exit_code == 0
+
+
+@pytest.fixture()
+def umask_027():
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_output_gets_the_usual_mode(files, umask_027):
+    tmp, _, noisy_path, transition_path = files
+    result = _postprocess(noisy_path, transition_path, tmp / "out.csv")
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE((tmp / "out.csv").stat().st_mode) == 0o640  # 0o666 & ~0o027
+    assert [path.name for path in tmp.iterdir() if path.name.startswith(".")] == []
+
+
+def test_header_row_is_copied_to_the_output(files):
+    tmp, noisy, _, transition_path = files
+    named = tmp / "named.csv"
+    np.savetxt(named, noisy, delimiter=",", fmt="%.17g", header="home,work,shop", comments="")
+    result = _postprocess(named, transition_path, tmp / "out.csv")
+    assert result.exit_code == 0, result.output
+    lines = (tmp / "out.csv").read_text().splitlines()
+    assert lines[0] == "home,work,shop" and len(lines) == noisy.shape[0] + 1
+    expected = map_estimate(noisy, FIG3_MATRIX, users=50, epsilon=0.5).counts
+    np.testing.assert_allclose(np.loadtxt(tmp / "out.csv", delimiter=",", skiprows=1), expected,
+                               rtol=1e-9, atol=1e-8)
+    # without a header in the input, none in the output
+    result = _postprocess(files[2], transition_path, tmp / "plain.csv")
+    assert result.exit_code == 0 and np.loadtxt(tmp / "plain.csv", delimiter=",").shape == noisy.shape
+
+
+def test_missing_output_directory_fails_before_any_work(files):
+    tmp, _, noisy_path, transition_path = files
+    result = _postprocess(noisy_path, transition_path, tmp / "no-such-dir" / "o.csv")
+    assert result.exit_code == 1 and "no-such-dir" in result.output and "does not exist" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+SMALL = ["--rounds", 1, "--steps", 20, "--users", 5, "--epsilons", 1, "--correlation-epsilons", 1]
+
+
+@pytest.mark.parametrize("option, value, named", [
+    ("--steps-grid", "10,0", "0"),
+    ("--steps-grid", "10,2.5", "2.5"),
+    ("--levels", "0.1,-1", "-1"),
+    ("--epsilons", "1,0", "0"),
+    ("--correlation-epsilons", "nan", "nan"),
+    ("--epsilon", "-1", "-1"),
+    ("--users", "0", "0"),
+    ("--rounds", "0", "0"),
+])
+def test_evaluate_postprocess_checks_every_option_before_any_work(tmp_path, option, value, named):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = _run("evaluate-postprocess", "--study", "all", *SMALL, "--steps-grid", 10, option, value, "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("Error: Invalid value for") and option in lines[-1] and named in lines[-1]
+    assert sorted(path.name for path in out.iterdir()) == ["keep.txt"]
+
+
+def test_evaluate_commands_give_the_same_exit_code_for_the_same_mistake(tmp_path):
+    (tmp_path / "postprocess-epsilon.csv").write_text("old")
+    postprocess_result = _run("evaluate-postprocess", "--study", "epsilon", "--rounds", 0, "--out", tmp_path)
+    counts_result = _run("evaluate-count-of-counts", "--runs", 0, "--out", tmp_path)
+    assert postprocess_result.exit_code == counts_result.exit_code == 2
+    assert "--rounds" in postprocess_result.output and "--runs" in counts_result.output
+
+
+def test_evaluate_seed_help_names_the_experiment():
+    assert "Seed of the experiment" in _run("evaluate-postprocess", "--help").output

@@ -262,3 +262,13 @@ def test_guarantees_are_stated_as_local_dp():
                       SquareWave(epsilon=0.5).privacy()):
         assert guarantee.local and "-LDP" in str(guarantee) and guarantee.delta == 0
     assert str(ToPL(1.0, 100.0, threshold_epsilon=0.5).privacy()).startswith("1-LDP")
+
+
+@pytest.mark.parametrize("intervals", ["450062", "0"])
+def test_cli_topl_demo_rejects_more_intervals_than_released_values(tmp_path, intervals):
+    result = CliRunner().invoke(cli, ["topl-demo", "--intervals", intervals, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    message = result.output.strip().splitlines()[-1]  # the installed command prints only this line
+    assert message.startswith("Error: Invalid value for '--intervals'")
+    assert "450,061" in message and f"got {int(intervals):,}" in message
+    assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ import click
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
+from dpstream._checks import check_epsilon
 from dpstream.cli._common import cli, refuse_overwrite, say, write_csv
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
@@ -22,7 +23,10 @@ from dpstream.count_of_counts import (
 from dpstream.count_of_counts.estimators import METHODS
 from dpstream.count_of_counts.evaluation import omniscient_error, plot_level_errors, run_comparison, summarize
 
-__all__ = ["STRATEGIES"]
+__all__ = ["SEED_HELP", "STRATEGIES"]
+
+#: Help of ``--seed`` on commands whose seed sets the noise of a release (as for ``release``).
+SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
 
 def _methods(text: str) -> list[str]:
@@ -44,18 +48,22 @@ def _methods(text: str) -> list[str]:
               help="Without --max-size: budget spent to estimate K (added to --epsilon).")
 @click.option("--isotonic", type=click.Choice(["l1", "l2"]), default=None, help="Isotonic regression (default: l1 for hc, l2 for hg).")
 @click.option("--merge", type=click.Choice(["weighted", "average"]), default="weighted", show_default=True)
-@click.option("--seed", type=int, default=None, help="Seed for testing only (a seeded release is not private).")
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False), help="CSV: region, level, size, count.")
+@click.option("--seed", type=int, default=None, help=SEED_HELP)
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="CSV: region, level, size, count ('-' is stdout).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, method: str, max_size: int | None,
                     max_size_epsilon: float, isotonic: str | None, merge: str, seed: int | None, output_path: str,
                     force: bool) -> None:
     """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1)."""
-    target = Path(output_path)
-    for source in (entities, groups, hierarchy):
-        if target.exists() and Path(source).exists() and target.samefile(source):
-            raise click.ClickException(f"--output {output_path} is an input table; choose another output.")
-    refuse_overwrite([target], force)
+    target = None if output_path == "-" else Path(output_path)
+    if target is not None:
+        for source in (entities, groups, hierarchy):
+            if target.exists() and Path(source).exists() and target.samefile(source):
+                raise click.ClickException(f"--output {output_path} is an input table; choose another output.")
+        refuse_overwrite([target], force)
+        if not target.parent.is_dir():
+            raise click.ClickException(f"the directory {str(target.parent)!r} of --output does not exist.")
     mechanism = TopDownCountOfCounts(epsilon=epsilon, methods=_methods(method), max_size=max_size,
                                      max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed,
                                      progress=True)
@@ -67,15 +75,20 @@ def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, 
     region, level, size, count = zip(*release.rows()) if data.n_groups else ((), (), (), ())
     table = pa.table({"region": pa.array(region, pa.string()), "level": pa.array(level, pa.int64()),
                       "size": pa.array(size, pa.int64()), "count": pa.array(count, pa.int64())})
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        pa_csv.write_csv(table, partial)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(target)
+    if target is None:
+        buffer = pa.BufferOutputStream()
+        pa_csv.write_csv(table, buffer)
+        click.echo(buffer.getvalue().to_pybytes().decode("utf-8"), nl=False)
+    else:
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            pa_csv.write_csv(table, partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(target)
     say(f"privacy: {mechanism.privacy(data.tree.levels)}")
-    say(f"wrote {len(region):,} non-zero counts to {target}")
+    say(f"wrote {len(region):,} non-zero counts to {'stdout' if target is None else target}")
 
 
 def _hc(eps: float, k: int, **extra: Any) -> Any:
@@ -94,10 +107,24 @@ STRATEGIES: dict[str, Any] = {
 }
 
 
+def _strategies(ctx: click.Context, param: click.Parameter, text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name not in STRATEGIES]
+    if not names or bad:
+        problem = f"unknown strategies {bad}" if bad else f"no strategy in {text!r}"
+        raise click.BadParameter(f"{problem}; choose from {', '.join(STRATEGIES)}.")
+    return names
+
+
+def _epsilon(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    try:
+        return check_epsilon(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 def _load(dataset: str, n_groups: int, states: int, counties: int, seed: int, tables: tuple[str | None, ...]) -> CountOfCountsData:
     if any(tables):
-        if not all(tables):
-            raise click.ClickException("--entities, --groups and --hierarchy go together.")
         return read_tables(*tables)  # type: ignore[arg-type]
     if dataset == "housing":
         return housing_data(n_groups, n_states=states, n_counties=counties, seed=seed)
@@ -110,37 +137,40 @@ def _load(dataset: str, n_groups: int, states: int, counties: int, seed: int, ta
 @click.option("--entities", default=None, type=click.Path(dir_okay=False))
 @click.option("--groups", default=None, type=click.Path(dir_okay=False))
 @click.option("--hierarchy", default=None, type=click.Path(dir_okay=False))
-@click.option("--n-groups", type=int, default=1_000_000, show_default=True, help="Scale of the housing data.")
-@click.option("--states", type=int, default=50, show_default=True)
-@click.option("--counties", type=int, default=3000, show_default=True)
-@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Total budget of every strategy.")
-@click.option("--max-size", type=int, default=100_000, show_default=True, help="Public bound K.")
-@click.option("--strategies", default="hc,hc-average,hg,bu,naive", show_default=True,
+@click.option("--n-groups", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Scale of the housing data.")
+@click.option("--states", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--counties", type=click.IntRange(min=1), default=3000, show_default=True, help="At least --states.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=_epsilon,
+              help="Total budget of every strategy.")
+@click.option("--max-size", type=click.IntRange(min=1), default=100_000, show_default=True, help="Public bound K.")
+@click.option("--strategies", default="hc,hc-average,hg,bu,naive", show_default=True, callback=_strategies,
               help=f"Comma-separated, from: {', '.join(STRATEGIES)}.")
-@click.option("--runs", type=int, default=3, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the experiment.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 def evaluate_count_of_counts(dataset: str, entities: str | None, groups: str | None, hierarchy: str | None, n_groups: int,
-                             states: int, counties: int, epsilon: float, max_size: int, strategies: str, runs: int,
+                             states: int, counties: int, epsilon: float, max_size: int, strategies: list[str], runs: int,
                              seed: int, out_dir: str, force: bool) -> None:
     """Per-level earth-mover's errors of count-of-counts strategies (Section 6.2): CSV, JSON, PNG."""
-    names = [name.strip() for name in strategies.split(",") if name.strip()]
-    bad = [name for name in names if name not in STRATEGIES]
-    if not names or bad:
-        raise click.BadParameter(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}.", param_hint="--strategies")
-    if runs < 1:
-        raise click.BadParameter(f"must be >= 1, got {runs}.", param_hint="--runs")
+    # The options were checked by their types and callbacks; what remains are checks across
+    # options, all before the outputs are looked at and before any work.
+    tables = (entities, groups, hierarchy)
+    if any(tables) and not all(tables):
+        raise click.UsageError("--entities, --groups and --hierarchy go together.")
+    if not any(tables) and dataset == "housing" and counties < states:
+        raise click.BadParameter(f"must be >= --states ({states}), got {counties}.", param_hint="'--counties'")
     out = Path(out_dir)
     stem = "count-of-counts-" + ("tables" if entities else dataset)
     paths = {kind: out / f"{stem}{suffix}" for kind, suffix in
              (("runs", "-runs.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", "-levels.png"))}
     refuse_overwrite(list(paths.values()), force)
-    data = _load(dataset, n_groups, states, counties, seed, (entities, groups, hierarchy))
+    data = _load(dataset, n_groups, states, counties, seed, tables)
     # the number of groups and the regions are public; the largest group size of real tables is not
     largest = "" if entities else f", largest {int(data.size.max(initial=0)):,}"
     say(f"{data.n_groups:,} groups{largest}; regions per level {[data.tree.size(level) for level in range(data.tree.levels)]}")
-    factories = {name: STRATEGIES[name](epsilon, max_size) for name in names}
+    factories = {name: STRATEGIES[name](epsilon, max_size) for name in strategies}
     rows = run_comparison(data, factories, runs=runs, seed=seed, progress=say)
     summary = summarize(rows)
     summary += [{"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}

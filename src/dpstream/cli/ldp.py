@@ -20,7 +20,8 @@ from dpstream.release import ToPL
 @cli.command("topl-demo")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Budget of each stream report.")
 @click.option("--threshold-epsilon", type=float, default=None, help="Budget of each threshold report (default: --epsilon).")
-@click.option("--intervals", type=int, default=120, show_default=True, help="Points of the moving-average plot.")
+@click.option("--intervals", type=int, default=120, show_default=True,
+              help="Points of the moving-average plot (at most the number of released values).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="demo-output", show_default=True)
 @click.option("--force", is_flag=True, help="Overwrite the plot if it exists.")
@@ -31,13 +32,16 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     Simulates one client per value and runs the collector.  Seeded so that it can be replayed:
     it shows utility, it is not a private release.
     """
-    if intervals < 1:
-        raise click.BadParameter(f"must be >= 1, got {intervals}.", param_hint="--intervals")
+    data = load_dataset("pos")
+    topl = ToPL(epsilon, data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
+    # every plotted point is the mean of at least one released value
+    released_count = max(data.values.size - topl.hold, 0)
+    if not 1 <= intervals <= released_count:
+        raise click.BadParameter(f"must be between 1 and the number of released values, {released_count:,}; "
+                                 f"got {intervals:,}.", param_hint="'--intervals'")
     plot_path = Path(out_dir) / f"topl-pos-eps{epsilon:g}-moving-average.png"
     refuse_overwrite([plot_path], force)
-    data = load_dataset("pos")
     say(f"dataset: {data.description}; B = {data.upper_bound:g}")
-    topl = ToPL(epsilon, data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
     released = topl.release(data.values)
     truth = data.values[topl.hold:]
     say(f"threshold theta = {topl.threshold:g} (Square Wave + Eq. 8, {topl.collector.variant})")

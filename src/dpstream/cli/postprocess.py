@@ -4,9 +4,7 @@ Markov model) and ``evaluate-postprocess`` (the synthetic experiments of Cao et 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +13,9 @@ import numpy as np
 
 from dpstream._checks import check_epsilon
 from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
-from dpstream.io import read_matrix
+from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
+    FIG3_MATRIX,
     COUNT_SENSITIVITY,
     FORMS,
     METHODS,
@@ -25,6 +24,7 @@ from dpstream.postprocess import (
     laplace_scale,
     postprocess,
     round_counts,
+    smoothed_transition,
 )
 
 #: A MAP answer whose KKT residual exceeds this is reported as not solved.
@@ -45,15 +45,47 @@ def _users_mismatch(noisy: np.ndarray, users: int, epsilon: float, sensitivity: 
             f"standard deviations from --users {users}; check --users, --epsilon and --sensitivity.")
 
 
-def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
-    """Write ``matrix`` as CSV to a temporary file beside ``path`` and rename it at the end."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
+def _header(path: str, columns: int) -> list[str] | None:
+    """The header row of names of the matrix file ``path`` (already read by ``read_matrix``), if any.
+
+    ``read_matrix`` skips a first non-blank line only when every field is a name, so a first
+    line that is not all numbers is that header.  Stdin cannot be read twice: None.
+    """
+    if path == "-":
+        return None
+    with open_input(path) as handle:
+        line = next((line.strip() for line in handle if line.strip()), "")
+    separator = "," if "," in line else "\t" if "\t" in line else None
+    raw = [line] if separator is None else line.split(separator)  # one column: the whole line
+    fields = [field.strip().strip('"').strip("'").strip() for field in raw]
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            np.savetxt(out, matrix, delimiter=",", fmt="%d" if integer else "%.10g")
-        os.replace(temporary, path)
+        np.array(fields, dtype=float)
+        return None  # the first line is data
+    except ValueError:
+        pass
+    if len(fields) == columns:
+        return fields
+    say(f"warning: the header of {path!r} has {len(fields)} names for {columns} columns; it is not copied.")
+    return None
+
+
+def _write_matrix(path: Path | None, matrix: np.ndarray, integer: bool, header: list[str] | None) -> None:
+    """Write ``matrix`` as CSV (under ``header``, if any) to stdout when ``path`` is None, else to
+    a temporary file beside ``path`` that is renamed at the end (it gets the usual mode, 0o666
+    less the umask)."""
+    options: dict[str, Any] = {"delimiter": ",", "fmt": "%d" if integer else "%.10g"}
+    if header is not None:
+        options.update(header=",".join(header), comments="")
+    if path is None:
+        np.savetxt(sys.stdout, matrix, **options)
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            np.savetxt(out, matrix, **options)
+        partial.replace(path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise
 
 
@@ -73,8 +105,8 @@ def _write_matrix(path: Path, matrix: np.ndarray, integer: bool) -> None:
 @click.option("--form", type=click.Choice(FORMS), default="exact", show_default=True,
               help="ln r! as log-gamma (exact) or by Stirling's formula (the paper's Eq. 10).")
 @click.option("--integer", is_flag=True, help="Round to integers keeping every row sum equal to --users.")
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="Where the post-processed counts go (CSV, same shape as NOISY.csv).")
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where the post-processed counts go (CSV, same shape and header row as NOISY.csv; '-' is stdout).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def postprocess_command(noisy_path: str, transition_path: str, users: int, epsilon: float, sensitivity: float,
                         method: str, prior: str, form: str, integer: bool, output_path: str, force: bool) -> None:
@@ -84,11 +116,14 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     released counts and public knowledge (the transition matrix, n, epsilon, the sensitivity),
     so the output keeps the release's privacy guarantee and spends nothing more.
     """
-    output = Path(output_path)
-    for source in (noisy_path, transition_path):
-        if output.exists() and Path(source).exists() and output.resolve() == Path(source).resolve():
-            raise click.ClickException(f"refusing to overwrite the input {source!r} with the output.")
-    refuse_overwrite([output], force)
+    output = None if output_path == "-" else Path(output_path)
+    if output is not None:
+        for source in (noisy_path, transition_path):
+            if output.exists() and Path(source).exists() and output.resolve() == Path(source).resolve():
+                raise click.ClickException(f"refusing to overwrite the input {source!r} with the output.")
+        refuse_overwrite([output], force)
+        if not output.parent.is_dir():
+            raise click.ClickException(f"the directory {str(output.parent)!r} of --output does not exist.")
     noisy = read_matrix(noisy_path, "noisy counts")
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
     if transition.shape[0] != noisy.shape[1]:
@@ -102,36 +137,74 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     if mismatch:
         say(mismatch)
     counts = round_counts(estimate.counts, users) if integer else estimate.counts
-    _write_matrix(output, counts, integer)
+    _write_matrix(output, counts, integer, _header(noisy_path, noisy.shape[1]))
+    where = "stdout" if output is None else output
     residual = "L1 optimality gap" if method == "mle" else "KKT residual"
     say(f"{method} ({prior if method == 'map' else 'no'} prior): {noisy.shape[0]} steps x {noisy.shape[1]} locations; "
-        f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {output}")
+        f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {where}")
     if method == "map" and (estimate.unconverged or estimate.kkt_residual > KKT_WARNING):
         say(f"warning: {estimate.unconverged} of {noisy.shape[0]} steps did not converge within the iteration limit "
-            f"and the KKT residual is {estimate.kkt_residual:.2e} (accepted: {KKT_WARNING:g}); {output} is not the "
+            f"and the KKT residual is {estimate.kkt_residual:.2e} (accepted: {KKT_WARNING:g}); {where} is not the "
             "exact MAP estimate.")
+
+
+def _epsilon(ctx: click.Context | None, param: click.Parameter | None, value: float) -> float:
+    """A budget option: finite and > 0."""
+    try:
+        return check_epsilon(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _epsilons(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
+    """``--epsilons``-style option: comma-separated budgets, each finite and > 0."""
+    return [_epsilon(ctx, param, value) for value in floats(text)]
+
+
+def _steps_grid(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
+    """``--steps-grid``: comma-separated whole numbers >= 1 (2.5 is an error, not 2)."""
+    values = floats(text)
+    bad = [value for value in values if not (value.is_integer() and value >= 1)]
+    if bad:
+        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {text!r}.")
+    return [int(value) for value in values]
+
+
+def _levels(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
+    """``--levels``: comma-separated smoothing levels s of Eq. 11, each finite and >= 0."""
+    values = floats(text)
+    try:
+        for s in values:
+            smoothed_transition(FIG3_MATRIX, s)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return values
 
 
 @cli.command("evaluate-postprocess")
 @click.option("--study", type=click.Choice(["epsilon", "steps", "correlation", "probability", "all"]),
               default="all", show_default=True, help="Fig. 4(a), Fig. 5, Fig. 6, Section 6.1 / Fig. 3(b), or all.")
 @click.option("--epsilons", default="0.02,0.05,0.1,0.2,0.4,0.6,0.8,1.0,1.2,1.4,1.6,1.8,2.0", show_default=True,
-              help="Per-step budgets of the epsilon and probability studies.")
+              callback=_epsilons, help="Per-step budgets of the epsilon and probability studies.")
 @click.option("--steps-grid", default="100,110,120,130,140,150,160,170,180,190,200,500", show_default=True,
-              help="Values of T of the steps study.")
-@click.option("--levels", default="1,0.1,0.01", show_default=True, help="Smoothing levels s of the correlation study.")
-@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True,
+              callback=_steps_grid, help="Values of T of the steps study (whole numbers).")
+@click.option("--levels", default="1,0.1,0.01", show_default=True, callback=_levels,
+              help="Smoothing levels s of the correlation study.")
+@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True, callback=_epsilons,
               help="Budgets at which the correlation study is run.")
-@click.option("--users", type=int, default=200, show_default=True)
-@click.option("--steps", type=int, default=500, show_default=True, help="T of the epsilon and correlation studies.")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Budget of the steps study.")
-@click.option("--rounds", type=int, default=50, show_default=True, help="Rounds per point (the paper: 50).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--users", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=500, show_default=True,
+              help="T of the epsilon and correlation studies.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=_epsilon,
+              help="Budget of the steps study.")
+@click.option("--rounds", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Rounds per point (the paper: 50).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the experiment.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
-def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str, correlation_epsilons: str,
-                         users: int, steps: int, epsilon: float, rounds: int, seed: int, out_dir: str,
-                         force: bool) -> None:
+def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int], levels: list[float],
+                         correlation_epsilons: list[float], users: int, steps: int, epsilon: float, rounds: int,
+                         seed: int, out_dir: str, force: bool) -> None:
     """Run the synthetic experiments of Section 6 and write CSV, JSON and PNG per study to --out.
 
     Data: n users start uniformly at the 3 locations of Fig. 3 and move by its matrix smoothed
@@ -142,12 +215,8 @@ def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str
 
     from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
 
-    if min(users, steps, rounds) < 1 or seed < 0:
-        raise click.ClickException(
-            f"--users, --steps and --rounds must be >= 1 and --seed >= 0, got {users}, {steps}, {rounds}, {seed}."
-        )
-    for value in floats(epsilons) + floats(correlation_epsilons) + [epsilon]:
-        check_epsilon(value)
+    # Every option was checked by its type or callback while the command line was parsed, so a
+    # mistake in any of them stops the command before a study runs or a file is written.
     chosen = list(STUDIES) if study == "all" else [study]
     out = Path(out_dir)
     paths = {name: {kind: out / f"postprocess-{name}{suffix}" for kind, suffix in
@@ -155,9 +224,8 @@ def evaluate_postprocess(study: str, epsilons: str, steps_grid: str, levels: str
              for name in chosen}
     refuse_overwrite([path for group in paths.values() for path in group.values()], force)
     default_s = {"epsilon": 0.0, "steps": 0.01, "probability": 0.0}
-    plan = {name: study_settings(name, epsilons=floats(correlation_epsilons) if name == "correlation"
-                                 else floats(epsilons),
-                                 steps=[int(t) for t in floats(steps_grid)], levels=floats(levels), users=users,
+    plan = {name: study_settings(name, epsilons=correlation_epsilons if name == "correlation" else epsilons,
+                                 steps=steps_grid, levels=levels, users=users,
                                  default_steps=steps, default_epsilon=epsilon, default_s=default_s)
             for name in chosen}
     out.mkdir(parents=True, exist_ok=True)
