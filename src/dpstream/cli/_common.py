@@ -14,9 +14,13 @@ from typing import Any
 
 import click
 
+from dpstream._checks import check_epsilon
 from dpstream.io import InputError
 
-__all__ = ["cli", "floats", "main", "refuse_overwrite", "say", "write_csv"]
+#: Help of every --seed that seeds the noise of a release.
+SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
+
+__all__ = ["SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "refuse_overwrite", "say", "write_csv"]
 
 
 class _Group(click.Group):
@@ -90,3 +94,16 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def epsilon_option(ctx: click.Context | None, param: click.Parameter | None, value: float) -> float:
+    """Click callback of a budget option: :func:`~dpstream._checks.check_epsilon` as a usage error."""
+    try:
+        return check_epsilon(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def epsilons_option(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
+    """Click callback of an ``--epsilons``-style option: comma-separated budgets."""
+    return [epsilon_option(ctx, param, value) for value in floats(text)]

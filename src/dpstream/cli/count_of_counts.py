@@ -10,8 +10,7 @@ import click
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from dpstream._checks import check_epsilon
-from dpstream.cli._common import cli, refuse_overwrite, say, write_csv
+from dpstream.cli._common import SEED_HELP, cli, epsilon_option, refuse_overwrite, say, write_csv
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
@@ -23,10 +22,9 @@ from dpstream.count_of_counts import (
 from dpstream.count_of_counts.estimators import METHODS
 from dpstream.count_of_counts.evaluation import omniscient_error, plot_level_errors, run_comparison, summarize
 
-__all__ = ["SEED_HELP", "STRATEGIES"]
+__all__ = ["STRATEGIES"]
 
 #: Help of ``--seed`` on commands whose seed sets the noise of a release (as for ``release``).
-SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
 
 def _methods(text: str) -> list[str]:
@@ -116,13 +114,6 @@ def _strategies(ctx: click.Context, param: click.Parameter, text: str) -> list[s
     return names
 
 
-def _epsilon(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    try:
-        return check_epsilon(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
 def _load(dataset: str, n_groups: int, states: int, counties: int, seed: int, tables: tuple[str | None, ...]) -> CountOfCountsData:
     if any(tables):
         return read_tables(*tables)  # type: ignore[arg-type]
@@ -141,7 +132,7 @@ def _load(dataset: str, n_groups: int, states: int, counties: int, seed: int, ta
               help="Scale of the housing data.")
 @click.option("--states", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--counties", type=click.IntRange(min=1), default=3000, show_default=True, help="At least --states.")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=_epsilon,
+@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=epsilon_option,
               help="Total budget of every strategy.")
 @click.option("--max-size", type=click.IntRange(min=1), default=100_000, show_default=True, help="Public bound K.")
 @click.option("--strategies", default="hc,hc-average,hg,bu,naive", show_default=True, callback=_strategies,

@@ -11,8 +11,7 @@ from typing import Any
 import click
 import numpy as np
 
-from dpstream._checks import check_epsilon
-from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
+from dpstream.cli._common import cli, epsilon_option, epsilons_option, floats, refuse_overwrite, say, write_csv
 from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
     FIG3_MATRIX,
@@ -148,19 +147,6 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
             "exact MAP estimate.")
 
 
-def _epsilon(ctx: click.Context | None, param: click.Parameter | None, value: float) -> float:
-    """A budget option: finite and > 0."""
-    try:
-        return check_epsilon(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
-def _epsilons(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
-    """``--epsilons``-style option: comma-separated budgets, each finite and > 0."""
-    return [_epsilon(ctx, param, value) for value in floats(text)]
-
-
 def _steps_grid(ctx: click.Context, param: click.Parameter, text: str) -> list[int]:
     """``--steps-grid``: comma-separated whole numbers >= 1 (2.5 is an error, not 2)."""
     values = floats(text)
@@ -185,17 +171,17 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> list[float
 @click.option("--study", type=click.Choice(["epsilon", "steps", "correlation", "probability", "all"]),
               default="all", show_default=True, help="Fig. 4(a), Fig. 5, Fig. 6, Section 6.1 / Fig. 3(b), or all.")
 @click.option("--epsilons", default="0.02,0.05,0.1,0.2,0.4,0.6,0.8,1.0,1.2,1.4,1.6,1.8,2.0", show_default=True,
-              callback=_epsilons, help="Per-step budgets of the epsilon and probability studies.")
+              callback=epsilons_option, help="Per-step budgets of the epsilon and probability studies.")
 @click.option("--steps-grid", default="100,110,120,130,140,150,160,170,180,190,200,500", show_default=True,
               callback=_steps_grid, help="Values of T of the steps study (whole numbers).")
 @click.option("--levels", default="1,0.1,0.01", show_default=True, callback=_levels,
               help="Smoothing levels s of the correlation study.")
-@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True, callback=_epsilons,
+@click.option("--correlation-epsilons", default="0.05,1.0", show_default=True, callback=epsilons_option,
               help="Budgets at which the correlation study is run.")
 @click.option("--users", type=click.IntRange(min=1), default=200, show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=500, show_default=True,
               help="T of the epsilon and correlation studies.")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=_epsilon,
+@click.option("--epsilon", type=float, default=1.0, show_default=True, callback=epsilon_option,
               help="Budget of the steps study.")
 @click.option("--rounds", type=click.IntRange(min=1), default=50, show_default=True,
               help="Rounds per point (the paper: 50).")

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
-from dpstream.cli._common import cli, floats, refuse_overwrite, say, write_csv
+from dpstream.cli._common import SEED_HELP, cli, floats, refuse_overwrite, say, write_csv
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
@@ -129,7 +129,7 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
               help="pak: noise of the smooth-sensitivity threshold.")
 @click.option("--seed", type=int, default=None,
-              help="For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release.")
+              help=SEED_HELP)
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
