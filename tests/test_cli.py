@@ -148,6 +148,7 @@ def test_evaluate_writes_results_and_plot(runner, tmp_path):
     for name in ("hierarchy-pos.csv", "hierarchy-pos-rounds.csv", "hierarchy-pos.json", "hierarchy-pos-mse.png"):
         assert (out / name).stat().st_size > 0
     assert "NON-PRIVATE" in result.stderr
+    assert result.stdout.startswith("MSE (mean over rounds)") and "H16c" in result.stdout  # results on stdout
     again = runner.invoke(main, args)
     assert again.exit_code != 0 and "--force" in again.stderr
 

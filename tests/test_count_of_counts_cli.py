@@ -77,6 +77,7 @@ def test_evaluate_writes_tables_and_plot(tables, tmp_path):
     assert strategies == {"hc", "hc-average", "hg", "bu", "omniscient"}
     assert all(np.isfinite(row["emd_mean"]) and row["emd_mean"] >= 0 for row in summary)
     assert (out / "count-of-counts-tables-levels.png").stat().st_size > 1000
+    assert "mean EMD per region" in result.stdout  # the table is a result: stdout
     result = run(["evaluate-count-of-counts", "--strategies", "nope", "--out", str(out)])
     assert result.exit_code != 0 and "nope" in result.output
 

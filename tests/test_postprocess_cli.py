@@ -84,6 +84,7 @@ def test_evaluate_postprocess_small(tmp_path):
     assert all(row["kkt_residual_max"] <= 1e-9 for row in summary)
     assert (tmp_path / "postprocess-epsilon.png").stat().st_size > 0
     assert (tmp_path / "postprocess-epsilon-rounds.csv").exists()
+    assert result.stdout.startswith("epsilon: mse_mean")  # the table is a result: stdout
 
 
 def _postprocess(noisy_path, transition_path, out, *extra):

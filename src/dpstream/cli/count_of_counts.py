@@ -174,7 +174,7 @@ def evaluate_count_of_counts(dataset: str, entities: str | None, groups: str | N
               "regions_per_level": [data.tree.size(level) for level in range(data.tree.levels)]}
     paths["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
     plot_level_errors(summary, paths["plot"], title=f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs")
-    say(_table(summary))
+    click.echo(_table(summary))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 
 

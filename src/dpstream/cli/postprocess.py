@@ -229,7 +229,7 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
             paths[name]["json"].write_text(json.dumps(
                 {"study": name, "users": users, "rounds": rounds, "seed": seed, "summary": rows}, indent=2))
             plot_study(rows, paths[name]["plot"], title=titles[name])
-            say(_table(rows))
+            click.echo(_table(rows))
     say("wrote " + ", ".join(str(path) for group in paths.values() for path in group.values()))
 
 

@@ -276,7 +276,7 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     from dpstream.evaluation.plots import plot_metric
 
     plot_metric(rows, paths["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
-    say(_table(rows))
+    click.echo(_table(rows))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 
 
