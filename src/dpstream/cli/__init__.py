@@ -5,9 +5,8 @@ One module per family of commands; each registers its commands on the shared gro
 """
 
 from dpstream.cli import count_of_counts  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)
-from dpstream.cli import stream  # noqa: F401  (registers release, evaluate, demo)
+from dpstream.cli import stream  # noqa: F401  (registers release, evaluate, demo, topl-demo)
 from dpstream.cli import baselines  # noqa: F401  (registers pak-improvement)
-from dpstream.cli import ldp  # noqa: F401  (registers topl-demo)
 from dpstream.cli import postprocess  # noqa: F401  (registers postprocess, evaluate-postprocess)
 from dpstream.cli._common import cli, main
 

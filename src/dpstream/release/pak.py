@@ -36,6 +36,7 @@ from dpstream._checks import (
     check_positive_int,
     check_probability,
 )
+from dpstream.noise import laplace_noise
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.holdout import HoldOutRelease
@@ -193,7 +194,7 @@ class PAK(HoldOutRelease):
         )
         tau = cap_threshold(self.raw_threshold, self.upper_bound, capped=self.capped)
         truncated_sum = float(np.minimum(self._held, tau).sum())
-        self.held_sum = truncated_sum + float(self._rng.laplace(0.0, tau / self.sum_epsilon))
+        self.held_sum = truncated_sum + float(laplace_noise(self._rng, tau / self.sum_epsilon, 1)[0])
         self._stream = BinaryTreeCounter(threshold=tau, epsilon=self.epsilon, length=self.length, seed=self._rng)
 
     def release(self, values: object) -> np.ndarray:

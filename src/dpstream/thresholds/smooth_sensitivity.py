@@ -37,6 +37,7 @@ import numpy as np
 from scipy import stats
 
 from dpstream._checks import check_bound, check_choice, check_epsilon, check_probability
+from dpstream.noise import laplace_noise
 
 __all__ = [
     "NOISES",
@@ -177,7 +178,7 @@ def pak_kappa(a: float, b: float, offset: float) -> float:
 
 
 def _draw(noise: str, rng: np.random.Generator) -> float:
-    return float(rng.laplace(0.0, 1.0) if noise == "laplace" else rng.standard_normal())
+    return float(laplace_noise(rng, 1.0, 1)[0] if noise == "laplace" else rng.standard_normal())
 
 
 def smooth_quantile_threshold(
