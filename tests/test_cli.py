@@ -239,3 +239,26 @@ def test_release_with_an_absurd_budget_is_one_line(runner):
         result = runner.invoke(main, ["release", "-", "-o", "-", "--epsilon", epsilon, *args], input=values)
         assert result.exit_code != 0 and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and "epsilon" in result.stderr
+
+
+def test_output_file_replaces_the_target_only_on_success(tmp_path):
+    from dpstream.cli._common import output_file
+
+    target = tmp_path / "out.csv"
+    target.write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with output_file(target) as out:
+            out.write("half")
+            raise RuntimeError("interrupted")
+    assert target.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    with output_file(target) as out:
+        out.write("new\n")
+    assert target.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_failed_forced_release_keeps_the_existing_output(runner, tmp_path):
+    source, out = tmp_path / "neg.csv", tmp_path / "neg.out"
+    source.write_text("\n".join(["1"] * 600 + ["-3"]) + "\n")
+    out.write_text("previous release\n")
+    result = runner.invoke(main, ["release", str(source), "-o", str(out), *ARGS, "--force"])
+    assert result.exit_code != 0 and out.read_text() == "previous release\n"

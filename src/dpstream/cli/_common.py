@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -20,7 +22,7 @@ from dpstream.io import InputError
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "refuse_overwrite", "say", "write_csv"]
+__all__ = ["SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "output_file", "refuse_overwrite", "say", "write_csv"]
 
 
 class _Group(click.Group):
@@ -107,3 +109,23 @@ def epsilon_option(ctx: click.Context | None, param: click.Parameter | None, val
 def epsilons_option(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
     """Click callback of an ``--epsilons``-style option: comma-separated budgets."""
     return [epsilon_option(ctx, param, value) for value in floats(text)]
+
+
+@contextmanager
+def output_file(target: Path | None) -> Iterator[TextIO]:
+    """A text handle for a command's output: stdout when ``target`` is None, else a file.
+
+    The file is written beside ``target`` and renamed onto it only when the block succeeds, so a
+    failed command neither leaves a partial file nor destroys an existing one.
+    """
+    if target is None:
+        yield sys.stdout
+        return
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            yield handle
+        partial.replace(target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

@@ -10,7 +10,7 @@ import click
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from dpstream.cli._common import SEED_HELP, cli, epsilon_option, refuse_overwrite, say, write_csv
+from dpstream.cli._common import SEED_HELP, cli, epsilon_option, output_file, refuse_overwrite, say, write_csv
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
@@ -73,18 +73,10 @@ def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, 
     region, level, size, count = zip(*release.rows()) if data.n_groups else ((), (), (), ())
     table = pa.table({"region": pa.array(region, pa.string()), "level": pa.array(level, pa.int64()),
                       "size": pa.array(size, pa.int64()), "count": pa.array(count, pa.int64())})
-    if target is None:
-        buffer = pa.BufferOutputStream()
-        pa_csv.write_csv(table, buffer)
-        click.echo(buffer.getvalue().to_pybytes().decode("utf-8"), nl=False)
-    else:
-        partial = target.with_name(f".{target.name}.partial")
-        try:
-            pa_csv.write_csv(table, partial)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        partial.replace(target)
+    buffer = pa.BufferOutputStream()
+    pa_csv.write_csv(table, buffer)
+    with output_file(target) as out:
+        out.write(buffer.getvalue().to_pybytes().decode("utf-8"))
     say(f"privacy: {mechanism.privacy(data.tree.levels)}")
     say(f"wrote {len(region):,} non-zero counts to {'stdout' if target is None else target}")
 

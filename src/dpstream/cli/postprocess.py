@@ -11,7 +11,16 @@ from typing import Any
 import click
 import numpy as np
 
-from dpstream.cli._common import cli, epsilon_option, epsilons_option, floats, refuse_overwrite, say, write_csv
+from dpstream.cli._common import (
+    cli,
+    epsilon_option,
+    epsilons_option,
+    floats,
+    output_file,
+    refuse_overwrite,
+    say,
+    write_csv,
+)
 from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
     FIG3_MATRIX,
@@ -69,23 +78,12 @@ def _header(path: str, columns: int) -> list[str] | None:
 
 
 def _write_matrix(path: Path | None, matrix: np.ndarray, integer: bool, header: list[str] | None) -> None:
-    """Write ``matrix`` as CSV (under ``header``, if any) to stdout when ``path`` is None, else to
-    a temporary file beside ``path`` that is renamed at the end (it gets the usual mode, 0o666
-    less the umask)."""
+    """Write ``matrix`` as CSV (under ``header``, if any) to ``path``, or stdout when it is None."""
     options: dict[str, Any] = {"delimiter": ",", "fmt": "%d" if integer else "%.10g"}
     if header is not None:
         options.update(header=",".join(header), comments="")
-    if path is None:
-        np.savetxt(sys.stdout, matrix, **options)
-        return
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        with open(partial, "w", encoding="utf-8") as out:
-            np.savetxt(out, matrix, **options)
-        partial.replace(path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with output_file(path) as out:
+        np.savetxt(out, matrix, **options)
 
 
 @cli.command("postprocess")

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
-from dpstream.cli._common import SEED_HELP, cli, floats, refuse_overwrite, say, write_csv
+from dpstream.cli._common import SEED_HELP, cli, floats, output_file, refuse_overwrite, say, write_csv
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS, STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
@@ -163,35 +163,23 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             raise click.ClickException(f"the directory of --output, {str(target.parent)!r}, does not exist.")
     source = open_input(input_path)
     values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
-    # A file output is written next to its target and renamed at the end, so a failed release
-    # neither leaves a partial file behind nor destroys an existing one.
-    partial = None if target is None else target.with_name(f".{target.name}.partial")
-    sink: TextIO = sys.stdout if partial is None else open(partial, "w", encoding="utf-8")
-    released = 0
+    name = "stdin" if input_path == "-" else input_path
     try:
-        if input_path == "-":
-            released = _release_live(releaser, values, sink, describe)
-        else:
-            released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
-        name = "stdin" if input_path == "-" else input_path
-        if releaser.position == 0:
-            raise click.ClickException(f"{name} holds no values.")
-        if releaser.threshold is None:
-            raise click.ClickException(
-                f"{name} ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} was "
-                "complete: nothing was released (lower --hold or give a longer stream)."
-            )
-    except BaseException:
-        if partial is not None:
-            sink.close()
-            partial.unlink(missing_ok=True)
-        raise
+        with output_file(target) as sink:  # a failed release leaves no file and destroys none
+            if input_path == "-":
+                released = _release_live(releaser, values, sink, describe)
+            else:
+                released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
+            if releaser.position == 0:
+                raise click.ClickException(f"{name} holds no values.")
+            if releaser.threshold is None:
+                raise click.ClickException(
+                    f"{name} ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} "
+                    "was complete: nothing was released (lower --hold or give a longer stream)."
+                )
     finally:
         if source is not sys.stdin:
             source.close()
-    if partial is not None:
-        sink.close()
-        partial.replace(target)
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
