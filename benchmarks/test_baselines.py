@@ -40,7 +40,7 @@ def test_binary_tree_batch_release(benchmark, pos):
     stream = np.resize(values, RANGE)
 
     def run() -> np.ndarray:
-        return BinaryTreeCounter(threshold=bound, epsilon=0.05, length=RANGE, seed=0).release(stream)
+        return BinaryTreeCounter(epsilon=0.05, upper_bound=bound, max_range=RANGE, seed=0).release(stream)
 
     out = benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
     rate = RANGE / benchmark.stats.stats.mean

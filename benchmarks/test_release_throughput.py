@@ -26,7 +26,7 @@ def pos() -> tuple[np.ndarray, float]:
 
 
 def _tops(bound: float, smoothed_levels: int | None = None) -> ToPS:
-    return ToPS(EPSILON, bound, hold=HOLD, max_range=RANGE, smoothed_levels=smoothed_levels, seed=0)
+    return ToPS(epsilon=EPSILON, upper_bound=bound, hold=HOLD, max_range=RANGE, smoothed_levels=smoothed_levels, seed=0)
 
 
 # s = 3 is what Eq. 7 gives at eps = 0.05; s = 0 measures every value (the largest tree).

@@ -59,7 +59,7 @@ def test_collector_end_to_end_on_a_million_reports(benchmark, pos):
     threshold_reports = ToPLClient(epsilon=1.0, upper_bound=bound).report_batch(values[:HOLD], rng)
 
     def run() -> np.ndarray:
-        collector = ToPLCollector(1.0, bound, hold=HOLD)
+        collector = ToPLCollector(epsilon=1.0, upper_bound=bound, hold=HOLD)
         collector.receive_batch(*threshold_reports)
         stream_reports = collector.client().report_batch(values[HOLD:], rng)
         return collector.receive_batch(*stream_reports)

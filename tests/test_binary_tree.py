@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dpstream.hierarchy import num_levels
+from dpstream.privacy import EVENT_LEVEL
 from dpstream.release.binary_tree import BinaryTreeCounter, noise_prefix_sums, prefix_nodes
 
 
@@ -33,7 +34,7 @@ def test_noise_prefix_sums_add_the_noise_of_the_tiling_nodes(levels):
 
 
 def test_outputs_are_increments_of_the_noisy_count_from_the_tree_nodes():
-    counter = BinaryTreeCounter(threshold=5.0, epsilon=1.0, length=100, seed=3)
+    counter = BinaryTreeCounter(epsilon=1.0, upper_bound=5.0, max_range=100, seed=3)
     values = np.random.default_rng(0).uniform(0, 5, 100)
     out = counter.release(values)
     levels = counter.levels
@@ -45,7 +46,7 @@ def test_outputs_are_increments_of_the_noisy_count_from_the_tree_nodes():
 
 def test_noise_has_the_stated_scale():
     # Lap(s): E|X| = s and sd(|X|) = s, so the mean of N draws is within 6 s / sqrt(N) of s.
-    counter = BinaryTreeCounter(threshold=3.0, epsilon=0.5, length=2**16, seed=11)
+    counter = BinaryTreeCounter(epsilon=0.5, upper_bound=3.0, max_range=2**16, seed=11)
     counter.release(np.zeros(1))
     scale = 3.0 * 16 / 0.5
     assert counter.noise_scale == scale and counter.levels == 16
@@ -56,16 +57,16 @@ def test_noise_has_the_stated_scale():
 
 def test_batch_equals_one_at_a_time_across_trees():
     values = np.random.default_rng(1).uniform(0, 2, 70)
-    batch = BinaryTreeCounter(threshold=2.0, epsilon=1.0, length=16, seed=5)
-    single = BinaryTreeCounter(threshold=2.0, epsilon=1.0, length=16, seed=5)
+    batch = BinaryTreeCounter(epsilon=1.0, upper_bound=2.0, max_range=16, seed=5)
+    single = BinaryTreeCounter(epsilon=1.0, upper_bound=2.0, max_range=16, seed=5)
     out = np.concatenate([batch.release(values[:30]), batch.release(values[30:])])
     streamed = np.array([single.release_one(float(v)) for v in values])
     np.testing.assert_array_equal(out, streamed)
     assert batch.position == single.position == 70
 
 
-def test_a_fresh_tree_starts_after_length_values():
-    counter = BinaryTreeCounter(threshold=1.0, epsilon=1.0, length=8, seed=0)
+def test_a_fresh_tree_starts_after_max_range_values():
+    counter = BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=8, seed=0)
     counter.release(np.ones(8))
     first = counter.noise
     counter.release(np.ones(1))
@@ -74,19 +75,19 @@ def test_a_fresh_tree_starts_after_length_values():
 
 
 def test_privacy_is_epsilon_at_event_level():
-    guarantee = BinaryTreeCounter(threshold=1.0, epsilon=0.3, length=1000).privacy()
+    guarantee = BinaryTreeCounter(epsilon=0.3, upper_bound=1.0, max_range=1000).privacy()
     assert (guarantee.epsilon, guarantee.delta) == (0.3, 0.0)
-    assert "event level" in guarantee.neighbours
+    assert guarantee.neighbours is EVENT_LEVEL
 
 
 def test_bad_inputs_are_refused_with_their_value():
-    counter = BinaryTreeCounter(threshold=1.0, epsilon=1.0, length=8)
+    counter = BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=8)
     with pytest.raises(ValueError, match="position 2.*got 5.0"):
         counter.release([0.5, 0.5, 5.0])
-    with pytest.raises(ValueError, match="length"):
-        BinaryTreeCounter(threshold=1.0, epsilon=1.0, length=1)
+    with pytest.raises(ValueError, match="max_range"):
+        BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=1)
     with pytest.raises(ValueError, match="epsilon"):
-        BinaryTreeCounter(threshold=1.0, epsilon=0.0)
+        BinaryTreeCounter(epsilon=0.0, upper_bound=1.0)
     with pytest.raises(TypeError, match="number"):
         counter.release_one("x")
-    assert BinaryTreeCounter(threshold=1.0, epsilon=1.0, length=8, clip=True).release([3.0]).size == 1
+    assert BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=8, clip=True).release([3.0]).size == 1

@@ -36,7 +36,7 @@ def test_release_file_matches_the_library(runner, stream_file, tmp_path):
     result = runner.invoke(main, ["release", str(path), "-o", str(out), *ARGS])
     assert result.exit_code == 0, result.output
     released = np.loadtxt(out)
-    expected = ToPS(0.5, 100, hold=500, max_range=1024, seed=3).release(values)
+    expected = ToPS(epsilon=0.5, upper_bound=100, hold=500, max_range=1024, seed=3).release(values)
     assert np.array_equal(released, expected)  # repr round-trips floats exactly
     assert "threshold theta" in result.stderr and "0.5-DP" in result.stderr
 
@@ -46,7 +46,8 @@ def test_release_stdin_equals_file(runner, stream_file, tmp_path):
     result = runner.invoke(main, ["release", "-", "-o", "-", *ARGS], input=path.read_text())
     assert result.exit_code == 0, result.stderr
     released = np.array([float(line) for line in result.stdout.splitlines()])
-    assert np.array_equal(released, ToPS(0.5, 100, hold=500, max_range=1024, seed=3).release(values))
+    expected = ToPS(epsilon=0.5, upper_bound=100, hold=500, max_range=1024, seed=3).release(values)
+    assert np.array_equal(released, expected)
 
 
 def test_release_refuses_to_overwrite(runner, stream_file, tmp_path):

@@ -21,6 +21,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.stats import wasserstein_distance
 
 from dpstream.cli import cli
+from dpstream.privacy import ENTITY_ROW
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
@@ -242,12 +243,12 @@ def test_bad_hierarchies_and_inputs():
 def test_privacy_guarantees():
     top = TopDownCountOfCounts(epsilon=0.9, max_size=10).privacy(3)
     assert (top.epsilon, top.delta) == (0.9, 0.0) and "0.3 per level" in top.composition
-    assert "entity" in top.neighbours
+    assert top.neighbours is ENTITY_ROW
     estimated = TopDownCountOfCounts(epsilon=0.9, max_size_epsilon=0.01).privacy(3)
     assert estimated.epsilon == pytest.approx(0.91) and "estimate K" in estimated.composition
     assert TopDownCountOfCounts(epsilon=0.9, methods="hg", max_size_epsilon=0.01).privacy().epsilon == 0.9
     bottom = BottomUpCountOfCounts(epsilon=1.0, max_size=10).privacy()
-    assert bottom.epsilon == 1.0 and "leaves" in bottom.composition
+    assert bottom.epsilon == 1.0 and "leaves" in bottom.composition and bottom.neighbours is ENTITY_ROW
 
 
 def _write(path, text):
@@ -329,11 +330,11 @@ def two_leaves():
 )
 def test_group_leaves_and_sizes_are_validated(two_leaves, leaf, size, message):
     with pytest.raises(ValueError, match=message):
-        CountOfCountsData(two_leaves, np.array(leaf), np.array(size))
+        CountOfCountsData(tree=two_leaves, leaf=np.array(leaf), size=np.array(size))
 
 
 def test_integer_valued_floats_are_accepted_as_integers(two_leaves):
-    data = CountOfCountsData(two_leaves, np.array([0.0, 1.0, 1.0]), np.array([2.0, 0.0, 5.0]))
+    data = CountOfCountsData(tree=two_leaves, leaf=np.array([0.0, 1.0, 1.0]), size=np.array([2.0, 0.0, 5.0]))
     assert data.leaf.dtype == np.int64 and data.size.dtype == np.int64
     assert data.truth(1).size.tolist() == [2, 0, 5] and data.groups(1).tolist() == [1, 2]
 

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from dpstream.cli import cli
 from dpstream.evaluation import ExperimentConfig, run_study
+from dpstream.privacy import EVENT_LEVEL
 from dpstream.release.pak import (
     PAK,
     _quantile_gap,
@@ -21,13 +22,14 @@ from dpstream.release.pak import (
 
 @pytest.mark.parametrize("fraction", [0.05, 0.5, 0.85, 0.99])
 def test_privacy_is_epsilon_delta_for_every_budget_split(fraction):
-    pak = PAK(0.7, 100, hold=100, length=1000, threshold_fraction=fraction)
+    pak = PAK(epsilon=0.7, upper_bound=100, hold=100, max_range=1000, threshold_fraction=fraction)
     guarantee = pak.privacy()
     assert guarantee.epsilon == pytest.approx(0.7)
     assert guarantee.delta == 1 / 1100**2
     assert pak.threshold_epsilon + pak.sum_epsilon == pytest.approx(0.7)
-    assert PAK(0.7, 100, hold=100, length=1000, threshold_fraction=fraction, delta=1e-9).privacy().delta == 1e-9
-    assert "event level" in guarantee.neighbours
+    explicit = PAK(epsilon=0.7, upper_bound=100, hold=100, max_range=1000, threshold_fraction=fraction, delta=1e-9)
+    assert explicit.privacy().delta == 1e-9
+    assert guarantee.neighbours is EVENT_LEVEL
 
 
 def test_cap_falls_back_to_b():
@@ -43,12 +45,12 @@ def _stream(size, seed=0):
 
 def test_mechanism_1_truncates_at_tau_and_scales_the_tree_to_tau():
     stream = _stream(6000)
-    pak = PAK(2.0, 500, hold=2000, length=4096, seed=3)
+    pak = PAK(epsilon=2.0, upper_bound=500, hold=2000, max_range=4096, seed=3)
     out = pak.release(stream)
     tau = pak.threshold
     assert 0 < tau <= 500 and out.size == 4000
     counter = pak._stream
-    assert counter.threshold == tau and counter.noise_scale == tau * 12 / 2.0
+    assert counter.upper_bound == tau and counter.noise_scale == tau * 12 / 2.0
     # outputs minus their noise are the truncated values (zero-noise check through the tree's own noise)
     noise = np.diff(np.concatenate(([0.0], np.cumsum(out)))) - np.minimum(stream[2000:], tau)
     np.testing.assert_allclose(noise, counter.state.increments[:4000], atol=1e-6)
@@ -56,8 +58,8 @@ def test_mechanism_1_truncates_at_tau_and_scales_the_tree_to_tau():
 
 def test_uncapped_keeps_a_threshold_above_b_and_capped_falls_back():
     stream = _stream(3000)
-    capped = PAK(0.01, 500, hold=1000, length=2048, seed=1)
-    uncapped = PAK(0.01, 500, hold=1000, length=2048, capped=False, seed=1)
+    capped = PAK(epsilon=0.01, upper_bound=500, hold=1000, max_range=2048, seed=1)
+    uncapped = PAK(epsilon=0.01, upper_bound=500, hold=1000, max_range=2048, capped=False, seed=1)
     capped.release(stream)
     uncapped.release(stream)
     assert capped.raw_threshold == uncapped.raw_threshold > 500
@@ -68,7 +70,7 @@ def test_held_sum_is_the_truncated_sum_plus_lap_tau_over_eps2():
     # |Lap(tau/eps2)| < tau/eps2 * ln(1/beta) with probability 1 - beta; beta = 1e-6 over 20 runs.
     stream = _stream(1500)
     for seed in range(20):
-        pak = PAK(3.0, 500, hold=1000, length=1024, threshold_fraction=0.5, seed=seed)
+        pak = PAK(epsilon=3.0, upper_bound=500, hold=1000, max_range=1024, threshold_fraction=0.5, seed=seed)
         pak.release(stream)
         truncated = np.minimum(stream[:1000], pak.threshold).sum()
         assert abs(pak.held_sum - truncated) < pak.threshold / pak.sum_epsilon * math.log(1e6)
@@ -76,7 +78,7 @@ def test_held_sum_is_the_truncated_sum_plus_lap_tau_over_eps2():
 
 def test_batch_equals_one_at_a_time():
     stream = _stream(1300)
-    batch, single = (PAK(1.0, 500, hold=1000, length=256, seed=7) for _ in range(2))
+    batch, single = (PAK(epsilon=1.0, upper_bound=500, hold=1000, max_range=256, seed=7) for _ in range(2))
     out = batch.release(stream)
     streamed = [single.release_one(float(v)) for v in stream]
     assert streamed[:1000] == [None] * 1000
@@ -85,13 +87,13 @@ def test_batch_equals_one_at_a_time():
 
 def test_bad_parameters_are_refused():
     with pytest.raises(ValueError, match="threshold_fraction"):
-        PAK(1.0, 10, threshold_fraction=1.0)
+        PAK(epsilon=1.0, upper_bound=10, threshold_fraction=1.0)
     with pytest.raises(ValueError, match="noise"):
-        PAK(1.0, 10, noise="cauchy")
+        PAK(epsilon=1.0, upper_bound=10, noise="cauchy")
     with pytest.raises(TypeError, match="capped"):
-        PAK(1.0, 10, capped="yes")
+        PAK(epsilon=1.0, upper_bound=10, capped="yes")
     with pytest.raises(ValueError, match="position 1"):
-        PAK(1.0, 10, hold=5).release([1.0, 11.0])
+        PAK(epsilon=1.0, upper_bound=10, hold=5).release([1.0, 11.0])
 
 
 def test_time_lag_heuristics():
@@ -162,13 +164,13 @@ def test_last_step_errors_and_the_improvement_factor(tmp_path):
 
 def test_threshold_parameters_are_checked_before_the_hold_out():
     with pytest.raises(ValueError, match="beta"):
-        PAK(1.0, 10, beta=0.7)
+        PAK(epsilon=1.0, upper_bound=10, beta=0.7)
     with pytest.raises(ValueError, match="multiplier"):
-        PAK(1.0, 10, multiplier=0.9)
+        PAK(epsilon=1.0, upper_bound=10, multiplier=0.9)
     with pytest.raises(ValueError, match="percentile"):
-        PAK(1.0, 10, percentile=120)
+        PAK(epsilon=1.0, upper_bound=10, percentile=120)
     with pytest.raises(ValueError, match="kappa"):
-        PAK(1e-4, 10, hold=10, length=10, beta=1e-3, noise="gaussian", delta=0.5)
+        PAK(epsilon=1e-4, upper_bound=10, hold=10, max_range=10, beta=1e-3, noise="gaussian", delta=0.5)
 
 
 def test_optimizer_and_last_step_refuse_a_stream_no_longer_than_the_hold_out():

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from dpstream import HierarchicalPerturber
+from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels
 
 # -- Eq. 7 ---------------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def test_privacy_statement():
     p = HierarchicalPerturber(threshold=10, epsilon=0.7, max_range=256, fanout=4, smoothed_levels=1, seed=0)
     guarantee = p.privacy()
     assert guarantee.epsilon == 0.7 and guarantee.delta == 0.0
-    assert "event level" in guarantee.neighbours
+    assert guarantee.neighbours is EVENT_LEVEL
     assert "h-s = 3" in guarantee.composition
     assert f"{p.noise_scale:g}" in guarantee.composition
     assert str(guarantee).startswith("0.7-DP")

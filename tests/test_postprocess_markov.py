@@ -16,6 +16,7 @@ from dpstream.postprocess import (
     smoothed_transition,
 )
 from dpstream.postprocess.metrics import mse, step_probabilities, transition_probability
+from dpstream.privacy import USER_STEP
 
 #: Two-sided per-cell z bound, Bonferroni-corrected so a correct generator fails with prob. < 1e-6.
 def _z(cells: int) -> float:
@@ -85,7 +86,7 @@ def test_laplace_counts_scale_privacy_and_seed():
     mech = LaplaceCounts(epsilon=0.5, seed=4)
     assert mech.scale == 4.0  # Delta = 2: one user moving changes two cells by one
     guarantee = mech.privacy()
-    assert guarantee.epsilon == 0.5 and guarantee.delta == 0.0 and "one user" in guarantee.neighbours
+    assert guarantee.epsilon == 0.5 and guarantee.delta == 0.0 and guarantee.neighbours is USER_STEP
     truth = np.zeros((2000, 50))
     noise = mech.release(truth)
     # Var Lap(4) = 32; the sample variance of 1e5 draws is within 6 of its sd (kurtosis 6).

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from dpstream.cli import cli
 from dpstream.evaluation import ExperimentConfig, run_study
 from dpstream.ldp import HybridMechanism, SquareWave
+from dpstream.privacy import LOCAL_REPORT
 from dpstream.release import Report, ToPL, ToPLClient, ToPLCollector
 from dpstream.release.topl import PM_REPORT, SR_REPORT, SW_REPORT
 from dpstream.thresholds.square_wave import eq8_errors, prune_tail, square_wave_threshold
@@ -104,9 +105,10 @@ def test_the_collector_needs_only_reports_sent_as_plain_data():
     """Independent clients (own value + public parameters) -> JSON -> collector == the ToPL simulation."""
     values = _stream(3000, seed=4)
     hold = 2000
-    simulated = ToPL(1.0, 100.0, hold=hold, max_range=4096, threshold_epsilon=2.0, seed=5).release(values)
+    topl = ToPL(epsilon=1.0, upper_bound=100.0, hold=hold, max_range=4096, threshold_epsilon=2.0, seed=5)
+    simulated = topl.release(values)
 
-    collector = ToPLCollector(1.0, 100.0, hold=hold, max_range=4096, threshold_epsilon=2.0)
+    collector = ToPLCollector(epsilon=1.0, upper_bound=100.0, hold=hold, max_range=4096, threshold_epsilon=2.0)
     rng = np.random.default_rng(5)
     released = []
     for value in values:
@@ -122,14 +124,14 @@ def test_the_collector_needs_only_reports_sent_as_plain_data():
 
 def test_collector_keeps_no_raw_value():
     values = _stream(1500, seed=6)
-    collector = ToPLCollector(1.0, 100.0, hold=1000, max_range=1024)
+    collector = ToPLCollector(epsilon=1.0, upper_bound=100.0, hold=1000, max_range=1024)
     codes, outputs = collector.client().report_batch(values[:1000], np.random.default_rng(0))
     collector.receive_batch(codes, outputs)
     # Its only data is the reports it was sent, and after theta not even those.
     assert collector.threshold is not None
     stored = [v for v in vars(collector).values() if isinstance(v, np.ndarray) and v.size]
     assert stored == []
-    before = ToPLCollector(1.0, 100.0, hold=1000, max_range=1024)
+    before = ToPLCollector(epsilon=1.0, upper_bound=100.0, hold=1000, max_range=1024)
     before.receive_batch(codes[:999], outputs[:999])
     stored = [v for v in vars(before).values() if isinstance(v, np.ndarray)]
     assert len(stored) == 1 and np.array_equal(stored[0][:999], outputs[:999])
@@ -138,7 +140,7 @@ def test_collector_keeps_no_raw_value():
 def test_stream_estimates_are_unbiased_for_values_below_and_above_theta():
     theta, eps, n = 40.0, 1.0, 200_000
     client = ToPLClient(epsilon=eps, upper_bound=100.0, threshold=theta)
-    collector = ToPLCollector(eps, 100.0, hold=1)
+    collector = ToPLCollector(epsilon=eps, upper_bound=100.0, hold=1)
     collector.receive(Report(SW_REPORT, 0.5))
     collector._threshold = theta  # as if published: the test fixes theta to check the estimator alone
     rng = np.random.default_rng(7)
@@ -153,7 +155,7 @@ def test_stream_estimates_are_unbiased_for_values_below_and_above_theta():
 
 
 def test_collector_rejects_malformed_reports():
-    collector = ToPLCollector(1.0, 10.0, hold=2, max_range=64, buckets=8)
+    collector = ToPLCollector(epsilon=1.0, upper_bound=10.0, hold=2, max_range=64, buckets=8)
     with pytest.raises(ValueError, match="must be a Square Wave threshold report"):
         collector.receive(Report(PM_REPORT, 0.0))
     with pytest.raises(ValueError, match="Square Wave reports.* must be in"):
@@ -180,28 +182,28 @@ def test_collector_rejects_malformed_reports():
 
 def test_batches_of_any_size_equal_single_values():
     values = _stream(2500, seed=8)
-    whole = ToPL(1.5, 100.0, hold=1000, max_range=1024, seed=3).release(values)
-    topl = ToPL(1.5, 100.0, hold=1000, max_range=1024, seed=3)
+    whole = ToPL(epsilon=1.5, upper_bound=100.0, hold=1000, max_range=1024, seed=3).release(values)
+    topl = ToPL(epsilon=1.5, upper_bound=100.0, hold=1000, max_range=1024, seed=3)
     pieces = [topl.release(chunk) for chunk in np.split(values, [10, 999, 1001, 1700])]
     assert np.array_equal(np.concatenate(pieces), whole)
     assert topl.position == values.size and whole.size == values.size - 1000
 
 
 def test_release_privacy_and_errors():
-    topl = ToPL(0.5, 100.0, hold=10, threshold_epsilon=2.0, seed=0)
+    topl = ToPL(epsilon=0.5, upper_bound=100.0, hold=10, threshold_epsilon=2.0, seed=0)
     guarantee = topl.privacy()
     assert guarantee.epsilon == 2.0 and guarantee.delta == 0.0
-    assert "Definition 2.2" in guarantee.neighbours
+    assert guarantee.neighbours is LOCAL_REPORT and "Definition 2.2" in str(guarantee.neighbours)
     assert topl.release_one(3.0) is None and topl.threshold is None
     with pytest.raises(ValueError, match="position 1 must be in \\[0, 100\\]"):
         topl.release([500.0])
     with pytest.raises(TypeError, match="must be numbers"):
         topl.release_one("3")
-    assert ToPL(0.5, 100.0, hold=10, clip=True, seed=0).release([500.0] * 12).size == 2
+    assert ToPL(epsilon=0.5, upper_bound=100.0, hold=10, clip=True, seed=0).release([500.0] * 12).size == 2
     with pytest.raises(ValueError, match="threshold must be <= upper_bound 10"):
         ToPLClient(epsilon=1.0, upper_bound=10.0, threshold=11.0)
     with pytest.raises(ValueError, match="variant must be one of"):
-        ToPL(1.0, 10.0, variant="median")
+        ToPL(epsilon=1.0, upper_bound=10.0, variant="median")
 
 
 def test_topl_study_runs_its_three_methods():
@@ -258,10 +260,10 @@ def test_cli_topl_demo_plots_and_refuses_to_overwrite(tmp_path):
 
 
 def test_guarantees_are_stated_as_local_dp():
-    for guarantee in (ToPL(1.0, 100.0, threshold_epsilon=0.5).privacy(), HybridMechanism(epsilon=2.0).privacy(),
-                      SquareWave(epsilon=0.5).privacy()):
+    topl = ToPL(epsilon=1.0, upper_bound=100.0, threshold_epsilon=0.5)
+    for guarantee in (topl.privacy(), HybridMechanism(epsilon=2.0).privacy(), SquareWave(epsilon=0.5).privacy()):
         assert guarantee.local and "-LDP" in str(guarantee) and guarantee.delta == 0
-    assert str(ToPL(1.0, 100.0, threshold_epsilon=0.5).privacy()).startswith("1-LDP")
+    assert str(ToPL(epsilon=1.0, upper_bound=100.0, threshold_epsilon=0.5).privacy()).startswith("1-LDP")
 
 
 @pytest.mark.parametrize("intervals", ["450062", "0"])

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpstream import HierarchicalPerturber, ToPS
+from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels
 from dpstream.smoothers import MovingAverageSmoother, make_smoother
 from dpstream.thresholds import noisy_max_threshold
@@ -23,7 +24,7 @@ HOLD = 200
 def tops(epsilon=1.0, upper_bound=B, **kwargs) -> ToPS:
     base = dict(hold=HOLD, max_range=1000, fanout=16, smoothed_levels=1, seed=2024)
     base.update(kwargs)
-    return ToPS(epsilon, upper_bound, **base)
+    return ToPS(epsilon=epsilon, upper_bound=upper_bound, **base)
 
 
 def stream(n: int, seed: int = 0) -> np.ndarray:
@@ -140,7 +141,7 @@ def test_truncation_with_zero_noise(zero_noise):
 
 
 def test_smoothed_levels_default_and_structure():
-    t = ToPS(0.05, B, hold=10, max_range=2**20, fanout=16, seed=0)
+    t = ToPS(epsilon=0.05, upper_bound=B, hold=10, max_range=2**20, fanout=16, seed=0)
     assert t.levels == 5
     assert t.smoothed_levels == optimal_smoothed_levels(0.05, 2**20, 16)
     t = tops(smoothed_levels=0)
@@ -152,7 +153,7 @@ def test_privacy_statement():
         guarantee = tops(epsilon=epsilon, threshold_epsilon=threshold_epsilon).privacy()
         assert guarantee.epsilon == expected
         assert guarantee.delta == 0.0
-        assert "event level" in guarantee.neighbours
+        assert guarantee.neighbours is EVENT_LEVEL
         assert f"first {HOLD} values" in guarantee.composition
 
 
@@ -345,7 +346,7 @@ def test_a_copied_stream_continues_identically():
     import copy
 
     values = np.random.default_rng(8).integers(0, 30, size=5000).astype(float)
-    tops = ToPS(0.5, 100, hold=500, max_range=1024, seed=4)
+    tops = ToPS(epsilon=0.5, upper_bound=100, hold=500, max_range=1024, seed=4)
     tops.release(values[:1700])
     assert tops.state.perturber is not None and tops.state.perturber.noise is not None
     twin = copy.deepcopy(tops)

@@ -13,14 +13,22 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "MAX_LOCAL_EPSILON",
     "MIN_EPSILON",
+    "ROW_SUM_TOLERANCE",
+    "check_bool",
     "check_epsilon",
+    "check_local_epsilon",
     "check_positive_int",
     "check_nonnegative_int",
     "check_bound",
+    "check_nonnegative",
     "check_probability",
     "check_choice",
+    "check_distribution",
     "check_stream_values",
+    "check_transition",
+    "check_unit_values",
 ]
 
 
@@ -52,6 +60,38 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
     return value
 
 
+#: Largest budget of a local randomizer.  Square Wave's window has half-width about
+#: eps e^-eps, below the float64 resolution of [0, 1] past eps ~ 35 (and e^eps overflows past
+#: 709); a report with such a budget is not meaningfully private anyway.
+MAX_LOCAL_EPSILON = 30.0
+
+
+def check_local_epsilon(value: object, name: str = "epsilon") -> float:
+    """The budget of a local randomizer: :func:`check_epsilon`, and at most :data:`MAX_LOCAL_EPSILON`.
+
+    >>> check_local_epsilon(31)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: epsilon of a local randomizer must be at most 30 (larger budgets ...), got 31.0.
+    """
+    epsilon = check_epsilon(value, name)
+    if epsilon > MAX_LOCAL_EPSILON:
+        raise ValueError(f"{name} of a local randomizer must be at most {MAX_LOCAL_EPSILON:g} (larger budgets break "
+                         f"the randomizers' float64 arithmetic and protect nothing), got {epsilon!r}.")
+    return epsilon
+
+
+def check_bool(value: object, name: str) -> bool:
+    """A flag: exactly True or False (not 0, 1 or a string).
+
+    >>> check_bool(1, "clip")
+    Traceback (most recent call last):
+    TypeError: clip must be True or False, got 1.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+    return value
+
+
 def check_bound(value: object, name: str = "upper_bound") -> float:
     """A positive quantity (a bound, a threshold, a budget): a finite real number > 0."""
     if not _is_real(value):
@@ -59,6 +99,16 @@ def check_bound(value: object, name: str = "upper_bound") -> float:
     value = float(value)  # type: ignore[arg-type]
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return value
+
+
+def check_nonnegative(value: object, name: str) -> float:
+    """A finite real number >= 0."""
+    if not _is_real(value):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    value = float(value)  # type: ignore[arg-type]
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
     return value
 
 
@@ -156,3 +206,70 @@ def check_stream_values(
             f"got {float(array[index])!r}."
         )
     return array
+
+
+def check_unit_values(values: object, low: float = -1.0, high: float = 1.0, name: str = "values") -> np.ndarray:
+    """``values`` as a 1-D float64 array inside [low, high]; an error names the first bad one.
+
+    >>> check_unit_values([0.5, 1.5])
+    Traceback (most recent call last):
+    ValueError: values[1] must be in [-1, 1], got 1.5.
+    """
+    try:
+        array = np.asarray(values)
+        if array.dtype.kind not in "iuf":
+            raise TypeError
+        array = np.atleast_1d(array.astype(np.float64, copy=False))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be numbers, got {values!r:.80}.") from error
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got an array of shape {array.shape}.")
+    bad = ~((array >= low) & (array <= high))  # NaN fails too
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise ValueError(f"{name}[{index}] must be in [{low:g}, {high:g}], got {float(array[index])!r}.")
+    return array
+
+
+#: How far a row sum may be from 1 before a matrix or a distribution is refused (CSV files carry
+#: rounded numbers).
+ROW_SUM_TOLERANCE = 1e-6
+
+
+def check_transition(matrix: object, name: str = "transition") -> np.ndarray:
+    """A square row-stochastic matrix as float64 (rows renormalised to sum to exactly 1).
+
+    >>> check_transition([[0.5, 0.5], [0.0, 1.0]]).tolist()
+    [[0.5, 0.5], [0.0, 1.0]]
+    >>> check_transition([[0.5, 0.4], [0.0, 1.0]])
+    Traceback (most recent call last):
+    ...
+    ValueError: transition row 1 sums to 0.9, not 1.
+    """
+    try:
+        array = np.array(matrix, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a matrix of numbers, got {matrix!r}.") from None
+    if array.ndim != 2 or array.shape[0] != array.shape[1] or array.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty square matrix, got shape {array.shape}.")
+    bad = np.argwhere(~np.isfinite(array) | (array < 0))
+    if bad.size:
+        row, col = bad[0]
+        raise ValueError(
+            f"{name} entries must be finite and >= 0; row {row + 1}, column {col + 1} is {float(array[row, col])!r}."
+        )
+    sums = array.sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1.0) > ROW_SUM_TOLERANCE)
+    if off.size:
+        raise ValueError(f"{name} row {off[0] + 1} sums to {sums[off[0]]:.10g}, not 1.")
+    return array / sums[:, None]
+
+
+def check_distribution(values: object, size: int, name: str = "initial") -> np.ndarray:
+    """A probability vector of length ``size`` (float64, renormalised)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.shape != (size,):
+        raise ValueError(f"{name} must have {size} entries, got shape {array.shape}.")
+    if not np.all(np.isfinite(array)) or np.any(array < 0) or abs(array.sum() - 1.0) > ROW_SUM_TOLERANCE:
+        raise ValueError(f"{name} must be >= 0 and sum to 1, got {array.tolist()!r}.")
+    return array / array.sum()

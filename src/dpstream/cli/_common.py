@@ -17,12 +17,16 @@ from typing import Any, TextIO
 import click
 
 from dpstream._checks import check_epsilon
+from dpstream._progress import Progress
 from dpstream.io import InputError
 
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "output_file", "refuse_overwrite", "say", "write_csv"]
+__all__ = [
+    "SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "output_file", "progress_bar",
+    "refuse_overwrite", "say", "write_csv",
+]
 
 
 class _Group(click.Group):
@@ -129,3 +133,28 @@ def output_file(target: Path | None) -> Iterator[TextIO]:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def progress_bar(*, desc: str, unit: str, total: int | None = None, leave: bool = True) -> Iterator[Progress]:
+    """A tqdm bar on stderr, fed by the library's progress callback (:mod:`dpstream._progress`).
+
+    Computations reported one after the other add up on the one bar (each starts again at
+    ``done = 0``).  Without ``total``, the bar takes the total the first computation announces.
+    ``leave=False`` clears the bar when it closes.
+    """
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave) as bar:
+        base = 0
+
+        def update(done: int, of: int) -> None:
+            nonlocal base
+            if done == 0:
+                base = bar.n
+                if bar.total is None:
+                    bar.total = of
+                    bar.refresh()
+            bar.update(base + done - bar.n)
+
+        yield update

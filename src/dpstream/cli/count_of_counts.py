@@ -10,7 +10,16 @@ import click
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from dpstream.cli._common import SEED_HELP, cli, epsilon_option, output_file, refuse_overwrite, say, write_csv
+from dpstream.cli._common import (
+    SEED_HELP,
+    cli,
+    epsilon_option,
+    output_file,
+    progress_bar,
+    refuse_overwrite,
+    say,
+    write_csv,
+)
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
@@ -63,13 +72,13 @@ def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, 
         if not target.parent.is_dir():
             raise click.ClickException(f"the directory {str(target.parent)!r} of --output does not exist.")
     mechanism = TopDownCountOfCounts(epsilon=epsilon, methods=_methods(method), max_size=max_size,
-                                     max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed,
-                                     progress=True)
+                                     max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed)
     if seed is not None:
         say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
     data = read_tables(entities, groups, hierarchy)
     say(f"read {data.n_groups:,} groups in {data.tree.size(data.tree.levels - 1):,} leaf regions, {data.tree.levels} levels.")
-    release = mechanism.release(data)
+    with progress_bar(desc="regions", unit="region", leave=False) as progress:
+        release = mechanism.release(data, progress=progress)
     region, level, size, count = zip(*release.rows()) if data.n_groups else ((), (), (), ())
     table = pa.table({"region": pa.array(region, pa.string()), "level": pa.array(level, pa.int64()),
                       "size": pa.array(size, pa.int64()), "count": pa.array(count, pa.int64())})
@@ -154,7 +163,7 @@ def evaluate_count_of_counts(dataset: str, entities: str | None, groups: str | N
     largest = "" if entities else f", largest {int(data.size.max(initial=0)):,}"
     say(f"{data.n_groups:,} groups{largest}; regions per level {[data.tree.size(level) for level in range(data.tree.levels)]}")
     factories = {name: STRATEGIES[name](epsilon, max_size) for name in strategies}
-    rows = run_comparison(data, factories, runs=runs, seed=seed, progress=say)
+    rows = run_comparison(data, factories, runs=runs, seed=seed, log=say)
     summary = summarize(rows)
     summary += [{"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}
                 for level, error in enumerate(omniscient_error(data, epsilon))]

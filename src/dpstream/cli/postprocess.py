@@ -4,7 +4,6 @@ Markov model) and ``evaluate-postprocess`` (the synthetic experiments of Cao et 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from dpstream.cli._common import (
     epsilons_option,
     floats,
     output_file,
+    progress_bar,
     refuse_overwrite,
     say,
     write_csv,
@@ -195,8 +195,6 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
     with Eq. 11 (s = 0 for the epsilon study as in Fig. 4(a), s = 0.01 for the steps study as in
     Fig. 5); every round releases their counts with Lap(2 / epsilon) per cell.
     """
-    from tqdm import tqdm
-
     from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
 
     # Every option was checked by its type or callback while the command line was parsed, so a
@@ -218,9 +216,9 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
               "steps": f"MSE vs T (n={users}, epsilon={epsilon:g}, s=0.01)",
               "correlation": f"MSE vs s (n={users}, T={steps})",
               "probability": f"Section 6.1: one user, T={steps}, s=0"}
-    with tqdm(total=total, desc="rounds", unit="round", file=sys.stderr) as bar:
+    with progress_bar(total=total, desc="rounds", unit="round") as progress:
         for name, settings in plan.items():
-            records = run_study(settings, rounds, seed, progress=bar.update)
+            records = run_study(settings, rounds, seed, progress=progress)
             rows = summarize(records)
             write_csv(paths[name]["rounds"], records)
             write_csv(paths[name]["summary"], rows)

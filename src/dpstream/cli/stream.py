@@ -31,9 +31,9 @@ _CHUNK = 65536
 
 
 def _build_tops(options: dict[str, Any]) -> ToPS:
-    return ToPS(options["epsilon"], options["upper_bound"], hold=options["hold"], max_range=options["max_range"],
-                fanout=options["fanout"], smoother=options["smoother"], window=options["window"],
-                alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
+    return ToPS(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
+                max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
+                window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
                 threshold_step=options["threshold_step"], clip=options["clip"], seed=options["seed"])
 
 
@@ -43,8 +43,8 @@ def _describe_tops(tops: ToPS) -> str:
 
 
 def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
-    return PAK(options["epsilon"], options["upper_bound"], hold=options["hold"], length=options["max_range"],
-               threshold_fraction=options["threshold_fraction"], delta=options["delta"],
+    return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
+               max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
                multiplier=options["multiplier"], noise=options["noise"], capped=capped, clip=options["clip"],
                seed=options["seed"])
 
@@ -56,17 +56,18 @@ def _describe_pak(pak: PAK) -> str:
 
 
 def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
-    return BinaryTreeCounter(threshold=options["upper_bound"], epsilon=options["epsilon"],
-                             length=options["max_range"], clip=options["clip"], seed=options["seed"])
+    return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
+                             max_range=options["max_range"], clip=options["clip"], seed=options["seed"])
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
-    return f"binary tree with bound B = {counter.threshold:g}, {counter.levels} levels, no hold-out"
+    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
 
 
 def _build_topl(options: dict[str, Any]) -> ToPL:
-    return ToPL(options["epsilon"], options["upper_bound"], hold=options["hold"], max_range=options["max_range"],
-                threshold_epsilon=options["threshold_epsilon"], clip=options["clip"], seed=options["seed"])
+    return ToPL(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
+                max_range=options["max_range"], threshold_epsilon=options["threshold_epsilon"], clip=options["clip"],
+                seed=options["seed"])
 
 
 def _describe_topl(topl: ToPL) -> str:
@@ -298,7 +299,7 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     refuse_overwrite([plot_path], force)
     data = load_dataset("pos")
     say(f"dataset: {data.description}; B = {data.upper_bound:g}")
-    tops = ToPS(epsilon, data.upper_bound, seed=seed)
+    tops = ToPS(epsilon=epsilon, upper_bound=data.upper_bound, seed=seed)
     released = tops.release(data.values)
     _announce(tops)
     report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, plot_path=plot_path,
@@ -321,7 +322,7 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     it shows utility, it is not a private release.
     """
     data = load_dataset("pos")
-    topl = ToPL(epsilon, data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
+    topl = ToPL(epsilon=epsilon, upper_bound=data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
     # every plotted point is the mean of at least one released value
     released_count = max(data.values.size - topl.hold, 0)
     if not 1 <= intervals <= released_count:

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream._progress import Progress, notify, shifted
 from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
 from dpstream.count_of_counts.estimators import METHODS, LevelEstimate, estimate_level, estimate_max_size
 from dpstream.count_of_counts.histograms import LevelHistograms
-from dpstream.privacy import PrivacyGuarantee
+from dpstream.privacy import ENTITY_ROW, PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
 
 __all__ = [
@@ -46,10 +47,9 @@ __all__ = [
 ]
 
 MERGES = ("weighted", "average")
-NEIGHBOURS = "entity level: the Entities table differs in one row (one group's size changes by one)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CountOfCountsRelease:
     """Released histograms of every level (``levels[l]`` for level ``l``) of ``tree``."""
 
@@ -185,9 +185,8 @@ class _Mechanism:
     """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise source."""
 
     def __init__(
-        self, *, epsilon: float, max_size: int | None, max_size_epsilon: float | None, isotonic: str | None, seed: Seed, progress: bool
+        self, *, epsilon: float, max_size: int | None, max_size_epsilon: float | None, isotonic: str | None, seed: Seed
     ):
-        self.progress = progress
         self.epsilon = check_epsilon(epsilon)
         self.max_size = None if max_size is None else check_positive_int(max_size, "max_size")
         self.max_size_epsilon = None if max_size_epsilon is None else check_epsilon(max_size_epsilon, "max_size_epsilon")
@@ -204,10 +203,14 @@ class _Mechanism:
             raise ValueError("methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither.")
         return estimate_max_size(int(data.size.max(initial=0)), self.max_size_epsilon, self._rng)
 
-    def _k_part(self) -> tuple[float, str]:
+    def _with_k(self, histograms: PrivacyGuarantee) -> PrivacyGuarantee:
+        """``histograms``, plus the estimate of ``K`` when the release makes one (sequential composition)."""
         if self.max_size is None and self._needs_max_size() and self.max_size_epsilon is not None:
-            return self.max_size_epsilon, f" plus {self.max_size_epsilon:g} to estimate K (sequential composition)"
-        return 0.0, ""
+            estimate_k = PrivacyGuarantee(epsilon=self.max_size_epsilon, delta=0.0, neighbours=ENTITY_ROW,
+                                          composition="noisy largest group size K")
+            note = f" plus {self.max_size_epsilon:g} to estimate K (sequential composition)"
+            return histograms.compose_sequential(estimate_k, composition=histograms.composition + note)
+        return histograms
 
 
 class TopDownCountOfCounts(_Mechanism):
@@ -229,8 +232,6 @@ class TopDownCountOfCounts(_Mechanism):
         Eq. 5-6 or the plain average (Section 5.3).
     seed : int, Generator or None
         The noise source.
-    progress : bool
-        Show progress bars on stderr.
 
     Privacy
     -------
@@ -252,10 +253,9 @@ class TopDownCountOfCounts(_Mechanism):
         isotonic: str | None = None,
         merge: str = "weighted",
         seed: Seed = None,
-        progress: bool = False,
     ):
         super().__init__(
-            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed, progress=progress
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed
         )
         names = (methods,) if isinstance(methods, str) else tuple(methods)
         if not names:
@@ -273,33 +273,39 @@ class TopDownCountOfCounts(_Mechanism):
             raise ValueError(f"methods needs one entry or one per level ({levels}), got {list(self.methods)}.")
         return self.methods
 
-    def estimates(self, data: CountOfCountsData) -> list[LevelEstimate]:
-        """Lines 1-5 of Algorithm 1: the independent noisy estimates of every level."""
+    def estimates(self, data: CountOfCountsData, *, progress: Progress | None = None) -> list[LevelEstimate]:
+        """Lines 1-5 of Algorithm 1: the independent noisy estimates of every level.
+
+        ``progress`` is called with the regions done out of the regions of all levels (the
+        protocol of :mod:`dpstream._progress`).
+        """
         levels = data.tree.levels
+        methods = self._level_methods(levels)
         max_size = self._resolve_max_size(data)
         per_level = self.epsilon / levels
-        return [
-            estimate_level(
+        regions = [data.tree.size(level) for level in range(levels)]
+        total = sum(regions)
+        notify(progress, 0, total)
+        out = []
+        for level, method in enumerate(methods):
+            out.append(estimate_level(
                 data.truth(level), method=method, epsilon=per_level, rng=self._rng, max_size=max_size,
-                isotonic=self.isotonic, progress=f"level {level} ({method})" if self.progress else None,
-            )
-            for level, method in enumerate(self._level_methods(levels))
-        ]
+                isotonic=self.isotonic, progress=shifted(progress, sum(regions[:level]), total),
+            ))
+        return out
 
-    def release(self, data: CountOfCountsData) -> CountOfCountsRelease:
-        """Consistent histograms of every region of every level."""
-        return CountOfCountsRelease(data.tree, top_down(data.tree, self.estimates(data), self.merge))
+    def release(self, data: CountOfCountsData, *, progress: Progress | None = None) -> CountOfCountsRelease:
+        """Consistent histograms of every region of every level (``progress`` as for :meth:`estimates`)."""
+        estimates = self.estimates(data, progress=progress)
+        return CountOfCountsRelease(tree=data.tree, levels=top_down(data.tree, estimates, self.merge))
 
     def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
         """What a release spends (``levels``: ``L + 1`` of the hierarchy, for the split)."""
-        extra, note = self._k_part()
         split = f"epsilon/(L+1) = {self.epsilon / levels:g} per level" if levels else "epsilon/(L+1) per level"
-        return PrivacyGuarantee(
-            self.epsilon + extra,
-            0.0,
-            NEIGHBOURS,
-            f"{split}, sequential over levels, parallel over the regions of a level{note}",
-        )
+        return self._with_k(PrivacyGuarantee(
+            epsilon=self.epsilon, delta=0.0, neighbours=ENTITY_ROW,
+            composition=f"{split}, sequential over levels, parallel over the regions of a level",
+        ))
 
 
 class BottomUpCountOfCounts(_Mechanism):
@@ -319,27 +325,31 @@ class BottomUpCountOfCounts(_Mechanism):
         max_size_epsilon: float | None = None,
         isotonic: str | None = None,
         seed: Seed = None,
-        progress: bool = False,
     ):
         super().__init__(
-            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed, progress=progress
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed
         )
         self.method = check_choice(method, "method", METHODS)
 
     def _needs_max_size(self) -> bool:
         return self.method != "hg"
 
-    def release(self, data: CountOfCountsData) -> CountOfCountsRelease:
-        """Leaf estimates with the whole budget, summed up the tree."""
+    def release(self, data: CountOfCountsData, *, progress: Progress | None = None) -> CountOfCountsRelease:
+        """Leaf estimates with the whole budget, summed up the tree.
+
+        ``progress`` is called with the leaf regions done out of all leaf regions (the protocol
+        of :mod:`dpstream._progress`).
+        """
         leaf = data.tree.levels - 1
         estimate = estimate_level(
             data.truth(leaf), method=self.method, epsilon=self.epsilon, rng=self._rng,
-            max_size=self._resolve_max_size(data), isotonic=self.isotonic,
-            progress=f"leaves ({self.method})" if self.progress else None,
+            max_size=self._resolve_max_size(data), isotonic=self.isotonic, progress=progress,
         )
-        return CountOfCountsRelease(data.tree, back_substitute(data.tree, estimate.histograms))
+        return CountOfCountsRelease(tree=data.tree, levels=back_substitute(data.tree, estimate.histograms))
 
     def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
         """What a release spends."""
-        extra, note = self._k_part()
-        return PrivacyGuarantee(self.epsilon + extra, 0.0, NEIGHBOURS, f"all of epsilon on the leaves, parallel over the leaves{note}")
+        return self._with_k(PrivacyGuarantee(
+            epsilon=self.epsilon, delta=0.0, neighbours=ENTITY_ROW,
+            composition="all of epsilon on the leaves, parallel over the leaves",
+        ))

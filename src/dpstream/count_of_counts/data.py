@@ -33,7 +33,7 @@ from dpstream.rng import Seed, make_rng
 __all__ = ["CountOfCountsData", "RegionTree", "housing_data", "read_tables", "taxi_data", "write_tables"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RegionTree:
     """A public region hierarchy with levels ``0 .. L``.
 
@@ -94,10 +94,10 @@ class RegionTree:
             row_node = rank[inverse]
         if len(set(table[:, -1])) != table.shape[0]:
             raise ValueError("every leaf region must appear in exactly one hierarchy row.")
-        return cls(tuple(names), tuple(parents)), row_node
+        return cls(names=tuple(names), parents=tuple(parents)), row_node
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CountOfCountsData:
     """The tree, and the leaf and size (number of entities) of every group.
 
@@ -137,7 +137,7 @@ class CountOfCountsData:
                 raise ValueError(f"group sizes of region {name!r} must be a 1-D array of integers, got {array!r:.60}.")
             leaves.append(np.full(array.size, leaf_of_name[name], dtype=np.int64))
             group_sizes.append(array.astype(np.int64))
-        return cls(tree, _concat(leaves), _concat(group_sizes))
+        return cls(tree=tree, leaf=_concat(leaves), size=_concat(group_sizes))
 
     @property
     def n_groups(self) -> int:
@@ -250,7 +250,7 @@ def read_tables(
         raise InputError(f"the Entities table refers to group_id {bad!r}, which is not in the Groups table.")
     leaf = row_leaf[row.to_numpy(zero_copy_only=False).astype(np.int64)]
     size = np.bincount(member.to_numpy(zero_copy_only=False).astype(np.int64), minlength=len(group_ids))
-    return CountOfCountsData(tree, leaf, size.astype(np.int64))
+    return CountOfCountsData(tree=tree, leaf=leaf, size=size.astype(np.int64))
 
 
 def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, parquet: bool = False) -> list[Path]:
@@ -347,7 +347,8 @@ def housing_data(
         ("US", f"S{state:02d}", f"S{state:02d}C{county:04d}") for state in range(n_states) for county in range(counties[state])
     ]
     tree, row_leaf = RegionTree.from_paths(paths)
-    return CountOfCountsData(tree, row_leaf[np.concatenate(leaves)], np.concatenate(sizes).astype(np.int64))
+    leaf = row_leaf[np.concatenate(leaves)]
+    return CountOfCountsData(tree=tree, leaf=leaf, size=np.concatenate(sizes).astype(np.int64))
 
 
 def taxi_data(n_taxis: int = 2000, *, mean_pickups: float = 300.0, seed: Seed = None) -> CountOfCountsData:
@@ -370,4 +371,4 @@ def taxi_data(n_taxis: int = 2000, *, mean_pickups: float = 300.0, seed: Seed = 
     sizes = rng.poisson(np.outer(popularity, activity)).astype(np.int64)  # (neighbourhood, taxi)
     paths = [("Manhattan", "upper" if hood < 14 else "lower", f"N{hood:02d}") for hood in range(28)]
     tree, row_leaf = RegionTree.from_paths(paths)
-    return CountOfCountsData(tree, np.repeat(row_leaf, n_taxis), sizes.ravel())
+    return CountOfCountsData(tree=tree, leaf=np.repeat(row_leaf, n_taxis), size=sizes.ravel())

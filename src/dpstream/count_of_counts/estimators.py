@@ -25,14 +25,13 @@ post-processing.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream._progress import Progress, notify
 from dpstream.count_of_counts.histograms import (
     LevelHistograms,
     isotonic_l1,
@@ -50,7 +49,7 @@ ISOTONIC = ("l1", "l2")
 CHUNK_CELLS = 4_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LevelEstimate:
     """Estimated histograms of one level and the variance of each estimated group's size.
 
@@ -69,14 +68,15 @@ def estimate_level(
     rng: np.random.Generator,
     max_size: int | None = None,
     isotonic: str | None = None,
-    progress: str | None = None,
+    progress: Progress | None = None,
 ) -> LevelEstimate:
     """Run ``method`` ("hc", "hg" or "naive") on every region of a level with budget ``epsilon``.
 
     ``max_size`` is the public bound ``K`` (needed by "hc" and "naive"); ``isotonic`` is
-    "l1" or "l2" (default: "l1" for "hc", the paper's choice, and "l2" for "hg").  With
-    ``progress`` (a label), a progress bar over the regions goes to stderr.  The estimate
-    of every region is integral, non-negative and has the region's ``G`` groups.
+    "l1" or "l2" (default: "l1" for "hc", the paper's choice, and "l2" for "hg").
+    ``progress`` is called with the regions done out of the level's regions (the protocol of
+    :mod:`dpstream._progress`).  The estimate of every region is integral, non-negative and has
+    the region's ``G`` groups.
 
     >>> truth = LevelHistograms.from_groups(np.zeros(5), np.array([1, 1, 2, 3, 3]), 1)
     >>> est = estimate_level(truth, method="hc", epsilon=1e6, rng=np.random.default_rng(0), max_size=5)
@@ -89,22 +89,27 @@ def estimate_level(
         isotonic = "l2" if method == "hg" else "l1"
     isotonic = check_choice(isotonic, "isotonic", ISOTONIC)
     if method == "hg":
-        return _estimate_hg(truth, epsilon, rng, isotonic)
+        notify(progress, 0, truth.n_nodes)
+        estimate = _estimate_hg(truth, epsilon, rng, isotonic)
+        notify(progress, truth.n_nodes, truth.n_nodes)
+        return estimate
     if max_size is None:
         raise ValueError(f"method {method!r} needs the public maximum group size max_size (K), got None.")
     max_size = check_positive_int(max_size, "max_size")
+    notify(progress, 0, truth.n_nodes)
     if method == "hc":
         return _estimate_hc(truth, epsilon, rng, max_size, isotonic, progress)
     return _estimate_naive(truth, epsilon, rng, max_size, progress)
 
 
-def _chunks(n_nodes: int, width: int, progress: str | None) -> Iterator[tuple[int, int]]:
-    """Consecutive blocks of regions whose dense rows of ``width`` cells fit in :data:`CHUNK_CELLS`."""
+def _chunks(n_nodes: int, width: int, progress: Progress | None) -> Iterator[tuple[int, int]]:
+    """Consecutive blocks of regions whose dense rows of ``width`` cells fit in :data:`CHUNK_CELLS`;
+    the regions done are reported after each block."""
     step = max(1, CHUNK_CELLS // width)
-    with tqdm(total=n_nodes, desc=progress, unit="region", file=sys.stderr, disable=progress is None, leave=False) as bar:
-        for lo in range(0, n_nodes, step):
-            yield lo, min(n_nodes, lo + step)
-            bar.update(min(n_nodes, lo + step) - lo)
+    for lo in range(0, n_nodes, step):
+        hi = min(n_nodes, lo + step)
+        yield lo, hi
+        notify(progress, hi, n_nodes)
 
 
 def _dense_rows(truth: LevelHistograms, lo: int, hi: int, max_size: int) -> np.ndarray:
@@ -123,11 +128,12 @@ def _sparse_rows(rows: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray, np.
 def _finish(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_nodes: int, factor: float) -> LevelEstimate:
     node, size, count = (np.concatenate(column) if column else np.zeros(0, np.int64) for column in zip(*parts))
     histograms = LevelHistograms.from_sorted(node, size, count, n_nodes)
-    return LevelEstimate(histograms, factor / histograms.count)
+    return LevelEstimate(histograms=histograms, variance=factor / histograms.count)
 
 
 def _estimate_hc(
-    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, isotonic: str, progress: str | None
+    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, isotonic: str,
+    progress: Progress | None,
 ) -> LevelEstimate:
     groups = truth.groups()
     parts = []
@@ -148,7 +154,7 @@ def _estimate_hc(
 
 
 def _estimate_naive(
-    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, progress: str | None
+    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, progress: Progress | None
 ) -> LevelEstimate:
     groups = truth.groups()
     parts = []
@@ -176,7 +182,7 @@ def _estimate_hg(truth: LevelHistograms, epsilon: float, rng: np.random.Generato
     node = np.repeat(np.arange(truth.n_nodes), groups)
     histograms = LevelHistograms.from_sorted(node, fitted, np.ones(fitted.size, dtype=np.int64), truth.n_nodes)
     # Section 5.1.1: 2 / (|S_i| eps^2), S_i the run of equal estimated sizes containing group i
-    return LevelEstimate(histograms, 2.0 / (epsilon**2 * histograms.count))
+    return LevelEstimate(histograms=histograms, variance=2.0 / (epsilon**2 * histograms.count))
 
 
 def estimate_max_size(largest_group: int, epsilon: float, rng: np.random.Generator) -> int:

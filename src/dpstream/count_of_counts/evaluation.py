@@ -62,27 +62,27 @@ def run_comparison(
     *,
     runs: int,
     seed: int,
-    progress: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (strategy, run, level): the mean per-region error.
 
     ``strategies`` maps a name to a factory taking a seed and returning a mechanism with
     ``release(data)``; run ``r`` of every strategy uses seed ``seed + r``.  Top-down strategies
     that differ only in their merge share the noisy estimates of a run (the same seed gives
-    the same estimates, so this only saves time).
+    the same estimates, so this only saves time).  ``log`` receives one line per run and strategy.
     """
     rows = []
     for run in range(runs):
         shared: dict[tuple[Any, ...], list[Any]] = {}
         for name, factory in strategies.items():
-            if progress:
-                progress(f"run {run + 1}/{runs}: {name}")
+            if log:
+                log(f"run {run + 1}/{runs}: {name}")
             mechanism = factory(seed + run)
             if isinstance(mechanism, TopDownCountOfCounts):
                 key = (mechanism.methods, mechanism.isotonic, mechanism.max_size, mechanism.max_size_epsilon, mechanism.epsilon)
                 if key not in shared:
                     shared[key] = mechanism.estimates(data)
-                release = CountOfCountsRelease(data.tree, top_down(data.tree, shared[key], mechanism.merge))
+                release = CountOfCountsRelease(tree=data.tree, levels=top_down(data.tree, shared[key], mechanism.merge))
             else:
                 release = mechanism.release(data)
             errors = level_errors(data, release)

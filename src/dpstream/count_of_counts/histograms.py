@@ -246,7 +246,7 @@ def largest_remainder_round(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return floors.astype(np.int64) + (ranks < missing[:, None])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LevelHistograms:
     """Sparse count-of-counts histograms of every region of one level.
 
@@ -273,13 +273,13 @@ class LevelHistograms:
         """Histograms from rows sorted by ``(node, size)``; equal rows are added, zero counts dropped."""
         if node.size == 0:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(empty, empty, empty, n_nodes)
+            return cls(node=empty, size=empty, count=empty, n_nodes=n_nodes)
         new = np.ones(node.size, dtype=bool)
         new[1:] = (node[1:] != node[:-1]) | (size[1:] != size[:-1])
         starts = np.flatnonzero(new)
         total = np.add.reduceat(np.asarray(count, dtype=np.int64), starts)
         keep = total > 0
-        return cls(node[starts][keep], size[starts][keep], total[keep], n_nodes)
+        return cls(node=node[starts][keep], size=size[starts][keep], count=total[keep], n_nodes=n_nodes)
 
     def groups(self) -> np.ndarray:
         """The number of groups ``G`` of every region."""

@@ -93,7 +93,8 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-    tops = ToPS(epsilon, scenario.upper_bound, hold=config.hold, max_range=config.max_range, seed=rng)
+    tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
+                seed=rng)
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -160,8 +161,8 @@ STUDIES: dict[str, tuple[dict[str, MethodFn], bool]] = {
 def _topl(variant: str) -> MethodFn:
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
         check_epsilon(config.stream_epsilon, "stream_epsilon")
-        topl = ToPL(config.stream_epsilon, scenario.upper_bound, threshold_epsilon=epsilon, hold=config.hold,
-                    max_range=config.max_range, variant=variant, seed=rng)
+        topl = ToPL(epsilon=config.stream_epsilon, upper_bound=scenario.upper_bound, threshold_epsilon=epsilon,
+                    hold=config.hold, max_range=config.max_range, variant=variant, seed=rng)
         topl.release(scenario.held)
         released = topl.release(scenario.stream)
         return _released(released), {"threshold": topl.threshold}
@@ -332,8 +333,8 @@ def _pak(capped: bool) -> MethodFn:
     """PAK's Mechanism 1 end to end (capped: tau >= B falls back to B; uncapped: as the ToPS paper ran it)."""
 
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-        pak = PAK(epsilon, scenario.upper_bound, hold=config.hold, length=config.max_range, capped=capped,
-                  delta=_delta(config), seed=rng)
+        pak = PAK(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
+                  capped=capped, delta=_delta(config), seed=rng)
         pak.release(scenario.held)
         released = pak.release(scenario.stream)
         return _released(released), {"threshold": pak.threshold}
@@ -350,13 +351,13 @@ def _nm_e_binary_tree(scenario: Scenario, epsilon: float, config: ExperimentConf
     """
     theta = noisy_max_threshold(scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound,
                                 max_range=config.max_range, fanout=16, rng=rng)
-    counter = BinaryTreeCounter(threshold=theta, epsilon=epsilon, length=config.max_range, seed=rng)
+    counter = BinaryTreeCounter(epsilon=epsilon, upper_bound=theta, max_range=config.max_range, seed=rng)
     return _released(counter.release(np.minimum(scenario.stream, theta))), {"threshold": theta}
 
 
 def _binary_tree_bound(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     """The plain binary tree with the public bound B (no threshold)."""
-    counter = BinaryTreeCounter(threshold=scenario.upper_bound, epsilon=epsilon, length=config.max_range, seed=rng)
+    counter = BinaryTreeCounter(epsilon=epsilon, upper_bound=scenario.upper_bound, max_range=config.max_range, seed=rng)
     return _released(counter.release(scenario.stream)), {"threshold": scenario.upper_bound}
 
 

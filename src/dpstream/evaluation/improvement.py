@@ -54,11 +54,12 @@ def last_step_errors(
     errors: dict[str, list[float]] = {"BT-bound": [], **{f"PAK-{name}": [] for name in settings}}
     thresholds: dict[str, list[float]] = {f"PAK-{name}": [] for name in settings}
     for _ in tqdm(range(rounds), desc="last-step errors", disable=not progress, unit="round"):
-        counter = BinaryTreeCounter(threshold=upper_bound, epsilon=epsilon, length=n, seed=rng)
+        counter = BinaryTreeCounter(epsilon=epsilon, upper_bound=upper_bound, max_range=n, seed=rng)
         counter.release(values)
         errors["BT-bound"].append(counter.count - truth)
         for name, options in settings.items():
-            pak = PAK(epsilon, upper_bound, hold=hold, length=n - hold, delta=delta, seed=rng, **options)
+            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta, seed=rng,
+                      **options)
             released = pak.release(values)
             assert pak.held_sum is not None and pak.threshold is not None
             errors[f"PAK-{name}"].append(pak.held_sum + float(released.sum()) - truth)

@@ -32,57 +32,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpstream._checks import check_epsilon
-from dpstream.privacy import PrivacyGuarantee
+from dpstream._checks import check_local_epsilon, check_unit_values
+from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
 
 __all__ = [
     "HM_PM_THRESHOLD",
-    "LOCAL_REPORT",
     "HybridMechanism",
     "PiecewiseMechanism",
     "StochasticRounding",
-    "MAX_LOCAL_EPSILON",
-    "check_local_epsilon",
-    "check_unit_values",
 ]
 
 #: Below or at this epsilon HM uses SR only (Wang et al.'s eps* ~ 0.61, as the paper states).
 HM_PM_THRESHOLD = 0.61
-
-#: Largest budget of a local randomizer.  Square Wave's window has half-width about
-#: eps e^-eps, below the float64 resolution of [0, 1] past eps ~ 35 (and e^eps overflows past
-#: 709); a report with such a budget is not meaningfully private anyway.
-MAX_LOCAL_EPSILON = 30.0
-
-#: The neighbour relation of a local randomizer (Definition 2.2).
-LOCAL_REPORT = "local: any two input values of one report (event level: one report per stream value)"
-
-
-def check_local_epsilon(value: object) -> float:
-    """The budget of a local randomizer: :func:`check_epsilon`, and at most ``MAX_LOCAL_EPSILON``."""
-    epsilon = check_epsilon(value)
-    if epsilon > MAX_LOCAL_EPSILON:
-        raise ValueError(f"epsilon of a local randomizer must be at most {MAX_LOCAL_EPSILON:g} "
-                         f"(larger budgets break the randomizers' float64 arithmetic and protect nothing), got {epsilon!r}.")
-    return epsilon
-
-
-def check_unit_values(values: object, low: float = -1.0, high: float = 1.0, name: str = "values") -> np.ndarray:
-    """``values`` as a 1-D float64 array inside [low, high]; an error names the first bad one."""
-    try:
-        array = np.asarray(values)
-        if array.dtype.kind not in "iuf":
-            raise TypeError
-        array = np.atleast_1d(array.astype(np.float64, copy=False))
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{name} must be numbers, got {values!r:.80}.") from error
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got an array of shape {array.shape}.")
-    bad = ~((array >= low) & (array <= high))  # NaN fails too
-    if bad.any():
-        index = int(np.argmax(bad))
-        raise ValueError(f"{name}[{index}] must be in [{low:g}, {high:g}], got {float(array[index])!r}.")
-    return array
 
 
 def _privacy(name: str, epsilon: float) -> PrivacyGuarantee:
@@ -90,7 +51,7 @@ def _privacy(name: str, epsilon: float) -> PrivacyGuarantee:
                             composition=f"{name}: one randomized report per value, no composition", local=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StochasticRounding:
     """Stochastic Rounding (SR): a one-bit report of a value in [-1, 1].
 
@@ -144,7 +105,7 @@ class StochasticRounding:
         return _privacy("SR", self.epsilon)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PiecewiseMechanism:
     """Piecewise Mechanism (PM, Eq. 19): a report in [-s, s] that is its own unbiased estimate.
 
@@ -231,7 +192,7 @@ class PiecewiseMechanism:
         return _privacy("PM", self.epsilon)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HybridMechanism:
     """Hybrid Mechanism (HM): PM with probability alpha, SR otherwise; the ToPL perturber.
 

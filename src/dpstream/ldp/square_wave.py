@@ -28,14 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpstream._checks import check_positive_int
-from dpstream.ldp.mean import LOCAL_REPORT, check_local_epsilon, check_unit_values
-from dpstream.privacy import PrivacyGuarantee
+from dpstream._checks import check_local_epsilon, check_positive_int, check_unit_values
+from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
 
 __all__ = ["DensityEstimate", "SquareWave", "estimate_density"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SquareWave:
     """The Square Wave randomizer on [0, 1].
 
@@ -138,7 +137,7 @@ def _channel(sw: SquareWave, buckets: int) -> _Channel:
     return _Channel(sw.q, sw.p - sw.q, out_width, band)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DensityEstimate:
     """The collector's estimate: ``frequencies[i]`` is the share of values in bucket i of [0, 1]."""
 
@@ -213,7 +212,7 @@ def estimate_density(
         predicted = channel.forward(f)[seen]
         new = float(share @ np.log(predicted))
         if new - likelihood < tolerance:
-            return DensityEstimate(f, iteration, True)
+            return DensityEstimate(frequencies=f, iterations=iteration, converged=True)
         likelihood = new
         ratio = np.zeros(counts.size)
         ratio[seen] = share / predicted
@@ -221,4 +220,4 @@ def estimate_density(
         f /= f.sum()
         if smoothing:
             f = _smooth(f)
-    return DensityEstimate(f, max_iterations, False)
+    return DensityEstimate(frequencies=f, iterations=max_iterations, converged=False)

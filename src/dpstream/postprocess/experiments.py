@@ -9,13 +9,14 @@ Laplace release of their counts, and post-processes that same release with every
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpstream._progress import Progress, notify
 from dpstream.postprocess.estimators import map_estimate, mle_estimate, round_counts
 from dpstream.postprocess.markov import FIG3_MATRIX, simulate_counts, smoothed_transition
 from dpstream.postprocess.mechanism import LaplaceCounts
@@ -96,16 +97,22 @@ def run_round(setting: Setting, seed: np.random.SeedSequence) -> list[dict[str, 
 
 
 def run_study(settings: Iterable[Setting], rounds: int, seed: int,
-              progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """All rounds of all settings; round ``k`` of setting ``i`` is seeded by ``(seed, i, k)``."""
+              progress: Progress | None = None) -> list[dict[str, Any]]:
+    """All rounds of all settings; round ``k`` of setting ``i`` is seeded by ``(seed, i, k)``.
+
+    ``progress`` is called with the rounds done out of all rounds of all settings (the protocol
+    of :mod:`dpstream._progress`).
+    """
+    settings = list(settings)
+    total = len(settings) * rounds
+    notify(progress, 0, total)
     records = []
     for index, setting in enumerate(settings):
         for k in range(rounds):
             for record in run_round(setting, np.random.SeedSequence([seed, index, k])):
                 record["round"] = k
                 records.append(record)
-            if progress is not None:
-                progress(1)
+            notify(progress, index * rounds + k + 1, total)
     return records
 
 

@@ -1,7 +1,8 @@
 """The public correlation model of Cao et al. (DBSec 2023), Sections 4-6: users moving between
 ``m`` locations by a Markov transition matrix.
 
-* :func:`check_transition` validates a row-stochastic matrix,
+* :func:`check_transition` validates a row-stochastic matrix (it lives in :mod:`dpstream._checks`
+  with :func:`check_distribution`, and is re-exported here),
 * :func:`smoothed_transition` is the family of Eq. 11 (Laplacian smoothing with level ``s``),
 * :data:`FIG3_MATRIX` is the 3-location matrix of Fig. 3 (also the base of Figs. 4-6),
 * :func:`propagate` is Eq. 7, ``P^t = P^{t-1} T``,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpstream._checks import check_nonnegative_int, check_positive_int
+from dpstream._checks import check_distribution, check_nonnegative_int, check_positive_int, check_transition
 from dpstream.rng import Seed, make_rng
 
 __all__ = [
@@ -28,48 +29,6 @@ __all__ = [
 
 #: The 3-location transition matrix of Fig. 3 and Section 6.2 (row = from, column = to).
 FIG3_MATRIX = np.array([[0.0, 0.0, 1.0], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0]])
-
-#: How far a row sum may be from 1 before a matrix is refused (CSV files carry rounded numbers).
-ROW_SUM_TOLERANCE = 1e-6
-
-
-def check_transition(matrix: object, name: str = "transition") -> np.ndarray:
-    """A square row-stochastic matrix as float64 (rows renormalised to sum to exactly 1).
-
-    >>> check_transition([[0.5, 0.5], [0.0, 1.0]]).tolist()
-    [[0.5, 0.5], [0.0, 1.0]]
-    >>> check_transition([[0.5, 0.4], [0.0, 1.0]])
-    Traceback (most recent call last):
-    ...
-    ValueError: transition row 1 sums to 0.9, not 1.
-    """
-    try:
-        array = np.array(matrix, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a matrix of numbers, got {matrix!r}.") from None
-    if array.ndim != 2 or array.shape[0] != array.shape[1] or array.shape[0] == 0:
-        raise ValueError(f"{name} must be a non-empty square matrix, got shape {array.shape}.")
-    bad = np.argwhere(~np.isfinite(array) | (array < 0))
-    if bad.size:
-        row, col = bad[0]
-        raise ValueError(
-            f"{name} entries must be finite and >= 0; row {row + 1}, column {col + 1} is {float(array[row, col])!r}."
-        )
-    sums = array.sum(axis=1)
-    off = np.flatnonzero(np.abs(sums - 1.0) > ROW_SUM_TOLERANCE)
-    if off.size:
-        raise ValueError(f"{name} row {off[0] + 1} sums to {sums[off[0]]:.10g}, not 1.")
-    return array / sums[:, None]
-
-
-def check_distribution(values: object, size: int, name: str = "initial") -> np.ndarray:
-    """A probability vector of length ``size`` (float64, renormalised)."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.shape != (size,):
-        raise ValueError(f"{name} must have {size} entries, got shape {array.shape}.")
-    if not np.all(np.isfinite(array)) or np.any(array < 0) or abs(array.sum() - 1.0) > ROW_SUM_TOLERANCE:
-        raise ValueError(f"{name} must be >= 0 and sum to 1, got {array.tolist()!r}.")
-    return array / array.sum()
 
 
 def smoothed_transition(base: object, s: float) -> np.ndarray:

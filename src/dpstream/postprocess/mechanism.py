@@ -7,7 +7,7 @@ import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon
 from dpstream.noise import laplace_noise
-from dpstream.privacy import PrivacyGuarantee
+from dpstream.privacy import USER_STEP, PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
 
 __all__ = ["COUNT_SENSITIVITY", "LaplaceCounts", "laplace_scale"]
@@ -69,7 +69,7 @@ class LaplaceCounts:
         return PrivacyGuarantee(
             epsilon=self.epsilon,
             delta=0.0,
-            neighbours="bounded databases of n users differing in one user's location at one time step "
-            "(count-vector L1 sensitivity 2)",
-            composition="epsilon per time step; T steps of one user's trajectory compose to T * epsilon",
+            neighbours=USER_STEP,
+            composition=f"Lap(2/epsilon) = Lap({self.scale:g}) per cell (count-vector L1 sensitivity 2); epsilon per "
+            "time step; T steps of one user's trajectory compose to T * epsilon",
         )

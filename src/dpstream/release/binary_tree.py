@@ -1,8 +1,10 @@
 """The binary-tree continual counter (Chan, Shi and Song; Dwork et al.; PAK Section II-D).
 
-A complete binary tree covers a stream of ``n`` values (the leaves, padded with zeros to
-``2^h``, ``h = ceil(log2 n)``).  Every node below the would-be root holds the noisy sum of its
-leaves, ``Lap(tau h / eps)`` per node, so the ``h`` measured levels each spend ``eps / h``.
+A complete binary tree covers ``n = max_range`` values of the stream (the leaves, padded with
+zeros to ``2^h``, ``h = ceil(log2 n)``); values lie in ``[0, tau]``, ``tau = upper_bound`` (B for
+the plain counter, PAK's threshold when PAK runs it after its hold-out).  Every node below the
+would-be root holds the noisy sum of its leaves, ``Lap(tau h / eps)`` per node, so the ``h``
+measured levels each spend ``eps / h``.
 The noisy count after ``i`` values, ``c^(i)``, is the sum of the nodes that tile ``[0, i)``: the
 top-level nodes it covers plus one node per lower level whose bit is set in ``i`` -- at most
 ``h <= ceil(log2 n) + 1`` nodes (:func:`prefix_nodes`).  The root itself is never measured: it is
@@ -34,11 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpstream._checks import check_bound, check_epsilon, check_positive_int, check_stream_values
+from dpstream._checks import check_bool, check_bound, check_epsilon, check_positive_int, check_stream_values
 from dpstream.hierarchy import num_levels
 from dpstream.noise import laplace_noise
-from dpstream.privacy import PrivacyGuarantee
-from dpstream.release.perturber import EVENT_LEVEL
+from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
 
 __all__ = ["BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
@@ -90,7 +91,7 @@ def noise_prefix_sums(noise: list[np.ndarray]) -> np.ndarray:
     return prefix
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BinaryTreeState:
     """The counter's streaming state (SECRET: it holds the current tree's noise).
 
@@ -106,31 +107,33 @@ class BinaryTreeState:
 
 
 class BinaryTreeCounter:
-    """Continual counting with the binary-tree mechanism, for values in ``[0, threshold]``.
+    """Continual counting with the binary-tree mechanism, for values in ``[0, upper_bound]``.
 
     Parameters
     ----------
-    threshold : float
-        tau: values must lie in ``[0, tau]`` (already truncated).  Public.
     epsilon : float
         Budget of the counter.
-    length : int
-        n: leaves of one tree (the stream length PAK assumes); a fresh tree every n values.
+    upper_bound : float
+        tau: values must lie in ``[0, tau]``.  Public: B for the plain counter, or a threshold
+        already chosen (PAK's tau, with values truncated at it).
+    max_range : int
+        n: leaves of one tree (the stream length PAK assumes; the largest query range); a
+        fresh tree every n values.
     clip : bool
-        Clip values outside [0, threshold] instead of raising (only sensible when the
-        threshold is the public bound B).
+        Clip values outside ``[0, upper_bound]`` instead of raising (only sensible when the
+        bound is the public B).
     seed : int, Generator or None
         Source of all noise.
 
     Privacy
     -------
     epsilon-DP at event level (neighbours: streams differing in the value at one position),
-    values in ``[0, threshold]``; ``Lap(tau h / eps)`` on each of ``h = ceil(log2 n)`` levels
+    values in ``[0, upper_bound]``; ``Lap(tau h / eps)`` on each of ``h = ceil(log2 n)`` levels
     (sequential), disjoint trees in parallel.  See the module docstring.
 
     Examples
     --------
-    >>> bt = BinaryTreeCounter(threshold=1.0, epsilon=1e9, length=8, seed=0)
+    >>> bt = BinaryTreeCounter(epsilon=1e9, upper_bound=1.0, max_range=8, seed=0)
     >>> out = bt.release(np.ones(10))
     >>> np.round(np.cumsum(out), 6).tolist()
     [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
@@ -142,19 +145,23 @@ class BinaryTreeCounter:
     hold = 0
 
     def __init__(
-        self, *, threshold: float, epsilon: float, length: int = 2**20, clip: bool = False, seed: Seed = None
+        self, *, epsilon: float, upper_bound: float, max_range: int = 2**20, clip: bool = False, seed: Seed = None
     ) -> None:
-        if not isinstance(clip, bool):
-            raise TypeError(f"clip must be True or False, got {clip!r}.")
-        self.clip = clip
-        self.threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
-        self.length = check_positive_int(length, "length", minimum=2)
-        self.levels = num_levels(self.length, 2)
-        self.noise_scale = self.threshold * self.levels / self.epsilon
+        self.upper_bound = check_bound(upper_bound)
+        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
+        self.clip = check_bool(clip, "clip")
+        self.levels = num_levels(self.max_range, 2)
+        self.noise_scale = self.upper_bound * self.levels / self.epsilon
         self._rng = make_rng(seed)
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET)
         self.state = BinaryTreeState(released=0, running=0.0, increments=None, count=0.0)
+
+    @property
+    def threshold(self) -> float:
+        """The bound values are truncated at, known from the start: ``upper_bound`` (the interface
+        of the release pipelines, whose threshold is None until their hold-out ends)."""
+        return self.upper_bound
 
     @property
     def position(self) -> int:
@@ -167,28 +174,28 @@ class BinaryTreeCounter:
         return self.state.count
 
     def privacy(self) -> PrivacyGuarantee:
-        """epsilon-DP at event level for values in [0, threshold]."""
+        """epsilon-DP at event level for values in [0, upper_bound]."""
         return PrivacyGuarantee(
             epsilon=self.epsilon,
             delta=0.0,
             neighbours=EVENT_LEVEL,
             composition=(
                 f"Lap(tau*h/eps) = Lap({self.noise_scale:g}) on every node of h = {self.levels} levels "
-                f"(eps/{self.levels} each, sequential); a fresh tree per {self.length} values (parallel)"
+                f"(eps/{self.levels} each, sequential); a fresh tree per {self.max_range} values (parallel)"
             ),
         )
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels
         self.noise = [laplace_noise(self._rng, self.noise_scale, size >> level) for level in range(self.levels)]
-        increments = np.diff(noise_prefix_sums(self.noise))[: self.length]
+        increments = np.diff(noise_prefix_sums(self.noise))[: self.max_range]
         self.state.increments = increments
         return increments
 
     def release(self, values: object) -> np.ndarray:
-        """Release a batch of values in ``[0, threshold]``: the increments of the noisy count."""
+        """Release a batch of values in ``[0, upper_bound]``: the increments of the noisy count."""
         clip = True if self.clip else None
-        values = check_stream_values(values, self.threshold, clip=clip, offset=self.state.released)
+        values = check_stream_values(values, self.upper_bound, clip=clip, offset=self.state.released)
         return self._release(values)
 
     def _release(self, values: np.ndarray) -> np.ndarray:
@@ -196,21 +203,21 @@ class BinaryTreeCounter:
         out = np.empty(values.size)
         done = 0
         while done < values.size:
-            position = st.released % self.length
+            position = st.released % self.max_range
             increments = st.increments if st.increments is not None else self._start_tree()
-            take = min(values.size - done, self.length - position)
+            take = min(values.size - done, self.max_range - position)
             segment = values[done : done + take]
             out[done : done + take] = segment + increments[position : position + take]
             st.running += float(np.sum(segment))
             st.count += float(np.sum(out[done : done + take]))
             st.released += take
             done += take
-            if position + take == self.length:
+            if position + take == self.max_range:
                 st.increments, st.running = None, 0.0
         return out
 
     def release_one(self, value: float) -> float:
         """Release one value; equals the batch path for the same seed."""
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.threshold:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.upper_bound:
             return float(self._release(np.array([float(value)]))[0])
         return float(self.release([value])[0])

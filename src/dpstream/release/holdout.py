@@ -22,9 +22,9 @@ class HoldOutRelease(ABC):
     """Hold out the first ``hold`` values to choose theta; release the rest truncated at theta.
 
     A subclass sets ``upper_bound``, ``hold`` and ``clip``, calls :meth:`_start_hold_out`, and
-    implements :meth:`_choose_threshold`, which reads ``self._held`` and sets ``self._stream``:
-    the mechanism for the later values (it has ``threshold`` and ``_release(values)``, which
-    takes values already checked and truncated).
+    implements :meth:`_choose_threshold`, which reads ``self._held`` and sets ``self._threshold``
+    (theta) and ``self._stream``: the mechanism for the later values (it has
+    ``_release(values)``, which takes values in ``[0, theta]``, already checked and truncated).
     """
 
     upper_bound: float
@@ -34,16 +34,17 @@ class HoldOutRelease(ABC):
     def _start_hold_out(self) -> None:
         self._held = np.empty(self.hold, dtype=np.float64)
         self._position = 0
+        self._threshold: float | None = None
         self._stream: Any = None
 
     @abstractmethod
     def _choose_threshold(self) -> None:
-        """Choose theta from ``self._held`` and set ``self._stream``."""
+        """Choose theta from ``self._held``; set ``self._threshold`` and ``self._stream``."""
 
     @property
     def threshold(self) -> float | None:
         """theta, once the hold-out is complete (None before)."""
-        return None if self._stream is None else self._stream.threshold
+        return self._threshold
 
     @property
     def position(self) -> int:
@@ -67,6 +68,6 @@ class HoldOutRelease(ABC):
                 return np.empty(0)
             self._choose_threshold()
             self._held = np.empty(0)  # the hold-out is no longer needed
-        rest = np.minimum(values[start:], self._stream.threshold)
+        rest = np.minimum(values[start:], self._threshold)
         self._position += rest.size
         return self._stream._release(rest)

@@ -30,6 +30,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from dpstream._checks import (
+    check_bool,
     check_bound,
     check_choice,
     check_epsilon,
@@ -37,10 +38,9 @@ from dpstream._checks import (
     check_probability,
 )
 from dpstream.noise import laplace_noise
-from dpstream.privacy import PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.holdout import HoldOutRelease
-from dpstream.release.perturber import EVENT_LEVEL
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds.smooth_sensitivity import (
     NOISES,
@@ -100,12 +100,13 @@ class PAK(HoldOutRelease):
         B (public): values lie in [0, B].
     hold : int
         m, the time lag: values used for tau and released only as one noisy sum.
-    length : int
-        n - m: leaves of the binary tree (a fresh tree after that many values).
+    max_range : int
+        n - m: leaves of the binary tree, the largest query range (a fresh tree after that
+        many values).
     threshold_fraction : float
         eps1 / eps (default 0.85, PAK Section VI-B).
     delta : float, optional
-        Default ``1 / n^2`` with ``n = hold + length`` (ToPS Appendix B).
+        Default ``1 / n^2`` with ``n = hold + max_range`` (ToPS Appendix B).
     percentile, beta, multiplier, noise
         Of S-PAK (:func:`~dpstream.thresholds.smooth_sensitivity.pak_threshold`).
     capped : bool
@@ -122,7 +123,7 @@ class PAK(HoldOutRelease):
     --------
     >>> rng = np.random.default_rng(0)
     >>> stream = rng.integers(0, 20, size=3000).astype(float)
-    >>> pak = PAK(5.0, 1000, hold=1000, length=2048, seed=1)
+    >>> pak = PAK(epsilon=5.0, upper_bound=1000, hold=1000, max_range=2048, seed=1)
     >>> out = pak.release(stream)
     >>> out.shape, pak.threshold <= 1000, pak.privacy().delta == 1 / 3048**2
     ((2000,), True, True)
@@ -130,11 +131,11 @@ class PAK(HoldOutRelease):
 
     def __init__(
         self,
+        *,
         epsilon: float,
         upper_bound: float,
-        *,
         hold: int = 65536,
-        length: int = 2**20,
+        max_range: int = 2**20,
         threshold_fraction: float = PAK_THRESHOLD_FRACTION,
         delta: float | None = None,
         percentile: float = PAK_PERCENTILE,
@@ -148,22 +149,20 @@ class PAK(HoldOutRelease):
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_positive_int(hold, "hold")
-        self.length = check_positive_int(length, "length", minimum=2)
+        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         fraction = check_probability(threshold_fraction, "threshold_fraction", open_low=True)
         if fraction >= 1:
             raise ValueError(f"threshold_fraction must be < 1 (eps2 > 0), got {threshold_fraction!r}.")
         self.threshold_epsilon = fraction * self.epsilon
         self.sum_epsilon = self.epsilon - self.threshold_epsilon
-        n = self.hold + self.length
+        n = self.hold + self.max_range
         self.delta = 1.0 / n**2 if delta is None else check_probability(delta, "delta", open_low=True)
         self.percentile = float(percentile)
         self.beta = beta
         self.multiplier = multiplier
         self.noise = check_choice(noise, "noise", NOISES)
-        for name, flag in (("capped", capped), ("clip", clip)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, got {flag!r}.")
-        self.capped, self.clip = capped, clip
+        self.capped = check_bool(capped, "capped")
+        self.clip = check_bool(clip, "clip")
         if not 0 <= self.percentile <= 100:
             raise ValueError(f"percentile must be in [0, 100], got {percentile!r}.")
         pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
@@ -175,16 +174,17 @@ class PAK(HoldOutRelease):
 
     def privacy(self) -> PrivacyGuarantee:
         """(epsilon, delta) for any split: eps1 + eps2 on the hold-out, eps on the rest, in parallel."""
-        return PrivacyGuarantee(
-            epsilon=max(self.threshold_epsilon + self.sum_epsilon, self.epsilon),
-            delta=self.delta,
-            neighbours=EVENT_LEVEL,
-            composition=(
-                f"S-PAK threshold ({self.threshold_epsilon:g}, {self.delta:g})-DP and Lap(tau/{self.sum_epsilon:g}) "
-                f"sum, sequential, on the first {self.hold} values; binary tree {self.epsilon:g}-DP on the "
-                "rest; parallel composition"
-            ),
-        )
+        threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=self.delta, neighbours=EVENT_LEVEL,
+                                     composition="S-PAK threshold")
+        held_sum = PrivacyGuarantee(epsilon=self.sum_epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+                                    composition="Lap(tau/eps2) sum of the held-out values")
+        tree = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+                                composition="binary tree on the rest")
+        return threshold.compose_sequential(held_sum).compose_parallel(tree, composition=(
+            f"S-PAK threshold ({self.threshold_epsilon:g}, {self.delta:g})-DP and Lap(tau/{self.sum_epsilon:g}) "
+            f"sum, sequential, on the first {self.hold} values; binary tree {self.epsilon:g}-DP on the "
+            "rest; parallel composition"
+        ))
 
     def _choose_threshold(self) -> None:
         self.raw_threshold = pak_threshold(
@@ -195,7 +195,9 @@ class PAK(HoldOutRelease):
         tau = cap_threshold(self.raw_threshold, self.upper_bound, capped=self.capped)
         truncated_sum = float(np.minimum(self._held, tau).sum())
         self.held_sum = truncated_sum + float(laplace_noise(self._rng, tau / self.sum_epsilon, 1)[0])
-        self._stream = BinaryTreeCounter(threshold=tau, epsilon=self.epsilon, length=self.length, seed=self._rng)
+        self._threshold = tau
+        self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
+                                         seed=self._rng)
 
     def release(self, values: object) -> np.ndarray:
         """Consume a batch; return the increments of the noisy running sum after the hold-out.

@@ -48,14 +48,11 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
-from dpstream.privacy import PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
 
-__all__ = ["HierarchicalPerturber", "PerturberState", "optimal_smoothed_levels", "EVENT_LEVEL"]
-
-#: The neighbour relation of every central-DP stream mechanism here (Definition 2.1).
-EVENT_LEVEL = "event level: two streams are neighbours when they differ in the value at one position"
+__all__ = ["HierarchicalPerturber", "PerturberState", "optimal_smoothed_levels"]
 
 
 def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
@@ -82,7 +79,7 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     return int(min(h - 1, max(0, round(float(s[np.argmin(error)])))))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PerturberState:
     """Everything the perturber needs to continue a stream (the generator aside).
 

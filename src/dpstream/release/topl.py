@@ -32,10 +32,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dpstream._checks import check_bound, check_choice, check_epsilon, check_positive_int, check_stream_values
+from dpstream._checks import (
+    check_bool,
+    check_bound,
+    check_choice,
+    check_epsilon,
+    check_positive_int,
+    check_stream_values,
+    check_unit_values,
+)
 from dpstream.ldp import HybridMechanism, SquareWave
-from dpstream.ldp.mean import check_unit_values
-from dpstream.privacy import PrivacyGuarantee
+from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds.square_wave import SW_VARIANTS, square_wave_threshold
 
@@ -43,8 +50,6 @@ __all__ = ["SW_REPORT", "SR_REPORT", "PM_REPORT", "Report", "ToPL", "ToPLClient"
 
 #: Mechanism codes of a report.
 SW_REPORT, SR_REPORT, PM_REPORT = 0, 1, 2
-
-_EVENT_LEVEL_LDP = "local DP (Definition 2.2) at event level: each report carries one value; any two values are neighbours"
 
 
 class Report(NamedTuple):
@@ -54,7 +59,7 @@ class Report(NamedTuple):
     value: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToPLClient:
     """What a client runs: it needs only its own value and the public parameters.
 
@@ -139,9 +144,9 @@ class ToPLCollector:
 
     def __init__(
         self,
+        *,
         epsilon: float,
         upper_bound: float,
-        *,
         threshold_epsilon: float | None = None,
         hold: int = 65536,
         max_range: int = 2**20,
@@ -244,17 +249,15 @@ class ToPLCollector:
 
 
 def _guarantee(epsilon: float, threshold_epsilon: float, hold: int) -> PrivacyGuarantee:
-    return PrivacyGuarantee(
-        epsilon=max(epsilon, threshold_epsilon),
-        delta=0.0,
-        neighbours=_EVENT_LEVEL_LDP,
-        composition=(
-            f"LDP: the first {hold} values each send one Square Wave report ({threshold_epsilon:g}-LDP), every "
-            f"later value one Hybrid-mechanism report ({epsilon:g}-LDP); disjoint values, one report each, so "
-            "nothing composes; theta and the released stream are post-processing"
-        ),
-        local=True,
-    )
+    threshold = PrivacyGuarantee(epsilon=threshold_epsilon, delta=0.0, neighbours=LOCAL_REPORT,
+                                 composition=f"one Square Wave report from each of the first {hold} values", local=True)
+    stream = PrivacyGuarantee(epsilon=epsilon, delta=0.0, neighbours=LOCAL_REPORT,
+                              composition="one Hybrid-mechanism report from every later value", local=True)
+    return threshold.compose_parallel(stream, composition=(
+        f"LDP: the first {hold} values each send one Square Wave report ({threshold_epsilon:g}-LDP), every "
+        f"later value one Hybrid-mechanism report ({epsilon:g}-LDP); disjoint values, one report each, so "
+        "nothing composes; theta and the released stream are post-processing"
+    ))
 
 
 class ToPL:
@@ -287,11 +290,11 @@ class ToPL:
     --------
     >>> rng = np.random.default_rng(0)
     >>> stream = np.minimum(rng.geometric(0.2, 6000), 100).astype(float)
-    >>> topl = ToPL(1.0, 100, hold=4000, max_range=4096, seed=7)
+    >>> topl = ToPL(epsilon=1.0, upper_bound=100, hold=4000, max_range=4096, seed=7)
     >>> released = topl.release(stream)
     >>> released.shape, 5 <= topl.threshold <= 60
     ((2000,), True)
-    >>> replay = ToPL(1.0, 100, hold=4000, max_range=4096, seed=7)
+    >>> replay = ToPL(epsilon=1.0, upper_bound=100, hold=4000, max_range=4096, seed=7)
     >>> streamed = [replay.release_one(v) for v in stream]
     >>> bool(np.array_equal(released, [v for v in streamed if v is not None]))
     True
@@ -299,9 +302,9 @@ class ToPL:
 
     def __init__(
         self,
+        *,
         epsilon: float,
         upper_bound: float,
-        *,
         hold: int = 65536,
         max_range: int = 2**20,
         buckets: int = 1024,
@@ -310,11 +313,9 @@ class ToPL:
         clip: bool = False,
         seed: Seed = None,
     ) -> None:
-        self.collector = ToPLCollector(epsilon, upper_bound, threshold_epsilon=threshold_epsilon, hold=hold,
-                                       max_range=max_range, buckets=buckets, variant=variant)
-        if not isinstance(clip, bool):
-            raise TypeError(f"clip must be True or False, got {clip!r}.")
-        self.clip = clip
+        self.collector = ToPLCollector(epsilon=epsilon, upper_bound=upper_bound, threshold_epsilon=threshold_epsilon,
+                                       hold=hold, max_range=max_range, buckets=buckets, variant=variant)
+        self.clip = check_bool(clip, "clip")
         self._rng = make_rng(seed)
         self._client = self.collector.client()
 

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpstream._checks import (
+    check_bool,
     check_bound,
     check_epsilon,
     check_positive_int,
     check_stream_values,
 )
-from dpstream.privacy import PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.holdout import HoldOutRelease
-from dpstream.release.perturber import EVENT_LEVEL, HierarchicalPerturber, PerturberState
+from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
@@ -31,7 +32,7 @@ from dpstream.thresholds.noisy_max import threshold_candidates
 __all__ = ["ToPS", "ToPSState"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ToPSState:
     """A snapshot of the stream so far.  SECRET: it holds raw held-out values, the current
     hierarchy's noise and the generator's state; never publish it.
@@ -95,11 +96,11 @@ class ToPS(HoldOutRelease):
     --------
     >>> rng = np.random.default_rng(0)
     >>> stream = rng.integers(0, 20, size=5000).astype(float)
-    >>> tops = ToPS(1.0, 100, hold=1000, max_range=4096, seed=42)
+    >>> tops = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
     >>> released = tops.release(stream)
     >>> released.shape, tops.threshold is not None, tops.smoothed_levels
     ((4000,), True, 1)
-    >>> replay = ToPS(1.0, 100, hold=1000, max_range=4096, seed=42)
+    >>> replay = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
     >>> streamed = [replay.release_one(v) for v in stream]
     >>> bool(np.array_equal(released, [v for v in streamed if v is not None]))
     True
@@ -107,9 +108,9 @@ class ToPS(HoldOutRelease):
 
     def __init__(
         self,
+        *,
         epsilon: float,
         upper_bound: float,
-        *,
         hold: int = 65536,
         max_range: int = 2**20,
         fanout: int = 16,
@@ -132,9 +133,7 @@ class ToPS(HoldOutRelease):
         self.c = check_bound(c, "c")
         self.threshold_step = check_bound(threshold_step, "threshold_step")
         threshold_candidates(self.upper_bound, self.threshold_step)  # validates the grid now
-        if not isinstance(clip, bool):
-            raise TypeError(f"clip must be True or False, got {clip!r}.")
-        self.clip = clip
+        self.clip = check_bool(clip, "clip")
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother(smoother, **params)
         self._rng = make_rng(seed)
@@ -168,17 +167,17 @@ class ToPS(HoldOutRelease):
         )
 
     def privacy(self) -> PrivacyGuarantee:
-        """What the whole release spends."""
-        return PrivacyGuarantee(
-            epsilon=max(self.epsilon, self.threshold_epsilon),
-            delta=0.0,
-            neighbours=EVENT_LEVEL,
-            composition=(
-                f"NM-E threshold {self.threshold_epsilon:g}-DP on the first {self.hold} values; "
-                f"hierarchy {self.epsilon:g}-DP on the rest (eps/{self.levels - self.smoothed_levels} on "
-                f"each of h - s = {self.levels - self.smoothed_levels} measured levels); parallel composition"
-            ),
-        )
+        """What the whole release spends: NM-E and the hierarchy, in parallel."""
+        measured = self.levels - self.smoothed_levels
+        threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+                                     composition=f"NM-E threshold on the first {self.hold} values")
+        hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+                                     composition=f"hierarchy on the rest, eps/{measured} on each of {measured} levels")
+        return threshold.compose_parallel(hierarchy, composition=(
+            f"NM-E threshold {self.threshold_epsilon:g}-DP on the first {self.hold} values; "
+            f"hierarchy {self.epsilon:g}-DP on the rest (eps/{measured} on "
+            f"each of h - s = {measured} measured levels); parallel composition"
+        ))
 
     # -- releasing ---------------------------------------------------------------------
 
@@ -195,6 +194,7 @@ class ToPS(HoldOutRelease):
             step=self.threshold_step,
         )
         self._stream = HierarchicalPerturber(threshold=theta, **self._perturber_args, seed=self._rng)
+        self._threshold = self._stream.threshold
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""

@@ -61,7 +61,7 @@ class Smoother(Protocol):
         """Feed block means in order; return the prediction after each one and the new state."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecentSmoother:
     """Predict the most recent block mean (the paper's default).
 
@@ -84,7 +84,7 @@ class RecentSmoother:
         return observations.copy(), (float(observations[-1]) if observations.size else state)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeanSmoother:
     """Predict the mean of all block means so far, the prior included.
 
@@ -112,7 +112,7 @@ class MeanSmoother:
         return totals / counts, (float(totals[-1]), int(counts[-1]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MovingAverageSmoother:
     """Predict the mean of the last ``window`` block means (fewer at the start, prior included).
 
@@ -149,7 +149,7 @@ class MovingAverageSmoother:
         return predictions, tuple(totals[-(self.window + 1) :].tolist())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExponentialSmoother:
     """Predict ``e_k = alpha a_k + (1 - alpha) e_{k-1}`` with ``e_0`` the prior.
 
@@ -179,7 +179,7 @@ class ExponentialSmoother:
         return np.array(out, dtype=np.float64), state
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MedianSmoother:
     """Predict the median of all measured block means (the prior until one exists).
 
