@@ -12,15 +12,23 @@ import numpy as np
 import pytest
 
 from dpstream._checks import (
+    MAX_LOCAL_EPSILON,
     MIN_EPSILON,
+    check_bool,
     check_bound,
     check_choice,
+    check_distribution,
     check_epsilon,
+    check_local_epsilon,
+    check_nonnegative,
     check_nonnegative_int,
+    check_percentile,
     check_positive_int,
     check_probability,
     check_stream_values,
+    check_unit_values,
 )
+from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.rng import make_rng
 
 # -- real-number parameters ------------------------------------------------------------------
@@ -129,6 +137,73 @@ def test_probability_open_low():
     assert check_probability(1e-300, "p", open_low=True) == 1e-300
     with pytest.raises(ValueError, match=r"p must be in \(0, 1\], got 0\.0"):
         check_probability(0, "p", open_low=True)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_bool_accepts_exactly_true_and_false(value):
+    assert check_bool(value, "clip") is value
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None, np.bool_(True), 1.0])
+def test_bool_rejects_everything_else_with_name_and_value(value):
+    with pytest.raises(TypeError, match=rf"^capped must be True or False, got {value!r}\.$"):
+        check_bool(value, "capped")
+
+
+@pytest.mark.parametrize(
+    "release, flag",
+    [(ToPS, "clip"), (PAK, "clip"), (PAK, "capped"), (ToPL, "clip"), (BinaryTreeCounter, "clip")],
+)
+def test_every_flag_of_the_releases_is_checked_by_check_bool(release, flag):
+    with pytest.raises(TypeError, match=rf"^{flag} must be True or False, got 'yes'\.$"):
+        release(epsilon=1.0, upper_bound=10.0, **{flag: "yes"})
+
+
+def test_nonnegative_real():
+    assert check_nonnegative(0, "epsilon") == 0.0 and check_nonnegative(np.float64(2.5), "x") == 2.5
+    with pytest.raises(ValueError, match=r"^epsilon must be a finite number >= 0, got -1\.0\.$"):
+        check_nonnegative(-1, "epsilon")
+    with pytest.raises(ValueError, match="got inf"):
+        check_nonnegative(math.inf, "epsilon")
+    with pytest.raises(TypeError, match="epsilon must be a real number, got True"):
+        check_nonnegative(True, "epsilon")
+
+
+def test_percentile():
+    assert check_percentile(0) == 0.0 and check_percentile(np.float64(99.575)) == 99.575
+    assert check_percentile(100, "p") == 100.0
+    for bad in (-0.1, 100.5, math.nan):
+        with pytest.raises(ValueError, match=r"^percentile must be in \[0, 100\], got"):
+            check_percentile(bad)
+    with pytest.raises(TypeError, match="p must be a real number, got '50'"):
+        check_percentile("50", "p")
+
+
+def test_local_epsilon_has_a_ceiling():
+    assert check_local_epsilon(MAX_LOCAL_EPSILON) == MAX_LOCAL_EPSILON
+    with pytest.raises(ValueError, match=r"^epsilon of a local randomizer must be at most 30 .*, got 30\.5\.$"):
+        check_local_epsilon(30.5)
+    with pytest.raises(ValueError, match="at least 1e-12"):
+        check_local_epsilon(1e-13)
+
+
+def test_unit_values():
+    assert check_unit_values([-1, 0, 1]).tolist() == [-1.0, 0.0, 1.0]
+    assert check_unit_values(0.5, 0.0, 1.0).shape == (1,)
+    with pytest.raises(ValueError, match=r"^reports\[2\] must be in \[0, 1\], got nan\.$"):
+        check_unit_values([0.0, 1.0, math.nan], 0.0, 1.0, name="reports")
+    with pytest.raises(TypeError, match="values must be numbers"):
+        check_unit_values(["a"])
+    with pytest.raises(ValueError, match="one-dimensional"):
+        check_unit_values(np.zeros((2, 2)))
+
+
+def test_distribution():
+    assert check_distribution([0.25, 0.75], 2).tolist() == [0.25, 0.75]
+    with pytest.raises(ValueError, match="initial must have 3 entries"):
+        check_distribution([0.5, 0.5], 3)
+    with pytest.raises(ValueError, match="start must be >= 0 and sum to 1"):
+        check_distribution([1.5, -0.5], 2, "start")
 
 
 def test_choice():

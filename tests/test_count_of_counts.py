@@ -21,7 +21,6 @@ from scipy.optimize import linear_sum_assignment
 from scipy.stats import wasserstein_distance
 
 from dpstream.cli import cli
-from dpstream.privacy import ENTITY_ROW
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
@@ -29,6 +28,7 @@ from dpstream.count_of_counts import (
     RegionTree,
     TopDownCountOfCounts,
     emd_per_region,
+    estimators,
     housing_data,
     level_errors,
     match_groups,
@@ -39,6 +39,7 @@ from dpstream.count_of_counts import (
     taxi_data,
     write_tables,
 )
+from dpstream.privacy import ENTITY_ROW
 
 
 def random_data(rng: np.random.Generator) -> CountOfCountsData:
@@ -115,6 +116,25 @@ def test_same_seed_same_release():
     one = TopDownCountOfCounts(epsilon=1.0, max_size=500, seed=9).release(data)
     two = TopDownCountOfCounts(epsilon=1.0, max_size=500, seed=9).release(data)
     assert one.rows() == two.rows()
+
+
+@pytest.mark.parametrize("make", MECHANISMS)
+def test_progress_reports_the_regions_done_and_changes_nothing(make, monkeypatch):
+    monkeypatch.setattr(estimators, "CHUNK_CELLS", 700)  # a few regions per block: reports inside a level
+    data = housing_data(3000, n_states=3, n_counties=14, seed=5)
+    calls: list[tuple[int, int]] = []
+    release = make(4).release(data, progress=lambda done, total: calls.append((done, total)))
+    assert release.rows() == make(4).release(data).rows()
+    mechanism = make(0)
+    levels = [data.tree.levels - 1] if isinstance(mechanism, BottomUpCountOfCounts) else range(data.tree.levels)
+    total = sum(data.tree.size(level) for level in levels)
+    done = [d for d, _ in calls]
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    assert all(t == total for _, t in calls) and done == sorted(done)
+    methods = {getattr(mechanism, "method", None), *getattr(mechanism, "methods", ())}
+    if methods & {"hc", "naive"}:  # chunked methods report inside a level, not only at its ends
+        ends = {sum(data.tree.size(level) for level in levels if level < stop) for stop in range(data.tree.levels + 1)}
+        assert set(done) - ends
 
 
 def test_algorithm_2_finds_a_least_cost_matching():

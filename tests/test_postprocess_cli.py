@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from dpstream.cli import cli
 from dpstream.postprocess import FIG3_MATRIX, LaplaceCounts, map_estimate, mle_estimate, simulate_counts
+from dpstream.postprocess.experiments import run_study, study_settings
 
 
 @pytest.fixture()
@@ -85,6 +86,16 @@ def test_evaluate_postprocess_small(tmp_path):
     assert (tmp_path / "postprocess-epsilon.png").stat().st_size > 0
     assert (tmp_path / "postprocess-epsilon-rounds.csv").exists()
     assert result.stdout.startswith("epsilon: mse_mean")  # the table is a result: stdout
+
+
+def test_run_study_reports_the_rounds_done():
+    settings = study_settings("epsilon", epsilons=[0.5, 1.0], steps=[], levels=[], users=20, default_steps=10,
+                              default_epsilon=1.0, default_s={"epsilon": 0.0})
+    calls: list[tuple[int, int]] = []
+    records = run_study(iter(settings), 2, 7, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
+    again = run_study(settings, 2, 7)  # reporting changes nothing but the timings
+    assert [{**r, "seconds": 0} for r in records] == [{**r, "seconds": 0} for r in again]
 
 
 def _postprocess(noisy_path, transition_path, out, *extra):

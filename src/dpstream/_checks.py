@@ -23,6 +23,7 @@ __all__ = [
     "check_nonnegative_int",
     "check_bound",
     "check_nonnegative",
+    "check_percentile",
     "check_probability",
     "check_choice",
     "check_distribution",
@@ -137,6 +138,20 @@ def check_probability(value: object, name: str, *, open_low: bool = False) -> fl
         interval = "(0, 1]" if open_low else "[0, 1]"
         raise ValueError(f"{name} must be in {interval}, got {value!r}.")
     return value
+
+
+def check_percentile(value: object, name: str = "percentile") -> float:
+    """A percentile: a real number in [0, 100].
+
+    >>> check_percentile(120)
+    Traceback (most recent call last):
+    ValueError: percentile must be in [0, 100], got 120.
+    """
+    if not _is_real(value):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    if not 0 <= value <= 100:  # type: ignore[operator]
+        raise ValueError(f"{name} must be in [0, 100], got {value!r}.")
+    return float(value)  # type: ignore[arg-type]
 
 
 def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:

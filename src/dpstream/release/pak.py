@@ -34,6 +34,7 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_percentile,
     check_positive_int,
     check_probability,
 )
@@ -157,14 +158,12 @@ class PAK(HoldOutRelease):
         self.sum_epsilon = self.epsilon - self.threshold_epsilon
         n = self.hold + self.max_range
         self.delta = 1.0 / n**2 if delta is None else check_probability(delta, "delta", open_low=True)
-        self.percentile = float(percentile)
+        self.percentile = check_percentile(percentile)
         self.beta = beta
         self.multiplier = multiplier
         self.noise = check_choice(noise, "noise", NOISES)
         self.capped = check_bool(capped, "capped")
         self.clip = check_bool(clip, "clip")
-        if not 0 <= self.percentile <= 100:
-            raise ValueError(f"percentile must be in [0, 100], got {percentile!r}.")
         pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
                        noise=self.noise)  # validates the threshold's parameters now, not after the hold-out
         self._rng = make_rng(seed)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpstream._checks import check_percentile
+
 __all__ = ["true_percentile"]
 
 
@@ -17,8 +19,7 @@ def true_percentile(values: np.ndarray, p: float) -> float:
     >>> true_percentile(np.arange(101.0), 95)
     95.0
     """
-    if not 0 <= p <= 100:
-        raise ValueError(f"p must be in [0, 100], got {p!r}.")
+    p = check_percentile(p, "p")
     values = np.asarray(values, dtype=np.float64)
     if values.size == 0:
         raise ValueError("values must be non-empty to take a percentile, got 0 values.")

@@ -36,7 +36,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from dpstream._checks import check_bound, check_choice, check_epsilon, check_probability
+from dpstream._checks import check_bound, check_choice, check_epsilon, check_percentile, check_probability
 from dpstream.noise import laplace_noise
 
 __all__ = [
@@ -63,8 +63,7 @@ def quantile_rank(m: int, percentile: float) -> int:
     >>> quantile_rank(1000, 99.5), quantile_rank(3, 50), quantile_rank(10, 0)
     (995, 2, 1)
     """
-    if not 0 <= percentile <= 100:
-        raise ValueError(f"percentile must be in [0, 100], got {percentile!r}.")
+    percentile = check_percentile(percentile)
     return int(min(m, max(1, math.ceil(percentile * m / 100.0 - 1e-9))))
 
 

@@ -1,0 +1,190 @@
+"""Privacy guarantees (``dpstream.privacy``), keyword-only constructors and the progress protocol
+(``dpstream._progress``)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from dpstream._progress import notify, shifted
+from dpstream.count_of_counts import BottomUpCountOfCounts, CountOfCountsData, TopDownCountOfCounts
+from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
+from dpstream.postprocess import LaplaceCounts
+from dpstream.privacy import ENTITY_ROW, EVENT_LEVEL, LOCAL_REPORT, USER_STEP, Neighbours, PrivacyGuarantee
+from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLClient, ToPLCollector, ToPS
+from dpstream.smoothers import ExponentialSmoother, MovingAverageSmoother
+
+
+def guarantee(epsilon: float, delta: float = 0.0, neighbours: Neighbours = EVENT_LEVEL, *, local: bool = False,
+              composition: str = "part") -> PrivacyGuarantee:
+    return PrivacyGuarantee(epsilon=epsilon, delta=delta, neighbours=neighbours, composition=composition, local=local)
+
+
+# -- neighbour relations -------------------------------------------------------------------------
+
+
+def test_relations_are_typed_values_that_print_their_description():
+    assert set(Neighbours) == {EVENT_LEVEL, ENTITY_ROW, LOCAL_REPORT, USER_STEP}
+    assert str(EVENT_LEVEL) == EVENT_LEVEL.description
+    assert str(EVENT_LEVEL).startswith("event level: two streams are neighbours")
+    assert str(ENTITY_ROW).startswith("entity level: the Entities table differs in one row")
+    assert "Definition 2.2" in str(LOCAL_REPORT) and "one user's location at one time step" in str(USER_STEP)
+    assert pickle.loads(pickle.dumps(ENTITY_ROW)) is ENTITY_ROW
+
+
+def test_every_mechanism_names_its_relation():
+    stream = [ToPS(epsilon=1.0, upper_bound=10.0), PAK(epsilon=1.0, upper_bound=10.0),
+              BinaryTreeCounter(epsilon=1.0, upper_bound=10.0),
+              HierarchicalPerturber(threshold=1.0, epsilon=1.0, max_range=64)]
+    for mechanism in stream:
+        assert mechanism.privacy().neighbours is EVENT_LEVEL and not mechanism.privacy().local
+    local = [ToPL(epsilon=1.0, upper_bound=10.0), StochasticRounding(epsilon=1.0), PiecewiseMechanism(epsilon=1.0),
+             HybridMechanism(epsilon=1.0), SquareWave(epsilon=1.0)]
+    for mechanism in local:
+        assert mechanism.privacy().neighbours is LOCAL_REPORT and mechanism.privacy().local
+    for mechanism in (TopDownCountOfCounts(epsilon=1.0, max_size=5), BottomUpCountOfCounts(epsilon=1.0, max_size=5)):
+        assert mechanism.privacy(2).neighbours is ENTITY_ROW
+    assert LaplaceCounts(epsilon=1.0).privacy().neighbours is USER_STEP
+
+
+# -- the guarantee -------------------------------------------------------------------------------
+
+
+def test_str_is_the_guarantee_the_relation_and_the_composition():
+    assert str(guarantee(0.5, composition="c")) == f"0.5-DP; neighbours: {EVENT_LEVEL.description}; c"
+    assert str(guarantee(2.0, 1e-6, composition="c")).startswith("(2, 1e-06)-DP; neighbours: event level")
+    assert guarantee(1.0, neighbours=LOCAL_REPORT, local=True).label == "1-LDP"
+
+
+def test_cli_lines_keep_their_text():
+    # The exact line `dpstream release --method bt` prints (before the relation became a type).
+    line = str(BinaryTreeCounter(epsilon=0.5, upper_bound=100.0, max_range=1024).privacy())
+    assert line == ("0.5-DP; neighbours: event level: two streams are neighbours when they differ in the value at "
+                    "one position; Lap(tau*h/eps) = Lap(2000) on every node of h = 10 levels (eps/10 each, "
+                    "sequential); a fresh tree per 1024 values (parallel)")
+
+
+@pytest.mark.parametrize(
+    "fields, error, match",
+    [
+        (dict(neighbours="event level"), TypeError, "neighbours must be a Neighbours relation .*got 'event level'"),
+        (dict(epsilon=-1.0), ValueError, r"epsilon must be a finite number >= 0, got -1\.0\."),
+        (dict(epsilon=math.inf), ValueError, "epsilon must be a finite number >= 0, got inf"),
+        (dict(delta=1.5), ValueError, r"delta must be in \[0, 1\], got 1\.5\."),
+        (dict(local=1), TypeError, "local must be True or False, got 1."),
+        (dict(composition=None), TypeError, "composition must be a string, got None."),
+    ],
+)
+def test_bad_fields_are_refused(fields, error, match):
+    arguments = dict(epsilon=1.0, delta=0.0, neighbours=EVENT_LEVEL, composition="c") | fields
+    with pytest.raises(error, match=match):
+        PrivacyGuarantee(**arguments)
+
+
+def test_fields_are_keyword_only():
+    with pytest.raises(TypeError):
+        PrivacyGuarantee(1.0, 0.0, EVENT_LEVEL, "c")  # type: ignore[misc]
+
+
+def test_same_relation_needs_the_same_relation_and_the_same_model():
+    assert guarantee(1.0).same_relation(guarantee(3.0, 1e-9))
+    assert not guarantee(1.0).same_relation(guarantee(1.0, neighbours=ENTITY_ROW))
+    central = guarantee(1.0, neighbours=LOCAL_REPORT)
+    assert not central.same_relation(guarantee(1.0, neighbours=LOCAL_REPORT, local=True))
+    with pytest.raises(TypeError, match="other must be a PrivacyGuarantee"):
+        guarantee(1.0).same_relation("event level")  # type: ignore[arg-type]
+
+
+def test_sequential_composition_adds_epsilons_and_deltas():
+    parts = [guarantee(0.1, 1e-6), guarantee(0.2), guarantee(0.3, 2e-6)]
+    total = parts[0].compose_sequential(*parts[1:])
+    assert total.epsilon == math.fsum([0.1, 0.2, 0.3]) and total.delta == pytest.approx(3e-6, rel=1e-12)
+    assert total.neighbours is EVENT_LEVEL and not total.local
+    assert total.composition.startswith("sequential composition of [(0.1, 1e-06)-DP: part], [0.2-DP: part] and")
+    assert guarantee(0.5).compose_sequential() == guarantee(0.5)
+    assert guarantee(0.5, 0.75).compose_sequential(guarantee(0.5, 0.75)).delta == 1.0  # capped: says nothing
+    assert guarantee(1.0).compose_sequential(guarantee(1.0), composition="mine").composition == "mine"
+
+
+def test_parallel_composition_takes_the_largest_epsilon_and_delta():
+    total = guarantee(0.5, 1e-9).compose_parallel(guarantee(2.0), guarantee(1.0, 1e-6))
+    assert (total.epsilon, total.delta) == (2.0, 1e-6)
+    local = guarantee(1.0, neighbours=LOCAL_REPORT, local=True).compose_parallel(
+        guarantee(3.0, neighbours=LOCAL_REPORT, local=True))
+    assert local.local and local.label == "3-LDP"
+
+
+@pytest.mark.parametrize("compose", ["compose_sequential", "compose_parallel"])
+def test_composition_refuses_different_relations(compose):
+    with pytest.raises(ValueError, match="needs one neighbour relation, got 'EVENT_LEVEL' and 'ENTITY_ROW'"):
+        getattr(guarantee(1.0), compose)(guarantee(1.0), guarantee(1.0, neighbours=ENTITY_ROW))
+    with pytest.raises(ValueError, match="got 'LOCAL_REPORT' and 'local LOCAL_REPORT'"):
+        getattr(guarantee(1.0, neighbours=LOCAL_REPORT), compose)(guarantee(1.0, neighbours=LOCAL_REPORT, local=True))
+
+
+def test_mechanisms_compose_their_parts():
+    # PAK: (eps1, delta) + (eps2, 0) on the hold-out, sequentially; eps on the rest; parallel.
+    pak = PAK(epsilon=0.8, upper_bound=100.0, hold=100, max_range=1000, threshold_fraction=0.25, delta=1e-7)
+    assert (pak.privacy().epsilon, pak.privacy().delta) == (pytest.approx(0.8), 1e-7)
+    tops = ToPS(epsilon=0.5, upper_bound=100.0, threshold_epsilon=2.0, hold=10, max_range=256)
+    assert tops.privacy().epsilon == 2.0
+    with_k = TopDownCountOfCounts(epsilon=1.0, max_size_epsilon=0.25).privacy(2)
+    assert with_k.epsilon == 1.25 and with_k.composition.endswith("plus 0.25 to estimate K (sequential composition)")
+
+
+# -- keyword-only constructors -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: ToPS(1.0, 10.0),
+        lambda: PAK(1.0, 10.0),
+        lambda: ToPL(1.0, 10.0),
+        lambda: ToPLCollector(1.0, 10.0),
+        lambda: ToPLClient(1.0, 10.0),
+        lambda: BinaryTreeCounter(1.0, 10.0),
+        lambda: SquareWave(1.0),
+        lambda: StochasticRounding(1.0),
+        lambda: PiecewiseMechanism(1.0),
+        lambda: HybridMechanism(1.0),
+        lambda: MovingAverageSmoother(4),
+        lambda: ExponentialSmoother(0.5),
+        lambda: LaplaceCounts(1.0),
+        lambda: TopDownCountOfCounts(1.0),
+        lambda: CountOfCountsData(None, np.zeros(1), np.zeros(1)),
+    ],
+)
+def test_public_constructors_are_keyword_only(build):
+    with pytest.raises(TypeError, match="positional"):
+        build()
+
+
+def test_the_binary_tree_and_pak_say_max_range():
+    counter = BinaryTreeCounter(epsilon=1.0, upper_bound=4.0, max_range=8)
+    assert (counter.max_range, counter.upper_bound, counter.threshold, counter.levels) == (8, 4.0, 4.0, 3)
+    assert PAK(epsilon=1.0, upper_bound=10.0, hold=5, max_range=64).max_range == 64
+    with pytest.raises(TypeError, match="length"):
+        BinaryTreeCounter(epsilon=1.0, upper_bound=4.0, length=8)  # type: ignore[call-arg]
+
+
+# -- the progress protocol -----------------------------------------------------------------------
+
+
+def test_notify_and_shifted():
+    calls: list[tuple[int, int]] = []
+
+    def record(done: int, total: int) -> None:
+        calls.append((done, total))
+
+    notify(None, 0, 3)
+    assert shifted(None, 2, 3) is None
+    notify(record, 0, 10)
+    part = shifted(record, 4, 10)
+    assert part is not None
+    part(0, 6)
+    part(6, 6)
+    assert calls == [(0, 10), (4, 10), (10, 10)]
