@@ -308,7 +308,11 @@ def granularity_of(mechanism: object) -> float | None:
 
 
 def on_lattice(
-    outputs: np.ndarray, origin: np.ndarray | float, granularity: np.ndarray | float | None, *, what: str = "the mechanism"
+    outputs: np.ndarray,
+    origin: np.ndarray | float,
+    granularity: np.ndarray | float | None,
+    *,
+    what: str = "the mechanism",
 ) -> np.ndarray:
     """Whether ``(outputs - origin) / granularity`` is an integer, up to float64 rounding.
 
@@ -420,7 +424,9 @@ def audit_mechanism(
     statistics = [np.asarray(adapter.statistic(out), dtype=np.float64) for out in outputs]
     for x_label, s in zip("AB", statistics, strict=True):
         if s.shape != (n,) or not np.all(np.isfinite(s)):
-            raise ValueError(f"{adapter.name}: statistic must give {n} finite values for input {x_label}, got shape {s.shape}.")
+            raise ValueError(
+                f"{adapter.name}: statistic must give {n} finite values for input {x_label}, got shape {s.shape}."
+            )
     half = n // 2
     delta = float(adapter.claimed_delta)
     gamma = alpha / (2.0 * events)
@@ -471,7 +477,9 @@ def format_table(results: list[AuditResult]) -> str:
         for r in results
     ]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in (header, *rows)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in (header, *rows)
+    ]
     for r in results:
         if not r.epsilon_ok:
             lines.append(f"{r.name}: epsilon lower bound {r.epsilon_lower_bound:.3f} > claimed {r.claimed_epsilon:g} "

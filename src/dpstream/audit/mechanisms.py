@@ -165,7 +165,9 @@ class PAKHoldOut(MechanismAdapter):
 
     name = "pak"
 
-    def __init__(self, *, epsilon: float = 1.0, upper_bound: float = 16.0, hold: int = 32, samples: int = 20_000) -> None:
+    def __init__(
+        self, *, epsilon: float = 1.0, upper_bound: float = 16.0, hold: int = 32, samples: int = 20_000
+    ) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=upper_bound, hold=hold)
         guarantee = PAK(**self._params, seed=0).privacy()
         self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
