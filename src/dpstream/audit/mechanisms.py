@@ -1,0 +1,358 @@
+"""The mechanisms the audit knows, each with an adversarial pair of neighbours, and :func:`run_audit`.
+
+Every adapter builds its mechanism through keyword arguments only, in a small configuration,
+and draws many independent runs per call where the mechanism allows it (independent chunks of
+one stream, independent regions of one level, one report per client).
+
+=====================  ==========================================================================
+name                   neighbours and audited output
+=====================  ==========================================================================
+tops                   ToPS's perturber, fixed theta: the first value of a chunk is 0 or theta;
+                       the first released value (the first leaf's consistent noisy measurement)
+nm-e                   NM-E: one held-out value moves one candidate's score by 1; the threshold
+binary-tree            binary-tree counter: one value is 0 or tau; the noisy counts 1, 2, 4, ...
+                       values later (the lowest nodes on its path; many copies per tree)
+pak                    PAK: one held-out value is 0 or B; the released sum of the hold-out
+sr, pm, hm             the LDP mean randomizers on the extreme inputs -1 and 1; the report
+square-wave            Square Wave on the extreme inputs 0 and 1; the report
+count-of-counts[-hg,   one group's size is 2 or 3 in a region of 4 groups (method hc, hg or naive);
+-naive]                the estimated group sizes of the region
+laplace-counts         one user moves between two locations; the two noisy counts
+=====================  ==========================================================================
+
+Support tests of additive noise read the grid step from the mechanism's ``granularity``
+attribute (:func:`~dpstream.audit.core.granularity_of`): the released noisy value must be the
+true answer plus an integer multiple of it.  A mechanism without one (floating-point Laplace)
+fails the support test with that reason.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dpstream.audit.core import (
+    DEFAULT_ALPHA,
+    DEFAULT_EVENTS,
+    AuditResult,
+    MechanismAdapter,
+    UnverifiableSupport,
+    audit_mechanism,
+    granularity_of,
+    on_lattice,
+)
+from dpstream.count_of_counts import LevelHistograms, estimate_level
+from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
+from dpstream.postprocess import LaplaceCounts
+from dpstream.release import HierarchicalPerturber
+from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.pak import PAK
+from dpstream.thresholds import noisy_max_threshold
+from dpstream.thresholds.noisy_max import threshold_candidates
+
+__all__ = ["MECHANISMS", "run_audit"]
+
+
+def _laplace_log_ratio(outputs: np.ndarray, mean_b: np.ndarray, mean_a: np.ndarray, scale: float) -> np.ndarray:
+    """``log(f_B(y) / f_A(y))`` summed over the columns, for Laplace noise of ``scale`` around the
+    true answers: the Neyman-Pearson statistic, as good a 1-D summary of several noisy values as any."""
+    outputs = np.atleast_2d(np.asarray(outputs, dtype=np.float64).T).T
+    return ((np.abs(outputs - mean_a) - np.abs(outputs - mean_b)) / scale).sum(axis=1)
+
+
+class ToPSPerturber(MechanismAdapter):
+    """ToPS's hierarchical perturber with a fixed threshold (no smoothing, so chunks are independent).
+
+    Each chunk of ``max_range`` values gets a fresh hierarchy, so one stream of ``n`` chunks is
+    ``n`` independent runs; position 0 of every chunk is 0 (input A) or theta (input B).
+    """
+
+    name = "tops"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, max_range: int = 16, fanout: int = 4,
+                 samples: int = 100_000) -> None:
+        self._params = dict(threshold=threshold, epsilon=epsilon, max_range=max_range, fanout=fanout, smoothed_levels=0)
+        probe = HierarchicalPerturber(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity = granularity_of(probe)
+        self.max_range, self.samples = probe.max_range, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        stream = np.zeros((n, self.max_range))
+        stream[:, 0] = x
+        released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
+        return released.reshape(n, self.max_range)[:, 0]
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x, self.granularity, what="ToPS's perturber")
+
+
+class NoisyMaxThreshold(MechanismAdapter):
+    """NM-E on a three-value hold-out: the first value is 0.5 or 1.5, which moves candidate 1's
+    score by one (``m_1`` counts the values >= 1) and leaves candidate 2's alone."""
+
+    name = "nm-e"
+
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 100_000) -> None:
+        self._params = dict(epsilon=epsilon, upper_bound=2.0, max_range=16, fanout=4)
+        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
+        self.neighbours = (np.array([0.5, 1.5, 1.5]), np.array([1.5, 1.5, 1.5]))
+        self.samples = samples
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.array([noisy_max_threshold(x, **self._params, rng=rng) for _ in range(n)])
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        # report-noisy-max with full-support noise picks every candidate with positive probability
+        return np.isin(outputs, threshold_candidates(self._params["upper_bound"]))
+
+
+class BinaryTree(MechanismAdapter):
+    """The binary-tree counter (its default tree length): one value is 0 or tau.
+
+    Independent copies in one tree.  For a position ``p`` that is a multiple of ``2^k``, the
+    noisy counts satisfy ``c(p + 2^l) - c(p) = v_p + N(l, p / 2^l)`` for ``l < k`` when the
+    values after ``p`` in its block are 0: the value plus the noise of the ``k`` lowest nodes on
+    its path.  Those nodes lie in disjoint subtrees for different ``p``, so the blocks of ``2^k``
+    positions of one run are independent copies, each distributed as a run on a neighbouring
+    pair (0 vs tau at one position).  The output of a copy is these ``k`` differences (the first
+    is the released value at ``p``), the statistic their Laplace log-likelihood ratio.  The ``h - k``
+    upper levels are left out, so the lower bound cannot exceed ``epsilon k / h``.
+    """
+
+    name = "binary-tree"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, depth: int = 8, samples: int = 200_000) -> None:
+        self._params = dict(threshold=threshold, epsilon=epsilon)
+        probe = BinaryTreeCounter(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity = granularity_of(probe)
+        self.depth = min(depth, probe.levels - 1)
+        self.levels, self.scale, self.samples = probe.levels, probe.noise_scale, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        width = 2**self.depth
+        stream = np.zeros(2 ** (self.levels - 1))  # inside the first tree whatever its length
+        stream[::width] = x
+        starts = np.arange(0, stream.size, width)
+        runs = []
+        for _ in range(-(-n // starts.size)):
+            released = BinaryTreeCounter(**self._params, seed=rng).release(stream)
+            counts = np.concatenate(([0.0], np.cumsum(released)))
+            diffs = counts[starts[:, None] + 2 ** np.arange(self.depth)] - counts[starts[:, None]]
+            diffs[:, 0] = released[starts]
+            runs.append(diffs)
+        return np.concatenate(runs)[:n]
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        return _laplace_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        # the released value at p is the value plus one leaf's noise; the other columns are float sums
+        return on_lattice(outputs[:, 0], x, self.granularity, what="the binary-tree counter")
+
+
+class PAKHoldOut(MechanismAdapter):
+    """PAK's hold-out: one held value is 0 or B; the output is the released noisy sum of the
+    held values truncated at tau, with tau (columns: sum, tau, the grid the run declares)."""
+
+    name = "pak"
+
+    def __init__(
+        self, *, epsilon: float = 1.0, upper_bound: float = 16.0, hold: int = 32, samples: int = 20_000
+    ) -> None:
+        self._params = dict(epsilon=epsilon, upper_bound=upper_bound, hold=hold)
+        guarantee = PAK(**self._params, seed=0).privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        held = (np.arange(hold) % 9).astype(np.float64)
+        held[0] = 0.0
+        moved = held.copy()
+        moved[0] = upper_bound
+        self.neighbours, self.samples = (held, moved), samples
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        out = np.empty((n, 3))
+        for run in range(n):
+            pak = PAK(**self._params, seed=rng)
+            pak.release(x)
+            grid = granularity_of(pak)
+            out[run] = (pak.held_sum, pak.threshold, np.nan if grid is None else grid)
+        return out
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        # tau is released too and taken as given: the sum must sit on the grid around x's truncated sum
+        truth = np.minimum(x[None, :], outputs[:, 1:2]).sum(axis=1)
+        return on_lattice(outputs[:, 0], truth, outputs[:, 2], what="PAK's held-out sum")
+
+
+class LaplaceCountsMove(MechanismAdapter):
+    """LaplaceCounts on one time step of two locations: one user moves, (3, 2) or (2, 3).
+
+    Every row of a ``T x m`` release gets independent noise, so ``n`` rows are ``n`` runs.
+    """
+
+    name = "laplace-counts"
+
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 1_000_000) -> None:
+        self.epsilon = epsilon
+        probe = LaplaceCounts(epsilon=epsilon, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity, self.scale, self.samples = granularity_of(probe), probe.scale, samples
+        self.neighbours = (np.array([3.0, 2.0]), np.array([2.0, 3.0]))
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        return LaplaceCounts(epsilon=self.epsilon, seed=rng).release(np.tile(x, (n, 1)))
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        return _laplace_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x[None, :], self.granularity, what="LaplaceCounts").all(axis=1)
+
+
+class LocalRandomizer(MechanismAdapter):
+    """An LDP randomizer (SR, PM or SW) on its two extreme inputs; its density describes its support."""
+
+    def __init__(self, name: str, randomizer: Any, low: float, high: float, samples: int) -> None:
+        self.name, self.randomizer, self.samples = name, randomizer, samples
+        guarantee = randomizer.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.neighbours = (low, high)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.randomizer.perturb(np.full(n, x), rng)
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        if isinstance(self.randomizer, StochasticRounding):
+            return np.isin(outputs, (-1.0, 1.0)) & (self.randomizer.probability(outputs, x) > 0)
+        return self.randomizer.density(outputs, x) > 0
+
+
+class HybridReports(MechanismAdapter):
+    """HM on -1 and 1; a report is (branch, y), and the statistic maps SR's ±1 outside PM's range."""
+
+    name = "hm"
+
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 1_000_000) -> None:
+        self.hm, self.samples = HybridMechanism(epsilon=epsilon), samples
+        guarantee = self.hm.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.neighbours = (-1.0, 1.0)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        uses_pm, y = self.hm.perturb(np.full(n, x), rng)
+        return np.column_stack((uses_pm, y))
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        return np.where(outputs[:, 0] > 0, outputs[:, 1], np.sign(outputs[:, 1]) * (self.hm.pm.s + 1.0))
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        uses_pm, y = outputs[:, 0] > 0, outputs[:, 1]
+        by_pm = (self.hm.alpha > 0) & (self.hm.pm.density(y, x) > 0)
+        by_sr = (self.hm.alpha < 1) & np.isin(y, (-1.0, 1.0)) & (self.hm.sr.probability(y, x) > 0)
+        return np.where(uses_pm, by_pm, by_sr)
+
+
+class CountOfCountsRegion(MechanismAdapter):
+    """A Section 4 method on one region of 4 groups, sizes (1, 2, 2, 3) or (1, 2, 3, 3).
+
+    ``n`` copies of the region form one level (disjoint regions get independent noise), so one
+    ``estimate_level`` call is ``n`` runs.  The output is the region's estimated sizes, sorted;
+    the statistic counts the groups of size >= 3.
+    """
+
+    def __init__(self, *, method: str = "hc", epsilon: float = 1.0, max_size: int = 4, samples: int = 100_000) -> None:
+        self.name = "count-of-counts" if method == "hc" else f"count-of-counts-{method}"
+        self.method, self.epsilon, self.max_size, self.samples = method, epsilon, max_size, samples
+        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
+        self.neighbours = (np.array([1, 2, 2, 3]), np.array([1, 2, 3, 3]))
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        groups = x.size
+        truth = LevelHistograms.from_groups(np.repeat(np.arange(n), groups), np.tile(x, n), n)
+        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, rng=rng, max_size=self.max_size)
+        hist = estimate.histograms
+        return np.repeat(hist.size, hist.count).reshape(n, groups)  # rows sorted by (region, size)
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        return (outputs >= 3).sum(axis=1)
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        # every sorted vector of x.size integer sizes in range is one noise draw away (Section 4)
+        outputs = np.asarray(outputs)
+        if outputs.ndim != 2 or outputs.shape[1] != x.size:
+            raise UnverifiableSupport(f"count-of-counts outputs must hold {x.size} group sizes")
+        upper = np.inf if self.method == "hg" else self.max_size
+        valid = (outputs >= 0) & (outputs <= upper) & (outputs == np.rint(outputs))
+        return valid.all(axis=1) & (np.diff(outputs, axis=1) >= 0).all(axis=1)
+
+
+#: Every audited mechanism by name, as a factory of its adapter in the default configuration.
+MECHANISMS: dict[str, Callable[[], MechanismAdapter]] = {
+    "tops": ToPSPerturber,
+    "nm-e": NoisyMaxThreshold,
+    "binary-tree": BinaryTree,
+    "pak": PAKHoldOut,
+    "sr": lambda: LocalRandomizer("sr", StochasticRounding(epsilon=1.0), -1.0, 1.0, 1_000_000),
+    "pm": lambda: LocalRandomizer("pm", PiecewiseMechanism(epsilon=1.0), -1.0, 1.0, 1_000_000),
+    "hm": HybridReports,
+    "square-wave": lambda: LocalRandomizer("square-wave", SquareWave(epsilon=1.0), 0.0, 1.0, 1_000_000),
+    "count-of-counts": CountOfCountsRegion,
+    "count-of-counts-hg": lambda: CountOfCountsRegion(method="hg"),
+    "count-of-counts-naive": lambda: CountOfCountsRegion(method="naive"),
+    "laplace-counts": LaplaceCountsMove,
+}
+
+
+def run_audit(
+    names: list[str] | tuple[str, ...] | None = None,
+    *,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    samples: int | None = None,
+    events: int = DEFAULT_EVENTS,
+) -> list[AuditResult]:
+    """Audit the named mechanisms (default: all of :data:`MECHANISMS`).
+
+    Parameters
+    ----------
+    names : list of str, optional
+        Keys of :data:`MECHANISMS`.
+    seed : int
+        Each mechanism's runs are drawn from a generator seeded by ``(seed, name)``, so a
+        mechanism gets the same runs whether it is audited alone or with others.
+    progress : callable, optional
+        Called with a one-line message before each mechanism.
+    alpha : float
+        Family-wise error over all mechanisms (Bonferroni: ``alpha / len(names)`` each), so all
+        correct mechanisms pass together with probability at least ``1 - alpha``.
+    samples : int, optional
+        Runs per input for every mechanism instead of each one's default.
+    events : int
+        Events bounded per mechanism.
+
+    >>> [r.passed for r in run_audit(["sr", "count-of-counts"], samples=2000)]
+    [True, True]
+    """
+    selected = list(MECHANISMS) if names is None else list(names)
+    unknown = [name for name in selected if name not in MECHANISMS]
+    if unknown or not selected:
+        raise ValueError(f"names must be among {', '.join(MECHANISMS)}; got {unknown or selected!r}.")
+    results = []
+    for index, name in enumerate(selected, start=1):
+        if progress is not None:
+            progress(f"auditing {name} ({index}/{len(selected)})")
+        rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
+        results.append(
+            audit_mechanism(MECHANISMS[name](), samples=samples, seed=rng, alpha=alpha / len(selected), events=events)
+        )
+    return results
