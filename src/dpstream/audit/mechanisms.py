@@ -128,7 +128,7 @@ class BinaryTree(MechanismAdapter):
     name = "binary-tree"
 
     def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, depth: int = 8, samples: int = 200_000) -> None:
-        self._params = dict(threshold=threshold, epsilon=epsilon)
+        self._params = dict(upper_bound=threshold, epsilon=epsilon)
         probe = BinaryTreeCounter(**self._params, seed=0)
         guarantee = probe.privacy()
         self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
