@@ -52,6 +52,10 @@ class LaplaceCounts:
     (2, 2)
     """
 
+    #: The noise law of the release, the likelihood post-processing assumes by default:
+    #: ``"laplace"`` (continuous) or ``"discrete_laplace"`` (two-sided geometric, same scale).
+    likelihood = "laplace"
+
     def __init__(self, *, epsilon: float, seed: Seed = None) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.scale = laplace_scale(self.epsilon)
