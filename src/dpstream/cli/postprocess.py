@@ -96,7 +96,9 @@ def _write_matrix(path: Path | None, matrix: np.ndarray, integer: bool, header: 
               help="The L1 sensitivity the counts were released with; noise Lap(sensitivity/epsilon) per cell: "
               "2 when neighbours move one user, 1 for add/remove-one-user.")
 @click.option("--method", type=click.Choice(METHODS), default="map", show_default=True,
-              help="map: with the Markov prior (Cao et al.); mle: without it (Lee et al.).")
+              help="map: with the Markov prior (Cao et al.); mle: without it (Lee et al.); mean: posterior mean "
+              "per step; kalman: linear smoother over all steps; smooth: posterior mean per step with the "
+              "other steps' evidence.")
 @click.option("--prior", type=click.Choice(PRIORS), default="frequency", show_default=True,
               help="Initial distribution P^1: the normalised first noisy counts, or uniform.")
 @click.option("--form", type=click.Choice(FORMS), default="exact", show_default=True,
@@ -136,8 +138,8 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     counts = round_counts(estimate.counts, users) if integer else estimate.counts
     _write_matrix(output, counts, integer, _header(noisy_path, noisy.shape[1]))
     where = "stdout" if output is None else output
-    residual = "L1 optimality gap" if method == "mle" else "KKT residual"
-    say(f"{method} ({prior if method == 'map' else 'no'} prior): {noisy.shape[0]} steps x {noisy.shape[1]} locations; "
+    residual = {"mle": "L1 optimality gap", "map": "KKT residual", "mean": "tilt residual"}.get(method, "residual")
+    say(f"{method} ({'no' if method == 'mle' else prior} prior): {noisy.shape[0]} steps x {noisy.shape[1]} locations; "
         f"{residual} {estimate.kkt_residual:.2e}, largest |row sum - n| {estimate.sum_residual:.2e}; wrote {where}")
     if method == "map" and (estimate.unconverged or estimate.kkt_residual > KKT_WARNING):
         say(f"warning: {estimate.unconverged} of {noisy.shape[0]} steps did not converge within the iteration limit "
