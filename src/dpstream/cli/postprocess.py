@@ -197,7 +197,7 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
     """
     from tqdm import tqdm
 
-    from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
+    from dpstream.evaluation.postprocess import STUDIES, plot_study, run_study, study_settings, summarize
 
     # Every option was checked by its type or callback while the command line was parsed, so a
     # mistake in any of them stops the command before a study runs or a file is written.
