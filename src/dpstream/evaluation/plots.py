@@ -39,7 +39,7 @@ PANEL_SIZE = (6.4, 4.4)
 _LOG_BAND_FLOOR = 1e-3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays do not compare as one truth value
 class Series:
     """One labelled line of a panel.
 
