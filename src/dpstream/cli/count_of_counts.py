@@ -29,7 +29,7 @@ from dpstream.count_of_counts import (
     taxi_data,
 )
 from dpstream.count_of_counts.estimators import METHODS
-from dpstream.count_of_counts.evaluation import omniscient_error, plot_level_errors, run_comparison, summarize
+from dpstream.evaluation.count_of_counts import omniscient_error, plot_level_errors, run_comparison, summarize
 
 __all__ = ["STRATEGIES"]
 

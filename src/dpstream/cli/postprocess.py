@@ -195,7 +195,7 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
     with Eq. 11 (s = 0 for the epsilon study as in Fig. 4(a), s = 0.01 for the steps study as in
     Fig. 5); every round releases their counts with Lap(2 / epsilon) per cell.
     """
-    from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
+    from dpstream.evaluation.postprocess import STUDIES, plot_study, run_study, study_settings, summarize
 
     # Every option was checked by its type or callback while the command line was parsed, so a
     # mistake in any of them stops the command before a study runs or a file is written.

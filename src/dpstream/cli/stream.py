@@ -264,7 +264,7 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     write_csv(paths["summary"], rows)
     paths["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
                                          "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
-    from dpstream.evaluation.plots import plot_metric
+    from dpstream.evaluation.streams import plot_metric
 
     plot_metric(rows, paths["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
     click.echo(_table(rows))
@@ -347,7 +347,7 @@ def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int
                + ", ".join(f"{name.upper()} {metrics[name]:.4g}" for name in METRICS))
     click.echo(f"true total {truth.sum():,.0f}, released total {released.sum():,.0f}")
     plot_path.parent.mkdir(parents=True, exist_ok=True)
-    from dpstream.evaluation.plots import plot_moving_average
+    from dpstream.evaluation.streams import plot_moving_average
 
     path = plot_moving_average(truth, released, plot_path, intervals=intervals, title=title)
     click.echo(f"plot: {path}")

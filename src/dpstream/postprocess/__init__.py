@@ -2,7 +2,8 @@
 
 :mod:`~dpstream.postprocess.markov` holds the public Markov model and the synthetic users,
 :mod:`~dpstream.postprocess.mechanism` the per-step Laplace release, and
-:mod:`~dpstream.postprocess.estimators` the MAP and MLE post-processing.
+:mod:`~dpstream.postprocess.estimators` the MAP and MLE post-processing.  The synthetic
+studies of Section 6 and their metrics are in :mod:`dpstream.evaluation.postprocess`.
 """
 
 from dpstream.postprocess.estimators import (
