@@ -49,7 +49,7 @@ def test_release_errors(tables, tmp_path):
     _, (entities, groups, hierarchy) = tables
     base = ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy, "--epsilon", "1"]
     result = run(base + ["-o", entities, "--force"])
-    assert result.exit_code != 0 and "input table" in result.output
+    assert result.exit_code != 0 and "is the input file" in result.output
     result = run(base + ["--method", "hx", "-o", str(tmp_path / "o.csv")])
     assert result.exit_code != 0 and "hx" in result.output
     result = run(["count-of-counts", "--entities", str(tmp_path / "missing.csv"), "--groups", groups,

@@ -15,9 +15,10 @@ from dpstream.cli._common import (
     cli,
     epsilon_option,
     output_file,
+    prepare_output,
     progress_bar,
-    refuse_overwrite,
     say,
+    warn_if_seeded,
     write_csv,
 )
 from dpstream.count_of_counts import (
@@ -32,8 +33,6 @@ from dpstream.count_of_counts.estimators import METHODS
 from dpstream.evaluation.count_of_counts import omniscient_error, plot_level_errors, run_comparison, summarize
 
 __all__ = ["STRATEGIES"]
-
-#: Help of ``--seed`` on commands whose seed sets the noise of a release (as for ``release``).
 
 
 def _methods(text: str) -> list[str]:
@@ -63,18 +62,10 @@ def count_of_counts(entities: str, groups: str, hierarchy: str, epsilon: float, 
                     max_size_epsilon: float, isotonic: str | None, merge: str, seed: int | None, output_path: str,
                     force: bool) -> None:
     """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1)."""
-    target = None if output_path == "-" else Path(output_path)
-    if target is not None:
-        for source in (entities, groups, hierarchy):
-            if target.exists() and Path(source).exists() and target.samefile(source):
-                raise click.ClickException(f"--output {output_path} is an input table; choose another output.")
-        refuse_overwrite([target], force)
-        if not target.parent.is_dir():
-            raise click.ClickException(f"the directory {str(target.parent)!r} of --output does not exist.")
+    target = prepare_output(output_path, force=force, inputs=[entities, groups, hierarchy])
     mechanism = TopDownCountOfCounts(epsilon=epsilon, methods=_methods(method), max_size=max_size,
                                      max_size_epsilon=max_size_epsilon, isotonic=isotonic, merge=merge, seed=seed)
-    if seed is not None:
-        say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
+    warn_if_seeded(seed)
     data = read_tables(entities, groups, hierarchy)
     say(f"read {data.n_groups:,} groups in {data.tree.size(data.tree.levels - 1):,} leaf regions, {data.tree.levels} levels.")
     with progress_bar(desc="regions", unit="region", leave=False) as progress:
@@ -153,11 +144,9 @@ def evaluate_count_of_counts(dataset: str, entities: str | None, groups: str | N
         raise click.UsageError("--entities, --groups and --hierarchy go together.")
     if not any(tables) and dataset == "housing" and counties < states:
         raise click.BadParameter(f"must be >= --states ({states}), got {counties}.", param_hint="'--counties'")
-    out = Path(out_dir)
     stem = "count-of-counts-" + ("tables" if entities else dataset)
-    paths = {kind: out / f"{stem}{suffix}" for kind, suffix in
-             (("runs", "-runs.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", "-levels.png"))}
-    refuse_overwrite(list(paths.values()), force)
+    paths = prepare_output(out_dir, force=force, inputs=tables, files={
+        "runs": f"{stem}-runs.csv", "summary": f"{stem}.csv", "json": f"{stem}.json", "plot": f"{stem}-levels.png"})
     data = _load(dataset, n_groups, states, counties, seed, tables)
     # the number of groups and the regions are public; the largest group size of real tables is not
     largest = "" if entities else f", largest {int(data.size.max(initial=0)):,}"
@@ -167,7 +156,7 @@ def evaluate_count_of_counts(dataset: str, entities: str | None, groups: str | N
     summary = summarize(rows)
     summary += [{"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}
                 for level, error in enumerate(omniscient_error(data, epsilon))]
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     write_csv(paths["runs"], rows)
     write_csv(paths["summary"], summary)
     config = {"dataset": "tables" if entities else dataset, "n_groups": data.n_groups, "epsilon": epsilon,

@@ -1,4 +1,4 @@
-"""Baseline commands: ``pak-improvement`` (PAK's Section VII-A on a dataset)."""
+"""``dpstream pak-improvement``: PAK's improvement over the binary tree (its Section VII-A) on a dataset."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from dpstream.cli._common import cli, refuse_overwrite, say, write_csv
+from dpstream.cli._common import cli, prepare_output, say, write_csv
 from dpstream.datasets import load_dataset
 
 
@@ -31,13 +31,12 @@ def pak_improvement(dataset: str, column: str | None, upper_bound: float | None,
     if rounds < 1:
         raise click.ClickException(f"--rounds must be >= 1, got {rounds}.")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column)
-    out = Path(out_dir)
     stem = f"pak-improvement-{data.name}"
-    paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}-errors.csv", "plot": out / f"{stem}.png"}
-    refuse_overwrite(list(paths.values()), force)
+    paths = prepare_output(out_dir, force=force, inputs=[dataset],
+                           files={"json": f"{stem}.json", "csv": f"{stem}-errors.csv", "plot": f"{stem}.png"})
     result = last_step_errors(data.values, data.upper_bound, epsilon=epsilon, hold=hold, delta=delta, beta=beta,
                               rounds=rounds, seed=seed, log=say)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     errors = result.pop("errors")
     paths["json"].write_text(json.dumps({"dataset": data.name, "upper_bound": data.upper_bound, "seed": seed,
                                          **result}, indent=2))
