@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from dpstream import HierarchicalPerturber
+from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise
 from dpstream.release import optimal_smoothed_levels
 
 # -- Eq. 7 ---------------------------------------------------------------------------------------
@@ -235,14 +236,14 @@ def make(name, params):
 
 @pytest.mark.parametrize("max_range, fanout, s", CONFIGS)
 def test_zero_noise_blocks_sum_to_true_block_sums(
-    max_range, fanout, s, zero_noise, smoother_case, least_squares, reference_smoother
+    max_range, fanout, s, smoother_case, least_squares, reference_smoother
 ):
     name, params = smoother_case
     theta = 50.0
     values = np.random.default_rng(3).random(3 * max_range) * theta
     p = HierarchicalPerturber(
         threshold=theta, epsilon=1.0, max_range=max_range, fanout=fanout, smoothed_levels=s,
-        smoother=make(name, params), seed=1,
+        smoother=make(name, params), seed=1, noise=ZeroNoise(),
     )
     out = p.release(values)
     bs = fanout**s
@@ -258,11 +259,12 @@ def test_zero_noise_blocks_sum_to_true_block_sums(
     np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-9)
 
 
-def test_zero_noise_without_smoothing_releases_the_values_exactly(zero_noise):
+def test_zero_noise_without_smoothing_releases_the_values_exactly():
     values = np.random.default_rng(4).integers(0, 10, 700).astype(float)  # integer sums: exact
-    p = HierarchicalPerturber(threshold=10, epsilon=1.0, max_range=256, fanout=4, smoothed_levels=0, seed=0)
+    args = dict(threshold=10, epsilon=1.0, max_range=256, fanout=4, smoothed_levels=0, seed=0)
+    p = HierarchicalPerturber(**args, noise=ZeroNoise())
     np.testing.assert_array_equal(p.release(values), values)
-    q = HierarchicalPerturber(threshold=10, epsilon=1.0, max_range=256, fanout=4, smoothed_levels=0, seed=0)
+    q = HierarchicalPerturber(**args, noise=ZeroNoise())
     np.testing.assert_array_equal([q.release_one(v) for v in values], values)
 
 
