@@ -268,6 +268,21 @@ def test_zero_noise_without_smoothing_releases_the_values_exactly():
     np.testing.assert_array_equal([q.release_one(v) for v in values], values)
 
 
+def test_noise_sampler_parameter():
+    """The default noise is numpy's float Laplace on the perturber's generator, so passing
+    FloatNoise on that generator changes nothing; ExactNoise has no float path yet."""
+    args = dict(threshold=10, epsilon=0.5, max_range=256, fanout=4, smoothed_levels=1)
+    values = np.random.default_rng(6).random(600) * 10
+    default = HierarchicalPerturber(**args, seed=np.random.default_rng(12)).release(values)
+    shared = np.random.default_rng(12)
+    explicit = HierarchicalPerturber(**args, seed=shared, noise=FloatNoise(rng=shared)).release(values)
+    np.testing.assert_array_equal(default, explicit)
+    with pytest.raises(NotImplementedError, match="integer grid"):
+        HierarchicalPerturber(**args, noise=ExactNoise(bits=0)).release(values)
+    with pytest.raises(TypeError, match="noise must be a NoiseSampler"):
+        HierarchicalPerturber(**args, noise="laplace")
+
+
 def test_block_sums_equal_true_sums_plus_the_chunks_consistent_noise(least_squares):
     """Capture ``state.noise`` mid-chunk: every block of the chunk sums to its true sum plus that
     block's consistent noise, which is the least-squares fit of the chunk's node noise."""

@@ -193,15 +193,14 @@ def encode_identity(identity: object) -> bytes:
     """
     if isinstance(identity, numbers.Integral) and not isinstance(identity, (bool, np.bool_)):
         identity = int(identity)  # numpy integers too
-    if isinstance(identity, str):
-        tag, payload = b"s", identity.encode("utf-8")
-    elif isinstance(identity, int):
         tag, payload = b"i", identity.to_bytes((identity.bit_length() + 8) // 8, "big", signed=True)
+    elif isinstance(identity, str):
+        tag, payload = b"s", identity.encode("utf-8")
     elif isinstance(identity, tuple):
         tag, payload = b"t", b"".join(encode_identity(item) for item in identity)
     elif isinstance(identity, (bytes, bytearray, memoryview)):
         tag, payload = b"b", bytes(identity)
-    else:
+    else:  # booleans (True would collide with 1), floats, None, lists, ...
         raise TypeError(
             f"identity must be bytes, a str, an int or a tuple of these, got {type(identity).__name__} {identity!r}."
         )

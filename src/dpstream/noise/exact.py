@@ -306,8 +306,8 @@ def _integers(value, name: str, minimum: int, shape: tuple[int, ...], maximum: i
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integers, got an array of dtype {array.dtype}.")
     if array.size and (array.min() < minimum or array.max() > maximum):
-        bad = array[(array < minimum) | (array > maximum)].flat[0]
-        raise ValueError(f"{name} must be integers in [{minimum}, {maximum}], got {bad!r}.")
+        bad = int(array[(array < minimum) | (array > maximum)].flat[0])
+        raise ValueError(f"{name} must be integers in [{minimum}, {maximum}], got {bad}.")
     try:
         return np.broadcast_to(array.astype(np.uint64), shape).ravel()
     except ValueError:
@@ -318,6 +318,17 @@ def _full(value, m: int) -> np.ndarray:
     if np.ndim(value):
         return value
     return np.full(m, value, dtype=np.uint64 if value < _TWO64 else object)
+
+
+def _in_chunks(m: int, dtype, draw, *arguments) -> np.ndarray:
+    """``draw(*arguments_chunk, k)`` over chunks of :data:`_CHUNK` positions (array arguments are
+    sliced, scalars passed as they are): small work arrays are several times faster."""
+    out = np.empty(m, dtype=dtype)
+    for start in range(0, m, _CHUNK):
+        stop = min(start + _CHUNK, m)
+        parts = [a[start:stop] if np.ndim(a) else a for a in arguments]
+        out[start:stop] = draw(*parts, stop - start)
+    return out
 
 
 # -- public samplers -----------------------------------------------------------------------------
@@ -342,7 +353,7 @@ def uniform_below(bits: BitSource, n, size) -> np.ndarray:
     """
     shape, m = _size(size)
     n = _integers(n, "n", 1, shape, maximum=1 << 63)
-    return _below(bits, n, m).astype(np.int64).reshape(shape)
+    return _in_chunks(m, np.int64, lambda bound, k: _below(bits, bound, k), n).reshape(shape)
 
 
 def bernoulli(bits: BitSource, num, den, size) -> np.ndarray:
@@ -365,7 +376,7 @@ def bernoulli(bits: BitSource, num, den, size) -> np.ndarray:
         i = over[0]
         bad_num, bad_den = (num if np.ndim(num) == 0 else num[i]), (den if np.ndim(den) == 0 else den[i])
         raise ValueError(f"num must be <= den (a probability), got num={bad_num} and den={bad_den}.")
-    return _bernoulli(bits, _full(num, m), den).reshape(shape)
+    return _in_chunks(m, bool, lambda p, q, k: _bernoulli(bits, _full(p, k), q), num, den).reshape(shape)
 
 
 def bernoulli_exp(bits: BitSource, num, den, size) -> np.ndarray:
@@ -383,7 +394,7 @@ def bernoulli_exp(bits: BitSource, num, den, size) -> np.ndarray:
     big = _TWO64 - 1 if np.ndim(num) or np.ndim(den) else None
     den = _integers(den, "den", 1, shape, maximum=big)
     num = _integers(num, "num", 0, shape, maximum=big)
-    return _bernoulli_exp(bits, _full(num, m), den).reshape(shape)
+    return _in_chunks(m, bool, lambda p, q, k: _bernoulli_exp(bits, _full(p, k), q), num, den).reshape(shape)
 
 
 def _laplace_args(t, s) -> tuple[int, int]:
