@@ -13,11 +13,11 @@ import hashlib
 import hmac
 import math
 import os
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-from fractions import Fraction
 from scipy import stats
 
 from dpstream.noise import (

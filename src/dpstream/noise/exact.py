@@ -70,7 +70,7 @@ _CLIP = 1 << 62  # an integer part of gamma this large can never be passed (see 
 
 
 def _words(bits: BitSource, n: int) -> np.ndarray:
-    words = np.asarray(bits.words(n))
+    words = np.ascontiguousarray(bits.words(n))
     if words.shape != (n,) or words.dtype != np.uint64:
         raise ValueError(f"a bit source must return {n} uint64 words, got dtype {words.dtype} and shape {words.shape}.")
     return words
@@ -122,8 +122,9 @@ def _below(bits: BitSource, n, m: int) -> np.ndarray:
 
 
 def _below_lemire(bits: BitSource, n, m: int) -> np.ndarray:
-    """Lemire (2019): ``floor(x n / 2^32)`` for a 32-bit ``x``, rejecting the ``2^32 mod n``
-    values of ``x n mod 2^32`` that would bias it; ``n <= 2^32`` so ``x n`` fits in 64 bits."""
+    """Lemire (2019): ``floor(x n / 2^32)`` for a 32-bit ``x``, rejected when ``x n mod 2^32`` is
+    below ``2^32 mod n`` (which makes every output equally likely); ``n <= 2^32``, so ``x n``
+    fits in 64 bits."""
     if np.ndim(n) == 0:
         factor, threshold = np.uint64(n), np.uint64(_TWO32 % n)
     else:
@@ -408,7 +409,9 @@ def _laplace_args(t, s) -> tuple[int, int]:
             f"got t/s = {t}/{s}; round the scale to a coarser fraction."
         )
     if s >= 1 << 62:
-        raise ValueError(f"discrete Laplace scale t/s must have a denominator s < 2^62 once reduced, got t/s = {t}/{s}.")
+        raise ValueError(
+            f"discrete Laplace scale t/s must have a denominator s < 2^62 once reduced, got t/s = {t}/{s}."
+        )
     return t, s
 
 
@@ -417,9 +420,13 @@ def discrete_laplace(bits: BitSource, t, s, size) -> np.ndarray:
 
     CKS Algorithm 2: ``U`` uniform in ``[0, t)`` kept with probability ``exp(-U / t)``,
     ``V`` the number of Bernoulli(exp(-1)) successes before a failure, ``Y = floor((U + t V) / s)``,
-    a fair sign ``B``, rejecting ``(B = 1, Y = 0)``; the output is ``(1 - 2B) Y``.  Adding
-    ``discrete_laplace(bits, Delta, epsilon_num...)`` of scale ``Delta / epsilon`` to an
-    integer query of L1 sensitivity ``Delta`` is epsilon-DP.
+    a fair sign ``B``, rejecting ``(B = 1, Y = 0)``; the output is ``(1 - 2B) Y``.
+
+    Privacy
+    -------
+    Adding a draw of scale ``t / s = Delta / epsilon`` to an integer-valued query of L1
+    sensitivity ``Delta`` is epsilon-DP (the pmf ratio of neighbouring outputs is at most
+    ``exp(Delta s / t)``), exactly, with no floating-point caveat.
 
     Parameters
     ----------
@@ -453,7 +460,9 @@ def discrete_laplace(bits: BitSource, t, s, size) -> np.ndarray:
         u = u[_bernoulli_exp_unit(bits, u, t)]
         v = _geometric_exp1(bits, u.size)
         if u.size and int(v.max()) > v_limit:
-            raise OverflowError(f"a discrete Laplace draw of scale {t}/{s} left the int64 range (probability < 1e-1000000).")
+            raise OverflowError(
+                f"a discrete Laplace draw of scale {t}/{s} left the int64 range (probability < 1e-1000000)."
+            )
         x = u.astype(np.int64) + np.int64(t) * v
         y = x // s if s > 1 else x
         negative = _coins(bits, y.size)
