@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpstream.hierarchy import (
+    PlainHierarchy,
     aggregate_levels,
     decomposed_range_sums,
     draw_noise_levels,
@@ -22,6 +23,7 @@ from dpstream.hierarchy import (
     make_consistent,
     num_levels,
 )
+from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise
 
 # -- shape -------------------------------------------------------------------------------------
 
@@ -113,6 +115,32 @@ def test_draw_noise_levels_order_shapes_and_reproducibility():
     expected = [rng.laplace(0.0, 2.5, size) for size in level_sizes(40, 4, 3)]  # leaves first, then up
     for got, want in zip(levels, expected, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_draw_noise_levels_takes_a_noise_sampler():
+    zeros = draw_noise_levels(None, 40, 4, 3, 2.5, noise=ZeroNoise())
+    assert [level.size for level in zeros] == level_sizes(40, 4, 3)
+    assert all(level.dtype == np.float64 and not level.any() for level in zeros)
+    explicit = draw_noise_levels(None, 40, 4, 3, 2.5, noise=FloatNoise(rng=np.random.default_rng(3)))
+    default = draw_noise_levels(np.random.default_rng(3), 40, 4, 3, 2.5)
+    for got, want in zip(explicit, default, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="Laplace scale must be a finite number > 0, got 0.0"):
+        draw_noise_levels(None, 4, 2, 2, 0.0, noise=ZeroNoise())
+    with pytest.raises(NotImplementedError, match="integer grid"):
+        draw_noise_levels(None, 4, 2, 2, 1.0, noise=ExactNoise(bits=0))
+    with pytest.raises(TypeError, match="noise must be a NoiseSampler"):
+        draw_noise_levels(np.random.default_rng(0), 4, 2, 2, 1.0, noise="laplace")
+
+
+def test_plain_hierarchy_with_zero_noise_answers_exactly():
+    rng = np.random.default_rng(8)
+    values = rng.integers(0, 10, size=2500).astype(float)  # integer sums: exact in float64
+    tree = PlainHierarchy(values, threshold=10, epsilon=1.0, max_range=1000, fanout=4, rng=rng, noise=ZeroNoise())
+    starts = rng.integers(0, values.size, 300)
+    stops = np.minimum(starts + rng.integers(0, 1500, 300), values.size)
+    prefix = np.concatenate(([0.0], np.cumsum(values)))
+    np.testing.assert_array_equal(tree.range_sums(starts, stops), prefix[stops] - prefix[starts])
 
 
 # -- consistency -------------------------------------------------------------------------------
