@@ -33,15 +33,15 @@ from dpstream.count_of_counts import (
     taxi_data,
     write_tables,
 )
-from dpstream.privacy import ENTITY_ROW
 from dpstream.evaluation.count_of_counts import level_errors
+from dpstream.privacy import ENTITY_ROW
 
 
 def random_data(rng: np.random.Generator) -> CountOfCountsData:
     """A random hierarchy of 1-4 levels with random fan-outs, empty leaves, zero-size and huge groups."""
     depth = int(rng.integers(1, 5))
     paths = [("root",)]
-    for level in range(1, depth):
+    for _ in range(1, depth):
         paths = [path + (f"{path[-1]}.{child}",) for path in paths for child in range(int(rng.integers(1, 4)))]
     sizes = {}
     for path in paths:
@@ -296,7 +296,8 @@ def test_an_empty_csv_field_is_still_missing(tmp_path):
 
 def test_parquet_ids_compare_as_text_when_the_types_differ(tmp_path):
     # integer region ids in the hierarchy, text in the groups: compared as text, exactly
-    pq.write_table(pa.table({"region_id": [6001, 6002], "level0": ["US", "US"], "level1": [6001, 6002]}), tmp_path / "h.parquet")
+    hierarchy = pa.table({"region_id": [6001, 6002], "level0": ["US", "US"], "level1": [6001, 6002]})
+    pq.write_table(hierarchy, tmp_path / "h.parquet")
     pq.write_table(pa.table({"group_id": [1, 2], "region_id": ["6001", "6002"]}), tmp_path / "g.parquet")
     pq.write_table(pa.table({"entity_id": [1, 2, 3], "group_id": [1, 1, 2]}), tmp_path / "e.parquet")
     data = read_tables(tmp_path / "e.parquet", tmp_path / "g.parquet", tmp_path / "h.parquet")

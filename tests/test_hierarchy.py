@@ -158,7 +158,8 @@ def assert_consistent(levels, fanout, scale=1.0):
 )
 def test_make_consistent_equals_least_squares(n_leaves, fanout, n_levels, least_squares):
     rng = np.random.default_rng(n_leaves * 100 + fanout)
-    noisy = [rng.laplace(0.0, 3.0, size) + rng.integers(0, 50, size) for size in level_sizes(n_leaves, fanout, n_levels)]
+    sizes = level_sizes(n_leaves, fanout, n_levels)
+    noisy = [rng.laplace(0.0, 3.0, size) + rng.integers(0, 50, size) for size in sizes]
     got = make_consistent(noisy, fanout)
     want = least_squares.levels(noisy, fanout)
     for g, w in zip(got, want, strict=True):

@@ -17,6 +17,7 @@ from dpstream.postprocess import (
 )
 from dpstream.privacy import USER_STEP
 
+
 #: Two-sided per-cell z bound, Bonferroni-corrected so a correct generator fails with prob. < 1e-6.
 def _z(cells: int) -> float:
     return float(norm.isf(1e-6 / (2 * cells)))

@@ -122,7 +122,15 @@ def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
     out = t.release(values)
     rng = np.random.default_rng(99)
     theta = noisy_max_threshold(
-        values[:HOLD], epsilon=0.9, stream_epsilon=0.3, upper_bound=B, max_range=1000, fanout=16, rng=rng, c=45.0, step=0.5
+        values[:HOLD],
+        epsilon=0.9,
+        stream_epsilon=0.3,
+        upper_bound=B,
+        max_range=1000,
+        fanout=16,
+        rng=rng,
+        c=45.0,
+        step=0.5,
     )
     assert t.threshold == theta
     assert theta % 0.5 == 0 and 0 < theta <= B

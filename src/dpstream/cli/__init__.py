@@ -6,12 +6,14 @@ is imported here.  ``_common`` holds what they share: the group, one-line errors
 checks and the seed warning.
 """
 
-from dpstream.cli import count_of_counts  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)
-from dpstream.cli import demo  # noqa: F401  (registers demo, topl-demo)
-from dpstream.cli import evaluate  # noqa: F401  (registers evaluate)
-from dpstream.cli import pak_improvement  # noqa: F401  (registers pak-improvement)
-from dpstream.cli import postprocess  # noqa: F401  (registers postprocess, evaluate-postprocess)
-from dpstream.cli import release  # noqa: F401  (registers release)
+from dpstream.cli import (
+    count_of_counts,  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)
+    demo,  # noqa: F401  (registers demo, topl-demo)
+    evaluate,  # noqa: F401  (registers evaluate)
+    pak_improvement,  # noqa: F401  (registers pak-improvement)
+    postprocess,  # noqa: F401  (registers postprocess, evaluate-postprocess)
+    release,  # noqa: F401  (registers release)
+)
 from dpstream.cli._common import cli, main
 
 __all__ = ["cli", "main"]

@@ -75,7 +75,7 @@ def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int
     queries = random_queries(make_rng(seed), truth.size, 200)
     metrics = error_metrics(prefix_range_sums(released, queries), prefix_range_sums(truth, queries), queries)
     click.echo(f"released {released.size:,} values (positions {hold:,} onwards)")
-    click.echo("200 random range queries (mean length {:,.0f}): ".format(float(np.mean(queries.lengths)))
+    click.echo(f"200 random range queries (mean length {float(np.mean(queries.lengths)):,.0f}): "
                + ", ".join(f"{name.upper()} {metrics[name]:.4g}" for name in METRICS))
     click.echo(f"true total {truth.sum():,.0f}, released total {released.sum():,.0f}")
     plot_path.parent.mkdir(parents=True, exist_ok=True)

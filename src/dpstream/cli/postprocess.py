@@ -23,8 +23,8 @@ from dpstream.cli._common import (
 )
 from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
-    FIG3_MATRIX,
     COUNT_SENSITIVITY,
+    FIG3_MATRIX,
     FORMS,
     METHODS,
     PRIORS,

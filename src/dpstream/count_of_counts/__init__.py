@@ -16,7 +16,14 @@ from dpstream.count_of_counts.consistency import (
     match_level,
     merge_estimates,
 )
-from dpstream.count_of_counts.data import CountOfCountsData, RegionTree, housing_data, read_tables, taxi_data, write_tables
+from dpstream.count_of_counts.data import (
+    CountOfCountsData,
+    RegionTree,
+    housing_data,
+    read_tables,
+    taxi_data,
+    write_tables,
+)
 from dpstream.count_of_counts.estimators import LevelEstimate, estimate_level, estimate_max_size
 from dpstream.count_of_counts.histograms import LevelHistograms, isotonic_l1, isotonic_l2
 

@@ -252,7 +252,8 @@ def last_step_errors(
         counter.release(values)
         errors["BT-bound"].append(counter.count - truth)
         for name, options in settings.items():
-            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta, seed=rng, **options)
+            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta, seed=rng,
+                      **options)
             released = pak.release(values)
             assert pak.held_sum is not None and pak.threshold is not None
             errors[f"PAK-{name}"].append(pak.held_sum + float(released.sum()) - truth)
@@ -265,8 +266,11 @@ def last_step_errors(
         "delta": delta,
         "beta": beta,
         "rounds": rounds,
-        "parameters": {"optimized": settings["optimized"], "default": settings["default"],
-                       "predicted_improvement_factor": params.improvement_factor},
+        "parameters": {
+            "optimized": settings["optimized"],
+            "default": settings["default"],
+            "predicted_improvement_factor": params.improvement_factor,
+        },
         "mean_abs_error": mean_abs,
         "mean_threshold": {name: float(np.mean(t)) for name, t in thresholds.items()},
         "improvement_factor": {name: mean_abs["BT-bound"] / mean_abs[name] for name in thresholds},

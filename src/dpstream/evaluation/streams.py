@@ -173,7 +173,8 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-    tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range, seed=rng)
+    tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
+                seed=rng)
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -220,8 +221,15 @@ def _topl(*, variant: str) -> MethodFn:
 
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
         check_epsilon(config.stream_epsilon, "stream_epsilon")
-        topl = ToPL(epsilon=config.stream_epsilon, upper_bound=scenario.upper_bound, threshold_epsilon=epsilon, hold=config.hold,
-                    max_range=config.max_range, variant=variant, seed=rng)
+        topl = ToPL(
+            epsilon=config.stream_epsilon,
+            upper_bound=scenario.upper_bound,
+            threshold_epsilon=epsilon,
+            hold=config.hold,
+            max_range=config.max_range,
+            variant=variant,
+            seed=rng,
+        )
         topl.release(scenario.held)
         released = topl.release(scenario.stream)
         return _released(released), {"threshold": topl.threshold}
@@ -229,13 +237,26 @@ def _topl(*, variant: str) -> MethodFn:
     return method
 
 
-def _hierarchy_release(values: np.ndarray, theta: float, epsilon: float, config: ExperimentConfig,
-                       rng: np.random.Generator, *, smoother: str | None) -> Answer:
+def _hierarchy_release(
+    values: np.ndarray,
+    theta: float,
+    epsilon: float,
+    config: ExperimentConfig,
+    rng: np.random.Generator,
+    *,
+    smoother: str | None,
+) -> Answer:
     """The consistent hierarchy (fan-out 16) on ``values`` truncated at ``theta``, smoothed or not."""
     max_range = max(2, min(config.max_range, values.size))
-    perturber = HierarchicalPerturber(threshold=theta, epsilon=epsilon, max_range=max_range, fanout=16,
-                                      smoothed_levels=0 if smoother is None else None,
-                                      smoother=smoother or "recent", seed=rng)
+    perturber = HierarchicalPerturber(
+        threshold=theta,
+        epsilon=epsilon,
+        max_range=max_range,
+        fanout=16,
+        smoothed_levels=0 if smoother is None else None,
+        smoother=smoother or "recent",
+        seed=rng,
+    )
     return _released(perturber.release(np.minimum(values, theta)))
 
 
@@ -243,8 +264,15 @@ def _pak(*, capped: bool) -> MethodFn:
     """PAK's Mechanism 1 end to end (capped: tau >= B falls back to B; uncapped: as the ToPS paper ran it)."""
 
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-        pak = PAK(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range, capped=capped,
-                  delta=_delta(config), seed=rng)
+        pak = PAK(
+            epsilon=epsilon,
+            upper_bound=scenario.upper_bound,
+            hold=config.hold,
+            max_range=config.max_range,
+            capped=capped,
+            delta=_delta(config),
+            seed=rng,
+        )
         pak.release(scenario.held)
         released = pak.release(scenario.stream)
         return _released(released), {"threshold": pak.threshold}
@@ -265,14 +293,14 @@ def _nm_e_binary_tree(scenario: Scenario, epsilon: float, config: ExperimentConf
     paper describes the swap.  Scoring for the binary tree (fan-out 2) would weigh its larger
     noise and favour a smaller theta; that variant is not what Figure 3 shows.
     """
-    theta = noisy_max_threshold(scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound,
-                                max_range=config.max_range, fanout=16, rng=rng)
+    theta = noisy_max_threshold(
+        scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16, rng=rng
+    )
     counter = BinaryTreeCounter(upper_bound=theta, epsilon=epsilon, max_range=config.max_range, seed=rng)
     return _released(counter.release(np.minimum(scenario.stream, theta))), {"threshold": theta}
 
 
-def _smooth_hierarchy(*, threshold: str, capped: bool, smoother: str | None,
-                      stream_epsilon: float | None) -> MethodFn:
+def _smooth_hierarchy(*, threshold: str, capped: bool, smoother: str | None, stream_epsilon: float | None) -> MethodFn:
     """A smooth-sensitivity threshold + the consistent hierarchy.
 
     ``threshold`` is ``"S-PAK"`` (PAK's defaults, ToPS Appendix B) or ``"S-P"`` (p = 99.5), on
@@ -304,9 +332,15 @@ def _nm_e_hierarchy(*, threshold_epsilon: float | None, stream_epsilon: float | 
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
         theta_budget = epsilon if threshold_epsilon is None else threshold_epsilon
         stream_budget = epsilon if stream_epsilon is None else stream_epsilon
-        theta = noisy_max_threshold(scenario.held, epsilon=theta_budget, stream_epsilon=stream_budget,
-                                    upper_bound=scenario.upper_bound, max_range=_query_range(scenario, config),
-                                    fanout=16, rng=rng)
+        theta = noisy_max_threshold(
+            scenario.held,
+            epsilon=theta_budget,
+            stream_epsilon=stream_budget,
+            upper_bound=scenario.upper_bound,
+            max_range=_query_range(scenario, config),
+            fanout=16,
+            rng=rng,
+        )
         answer = _hierarchy_release(scenario.stream, theta, stream_budget, config, rng, smoother="recent")
         return answer, {"threshold": theta}
 
@@ -338,69 +372,79 @@ class Study:
 
 
 #: Every stream study, by name (read-only).
-STUDIES: Mapping[str, Study] = MappingProxyType({
-    "end-to-end": Study({"ToPS": _tops, "Base": _base}, _private_threshold("NM-E (private)")),
-    "hierarchy": Study(
-        {
-            "H2": _plain(fanout=2),
-            "H16": _plain(fanout=16),
-            "H16c": _consistent(smoother=None),
-            "H16c+recent": _consistent(smoother="recent"),
-            "H16c+mean": _consistent(smoother="mean"),
-            "H16c+median": _consistent(smoother="median"),
-            "H16c+moving_average": _consistent(smoother="moving_average"),
-            "H16c+exponential": _consistent(smoother="exponential"),
-            "Base": _base,
-        },
-        _oracle_threshold,
-    ),
-    "topl": Study(
-        {"SW-W": _topl(variant="SW-W"), "SW": _topl(variant="SW"), "Base": _base},
-        _private_threshold("Square Wave + Eq. 8 (LDP)"),
-    ),
-    "baselines": Study(
-        {
-            "PAK": _pak(capped=True),
-            "PAK-uncapped": _pak(capped=False),
-            "BT-bound": _binary_tree_bound,
-            "NM-E+BT": _nm_e_binary_tree,
-            "S-PAK+H16c+recent": _smooth_hierarchy(threshold="S-PAK", capped=True, smoother="recent",
-                                                   stream_epsilon=None),
-            "S-PAK-uncapped+H16c+recent": _smooth_hierarchy(threshold="S-PAK", capped=False, smoother="recent",
-                                                            stream_epsilon=None),
-            "ToPS": _tops,
-            "Base": _base,
-        },
-        _private_threshold("NM-E (private)"),
-    ),
-    "percentiles": Study(
-        {
-            **{f"true-p{p:g}-ORACLE": _oracle_percentile(percentile=p) for p in ORACLE_PERCENTILES},
-            "NM-E@0.05": _nm_e_hierarchy(threshold_epsilon=FIXED_EPSILON, stream_epsilon=None),
-            "Base": _base,
-        },
-        _held_out,
-    ),
-    "threshold-methods": Study(
-        {
-            "NM-E+H16c+recent": _nm_e_hierarchy(threshold_epsilon=None, stream_epsilon=FIXED_EPSILON),
-            "S-PAK+H16c+recent": _smooth_hierarchy(threshold="S-PAK", capped=True, smoother="recent",
-                                                   stream_epsilon=FIXED_EPSILON),
-            "S-PAK+H16c": _smooth_hierarchy(threshold="S-PAK", capped=True, smoother=None,
-                                            stream_epsilon=FIXED_EPSILON),
-            "S-P+H16c+recent": _smooth_hierarchy(threshold="S-P", capped=True, smoother="recent",
-                                                 stream_epsilon=FIXED_EPSILON),
-            "S-P+H16c": _smooth_hierarchy(threshold="S-P", capped=True, smoother=None,
-                                          stream_epsilon=FIXED_EPSILON),
-            "S-PAK-uncapped+H16c+recent": _smooth_hierarchy(threshold="S-PAK", capped=False, smoother="recent",
-                                                            stream_epsilon=FIXED_EPSILON),
-            "S-P-uncapped+H16c+recent": _smooth_hierarchy(threshold="S-P", capped=False, smoother="recent",
-                                                          stream_epsilon=FIXED_EPSILON),
-            "Base": _base,
-        },
-        _held_out,
-    ),
-})
+STUDIES: Mapping[str, Study] = MappingProxyType(
+    {
+        "end-to-end": Study({"ToPS": _tops, "Base": _base}, _private_threshold("NM-E (private)")),
+        "hierarchy": Study(
+            {
+                "H2": _plain(fanout=2),
+                "H16": _plain(fanout=16),
+                "H16c": _consistent(smoother=None),
+                "H16c+recent": _consistent(smoother="recent"),
+                "H16c+mean": _consistent(smoother="mean"),
+                "H16c+median": _consistent(smoother="median"),
+                "H16c+moving_average": _consistent(smoother="moving_average"),
+                "H16c+exponential": _consistent(smoother="exponential"),
+                "Base": _base,
+            },
+            _oracle_threshold,
+        ),
+        "topl": Study(
+            {"SW-W": _topl(variant="SW-W"), "SW": _topl(variant="SW"), "Base": _base},
+            _private_threshold("Square Wave + Eq. 8 (LDP)"),
+        ),
+        "baselines": Study(
+            {
+                "PAK": _pak(capped=True),
+                "PAK-uncapped": _pak(capped=False),
+                "BT-bound": _binary_tree_bound,
+                "NM-E+BT": _nm_e_binary_tree,
+                "S-PAK+H16c+recent": _smooth_hierarchy(
+                    threshold="S-PAK", capped=True, smoother="recent", stream_epsilon=None
+                ),
+                "S-PAK-uncapped+H16c+recent": _smooth_hierarchy(
+                    threshold="S-PAK", capped=False, smoother="recent", stream_epsilon=None
+                ),
+                "ToPS": _tops,
+                "Base": _base,
+            },
+            _private_threshold("NM-E (private)"),
+        ),
+        "percentiles": Study(
+            {
+                **{f"true-p{p:g}-ORACLE": _oracle_percentile(percentile=p) for p in ORACLE_PERCENTILES},
+                "NM-E@0.05": _nm_e_hierarchy(threshold_epsilon=FIXED_EPSILON, stream_epsilon=None),
+                "Base": _base,
+            },
+            _held_out,
+        ),
+        "threshold-methods": Study(
+            {
+                "NM-E+H16c+recent": _nm_e_hierarchy(threshold_epsilon=None, stream_epsilon=FIXED_EPSILON),
+                "S-PAK+H16c+recent": _smooth_hierarchy(
+                    threshold="S-PAK", capped=True, smoother="recent", stream_epsilon=FIXED_EPSILON
+                ),
+                "S-PAK+H16c": _smooth_hierarchy(
+                    threshold="S-PAK", capped=True, smoother=None, stream_epsilon=FIXED_EPSILON
+                ),
+                "S-P+H16c+recent": _smooth_hierarchy(
+                    threshold="S-P", capped=True, smoother="recent", stream_epsilon=FIXED_EPSILON
+                ),
+                "S-P+H16c": _smooth_hierarchy(
+                    threshold="S-P", capped=True, smoother=None, stream_epsilon=FIXED_EPSILON
+                ),
+                "S-PAK-uncapped+H16c+recent": _smooth_hierarchy(
+                    threshold="S-PAK", capped=False, smoother="recent", stream_epsilon=FIXED_EPSILON
+                ),
+                "S-P-uncapped+H16c+recent": _smooth_hierarchy(
+                    threshold="S-P", capped=False, smoother="recent", stream_epsilon=FIXED_EPSILON
+                ),
+                "Base": _base,
+            },
+            _held_out,
+        ),
+    }
+)
 
 
 def prepare(values: np.ndarray, upper_bound: float, study: str, config: ExperimentConfig) -> Scenario:
@@ -435,8 +479,10 @@ def run_study(
     values, note = extend_stream(values, config.hold + config.max_range)
     log(f"{dataset}: {note}")
     scenario = prepare(values, upper_bound, study, config)
-    log(f"{dataset}: threshold {scenario.threshold_source}" + (
-        f" = {scenario.threshold:g}" if scenario.threshold is not None else ""))
+    log(
+        f"{dataset}: threshold {scenario.threshold_source}"
+        + (f" = {scenario.threshold:g}" if scenario.threshold is not None else "")
+    )
     rng = make_rng(seed)
     records: list[dict[str, Any]] = []
     total = config.rounds * len(epsilons) * len(names)
@@ -498,9 +544,15 @@ def plot_metric(rows: Sequence[dict[str, Any]], path: Path, *, metric: str = "ms
     series = []
     for method in dict.fromkeys(row["method"] for row in rows):
         mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["epsilon"])
-        series.append(Series(label=method, x=[row["epsilon"] for row in mine],
-                             y=[row[f"{metric}_mean"] for row in mine], spread=[row[f"{metric}_std"] for row in mine],
-                             reference=method == "Base"))
+        series.append(
+            Series(
+                label=method,
+                x=[row["epsilon"] for row in mine],
+                y=[row[f"{metric}_mean"] for row in mine],
+                spread=[row[f"{metric}_std"] for row in mine],
+                reference=method == "Base",
+            )
+        )
     panel = Panel(series=series, xlabel="epsilon", ylabel=metric.upper(), title=title, ylog=True, legend_columns=2)
     return save_figure(path, [panel])
 
@@ -524,8 +576,14 @@ def plot_moving_average(
     panel = Panel(
         series=[
             Series(label="true", x=x, y=interval_means(truth, intervals), marker=None, color="black", linewidth=1.5),
-            Series(label="released", x=x, y=interval_means(released, intervals), marker=None, color="tab:red",
-                   linewidth=1.0),
+            Series(
+                label="released",
+                x=x,
+                y=interval_means(released, intervals),
+                marker=None,
+                color="tab:red",
+                linewidth=1.0,
+            ),
         ],
         xlabel=f"time (each point: the mean of ~{truth.size // intervals:,} values)",
         ylabel="moving average",
