@@ -1,6 +1,6 @@
 # Two set-up commands on a fresh machine with Python 3.11 and make:
 #   make demo   -- virtual environment, install, run ToPS on the built-in POS stream
-#   make test   -- virtual environment, install, run the whole test suite
+#   make test   -- virtual environment, install, lint (ruff), run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(BIN)/dpstream demo --out demo-output --force
 
 test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

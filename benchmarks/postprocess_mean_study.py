@@ -127,7 +127,8 @@ def main() -> None:
             summary = summarize(rounds)
             results[f"{model} eps={epsilon:g}"] = {"summary": summary, "rounds": rounds}
             print(f"\n## {model}, epsilon = {epsilon:g} ({args.rounds} rounds, n = {args.users}, T = {args.steps})")
-            print(f"{'method':<20}{'MSE (95% CI)':>24}{'minus MLE (95% CI)':>26}{'minus MAP (95% CI)':>26}{'s/round':>9}")
+            columns = ("MSE (95% CI)", 24), ("minus MLE (95% CI)", 26), ("minus MAP (95% CI)", 26), ("s/round", 9)
+            print(f"{'method':<20}" + "".join(f"{name:>{width}}" for name, width in columns))
             for method, row in summary.items():
                 if method.startswith("_"):
                     continue

@@ -42,7 +42,10 @@ def test_three_levels_ten_million_groups(benchmark):
     seconds = benchmark.stats.stats.max
     peak = _peak_rss_gib()
     benchmark.extra_info.update(groups=data.n_groups, seconds=seconds, peak_rss_gib=peak)
-    print(f"\n{data.n_groups:,} groups, 1 + {STATES} + {COUNTIES} regions, K = {K:,}: {seconds:.1f} s, peak RSS {peak:.2f} GiB")
+    print(
+        f"\n{data.n_groups:,} groups, 1 + {STATES} + {COUNTIES} regions, K = {K:,}: "
+        f"{seconds:.1f} s, peak RSS {peak:.2f} GiB"
+    )
     for level, hist in enumerate(out.levels):
         assert np.array_equal(hist.groups(), data.groups(level))
     assert seconds <= MINUTES * 60 and peak <= GIB
@@ -53,8 +56,24 @@ def test_command_line_from_parquet_tables(benchmark, tmp_path):
     entities, groups, hierarchy = write_tables(data, tmp_path, parquet=True)
     del data
     out = tmp_path / "out.csv"
-    args = ["count-of-counts", "--entities", str(entities), "--groups", str(groups), "--hierarchy", str(hierarchy),
-            "--epsilon", "1", "--max-size", str(K), "--seed", "1", "-o", str(out), "--force"]
+    args = [
+        "count-of-counts",
+        "--entities",
+        str(entities),
+        "--groups",
+        str(groups),
+        "--hierarchy",
+        str(hierarchy),
+        "--epsilon",
+        "1",
+        "--max-size",
+        str(K),
+        "--seed",
+        "1",
+        "-o",
+        str(out),
+        "--force",
+    ]
 
     result = benchmark.pedantic(lambda: CliRunner().invoke(cli, args), rounds=1, iterations=1)
     assert result.exit_code == 0, result.output

@@ -1,4 +1,7 @@
-"""Shared fixtures: a zero-noise stand-in and independent reference smoothers.
+"""Shared fixtures: independent reference smoothers and least-squares helpers.
+
+Tests that need exact tree arithmetic pass ``noise=ZeroNoise()`` (``dpstream.noise``) to the
+mechanism instead of patching its noise.
 
 The reference smoothers re-compute Appendix D's predictions directly from their definitions
 (as restated in ``dpstream.smoothers.predictors``' module docstring), with plain Python loops
@@ -16,22 +19,6 @@ from hypothesis import settings
 # no example database; each test still sets its own small max_examples and deadline=None.
 settings.register_profile("dpstream", derandomize=True, database=None, print_blob=True)
 settings.load_profile("dpstream")
-
-
-@pytest.fixture
-def zero_noise(monkeypatch):
-    """Replace the hierarchy's Laplace draws by zeros (same shapes), so tree arithmetic is exact.
-
-    ``draw_noise_levels`` looks ``laplace_noise`` up in ``dpstream.hierarchy.tree`` at call
-    time, so patching that name silences every perturber's noise.  It does not touch the
-    threshold optimizer's noise (``dpstream.noise.laplace``).
-    """
-
-    def fake(rng, scale, size):
-        assert scale > 0
-        return np.zeros(size)
-
-    monkeypatch.setattr("dpstream.hierarchy.tree.laplace_noise", fake)
 
 
 def reference_predictions(name: str, prior: float, observations, **params) -> np.ndarray:

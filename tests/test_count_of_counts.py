@@ -1,16 +1,14 @@
 """Hierarchical count-of-counts (``dpstream.count_of_counts``): Problem 1's four desiderata,
-Algorithm 2's optimality, Eq. 5-6, the error metric, the inputs and the mechanisms' contracts.
+Algorithm 2's optimality, Eq. 5-6, the inputs and the mechanisms' contracts (the error metric
+is tested in test_evaluation_count_of_counts.py).
 
 Reference solvers share no code with the implementation: the matching is checked against
-``scipy.optimize.linear_sum_assignment`` on the full |size difference| cost matrix, and the
-earth-mover's distance against ``scipy.stats.wasserstein_distance`` (which is the per-group
-transport cost, so it is multiplied by the number of groups).
+``scipy.optimize.linear_sum_assignment`` on the full |size difference| cost matrix.
 """
 
 from __future__ import annotations
 
 import csv
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from scipy.optimize import linear_sum_assignment
-from scipy.stats import wasserstein_distance
 
 from dpstream.cli import cli
 from dpstream.count_of_counts import (
@@ -27,18 +24,16 @@ from dpstream.count_of_counts import (
     LevelHistograms,
     RegionTree,
     TopDownCountOfCounts,
-    emd_per_region,
     estimators,
     housing_data,
-    level_errors,
     match_groups,
     match_level,
     merge_estimates,
-    omniscient_error,
     read_tables,
     taxi_data,
     write_tables,
 )
+from dpstream.evaluation.count_of_counts import level_errors
 from dpstream.privacy import ENTITY_ROW
 
 
@@ -46,7 +41,7 @@ def random_data(rng: np.random.Generator) -> CountOfCountsData:
     """A random hierarchy of 1-4 levels with random fan-outs, empty leaves, zero-size and huge groups."""
     depth = int(rng.integers(1, 5))
     paths = [("root",)]
-    for level in range(1, depth):
+    for _ in range(1, depth):
         paths = [path + (f"{path[-1]}.{child}",) for path in paths for child in range(int(rng.integers(1, 4)))]
     sizes = {}
     for path in paths:
@@ -189,25 +184,6 @@ def test_merge_is_inverse_variance_weighting():
         merge_estimates(a, va, b, vb, "median")
 
 
-def test_emd_is_the_transport_cost():
-    rng = np.random.default_rng(26)
-    for _ in range(50):
-        n = int(rng.integers(1, 40))
-        x, y = rng.integers(0, 30, n), rng.integers(0, 30, n)
-        a = LevelHistograms.from_groups(np.zeros(n), x, 2)
-        b = LevelHistograms.from_groups(np.zeros(n), y, 2)
-        emd = emd_per_region(a, b)
-        assert emd[1] == 0
-        assert emd[0] == pytest.approx(n * wasserstein_distance(x, y))
-        assert emd[0] == np.abs(np.sort(x) - np.sort(y)).sum()  # Lemma 1: L1 of Hg
-
-
-def test_omniscient_reference_formula():
-    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b")], {"a": [1, 1, 3], "b": [2]})
-    # root: 3 distinct sizes; leaves: 2 and 1 on average 1.5; epsilon/(L+1) = 0.5
-    assert omniscient_error(data, 1.0) == pytest.approx([3 * math.sqrt(2) / 0.5, 1.5 * math.sqrt(2) / 0.5])
-
-
 @pytest.mark.parametrize("parquet", [False, True])
 def test_tables_round_trip(tmp_path, parquet):
     data = housing_data(3000, n_states=2, n_counties=5, seed=4)
@@ -320,7 +296,8 @@ def test_an_empty_csv_field_is_still_missing(tmp_path):
 
 def test_parquet_ids_compare_as_text_when_the_types_differ(tmp_path):
     # integer region ids in the hierarchy, text in the groups: compared as text, exactly
-    pq.write_table(pa.table({"region_id": [6001, 6002], "level0": ["US", "US"], "level1": [6001, 6002]}), tmp_path / "h.parquet")
+    hierarchy = pa.table({"region_id": [6001, 6002], "level0": ["US", "US"], "level1": [6001, 6002]})
+    pq.write_table(hierarchy, tmp_path / "h.parquet")
     pq.write_table(pa.table({"group_id": [1, 2], "region_id": ["6001", "6002"]}), tmp_path / "g.parquet")
     pq.write_table(pa.table({"entity_id": [1, 2, 3], "group_id": [1, 1, 2]}), tmp_path / "e.parquet")
     data = read_tables(tmp_path / "e.parquet", tmp_path / "g.parquet", tmp_path / "h.parquet")

@@ -49,7 +49,7 @@ def test_release_errors(tables, tmp_path):
     _, (entities, groups, hierarchy) = tables
     base = ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy, "--epsilon", "1"]
     result = run(base + ["-o", entities, "--force"])
-    assert result.exit_code != 0 and "input table" in result.output
+    assert result.exit_code != 0 and "is the input file" in result.output
     result = run(base + ["--method", "hx", "-o", str(tmp_path / "o.csv")])
     assert result.exit_code != 0 and "hx" in result.output
     result = run(["count-of-counts", "--entities", str(tmp_path / "missing.csv"), "--groups", groups,
@@ -102,19 +102,38 @@ def test_the_largest_group_of_real_tables_is_not_printed(tmp_path):
 
 
 def test_generated_data_still_reports_its_largest_group(tmp_path):
-    output = _evaluate(["--dataset", "housing", "--n-groups", "300", "--states", "2", "--counties", "3"], tmp_path / "out")
+    output = _evaluate(
+        ["--dataset", "housing", "--n-groups", "300", "--states", "2", "--counties", "3"], tmp_path / "out"
+    )
     assert re.search(r"groups, largest [\d,]+; regions per level \[1, 2, 3\]", output)
 
 
 def test_dash_output_writes_the_csv_to_stdout(tables, tmp_path, monkeypatch):
     data, (entities, groups, hierarchy) = tables
     monkeypatch.chdir(tmp_path)
-    args = ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
-            "--epsilon", "1", "--max-size", "20000", "--seed", "3", "-o", "-"]
+    args = [
+        "count-of-counts",
+        "--entities",
+        entities,
+        "--groups",
+        groups,
+        "--hierarchy",
+        hierarchy,
+        "--epsilon",
+        "1",
+        "--max-size",
+        "20000",
+        "--seed",
+        "3",
+        "-o",
+        "-",
+    ]
     result = run(args)
     assert result.exit_code == 0, result.output
-    rows = [(r["region"], int(r["level"]), int(r["size"]), int(r["count"]))
-            for r in csv.DictReader(result.stdout.splitlines())]
+    rows = [
+        (r["region"], int(r["level"]), int(r["size"]), int(r["count"]))
+        for r in csv.DictReader(result.stdout.splitlines())
+    ]
     assert rows == TopDownCountOfCounts(epsilon=1.0, max_size=20_000, seed=3).release(data).rows()
     assert "to stdout" in result.stderr and not (tmp_path / "-").exists()
     assert run(args).exit_code == 0  # nothing was created that a second run would refuse to overwrite
@@ -123,8 +142,23 @@ def test_dash_output_writes_the_csv_to_stdout(tables, tmp_path, monkeypatch):
 def test_missing_output_directory_fails_before_any_work(tables, tmp_path):
     _, (entities, groups, hierarchy) = tables
     target = tmp_path / "no-such-dir" / "o.csv"
-    result = run(["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy,
-                  "--epsilon", "1", "--max-size", "20000", "-o", str(target)])
+    result = run(
+        [
+            "count-of-counts",
+            "--entities",
+            entities,
+            "--groups",
+            groups,
+            "--hierarchy",
+            hierarchy,
+            "--epsilon",
+            "1",
+            "--max-size",
+            "20000",
+            "-o",
+            str(target),
+        ]
+    )
     assert result.exit_code == 1
     assert "no-such-dir" in result.output and "does not exist" in result.output
     assert "read " not in result.output  # the tables were not even read
@@ -136,14 +170,17 @@ def test_seed_help_matches_release():
     assert "anyone who knows the seed can recompute the noise. Never publish a seeded release." in text
 
 
-@pytest.mark.parametrize("option, value, named", [
-    ("--runs", "0", "--runs"),
-    ("--strategies", "hc,nope", "nope"),
-    ("--epsilon", "0", "--epsilon"),
-    ("--max-size", "0", "--max-size"),
-    ("--counties", "1", "--counties"),
-    ("--entities", "e.csv", "go together"),
-])
+@pytest.mark.parametrize(
+    "option, value, named",
+    [
+        ("--runs", "0", "--runs"),
+        ("--strategies", "hc,nope", "nope"),
+        ("--epsilon", "0", "--epsilon"),
+        ("--max-size", "0", "--max-size"),
+        ("--counties", "1", "--counties"),
+        ("--entities", "e.csv", "go together"),
+    ],
+)
 def test_evaluate_checks_options_before_looking_at_the_outputs(tmp_path, option, value, named):
     for name in ("count-of-counts-housing.csv", "count-of-counts-housing-runs.csv"):
         (tmp_path / name).write_text("old")

@@ -127,8 +127,9 @@ def test_simplex_projection_and_largest_remainder():
     for row, total, x in zip(rows, totals, projected):
         if total == 0:
             continue
-        reference = minimize(lambda z: ((z - row) ** 2).sum(), np.full(7, total / 7), method="SLSQP",
-                             bounds=[(0, None)] * 7, constraints=[{"type": "eq", "fun": lambda z: z.sum() - total}],
+        reference = minimize(lambda z, row=row: ((z - row) ** 2).sum(), np.full(7, total / 7), method="SLSQP",
+                             bounds=[(0, None)] * 7,
+                             constraints=[{"type": "eq", "fun": lambda z, total=total: z.sum() - total}],
                              options={"ftol": 1e-12})
         assert ((x - row) ** 2).sum() <= reference.fun + 1e-6
     rounded = largest_remainder_round(projected, totals)
@@ -188,7 +189,8 @@ def test_estimator_errors():
 
 
 def test_estimated_max_size_covers_the_largest_group():
-    # Pr[K < X] < exp(-5 sqrt 2)/2 ~ 4e-4 (double-geometric noise, see estimate_max_size); 200 draws fail all-cover with prob < 0.09,
+    # Pr[K < X] < exp(-5 sqrt 2)/2 ~ 4e-4 (double-geometric noise, see estimate_max_size);
+    # 200 draws fail all-cover with prob < 0.09,
     # so assert the (binomial) count of misses instead: P(misses >= 4) < 1e-6.
     rng = np.random.default_rng(7)
     bounds = [estimate_max_size(1000, 0.01, rng) for _ in range(200)]

@@ -55,7 +55,10 @@ def test_samples_follow_the_pmf(scale):
 
 
 def test_same_seed_same_noise_and_bad_scales():
-    assert np.array_equal(double_geometric_noise(np.random.default_rng(3), 2.0, 50), double_geometric_noise(np.random.default_rng(3), 2.0, 50))
+    assert np.array_equal(
+        double_geometric_noise(np.random.default_rng(3), 2.0, 50),
+        double_geometric_noise(np.random.default_rng(3), 2.0, 50),
+    )
     assert double_geometric_noise(np.random.default_rng(0), 1e-6, (2, 3)).tolist() == [[0, 0, 0], [0, 0, 0]]
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="scale"):

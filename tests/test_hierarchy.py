@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpstream.hierarchy import (
+    PlainHierarchy,
     aggregate_levels,
     decomposed_range_sums,
     draw_noise_levels,
@@ -22,6 +23,7 @@ from dpstream.hierarchy import (
     make_consistent,
     num_levels,
 )
+from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise
 
 # -- shape -------------------------------------------------------------------------------------
 
@@ -115,6 +117,32 @@ def test_draw_noise_levels_order_shapes_and_reproducibility():
         np.testing.assert_array_equal(got, want)
 
 
+def test_draw_noise_levels_takes_a_noise_sampler():
+    zeros = draw_noise_levels(None, 40, 4, 3, 2.5, noise=ZeroNoise())
+    assert [level.size for level in zeros] == level_sizes(40, 4, 3)
+    assert all(level.dtype == np.float64 and not level.any() for level in zeros)
+    explicit = draw_noise_levels(None, 40, 4, 3, 2.5, noise=FloatNoise(rng=np.random.default_rng(3)))
+    default = draw_noise_levels(np.random.default_rng(3), 40, 4, 3, 2.5)
+    for got, want in zip(explicit, default, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="Laplace scale must be a finite number > 0, got 0.0"):
+        draw_noise_levels(None, 4, 2, 2, 0.0, noise=ZeroNoise())
+    with pytest.raises(NotImplementedError, match="integer grid"):
+        draw_noise_levels(None, 4, 2, 2, 1.0, noise=ExactNoise(bits=0))
+    with pytest.raises(TypeError, match="noise must be a NoiseSampler"):
+        draw_noise_levels(np.random.default_rng(0), 4, 2, 2, 1.0, noise="laplace")
+
+
+def test_plain_hierarchy_with_zero_noise_answers_exactly():
+    rng = np.random.default_rng(8)
+    values = rng.integers(0, 10, size=2500).astype(float)  # integer sums: exact in float64
+    tree = PlainHierarchy(values, threshold=10, epsilon=1.0, max_range=1000, fanout=4, rng=rng, noise=ZeroNoise())
+    starts = rng.integers(0, values.size, 300)
+    stops = np.minimum(starts + rng.integers(0, 1500, 300), values.size)
+    prefix = np.concatenate(([0.0], np.cumsum(values)))
+    np.testing.assert_array_equal(tree.range_sums(starts, stops), prefix[stops] - prefix[starts])
+
+
 # -- consistency -------------------------------------------------------------------------------
 
 
@@ -130,7 +158,8 @@ def assert_consistent(levels, fanout, scale=1.0):
 )
 def test_make_consistent_equals_least_squares(n_leaves, fanout, n_levels, least_squares):
     rng = np.random.default_rng(n_leaves * 100 + fanout)
-    noisy = [rng.laplace(0.0, 3.0, size) + rng.integers(0, 50, size) for size in level_sizes(n_leaves, fanout, n_levels)]
+    sizes = level_sizes(n_leaves, fanout, n_levels)
+    noisy = [rng.laplace(0.0, 3.0, size) + rng.integers(0, 50, size) for size in sizes]
     got = make_consistent(noisy, fanout)
     want = least_squares.levels(noisy, fanout)
     for g, w in zip(got, want, strict=True):

@@ -88,7 +88,11 @@ def _ratio_bound_holds(counts_a: np.ndarray, counts_b: np.ndarray, epsilon: floa
 @pytest.mark.parametrize("epsilon", (0.5, 1.0, 2.0))
 def test_sampled_ratios_of_all_three_mechanisms_stay_below_e_eps(epsilon):
     rng = np.random.default_rng(11)
-    sr, pm, hm = StochasticRounding(epsilon=epsilon), PiecewiseMechanism(epsilon=epsilon), HybridMechanism(epsilon=epsilon)
+    sr, pm, hm = (
+        StochasticRounding(epsilon=epsilon),
+        PiecewiseMechanism(epsilon=epsilon),
+        HybridMechanism(epsilon=epsilon),
+    )
     edges = np.linspace(-pm.s, pm.s, 41)
     hist = {}
     for v in (-1.0, 1.0):  # the most distant inputs
@@ -97,7 +101,9 @@ def test_sampled_ratios_of_all_three_mechanisms_stay_below_e_eps(epsilon):
         sr_counts[1] = N - sr_counts[0]
         pm_counts = np.histogram(pm.perturb(values, rng), edges)[0].astype(float)
         uses_pm, y = hm.perturb(values, rng)
-        hm_counts = np.concatenate([np.histogram(y[uses_pm], edges)[0], [np.sum(y[~uses_pm] < 0), np.sum(y[~uses_pm] > 0)]])
+        hm_counts = np.concatenate(
+            [np.histogram(y[uses_pm], edges)[0], [np.sum(y[~uses_pm] < 0), np.sum(y[~uses_pm] > 0)]]
+        )
         hist[v] = (sr_counts, pm_counts, hm_counts.astype(float))
     for a, b in ((-1.0, 1.0), (1.0, -1.0)):
         for counts_a, counts_b in zip(hist[a], hist[b]):

@@ -1,4 +1,5 @@
-"""PAK's Mechanism 1, its optimizer and heuristics, and the baseline studies and CLI methods."""
+"""PAK's Mechanism 1 and its command-line methods (its optimizer, heuristics and studies are
+tested in test_evaluation_pak_analysis.py and test_evaluation_streams.py)."""
 
 import math
 
@@ -7,17 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
-from dpstream.evaluation import ExperimentConfig, run_study
 from dpstream.privacy import EVENT_LEVEL
-from dpstream.release.pak import (
-    PAK,
-    _quantile_gap,
-    cap_threshold,
-    heuristic_time_lag,
-    optimize_pak,
-    time_lag_first_criterion,
-    time_lag_second_criterion,
-)
+from dpstream.release.pak import PAK, cap_threshold
 
 
 @pytest.mark.parametrize("fraction", [0.05, 0.5, 0.85, 0.99])
@@ -96,39 +88,6 @@ def test_bad_parameters_are_refused():
         PAK(epsilon=1.0, upper_bound=10, hold=5).release([1.0, 11.0])
 
 
-def test_time_lag_heuristics():
-    # Section VI-B: with beta = 0.02, delta = 2^-20, eps = 1, p_max = 0.005 the second criterion is "m > 80,000".
-    second = time_lag_second_criterion(epsilon=1.0, delta=2.0**-20)
-    assert 80_000 < second < 85_000
-    first = time_lag_first_criterion()
-    assert _quantile_gap(0.5, 0.005, first) < 0.02
-    assert all(_quantile_gap(0.5, 0.005, m) >= 0.02 for m in range(1, first))  # the smallest such m
-    assert heuristic_time_lag(epsilon=1.0, delta=2.0**-20) == max(first, math.floor(second) + 1)
-
-
-def test_optimizer_respects_the_constraints():
-    values = _stream(20000, seed=2)
-    params = optimize_pak(values, epsilon=1.0, upper_bound=500, n=200000, delta=2.0**-20)
-    assert 0 < params.p <= 0.005 and 0 < params.lam <= 1 and params.multiplier >= 1
-    assert 0 < params.threshold_fraction < 1
-    assert sum(params.betas.values()) == pytest.approx(0.02)
-    assert params.betas["qt"] == pytest.approx(_quantile_gap(params.lam, params.p, 20000))
-    assert params.improvement_factor >= 1 and params.alpha > 0
-
-
-@pytest.mark.parametrize("study", ["baselines", "percentiles", "threshold-methods"])
-def test_baseline_studies_run_and_label_oracles(study):
-    config = ExperimentConfig(hold=1024, max_range=2048, rounds=1, queries=20)
-    records = run_study(study, _stream(4000), 500.0, epsilons=[0.5], config=config, progress=False)
-    methods = {record["method"] for record in records}
-    assert "Base" in methods and all(np.isfinite(record["mse"]) for record in records)
-    if study == "percentiles":
-        assert {m for m in methods if m.startswith("true-")} == {
-            f"true-p{p}-ORACLE" for p in ("85", "90", "95", "99.5", "99.9")
-        }
-        assert "NON-PRIVATE" in records[0]["threshold_source"]
-
-
 @pytest.mark.parametrize("method", ["pak", "pak-uncapped", "bt"])
 def test_release_methods_on_the_command_line(tmp_path, method):
     source = tmp_path / "in.txt"
@@ -143,25 +102,6 @@ def test_release_methods_on_the_command_line(tmp_path, method):
     assert len(lines) == (1500 if method == "bt" else 500)
 
 
-def test_last_step_errors_and_the_improvement_factor(tmp_path):
-    from dpstream.evaluation.improvement import last_step_errors
-
-    values = _stream(30000, seed=4)
-    result = last_step_errors(values, 500.0, epsilon=1.0, hold=20000, rounds=3, progress=False)
-    assert set(result["errors"]) == {"BT-bound", "PAK-optimized", "PAK-default"}
-    assert all(len(errors) == 3 for errors in result["errors"].values())
-    for name, factor in result["improvement_factor"].items():
-        assert factor == pytest.approx(result["mean_abs_error"]["BT-bound"] / result["mean_abs_error"][name])
-    source = tmp_path / "s.txt"
-    source.write_text("\n".join(map(str, values)) + "\n")
-    args = ["pak-improvement", "--dataset", str(source), "--upper-bound", "500", "--hold", "20000", "--rounds", "2",
-            "--out", str(tmp_path / "out")]
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 0, result.output
-    assert "improvement factor of PAK-optimized" in result.output
-    assert CliRunner().invoke(cli, args).exit_code != 0  # refuses to overwrite
-
-
 def test_threshold_parameters_are_checked_before_the_hold_out():
     with pytest.raises(ValueError, match="beta"):
         PAK(epsilon=1.0, upper_bound=10, beta=0.7)
@@ -171,15 +111,6 @@ def test_threshold_parameters_are_checked_before_the_hold_out():
         PAK(epsilon=1.0, upper_bound=10, percentile=120)
     with pytest.raises(ValueError, match="kappa"):
         PAK(epsilon=1e-4, upper_bound=10, hold=10, max_range=10, beta=1e-3, noise="gaussian", delta=0.5)
-
-
-def test_optimizer_and_last_step_refuse_a_stream_no_longer_than_the_hold_out():
-    from dpstream.evaluation.improvement import last_step_errors
-
-    with pytest.raises(ValueError, match="n must be"):
-        optimize_pak(_stream(100), epsilon=1.0, upper_bound=500, n=100, delta=1e-6)
-    with pytest.raises(ValueError, match="hold"):
-        last_step_errors(_stream(100), 500.0, hold=100, rounds=1, progress=False)
 
 
 def test_release_refuses_options_of_another_method(tmp_path):

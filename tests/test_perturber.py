@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from dpstream import HierarchicalPerturber
+from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels
 
@@ -236,14 +237,14 @@ def make(name, params):
 
 @pytest.mark.parametrize("max_range, fanout, s", CONFIGS)
 def test_zero_noise_blocks_sum_to_true_block_sums(
-    max_range, fanout, s, zero_noise, smoother_case, least_squares, reference_smoother
+    max_range, fanout, s, smoother_case, least_squares, reference_smoother
 ):
     name, params = smoother_case
     theta = 50.0
     values = np.random.default_rng(3).random(3 * max_range) * theta
     p = HierarchicalPerturber(
         threshold=theta, epsilon=1.0, max_range=max_range, fanout=fanout, smoothed_levels=s,
-        smoother=make(name, params), seed=1,
+        smoother=make(name, params), seed=1, noise=ZeroNoise(),
     )
     out = p.release(values)
     bs = fanout**s
@@ -259,12 +260,28 @@ def test_zero_noise_blocks_sum_to_true_block_sums(
     np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-9)
 
 
-def test_zero_noise_without_smoothing_releases_the_values_exactly(zero_noise):
+def test_zero_noise_without_smoothing_releases_the_values_exactly():
     values = np.random.default_rng(4).integers(0, 10, 700).astype(float)  # integer sums: exact
-    p = HierarchicalPerturber(threshold=10, epsilon=1.0, max_range=256, fanout=4, smoothed_levels=0, seed=0)
+    args = dict(threshold=10, epsilon=1.0, max_range=256, fanout=4, smoothed_levels=0, seed=0)
+    p = HierarchicalPerturber(**args, noise=ZeroNoise())
     np.testing.assert_array_equal(p.release(values), values)
-    q = HierarchicalPerturber(threshold=10, epsilon=1.0, max_range=256, fanout=4, smoothed_levels=0, seed=0)
+    q = HierarchicalPerturber(**args, noise=ZeroNoise())
     np.testing.assert_array_equal([q.release_one(v) for v in values], values)
+
+
+def test_noise_sampler_parameter():
+    """The default noise is numpy's float Laplace on the perturber's generator, so passing
+    FloatNoise on that generator changes nothing; ExactNoise has no float path yet."""
+    args = dict(threshold=10, epsilon=0.5, max_range=256, fanout=4, smoothed_levels=1)
+    values = np.random.default_rng(6).random(600) * 10
+    default = HierarchicalPerturber(**args, seed=np.random.default_rng(12)).release(values)
+    shared = np.random.default_rng(12)
+    explicit = HierarchicalPerturber(**args, seed=shared, noise=FloatNoise(rng=shared)).release(values)
+    np.testing.assert_array_equal(default, explicit)
+    with pytest.raises(NotImplementedError, match="integer grid"):
+        HierarchicalPerturber(**args, noise=ExactNoise(bits=0)).release(values)
+    with pytest.raises(TypeError, match="noise must be a NoiseSampler"):
+        HierarchicalPerturber(**args, noise="laplace")
 
 
 def test_block_sums_equal_true_sums_plus_the_chunks_consistent_noise(least_squares):

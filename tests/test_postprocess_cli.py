@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
+from dpstream.evaluation.postprocess import run_study, study_settings
 from dpstream.postprocess import FIG3_MATRIX, LaplaceCounts, map_estimate, mle_estimate, simulate_counts
-from dpstream.postprocess.experiments import run_study, study_settings
 
 
 @pytest.fixture()

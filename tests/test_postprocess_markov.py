@@ -15,8 +15,8 @@ from dpstream.postprocess import (
     simulate_counts,
     smoothed_transition,
 )
-from dpstream.postprocess.metrics import mse, step_probabilities, transition_probability
 from dpstream.privacy import USER_STEP
+
 
 #: Two-sided per-cell z bound, Bonferroni-corrected so a correct generator fails with prob. < 1e-6.
 def _z(cells: int) -> float:
@@ -97,21 +97,3 @@ def test_laplace_counts_scale_privacy_and_seed():
     with pytest.raises(ValueError):
         LaplaceCounts(epsilon=0.0)
 
-
-def test_transition_probability_exact():
-    # One user: the probability is the matrix entry (Fig. 3(b)).
-    for i in range(3):
-        for j in range(3):
-            a, b = np.eye(3, dtype=int)[i], np.eye(3, dtype=int)[j]
-            assert transition_probability(a, b, FIG3_MATRIX) == pytest.approx(FIG3_MATRIX[i, j], abs=1e-15)
-    # Two users by enumeration of both users' moves.
-    matrix = smoothed_transition(FIG3_MATRIX, 0.3)
-    a = np.array([1, 1, 0])
-    for b in ([2, 0, 0], [1, 1, 0], [0, 1, 1], [0, 0, 2]):
-        brute = sum(matrix[0, j] * matrix[1, k] for j in range(3) for k in range(3)
-                    if np.array_equal(np.bincount([j, k], minlength=3), b))
-        assert transition_probability(a, np.array(b), matrix) == pytest.approx(brute, rel=1e-12)
-    assert transition_probability(np.array([1, 0, 0]), np.array([1, 1, 0]), matrix) == 0.0
-    probabilities = step_probabilities(simulate_counts(FIG3_MATRIX, users=1, steps=50, seed=2), FIG3_MATRIX)
-    assert np.all(probabilities > 0)  # a true trajectory never makes an impossible move
-    assert mse([[1.0, 2.0]], [[1.0, 4.0]]) == 2.0

@@ -75,7 +75,9 @@ def test_exponential_alphas(reference_smoother, alpha):
     smoother = ExponentialSmoother(alpha=alpha)
     observations = np.random.default_rng(3).random(20)
     predictions, _ = smoother.step(smoother.init(0.5), observations)
-    np.testing.assert_allclose(predictions, reference_smoother("exponential", 0.5, observations, alpha=alpha), rtol=1e-14)
+    np.testing.assert_allclose(
+        predictions, reference_smoother("exponential", 0.5, observations, alpha=alpha), rtol=1e-14
+    )
     if alpha == 1.0:
         np.testing.assert_array_equal(predictions, observations)  # reduces to recent
     if alpha == 0.0:

@@ -174,7 +174,9 @@ def test_mechanism_is_report_noisy_max_with_lap_one_over_epsilon():
     scores = nm_e_scores(values, candidates, stream_epsilon=epsilon, **kwargs)
     trials = 300
     real_rng = np.random.default_rng(77)
-    real = [noisy_max_threshold(values, epsilon=epsilon, upper_bound=5.0, rng=real_rng, **kwargs) for _ in range(trials)]
+    real = [
+        noisy_max_threshold(values, epsilon=epsilon, upper_bound=5.0, rng=real_rng, **kwargs) for _ in range(trials)
+    ]
     noise = np.random.default_rng(77).laplace(0.0, 1.0 / epsilon, (trials, candidates.size))
     vectorized = candidates[np.argmax(scores + noise, axis=1)]
     np.testing.assert_array_equal(real, vectorized)
@@ -212,7 +214,9 @@ def exact_noisy_max_probabilities(scores: np.ndarray, beta: float) -> np.ndarray
                     value *= cdf(x - qj)
             return value
 
-        p, err = integrate.quad(integrand, lo, hi, points=sorted(scores.tolist()), limit=200, epsabs=1e-13, epsrel=1e-11)
+        p, err = integrate.quad(
+            integrand, lo, hi, points=sorted(scores.tolist()), limit=200, epsabs=1e-13, epsrel=1e-11
+        )
         assert err < 1e-9
         out.append(p)
     return np.array(out)

@@ -239,9 +239,32 @@ def test_cli_release_topl(tmp_path):
 def test_cli_evaluate_topl_with_a_stream_epsilon(tmp_path):
     source = tmp_path / "s.csv"
     source.write_text("\n".join(str(v) for v in _stream(3000, seed=11)) + "\n")
-    result = CliRunner().invoke(cli, ["evaluate", "--dataset", str(source), "--upper-bound", "100", "--study", "topl",
-                                      "--epsilons", "0.5,1", "--stream-epsilon", "2", "--rounds", "1", "--queries", "20",
-                                      "--hold", "1000", "--max-range", "2000", "--out", str(tmp_path / "res")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "evaluate",
+            "--dataset",
+            str(source),
+            "--upper-bound",
+            "100",
+            "--study",
+            "topl",
+            "--epsilons",
+            "0.5,1",
+            "--stream-epsilon",
+            "2",
+            "--rounds",
+            "1",
+            "--queries",
+            "20",
+            "--hold",
+            "1000",
+            "--max-range",
+            "2000",
+            "--out",
+            str(tmp_path / "res"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "res" / "topl-s.json").read_text())
     assert summary["config"]["stream_epsilon"] == 2.0

@@ -122,7 +122,15 @@ def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
     out = t.release(values)
     rng = np.random.default_rng(99)
     theta = noisy_max_threshold(
-        values[:HOLD], epsilon=0.9, stream_epsilon=0.3, upper_bound=B, max_range=1000, fanout=16, rng=rng, c=45.0, step=0.5
+        values[:HOLD],
+        epsilon=0.9,
+        stream_epsilon=0.3,
+        upper_bound=B,
+        max_range=1000,
+        fanout=16,
+        rng=rng,
+        c=45.0,
+        step=0.5,
     )
     assert t.threshold == theta
     assert theta % 0.5 == 0 and 0 < theta <= B
@@ -130,14 +138,24 @@ def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
     assert np.array_equal(out, p.release(np.minimum(values[HOLD:], theta)))
 
 
-def test_truncation_with_zero_noise(zero_noise):
-    """No hierarchy noise and s = 0: every released value is min(v, theta) exactly."""
+def test_truncation_once_the_replayed_noise_is_subtracted():
+    """s = 0: every released value is min(v, theta) plus its leaf's noise.  The hierarchy's noise
+    is drawn at the first release after the hold-out, so a perturber on a copy of the generator
+    at that point, fed zeros, releases exactly that noise; the difference is min(v, theta) up to
+    the rounding of one addition (ToPS takes no ``noise=`` sampler of its own)."""
     values = stream(HOLD + 1200, seed=7)
     t = tops(smoothed_levels=0)
-    out = t.release(values)
+    assert t.release(values[:HOLD]).shape == (0,)
     theta = t.threshold
+    replay = np.random.default_rng()
+    replay.bit_generator.state = t.state.rng_state
+    out = t.release(values[HOLD:])
     assert 1 <= theta < values.max()  # some values are truncated
-    np.testing.assert_array_equal(out, np.minimum(values[HOLD:], theta))
+    noise = HierarchicalPerturber(
+        threshold=theta, epsilon=1.0, max_range=1000, fanout=16, smoothed_levels=0, seed=replay
+    ).release(np.zeros(1200))
+    assert np.all(noise != 0)
+    np.testing.assert_allclose(out - noise, np.minimum(values[HOLD:], theta), rtol=0, atol=1e-12 * np.abs(out).max())
 
 
 def test_smoothed_levels_default_and_structure():

@@ -113,7 +113,8 @@ def _parse(lines: TextIO, column: str | None, source: str) -> Iterator[float]:
             raise InputError(f"{source} has no column {column!r}; its columns are {', '.join(fields)}.")
         index = fields.index(column)
     single = len(fields) == 1
-    for line_number, line in enumerate(lines, start=line_number + 1):
+    first_data_line = line_number + 1
+    for line_number, line in enumerate(lines, start=first_data_line):  # noqa: B020 (continues the count)
         if not line.strip():
             continue
         if single:

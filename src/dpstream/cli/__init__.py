@@ -1,13 +1,19 @@
 """The ``dpstream`` command line.
 
-One module per family of commands; each registers its commands on the shared group
-:data:`cli` when imported here.  ``_common`` holds what they share.
+A command lives in the module named after it (``evaluate-X`` beside ``X``, ``topl-demo``
+beside ``demo``); each module registers its commands on the shared group :data:`cli` when it
+is imported here.  ``_common`` holds what they share: the group, one-line errors, the output
+checks and the seed warning.
 """
 
-from dpstream.cli import count_of_counts  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)
-from dpstream.cli import stream  # noqa: F401  (registers release, evaluate, demo, topl-demo)
-from dpstream.cli import baselines  # noqa: F401  (registers pak-improvement)
-from dpstream.cli import postprocess  # noqa: F401  (registers postprocess, evaluate-postprocess)
+from dpstream.cli import (
+    count_of_counts,  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)
+    demo,  # noqa: F401  (registers demo, topl-demo)
+    evaluate,  # noqa: F401  (registers evaluate)
+    pak_improvement,  # noqa: F401  (registers pak-improvement)
+    postprocess,  # noqa: F401  (registers postprocess, evaluate-postprocess)
+    release,  # noqa: F401  (registers release)
+)
 from dpstream.cli._common import cli, main
 
 __all__ = ["cli", "main"]

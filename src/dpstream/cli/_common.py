@@ -1,18 +1,19 @@
 """What every ``dpstream`` command shares: the group, one-line errors, safe output files.
 
 Flags map to library classes in the command modules and nowhere else.  Every error is one
-line on stderr and a non-zero exit code; output files that exist are never overwritten
-without ``--force``.
+line on stderr and a non-zero exit code.  Every command checks where it writes with
+:func:`prepare_output` before any work (an input is never overwritten, an existing file only
+with ``--force``) and writes a single output file through :func:`output_file`.
 """
 
 from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar, overload
 
 import click
 
@@ -24,9 +25,11 @@ from dpstream.io import InputError
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
 __all__ = [
-    "SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "output_file", "progress_bar",
-    "refuse_overwrite", "say", "write_csv",
+    "SEED_HELP", "cli", "epsilon_option", "epsilons_option", "floats", "main", "output_file", "prepare_output",
+    "progress_bar", "say", "warn_if_seeded", "write_csv",
 ]
+
+_Kind = TypeVar("_Kind")
 
 
 class _Group(click.Group):
@@ -74,13 +77,89 @@ def say(message: str) -> None:
     click.echo(message, err=True)
 
 
-def refuse_overwrite(paths: list[Path], force: bool) -> None:
-    """Fail before any work if one of ``paths`` exists and ``--force`` was not given."""
-    existing = [str(path) for path in paths if path.exists()]
+def warn_if_seeded(seed: int | None) -> None:
+    """Warn on stderr that a release whose noise was seeded (``--seed``) is for testing only."""
+    if seed is not None:
+        say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
+
+
+@overload
+def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (), files: None = None) -> Path | None:
+    ...
+
+
+@overload
+def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (),
+                   files: Mapping[_Kind, str]) -> dict[_Kind, Path]:
+    ...
+
+
+def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (),
+                   files: Mapping[Any, str] | None = None) -> Path | dict[Any, Path] | None:
+    """Check where a command writes, before any work, and return where that is.
+
+    Parameters
+    ----------
+    output : str
+        Without ``files``, the value of ``-o/--output``: a file, or ``-`` for stdout.  With
+        ``files``, the value of ``--out``: a directory, which the command creates when it
+        writes if it does not exist yet.
+    force : bool
+        ``--force``: an existing output may be replaced.
+    inputs : iterable of str or None
+        What the command reads; ``-`` (stdin), None and names that are no file (such as a
+        built-in dataset's) are passed over.
+    files : mapping, optional
+        What the command writes into ``--out``: kind -> file name.
+
+    Returns
+    -------
+    pathlib.Path, dict or None
+        The output file (None for stdout); with ``files``, kind -> path inside ``--out``.
+
+    Raises
+    ------
+    click.ClickException
+        If an output file is one of ``inputs`` (even with ``force``), exists without
+        ``force``, or its directory does not exist (for ``--out``: cannot be created).
+
+    Examples
+    --------
+    >>> prepare_output("-", force=False) is None
+    True
+    >>> prepare_output("no-such-dir/released.txt", force=False)
+    Traceback (most recent call last):
+    click.exceptions.ClickException: the directory no-such-dir of --output does not exist (nothing was written).
+    >>> prepare_output("no-such-dir", force=False, files={"summary": "study.csv"})["summary"].as_posix()
+    'no-such-dir/study.csv'
+    """
+    if files is None and output == "-":
+        return None
+    option = "--output" if files is None else "--out"
+    targets = [Path(output)] if files is None else [Path(output) / name for name in files.values()]
+    sources = [Path(source) for source in inputs if source not in (None, "-")]
+    for target in targets:
+        for source in sources:
+            if target.exists() and source.exists() and target.samefile(source):
+                raise click.ClickException(
+                    f"the output is the input file {source}; choose another {option} (nothing was written)."
+                )
+    existing = [target for target in targets if target.exists()]
     if existing and not force:
+        raise click.ClickException(f"{existing[0]} exists; pass --force to overwrite it (nothing was written).")
+    if files is None:
+        if not targets[0].parent.is_dir():
+            raise click.ClickException(
+                f"the directory {targets[0].parent} of --output does not exist (nothing was written)."
+            )
+        return targets[0]
+    directory = Path(output)
+    nearest = next((path for path in (directory, *directory.parents) if path.exists()), None)
+    if nearest is not None and not nearest.is_dir():
         raise click.ClickException(
-            f"{existing[0]} exists; pass --force to overwrite it (nothing was written)."
+            f"the directory {directory} of --out cannot be created: {nearest} is a file (nothing was written)."
         )
+    return dict(zip(files, targets, strict=True))
 
 
 def floats(text: str) -> list[float]:

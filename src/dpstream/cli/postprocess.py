@@ -16,15 +16,15 @@ from dpstream.cli._common import (
     epsilons_option,
     floats,
     output_file,
+    prepare_output,
     progress_bar,
-    refuse_overwrite,
     say,
     write_csv,
 )
 from dpstream.io import open_input, read_matrix
 from dpstream.postprocess import (
-    FIG3_MATRIX,
     COUNT_SENSITIVITY,
+    FIG3_MATRIX,
     FORMS,
     METHODS,
     PRIORS,
@@ -115,14 +115,7 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     released counts and public knowledge (the transition matrix, n, epsilon, the sensitivity),
     so the output keeps the release's privacy guarantee and spends nothing more.
     """
-    output = None if output_path == "-" else Path(output_path)
-    if output is not None:
-        for source in (noisy_path, transition_path):
-            if output.exists() and Path(source).exists() and output.resolve() == Path(source).resolve():
-                raise click.ClickException(f"refusing to overwrite the input {source!r} with the output.")
-        refuse_overwrite([output], force)
-        if not output.parent.is_dir():
-            raise click.ClickException(f"the directory {str(output.parent)!r} of --output does not exist.")
+    output = prepare_output(output_path, force=force, inputs=[noisy_path, transition_path])
     noisy = read_matrix(noisy_path, "noisy counts")
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
     if transition.shape[0] != noisy.shape[1]:
@@ -197,22 +190,20 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
     with Eq. 11 (s = 0 for the epsilon study as in Fig. 4(a), s = 0.01 for the steps study as in
     Fig. 5); every round releases their counts with Lap(2 / epsilon) per cell.
     """
-    from dpstream.postprocess.experiments import STUDIES, plot_study, run_study, study_settings, summarize
+    from dpstream.evaluation.postprocess import STUDIES, plot_study, run_study, study_settings, summarize
 
     # Every option was checked by its type or callback while the command line was parsed, so a
     # mistake in any of them stops the command before a study runs or a file is written.
     chosen = list(STUDIES) if study == "all" else [study]
-    out = Path(out_dir)
-    paths = {name: {kind: out / f"postprocess-{name}{suffix}" for kind, suffix in
-                    (("rounds", "-rounds.csv"), ("summary", ".csv"), ("json", ".json"), ("plot", ".png"))}
-             for name in chosen}
-    refuse_overwrite([path for group in paths.values() for path in group.values()], force)
+    paths = {name: prepare_output(out_dir, force=force, files={
+        "rounds": f"postprocess-{name}-rounds.csv", "summary": f"postprocess-{name}.csv",
+        "json": f"postprocess-{name}.json", "plot": f"postprocess-{name}.png"}) for name in chosen}
     default_s = {"epsilon": 0.0, "steps": 0.01, "probability": 0.0}
     plan = {name: study_settings(name, epsilons=correlation_epsilons if name == "correlation" else epsilons,
                                  steps=steps_grid, levels=levels, users=users,
                                  default_steps=steps, default_epsilon=epsilon, default_s=default_s)
             for name in chosen}
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     total = sum(len(settings) for settings in plan.values()) * rounds
     titles = {"epsilon": f"MSE vs epsilon (n={users}, T={steps}, s=0)",
               "steps": f"MSE vs T (n={users}, epsilon={epsilon:g}, s=0.01)",

@@ -3,6 +3,9 @@
 For every region of a public hierarchy, how many groups have exactly ``j`` members, released
 with epsilon-DP at the entity level, integral, non-negative, with the public number of groups
 per region, and consistent across levels.
+
+The errors of releases (earth-mover's distance per region, the omniscient reference) and the
+comparison of strategies are a study: :mod:`dpstream.evaluation.count_of_counts`.
 """
 
 from dpstream.count_of_counts.consistency import (
@@ -13,9 +16,15 @@ from dpstream.count_of_counts.consistency import (
     match_level,
     merge_estimates,
 )
-from dpstream.count_of_counts.data import CountOfCountsData, RegionTree, housing_data, read_tables, taxi_data, write_tables
+from dpstream.count_of_counts.data import (
+    CountOfCountsData,
+    RegionTree,
+    housing_data,
+    read_tables,
+    taxi_data,
+    write_tables,
+)
 from dpstream.count_of_counts.estimators import LevelEstimate, estimate_level, estimate_max_size
-from dpstream.count_of_counts.evaluation import emd_per_region, level_errors, omniscient_error
 from dpstream.count_of_counts.histograms import LevelHistograms, isotonic_l1, isotonic_l2
 
 __all__ = [
@@ -26,17 +35,14 @@ __all__ = [
     "LevelHistograms",
     "RegionTree",
     "TopDownCountOfCounts",
-    "emd_per_region",
     "estimate_level",
     "estimate_max_size",
     "housing_data",
     "isotonic_l1",
     "isotonic_l2",
-    "level_errors",
     "match_groups",
     "match_level",
     "merge_estimates",
-    "omniscient_error",
     "read_tables",
     "taxi_data",
     "write_tables",

@@ -112,7 +112,9 @@ def match_groups(parent_sizes: np.ndarray, children_sizes: Sequence[np.ndarray])
             f"a parent must have as many groups as its children, got {parent_sizes.size} and "
             f"{sum(len(sizes) for sizes in children_sizes)}."
         )
-    node = np.concatenate([np.full(len(sizes), c, dtype=np.int64) for c, sizes in enumerate(children_sizes)] + [np.zeros(0, np.int64)])
+    node = np.concatenate(
+        [np.full(len(sizes), c, dtype=np.int64) for c, sizes in enumerate(children_sizes)] + [np.zeros(0, np.int64)]
+    )
     sizes = np.concatenate([np.asarray(s, dtype=np.int64) for s in children_sizes] + [np.zeros(0, np.int64)])
     children = LevelHistograms.from_groups(node, sizes, len(children_sizes))
     order = match_level(children, np.zeros(len(children_sizes), dtype=np.int64))
@@ -152,7 +154,9 @@ def _groups(estimate: LevelEstimate) -> tuple[np.ndarray, np.ndarray, np.ndarray
     )
 
 
-def top_down(tree: RegionTree, estimates: Sequence[LevelEstimate], merge: str = "weighted") -> tuple[LevelHistograms, ...]:
+def top_down(
+    tree: RegionTree, estimates: Sequence[LevelEstimate], merge: str = "weighted"
+) -> tuple[LevelHistograms, ...]:
     """Lines 7-18 of Algorithm 1 on per-level estimates (post-processing only)."""
     merge = check_choice(merge, "merge", MERGES)
     node, values, variance = _groups(estimates[0])
@@ -166,7 +170,9 @@ def top_down(tree: RegionTree, estimates: Sequence[LevelEstimate], merge: str = 
         child_var[order] = merged_var
         resort = np.lexsort((child_values, child_node))
         node, values, variance = child_node[resort], child_values[resort], child_var[resort]
-    leaves = LevelHistograms.from_sorted(node, values.astype(np.int64), np.ones(node.size, dtype=np.int64), tree.size(tree.levels - 1))
+    leaves = LevelHistograms.from_sorted(
+        node, values.astype(np.int64), np.ones(node.size, dtype=np.int64), tree.size(tree.levels - 1)
+    )
     return back_substitute(tree, leaves)
 
 
@@ -189,7 +195,9 @@ class _Mechanism:
     ):
         self.epsilon = check_epsilon(epsilon)
         self.max_size = None if max_size is None else check_positive_int(max_size, "max_size")
-        self.max_size_epsilon = None if max_size_epsilon is None else check_epsilon(max_size_epsilon, "max_size_epsilon")
+        self.max_size_epsilon = (
+            None if max_size_epsilon is None else check_epsilon(max_size_epsilon, "max_size_epsilon")
+        )
         self.isotonic = isotonic
         self._rng = make_rng(seed)
 
@@ -206,8 +214,12 @@ class _Mechanism:
     def _with_k(self, histograms: PrivacyGuarantee) -> PrivacyGuarantee:
         """``histograms``, plus the estimate of ``K`` when the release makes one (sequential composition)."""
         if self.max_size is None and self._needs_max_size() and self.max_size_epsilon is not None:
-            estimate_k = PrivacyGuarantee(epsilon=self.max_size_epsilon, delta=0.0, neighbours=ENTITY_ROW,
-                                          composition="noisy largest group size K")
+            estimate_k = PrivacyGuarantee(
+                epsilon=self.max_size_epsilon,
+                delta=0.0,
+                neighbours=ENTITY_ROW,
+                composition="noisy largest group size K",
+            )
             note = f" plus {self.max_size_epsilon:g} to estimate K (sequential composition)"
             return histograms.compose_sequential(estimate_k, composition=histograms.composition + note)
         return histograms
@@ -288,10 +300,17 @@ class TopDownCountOfCounts(_Mechanism):
         notify(progress, 0, total)
         out = []
         for level, method in enumerate(methods):
-            out.append(estimate_level(
-                data.truth(level), method=method, epsilon=per_level, rng=self._rng, max_size=max_size,
-                isotonic=self.isotonic, progress=shifted(progress, sum(regions[:level]), total),
-            ))
+            out.append(
+                estimate_level(
+                    data.truth(level),
+                    method=method,
+                    epsilon=per_level,
+                    rng=self._rng,
+                    max_size=max_size,
+                    isotonic=self.isotonic,
+                    progress=shifted(progress, sum(regions[:level]), total),
+                )
+            )
         return out
 
     def release(self, data: CountOfCountsData, *, progress: Progress | None = None) -> CountOfCountsRelease:
@@ -302,10 +321,14 @@ class TopDownCountOfCounts(_Mechanism):
     def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
         """What a release spends (``levels``: ``L + 1`` of the hierarchy, for the split)."""
         split = f"epsilon/(L+1) = {self.epsilon / levels:g} per level" if levels else "epsilon/(L+1) per level"
-        return self._with_k(PrivacyGuarantee(
-            epsilon=self.epsilon, delta=0.0, neighbours=ENTITY_ROW,
-            composition=f"{split}, sequential over levels, parallel over the regions of a level",
-        ))
+        return self._with_k(
+            PrivacyGuarantee(
+                epsilon=self.epsilon,
+                delta=0.0,
+                neighbours=ENTITY_ROW,
+                composition=f"{split}, sequential over levels, parallel over the regions of a level",
+            )
+        )
 
 
 class BottomUpCountOfCounts(_Mechanism):
@@ -342,14 +365,23 @@ class BottomUpCountOfCounts(_Mechanism):
         """
         leaf = data.tree.levels - 1
         estimate = estimate_level(
-            data.truth(leaf), method=self.method, epsilon=self.epsilon, rng=self._rng,
-            max_size=self._resolve_max_size(data), isotonic=self.isotonic, progress=progress,
+            data.truth(leaf),
+            method=self.method,
+            epsilon=self.epsilon,
+            rng=self._rng,
+            max_size=self._resolve_max_size(data),
+            isotonic=self.isotonic,
+            progress=progress,
         )
         return CountOfCountsRelease(tree=data.tree, levels=back_substitute(data.tree, estimate.histograms))
 
     def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
         """What a release spends."""
-        return self._with_k(PrivacyGuarantee(
-            epsilon=self.epsilon, delta=0.0, neighbours=ENTITY_ROW,
-            composition="all of epsilon on the leaves, parallel over the leaves",
-        ))
+        return self._with_k(
+            PrivacyGuarantee(
+                epsilon=self.epsilon,
+                delta=0.0,
+                neighbours=ENTITY_ROW,
+                composition="all of epsilon on the leaves, parallel over the leaves",
+            )
+        )

@@ -85,7 +85,9 @@ class RegionTree:
                 clash = parent_of_unique[inverse] != row_node
                 if clash.any():
                     name = str(table[np.flatnonzero(clash)[0], level])
-                    raise ValueError(f"region {name!r} appears under two parents at level {level}; names must be unique per level.")
+                    raise ValueError(
+                        f"region {name!r} appears under two parents at level {level}; names must be unique per level."
+                    )
             order = np.lexsort((unique, parent_of_unique))
             rank = np.empty_like(order)
             rank[order] = np.arange(order.size)
@@ -189,8 +191,9 @@ def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str
                 names = reader.schema.names
             # every column is an id or a name: read it as written ("06" and "6" stay apart), and
             # only an empty field counts as missing (a region may be called "NA")
-            convert = pa_csv.ConvertOptions(column_types={name: pa.string() for name in names},
-                                            strings_can_be_null=True, null_values=[""])
+            convert = pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in names}, strings_can_be_null=True, null_values=[""]
+            )
             table = pa_csv.read_csv(path, convert_options=convert)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
         raise InputError(f"cannot read the {what} table {str(path)!r}: {error}") from None
@@ -224,7 +227,9 @@ def read_tables(
     hier = _read(hierarchy, ["region_id", "level0"], "Hierarchy")
     levels = sorted((int(m.group(1)), name) for name in hier.column_names if (m := re.fullmatch(r"level(\d+)", name)))
     if [number for number, _ in levels] != list(range(len(levels))):
-        raise InputError(f"the Hierarchy table needs columns level0, level1, ... without gaps, got {[n for _, n in levels]}.")
+        raise InputError(
+            f"the Hierarchy table needs columns level0, level1, ... without gaps, got {[n for _, n in levels]}."
+        )
     for _, name in levels:
         if hier[name].null_count:
             raise InputError(f"the Hierarchy table has empty values in column {name!r}.")
@@ -264,7 +269,9 @@ def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, 
         columns[f"level{level}"] = tree.names[level][tree.leaf_ancestor(level)]
     group_id = np.arange(data.n_groups, dtype=np.int64)
     tables = {
-        "entities": pa.table({"entity_id": np.arange(int(data.size.sum()), dtype=np.int64), "group_id": np.repeat(group_id, data.size)}),
+        "entities": pa.table(
+            {"entity_id": np.arange(int(data.size.sum()), dtype=np.int64), "group_id": np.repeat(group_id, data.size)}
+        ),
         "groups": pa.table({"group_id": group_id, "region_id": tree.names[-1][data.leaf] if leaves else []}),
         "hierarchy": pa.table(columns),
     }
@@ -338,13 +345,17 @@ def housing_data(
         ratio = min(counts[6] / counts[5], 0.9) if counts[5] else 0.0
         while counts[-1] > 0:
             counts.append(int(rng.binomial(counts[-1], ratio)))
-        state_sizes = np.concatenate((np.repeat(np.arange(1, len(counts) + 1), counts), outlier_size[outlier_state == state]))
+        state_sizes = np.concatenate(
+            (np.repeat(np.arange(1, len(counts) + 1), counts), outlier_size[outlier_state == state])
+        )
         county_weights = rng.lognormal(0.0, 1.0, counties[state])
         county = rng.choice(counties[state], size=state_sizes.size, p=county_weights / county_weights.sum())
         leaves.append(county_offset[state] + county)
         sizes.append(state_sizes)
     paths = [
-        ("US", f"S{state:02d}", f"S{state:02d}C{county:04d}") for state in range(n_states) for county in range(counties[state])
+        ("US", f"S{state:02d}", f"S{state:02d}C{county:04d}")
+        for state in range(n_states)
+        for county in range(counties[state])
     ]
     tree, row_leaf = RegionTree.from_paths(paths)
     leaf = row_leaf[np.concatenate(leaves)]

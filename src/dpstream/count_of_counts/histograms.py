@@ -39,7 +39,11 @@ def _as_int_array(values: object, name: str) -> np.ndarray:
     if array.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array, got shape {array.shape}.")
     if array.size and not np.issubdtype(array.dtype, np.integer):
-        if not np.issubdtype(array.dtype, np.floating) or not np.all(np.isfinite(array)) or np.any(array != np.rint(array)):
+        if (
+            not np.issubdtype(array.dtype, np.floating)
+            or not np.all(np.isfinite(array))
+            or np.any(array != np.rint(array))
+        ):
             raise ValueError(f"{name} must hold integers, got {array[:5].tolist()}...")
     return array.astype(np.int64)
 
@@ -169,7 +173,10 @@ def isotonic_l1(
         index = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()))
         data = y[index]
         # narrow every range to the segment's data range
-        lo, hi = np.clip(np.minimum.reduceat(data, offsets), lo, hi), np.clip(np.maximum.reduceat(data, offsets), lo, hi)
+        lo, hi = (
+            np.clip(np.minimum.reduceat(data, offsets), lo, hi),
+            np.clip(np.maximum.reduceat(data, offsets), lo, hi),
+        )
         done = lo == hi
         if done.any():
             result[np.repeat(index, np.repeat(done, lengths))] = np.repeat(lo[done], lengths[done])

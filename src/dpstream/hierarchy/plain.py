@@ -17,12 +17,16 @@ import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
 from dpstream.hierarchy.tree import aggregate_levels, decomposed_range_sums, draw_noise_levels, num_levels
+from dpstream.noise.sampler import NoiseSampler, make_noise
 
 __all__ = ["PlainHierarchy"]
 
 
 class PlainHierarchy:
     """Noisy, unconsistent hierarchies over consecutive chunks of ``max_range`` values.
+
+    The node noise is ``noise.laplace`` of a :class:`~dpstream.noise.sampler.NoiseSampler`,
+    by default numpy's float Laplace on ``rng``.
 
     >>> tree = PlainHierarchy(np.ones(100), threshold=1.0, epsilon=1e9, max_range=64, fanout=2,
     ...                       rng=np.random.default_rng(0))
@@ -39,6 +43,7 @@ class PlainHierarchy:
         max_range: int,
         fanout: int,
         rng: np.random.Generator,
+        noise: NoiseSampler | None = None,
     ) -> None:
         threshold = check_bound(threshold, "threshold")
         epsilon = check_epsilon(epsilon)
@@ -47,12 +52,13 @@ class PlainHierarchy:
         self.levels = num_levels(self.max_range, self.fanout)
         scale = threshold * self.levels / epsilon
         values = np.asarray(values, dtype=np.float64)
+        noise = make_noise(noise, rng)
         self._chunks = []
         for start in range(0, values.size, self.max_range):
             chunk = values[start : start + self.max_range]
             truth = aggregate_levels(chunk, self.fanout, self.levels)
-            noise = draw_noise_levels(rng, chunk.size, self.fanout, self.levels, scale)
-            self._chunks.append((start, chunk.size, [t + n for t, n in zip(truth, noise, strict=True)]))
+            node_noise = draw_noise_levels(rng, chunk.size, self.fanout, self.levels, scale, noise=noise)
+            self._chunks.append((start, chunk.size, [t + n for t, n in zip(truth, node_noise, strict=True)]))
 
     def range_sums(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
         """Noisy sums of positions [start, stop), split at chunk boundaries."""

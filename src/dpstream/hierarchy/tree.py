@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpstream._checks import check_positive_int
-from dpstream.noise import laplace_noise
+from dpstream.noise.sampler import NoiseSampler, make_noise
 
 __all__ = [
     "aggregate_levels",
@@ -71,14 +71,27 @@ def aggregate_levels(leaves: np.ndarray, fanout: int, n_levels: int) -> list[np.
 
 
 def draw_noise_levels(
-    rng: np.random.Generator, n_leaves: int, fanout: int, n_levels: int, scale: float
+    rng: np.random.Generator | None,
+    n_leaves: int,
+    fanout: int,
+    n_levels: int,
+    scale: float,
+    *,
+    noise: NoiseSampler | None = None,
 ) -> list[np.ndarray]:
     """Independent ``Lap(scale)`` noise for every node, bottom level first.
 
-    The draw order (leaves first, then each level up) is fixed, so a seed always gives the same
-    tree however the stream is fed.
+    The noise comes from ``noise.laplace`` (a :class:`~dpstream.noise.sampler.NoiseSampler`);
+    by default from numpy's float Laplace on ``rng`` (``FloatNoise(rng=rng)``), and
+    ``noise=ZeroNoise()`` gives exact zeros.  The draw order (leaves first, then each level up)
+    is fixed, so a seed always gives the same tree however the stream is fed.
+
+    >>> from dpstream.noise import ZeroNoise
+    >>> [level.tolist() for level in draw_noise_levels(None, 4, 2, 2, 1.0, noise=ZeroNoise())]
+    [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0]]
     """
-    return [laplace_noise(rng, scale, size) for size in level_sizes(n_leaves, fanout, n_levels)]
+    sampler = make_noise(noise, rng)
+    return [sampler.laplace(scale, size) for size in level_sizes(n_leaves, fanout, n_levels)]
 
 
 def make_consistent(levels: list[np.ndarray], fanout: int) -> list[np.ndarray]:

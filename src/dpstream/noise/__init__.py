@@ -1,13 +1,47 @@
-"""Noise primitives: the only code that draws privacy noise."""
+"""Noise primitives: the only code that draws privacy noise.
 
+``bits`` (sources of uniform random words), ``exact`` (exact samplers on the integers),
+``sampler`` (the noise objects mechanisms take as ``noise=``), and today's float samplers
+``laplace`` and ``geometric``.
+"""
+
+from dpstream.noise.bits import BitSource, GeneratorBits, KeyedBits, SeededBits, SystemBits, make_bits
+from dpstream.noise.exact import (
+    bernoulli,
+    bernoulli_exp,
+    discrete_gaussian,
+    discrete_gaussian_pmf,
+    discrete_laplace,
+    discrete_laplace_pmf,
+    uniform_below,
+)
 from dpstream.noise.geometric import double_geometric_noise, double_geometric_pmf, double_geometric_variance
 from dpstream.noise.laplace import laplace_noise, laplace_variance, report_noisy_max
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise, make_noise
 
 __all__ = [
+    "BitSource",
+    "ExactNoise",
+    "FloatNoise",
+    "GeneratorBits",
+    "KeyedBits",
+    "NoiseSampler",
+    "SeededBits",
+    "SystemBits",
+    "ZeroNoise",
+    "bernoulli",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_gaussian_pmf",
+    "discrete_laplace",
+    "discrete_laplace_pmf",
     "double_geometric_noise",
     "double_geometric_pmf",
     "double_geometric_variance",
     "laplace_noise",
     "laplace_variance",
+    "make_bits",
+    "make_noise",
     "report_noisy_max",
+    "uniform_below",
 ]

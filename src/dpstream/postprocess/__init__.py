@@ -4,7 +4,8 @@
 :mod:`~dpstream.postprocess.mechanism` the per-step Laplace release,
 :mod:`~dpstream.postprocess.estimators` the MAP and MLE post-processing,
 :mod:`~dpstream.postprocess.posterior` the per-step posterior mean, and
-:mod:`~dpstream.postprocess.temporal` the estimators that use the whole series.
+:mod:`~dpstream.postprocess.temporal` the estimators that use the whole series.  The synthetic
+studies of Section 6 and their metrics are in :mod:`dpstream.evaluation.postprocess`.
 """
 
 from dpstream.postprocess.estimators import (

@@ -308,7 +308,8 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     before = counts[step]
     after = before - (excess[step] / total[step])[:, None] * slopes[step]
     kink = y_plus[step]  # a count on one side of its noisy value stays on that side
-    counts[step] = np.where(before > kink, np.maximum(after, kink), np.where(before < kink, np.minimum(after, kink), after))
+    below = np.where(before < kink, np.minimum(after, kink), after)
+    counts[step] = np.where(before > kink, np.maximum(after, kink), below)
     jump = ~converged
     if jump.any():
         low_sum, high_sum = r_lo[jump].sum(axis=1), r_hi[jump].sum(axis=1)
@@ -330,8 +331,9 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     )
 
 
-def _subdifferential(counts: np.ndarray, noisy: np.ndarray, log_p: np.ndarray, weight: float,
-                     form: str) -> tuple[np.ndarray, np.ndarray]:
+def _subdifferential(
+    counts: np.ndarray, noisy: np.ndarray, log_p: np.ndarray, weight: float, form: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Ends ``[low, high]`` of ``partial f_l(r_l)`` plus the normal cone of ``r >= 0``.
 
     ``f_l(r) = weight |r - r~_l| + G(r) - r ln P_l``: the one-sided slopes are
@@ -346,8 +348,16 @@ def _subdifferential(counts: np.ndarray, noisy: np.ndarray, log_p: np.ndarray, w
     return np.where(counts > 0, low, -np.inf), high
 
 
-def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, mu: np.ndarray, noisy: np.ndarray,
-                log_p: np.ndarray, weight: float, form: str) -> np.ndarray:
+def _leave_kink(
+    counts: np.ndarray,
+    flat: np.ndarray,
+    excess: np.ndarray,
+    mu: np.ndarray,
+    noisy: np.ndarray,
+    log_p: np.ndarray,
+    weight: float,
+    form: str,
+) -> np.ndarray:
     """Rows where every count sits at a kink (its noisy value or 0) and the sum is off by at
     most ``tolerance * n``.  A surplus moves down the count whose subdifferential starts
     highest, a deficit moves up the one whose subdifferential ends lowest; then ``mu`` is
@@ -366,8 +376,16 @@ def _leave_kink(counts: np.ndarray, flat: np.ndarray, excess: np.ndarray, mu: np
     return np.where(start <= end, np.clip(mu[flat], start, np.maximum(start, end)), 0.5 * (start + end))
 
 
-def kkt_residual(counts: np.ndarray, noisy: np.ndarray, marginals: np.ndarray, multipliers: np.ndarray,
-                 *, epsilon: float, form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> float:
+def kkt_residual(
+    counts: np.ndarray,
+    noisy: np.ndarray,
+    marginals: np.ndarray,
+    multipliers: np.ndarray,
+    *,
+    epsilon: float,
+    form: str = "exact",
+    sensitivity: float = COUNT_SENSITIVITY,
+) -> float:
     """Largest distance of ``mu_t`` from ``partial f_l(r_l)`` (plus the normal cone of ``r >= 0``).
 
     Zero exactly at the MAP optimum (with its sum constraint met); each step's objective is
@@ -384,8 +402,15 @@ def kkt_residual(counts: np.ndarray, noisy: np.ndarray, marginals: np.ndarray, m
     return float(distance.max())
 
 
-def map_objective(counts: object, noisy: object, marginals: object, *, epsilon: float,
-                  form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> np.ndarray:
+def map_objective(
+    counts: object,
+    noisy: object,
+    marginals: object,
+    *,
+    epsilon: float,
+    form: str = "exact",
+    sensitivity: float = COUNT_SENSITIVITY,
+) -> np.ndarray:
     """Per-step objective ``f_t`` (the negative log posterior up to constants; noise
     ``Lap(sensitivity / epsilon)`` per cell)."""
     r = np.asarray(counts, dtype=np.float64)
@@ -423,8 +448,16 @@ def prior_marginals(noisy: object, transition: object, prior: str = "frequency")
     return propagate(initial, matrix, y.shape[0])
 
 
-def map_estimate(noisy: object, transition: object, *, users: int, epsilon: float, prior: str = "frequency",
-                 form: str = "exact", sensitivity: float = COUNT_SENSITIVITY) -> Estimate:
+def map_estimate(
+    noisy: object,
+    transition: object,
+    *,
+    users: int,
+    epsilon: float,
+    prior: str = "frequency",
+    form: str = "exact",
+    sensitivity: float = COUNT_SENSITIVITY,
+) -> Estimate:
     """MAP post-processing (Eq. 5) with the marginals of :func:`prior_marginals`, for counts
     released with ``Lap(sensitivity / epsilon)`` per cell.
 
@@ -434,8 +467,9 @@ def map_estimate(noisy: object, transition: object, *, users: int, epsilon: floa
     [100.0, 100.0]
     """
     y = _check_noisy(noisy)
-    return map_solve(y, prior_marginals(y, transition, prior), users=users, epsilon=epsilon, form=form,
-                     sensitivity=sensitivity)
+    return map_solve(
+        y, prior_marginals(y, transition, prior), users=users, epsilon=epsilon, form=form, sensitivity=sensitivity
+    )
 
 
 def mle_estimate(noisy: object, *, users: int) -> Estimate:
@@ -458,8 +492,13 @@ def mle_estimate(noisy: object, *, users: int) -> Estimate:
     y_plus = np.maximum(y, 0.0)
     bound = np.maximum(-y, 0.0).sum(axis=1) + np.abs(y_plus.sum(axis=1) - n)
     gap = np.abs(counts - y).sum(axis=1) - bound
-    return Estimate(counts=counts, multipliers=None, kkt_residual=float(np.max(np.abs(gap))),
-                    sum_residual=float(np.max(np.abs(sums - n))), iterations=0)
+    return Estimate(
+        counts=counts,
+        multipliers=None,
+        kkt_residual=float(np.max(np.abs(gap))),
+        sum_residual=float(np.max(np.abs(sums - n))),
+        iterations=0,
+    )
 
 
 def round_counts(counts: object, users: int) -> np.ndarray:

@@ -263,7 +263,8 @@ def _solve_tilt(log_rate: np.ndarray, noisy: np.ndarray, scale: float, users: in
         lo[active] = np.where(excess < 0, t, lo[active])
         hi[active] = np.where(excess > 0, t, hi[active])
         done = np.abs(excess) <= tolerance * users
-        closed = np.isfinite(lo[active]) & np.isfinite(hi[active]) & (hi[active] - lo[active] <= 1e-14 * (1 + np.abs(t)))
+        width = hi[active] - lo[active]
+        closed = np.isfinite(lo[active]) & np.isfinite(hi[active]) & (width <= 1e-14 * (1 + np.abs(t)))
         with np.errstate(divide="ignore", invalid="ignore"):
             step = np.clip(-excess / slope, -4.0, 4.0)
         step = np.where(slope > 0, step, np.where(excess < 0, 4.0, -4.0))
@@ -365,19 +366,19 @@ def _exact_rows(log_rate: np.ndarray, noisy: np.ndarray, scale: float, users: in
     steps, m = log_rate.shape
     cap = users + 1
     weights, offsets = [], []
-    for l in range(m):
-        width = int((hi[:, l] - lo[:, l]).max()) + 1
-        k = lo[:, l, None] + np.arange(width)
-        inside = k <= hi[:, l, None]
+    for cell in range(m):
+        width = int((hi[:, cell] - lo[:, cell]).max()) + 1
+        k = lo[:, cell, None] + np.arange(width)
+        inside = k <= hi[:, cell, None]
         with np.errstate(invalid="ignore"):
-            log_w = np.where(np.isfinite(log_rate[:, l, None]),
-                             _log_weight(k.astype(np.float64), log_rate[:, l, None], noisy[:, l, None], scale,
-                                         quad[:, l, None]),
+            log_w = np.where(np.isfinite(log_rate[:, cell, None]),
+                             _log_weight(k.astype(np.float64), log_rate[:, cell, None], noisy[:, cell, None], scale,
+                                         quad[:, cell, None]),
                              np.where(k == 0, 0.0, -np.inf))
         log_w = np.where(inside, log_w, -np.inf)
         log_w -= log_w.max(axis=1, keepdims=True)
         weights.append(np.exp(log_w))
-        offsets.append(lo[:, l])
+        offsets.append(lo[:, cell])
     prefix = {1: (weights[0], offsets[0])}  # cells 0..j-1 convolved: (weights, offset per row)
     for j in range(1, m - 1):
         prefix[j + 1] = (_convolve(prefix[j][0], weights[j], cap), prefix[j][1] + offsets[j])
@@ -385,21 +386,21 @@ def _exact_rows(log_rate: np.ndarray, noisy: np.ndarray, scale: float, users: in
     for j in range(m - 2, 0, -1):
         suffix[j] = (_convolve(weights[j], suffix[j + 1][0], cap), offsets[j] + suffix[j + 1][1])
     means = np.empty((steps, m))
-    for l in range(m):
+    for cell in range(m):
         if m == 1:
             others = (np.ones((steps, 1)), np.zeros(steps, dtype=np.int64))
-        elif l == 0:
+        elif cell == 0:
             others = suffix[1]
-        elif l == m - 1:
+        elif cell == m - 1:
             others = prefix[m - 1]
         else:
-            others = (_convolve(prefix[l][0], suffix[l + 1][0], cap), prefix[l][1] + suffix[l + 1][1])
-        k = offsets[l][:, None] + np.arange(weights[l].shape[1])
+            others = (_convolve(prefix[cell][0], suffix[cell + 1][0], cap), prefix[cell][1] + suffix[cell + 1][1])
+        k = offsets[cell][:, None] + np.arange(weights[cell].shape[1])
         index = users - k - others[1][:, None]  # where D_l(n - k) sits in the others' array
         valid = (index >= 0) & (index < others[0].shape[1])
         gathered = np.take_along_axis(others[0], np.clip(index, 0, others[0].shape[1] - 1), axis=1)
-        joint = weights[l] * np.where(valid, gathered, 0.0)
-        means[:, l] = (joint * k).sum(axis=1) / joint.sum(axis=1)
+        joint = weights[cell] * np.where(valid, gathered, 0.0)
+        means[:, cell] = (joint * k).sum(axis=1) / joint.sum(axis=1)
     return means
 
 

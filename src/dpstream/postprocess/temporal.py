@@ -191,7 +191,7 @@ def temporal_mean(noisy: object, transition: object, *, users: int, epsilon: flo
     quad = precision - np.eye(m - 1) / variance - prior_precision
     # Per-cell fit: vec(Pi diag(d) Pi) is linear in d, the same design for every step.
     projection = np.eye(m) - 1.0 / m
-    design = np.stack([np.outer(projection[:, l], projection[:, l]).ravel() for l in range(m)], axis=1)
+    design = np.stack([np.outer(column, column).ravel() for column in projection.T], axis=1)
     cell_quad = np.einsum("li,tij,kj->tlk", basis, quad, basis)
     d = np.maximum(cell_quad.reshape(steps, m * m) @ np.linalg.pinv(design).T, 0.0)
     # The evidence's gradient at the smoothed mean x_s, in cells: -A (x_s - centre) + h, with

@@ -1,4 +1,4 @@
-"""PAK (Perrier, Asghar and Kaafar, NDSS 2019): Mechanism 1, its optimizer and its heuristics.
+"""PAK (Perrier, Asghar and Kaafar, NDSS 2019): Mechanism 1 and its public defaults.
 
 Mechanism 1.  The first ``m`` values choose tau by S-PAK (Eq. 6-12, times r of Eq. 15) with
 budget ``eps1``; their sum ``c(sigma, m)`` is released at once with ``Lap(tau / eps2)``; every
@@ -12,6 +12,9 @@ falls back to B, since no truncation threshold can be <= 0.
 Step 2's ``Lap(tau / eps2)`` has sensitivity tau only if the first m values are truncated at
 tau too; PAK does not say so, and we truncate them (post-processing of the private tau).
 
+PAK's optimizer of its local parameters (Eq. 16) and its heuristics for m tune on the data:
+they are analysis, not part of the mechanism, and live in :mod:`dpstream.evaluation.pak_analysis`.
+
 Privacy
 -------
 (eps, delta)-DP at event level (neighbours: streams differing in the value at one position;
@@ -23,11 +26,7 @@ The two parts read disjoint positions (parallel composition), so the whole is
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
-from scipy import optimize, stats
 
 from dpstream._checks import (
     check_bool,
@@ -43,16 +42,7 @@ from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.rng import Seed, make_rng
-from dpstream.thresholds.smooth_sensitivity import (
-    NOISES,
-    admissible_parameters,
-    noise_inverse_cdf,
-    pak_kappa,
-    pak_parameters,
-    pak_threshold,
-    quantile_rank,
-    smooth_sensitivity_quantile,
-)
+from dpstream.thresholds.smooth_sensitivity import NOISES, pak_parameters, pak_threshold
 
 __all__ = [
     "PAK",
@@ -60,12 +50,7 @@ __all__ = [
     "PAK_MULTIPLIER",
     "PAK_PERCENTILE",
     "PAK_THRESHOLD_FRACTION",
-    "PAKParameters",
     "cap_threshold",
-    "optimize_pak",
-    "time_lag_first_criterion",
-    "time_lag_second_criterion",
-    "heuristic_time_lag",
 ]
 
 #: ToPS Appendix B: the 99.5th percentile with lambda = 0.85 (p = 99.575) and beta = 0.3 * 0.02.
@@ -210,163 +195,3 @@ class PAK(HoldOutRelease):
         """Consume one value; None while it is held out."""
         out = self.release([value])
         return None if out.size == 0 else float(out[0])
-
-
-# -- PAK's optimizer of its local parameters (Section VI-A) and its heuristics for m (VI-B) ----
-
-
-@dataclass(frozen=True)
-class PAKParameters:
-    """Local parameters chosen by :func:`optimize_pak` and the error bounds they give.
-
-    NOT PRIVATE: they are tuned on the data (as in PAK's Tables I-II); use them for analysis.
-    """
-
-    p: float
-    lam: float
-    multiplier: float
-    threshold_fraction: float
-    betas: dict[str, float]
-    alpha: float
-    alpha_bt: float
-
-    @property
-    def improvement_factor(self) -> float:
-        """IF = error bound of the plain binary tree / PAK's (at least 1: PAK then uses the BT)."""
-        return max(1.0, self.alpha_bt / self.alpha)
-
-    @property
-    def percentile(self) -> float:
-        """The percentile of the lambda p-quantile, as S-PAK takes it."""
-        return 100.0 * (1.0 - self.lam * self.p)
-
-
-def _quantile_gap(lam: float, p: float, m: int) -> float:
-    """g(lambda, p, m) of Eq. 5: Pr[at most lambda p m of m values are >= x_p]."""
-    return float(stats.binom.cdf(math.floor(lam * p * m), m, p))
-
-
-def optimize_pak(
-    values: np.ndarray,
-    *,
-    epsilon: float,
-    upper_bound: float,
-    n: int,
-    delta: float,
-    beta: float = 0.02,
-    p_max: float = 0.005,
-    noise: str = "laplace",
-) -> PAKParameters:
-    """Minimise Eq. 16 over PAK's local parameters with scipy's truncated Newton method (TNC).
-
-    Variables: p <= p_max, lambda <= 1, r >= 1, eps1 / eps, and the split of beta over
-    beta_lt, beta_Lap, beta_out, beta_rt; beta_qt is g(lambda, p, m) of Eq. 5 (the constraint
-    ``g <= beta_qt``, taken tight), and the five sum to ``beta``.  kappa > 0 is required.
-
-    Eq. 16 is ``alpha = (log2(n - m))^1.5 tau r sqrt(8 ln(1/beta_Lap)) / eps
-    + (-x^/ln p) (sqrt(p^r n) + sqrt(ln(1/beta_out)))^2`` with tau the bound tau_max of Eq. 13
-    (whose second offset is read as G^{-1}(1 - beta_rt): Eq. 13 prints beta_lt twice, but
-    beta_rt is the probability it bounds).  Eq. 16 omits the error of Step 2 (c(sigma, m) with
-    ``Lap(tau / eps2)``), without which eps2 -> 0 would look free; we add its tail bound
-    ``tau r ln(1/beta_Lap) / eps2``.  The plain tree's bound is Eq. 3 with GS = B.
-
-    ``values`` are the first m values; NOT PRIVATE (tuning on the data, as PAK's tables do).
-    """
-    epsilon = check_epsilon(epsilon)
-    values = np.asarray(values, dtype=np.float64)
-    m = values.size
-    if not (isinstance(n, int) and n > m + 1):
-        raise ValueError(f"n must be an integer > m + 1 = {m + 1} (the stream is longer than the hold-out), got {n!r}.")
-    delta = check_probability(delta, "delta", open_low=True)
-    beta = check_probability(beta, "beta", open_low=True)
-    log_term = math.log2(n - m) ** 1.5  # PAK's tree covers the n - m values after the hold-out
-    # the plain binary tree it is compared with covers all n values (Eq. 3)
-    alpha_bt = math.log2(n) ** 1.5 * upper_bound * math.sqrt(8.0 * math.log(1.0 / beta)) / epsilon
-    penalty = 10.0 * alpha_bt
-    sorted_values = np.sort(values)
-    names = ("lt", "Lap", "out", "rt")
-
-    def unpack(x: np.ndarray) -> tuple[float, float, float, float, dict[str, float]] | None:
-        p, lam, r, fraction = (float(v) for v in x[:4])
-        weights = np.asarray(x[4:], dtype=np.float64)
-        beta_qt = _quantile_gap(lam, p, m)
-        if beta_qt >= beta:
-            return None
-        shares = (beta - beta_qt) * weights / weights.sum()
-        return p, lam, r, fraction, {"qt": beta_qt, **dict(zip(names, map(float, shares), strict=True))}
-
-    def alpha(x: np.ndarray) -> float:
-        unpacked = unpack(x)
-        if unpacked is None:
-            return penalty
-        p, lam, r, fraction, betas = unpacked
-        eps1 = fraction * epsilon
-        a, b = admissible_parameters(noise, eps1, delta)
-        try:
-            kappa = pak_kappa(a, b, noise_inverse_cdf(noise, 1.0 - betas["lt"]))
-        except ValueError:
-            return penalty
-        percentile = 100.0 * (1.0 - lam * p)
-        estimate = float(sorted_values[quantile_rank(m, percentile) - 1])
-        ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
-        offsets = noise_inverse_cdf(noise, 1.0 - betas["lt"]) + noise_inverse_cdf(noise, 1.0 - betas["rt"])
-        tau_max = estimate + kappa * ss / a * offsets
-        noise_error = log_term * tau_max * r * math.sqrt(8.0 * math.log(1.0 / betas["Lap"])) / epsilon
-        sum_error = tau_max * r * math.log(1.0 / betas["Lap"]) / (epsilon - eps1)
-        outlier = -estimate / math.log(p) * (math.sqrt(p**r * n) + math.sqrt(math.log(1.0 / betas["out"]))) ** 2
-        return noise_error + sum_error + outlier
-
-    # start from the largest lambda on a grid whose g(lambda, p_max, m) leaves most of beta free
-    feasible = [lam for lam in np.linspace(0.99, 0.05, 95) if _quantile_gap(lam, p_max, m) <= beta / 4]
-    if not feasible:
-        raise ValueError(f"no feasible parameters: g(lambda, p, m) >= beta = {beta!r} for m = {m}; raise m.")
-    start = np.array([p_max, feasible[0], 1.5, 0.85, 0.3, 0.4, 0.15, 0.15])
-    bounds = [(1e-5, p_max), (0.05, 1.0), (1.0, 10.0), (0.05, 0.99)] + [(0.01, 1.0)] * 4
-    result = optimize.minimize(alpha, start, method="TNC", bounds=bounds)
-    x = result.x if alpha(result.x) <= alpha(start) else start
-    unpacked = unpack(x)
-    if unpacked is None:
-        raise ValueError(f"no feasible parameters: g(lambda, p, m) >= beta = {beta!r} for m = {m}; raise m.")
-    p, lam, r, fraction, betas = unpacked
-    return PAKParameters(p, lam, r, fraction, betas, float(alpha(x)), alpha_bt)
-
-
-def time_lag_first_criterion(*, beta: float = 0.02, p_max: float = 0.005, lam: float = 0.5) -> int:
-    """PAK VI-B a): the smallest m with ``g(lambda, p_max, m) < beta`` (lambda = 0.5).
-
-    >>> m = time_lag_first_criterion()
-    >>> _quantile_gap(0.5, 0.005, m) < 0.02 and all(_quantile_gap(0.5, 0.005, k) >= 0.02 for k in range(1, m))
-    True
-    """
-    high = 1
-    while _quantile_gap(lam, p_max, high) >= beta:
-        high *= 2
-    # g is not monotone in m (the floor of lambda p m jumps), so bisection could miss an
-    # earlier m: scan every m up to the first power of two that satisfies the bound.
-    m = np.arange(1, high + 1)
-    below = stats.binom.cdf(np.floor(lam * p_max * m), m, p_max) < beta
-    return int(m[np.argmax(below)])
-
-
-def time_lag_second_criterion(
-    *, epsilon: float, delta: float, beta: float = 0.02, p_max: float = 0.005, noise: str = "laplace"
-) -> float:
-    """PAK VI-B b): ``m > 20 kappa (-ln delta)^1.5 e^-1 G^-1(1 - beta) / (-eps^2 p_max ln p_max)``.
-
-    With the section's own a = eps / sqrt(-ln delta) and b = min(1, eps / (-2 ln delta)).
-
-    >>> round(time_lag_second_criterion(epsilon=1.0, delta=2.0**-20))
-    82422
-    """
-    epsilon = check_epsilon(epsilon)
-    log_delta = -math.log(delta)
-    a, b = epsilon / math.sqrt(log_delta), min(1.0, epsilon / (2.0 * log_delta))
-    offset = noise_inverse_cdf(noise, 1.0 - beta)
-    kappa = pak_kappa(a, b, offset)
-    return 20.0 * kappa * log_delta**1.5 * math.exp(-1.0) * offset / (-(epsilon**2) * p_max * math.log(p_max))
-
-
-def heuristic_time_lag(*, epsilon: float, delta: float, beta: float = 0.02, p_max: float = 0.005) -> int:
-    """PAK VI-B: m is the larger of the two criteria."""
-    second = math.floor(time_lag_second_criterion(epsilon=epsilon, delta=delta, beta=beta, p_max=p_max)) + 1
-    return max(time_lag_first_criterion(beta=beta, p_max=p_max), second)

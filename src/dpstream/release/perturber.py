@@ -48,6 +48,7 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
+from dpstream.noise.sampler import NoiseSampler, make_noise
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
@@ -127,6 +128,9 @@ class HierarchicalPerturber:
         recent (default), mean, median, moving_average or exponential.
     seed : int, Generator or None
         Source of all noise.
+    noise : NoiseSampler or None
+        Where the node noise comes from; None (default) is numpy's float Laplace on the
+        generator of ``seed``.  ``ZeroNoise()`` makes the arithmetic exact for tests.
 
     Examples
     --------
@@ -146,6 +150,7 @@ class HierarchicalPerturber:
         smoothed_levels: int | None = None,
         smoother: str | Smoother = "recent",
         seed: Seed = None,
+        noise: NoiseSampler | None = None,
     ) -> None:
         self.threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
@@ -166,6 +171,7 @@ class HierarchicalPerturber:
         self.noise_scale = self.threshold * self.measured_levels / self.epsilon
         self.blocks_per_chunk = -(-self.max_range // self.block_size)
         self._rng = make_rng(seed)
+        self._noise = make_noise(noise, self._rng)
         prior = self.threshold / 2.0
         self.state = PerturberState(
             released=0,
@@ -194,7 +200,7 @@ class HierarchicalPerturber:
 
     def _draw_chunk(self) -> np.ndarray:
         levels = draw_noise_levels(
-            self._rng, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale
+            self._rng, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale, noise=self._noise
         )
         noise = make_consistent(levels, self.fanout)[0][: self.blocks_per_chunk].copy()
         self.state.noise = noise

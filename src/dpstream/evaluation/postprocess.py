@@ -1,6 +1,9 @@
-"""The synthetic experiments of Section 6 of Cao et al.: MSE against epsilon (Fig. 4(a)), against
-the number of steps T (Fig. 5) and against the correlation level s (Fig. 6), and the
-probability metric of Section 6.1 (Fig. 3(b)).
+"""The post-processing studies of Cao et al. (DBSec 2023, Section 6) and their metrics.
+
+The synthetic experiments: MSE against epsilon (Fig. 4(a)), against the number of steps T
+(Fig. 5) and against the correlation level s (Fig. 6), and the probability metric of Section
+6.1 (Fig. 3(b)): the probability that the released counts of one step follow from those of the
+step before under the public model.
 
 Every round draws fresh users (uniform start, moving by the smoothed Fig. 3 matrix), one
 Laplace release of their counts, and post-processes that same release with every method.
@@ -17,12 +20,92 @@ from typing import Any
 import numpy as np
 
 from dpstream._progress import Progress, notify
+from dpstream.evaluation.plots import Panel, Series, save_figure
 from dpstream.postprocess.estimators import map_estimate, mle_estimate, round_counts
-from dpstream.postprocess.markov import FIG3_MATRIX, simulate_counts, smoothed_transition
+from dpstream.postprocess.markov import FIG3_MATRIX, check_transition, simulate_counts, smoothed_transition
 from dpstream.postprocess.mechanism import LaplaceCounts
-from dpstream.postprocess.metrics import IMPOSSIBLE, mse, step_probabilities
 
-__all__ = ["METHOD_NAMES", "STUDIES", "Setting", "run_round", "run_study", "study_settings", "summarize", "plot_study"]
+__all__ = [
+    "IMPOSSIBLE",
+    "METHOD_NAMES",
+    "STUDIES",
+    "Setting",
+    "mse",
+    "plot_study",
+    "run_round",
+    "run_study",
+    "step_probabilities",
+    "study_settings",
+    "summarize",
+    "transition_probability",
+]
+
+# -- metrics (Section 6.1) ------------------------------------------------------------------
+
+#: Section 6.1's cut-off: a transition less likely than this counts as an impossible event.
+IMPOSSIBLE = 1e-10
+
+#: Largest table (product of ``count + 1`` over locations) :func:`transition_probability` builds.
+_MAX_CELLS = 2_000_000
+
+
+def mse(estimate: object, truth: object) -> float:
+    """Mean squared error over all cells of two ``T x m`` arrays.
+
+    >>> mse([[1.0, 3.0]], [[0.0, 3.0]])
+    0.5
+    """
+    a, b = np.asarray(estimate, dtype=np.float64), np.asarray(truth, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"estimate and truth must have the same shape, got {a.shape} and {b.shape}.")
+    return float(np.mean((a - b) ** 2))
+
+
+def transition_probability(previous: object, current: object, transition: object) -> float:
+    """``Pr(R^t = current | R^{t-1} = previous)`` for integer count vectors of independent users.
+
+    Each of the ``previous[i]`` users at location ``i`` moves to ``j`` with probability
+    ``T[i, j]``; the result is the coefficient of ``x^current`` in
+    ``prod_i (sum_j T[i, j] x_j)^previous[i]``, computed exactly by dynamic programming over a
+    table truncated at ``current`` (so only for small user numbers).  With one user it is
+    ``T[i, j]``, the quantity Fig. 3(b) plots.
+
+    >>> transition_probability([0, 1, 0], [1, 0, 0], [[0, 0, 1], [.5, 0, .5], [0, 1, 0]])
+    0.5
+    """
+    matrix = check_transition(transition)
+    a = np.asarray(previous)
+    b = np.asarray(current)
+    m = matrix.shape[0]
+    for name, vec in (("previous", a), ("current", b)):
+        if vec.shape != (m,) or not np.issubdtype(vec.dtype, np.integer) or np.any(vec < 0):
+            raise ValueError(f"{name} must be {m} non-negative integer counts, got {vec.tolist()!r}.")
+    if a.sum() != b.sum():
+        return 0.0
+    shape = tuple(int(k) + 1 for k in b)
+    if int(np.prod(shape)) > _MAX_CELLS:
+        raise ValueError(f"too many users for the exact transition probability (table of {np.prod(shape)} cells).")
+    table = np.zeros(shape)
+    table[(0,) * m] = 1.0
+    for source in np.repeat(np.arange(m), a):  # one user at a time: multiply by sum_j T[source, j] x_j
+        moved = np.zeros(shape)
+        for j in np.flatnonzero(matrix[source]):
+            target = [slice(None)] * m
+            origin = [slice(None)] * m
+            target[j], origin[j] = slice(1, None), slice(None, -1)
+            moved[tuple(target)] += matrix[source, j] * table[tuple(origin)]
+        table = moved
+    return float(table[tuple(b)])
+
+
+def step_probabilities(counts: object, transition: object) -> np.ndarray:
+    """:func:`transition_probability` of every step ``t >= 2`` of an integer ``T x m`` series."""
+    series = np.asarray(counts)
+    return np.array([transition_probability(series[t - 1], series[t], transition) for t in range(1, len(series))])
+
+
+# -- the studies ---------------------------------------------------------------------------
+
 
 #: Method label -> (method, prior, form); ``None`` is the unprocessed Laplace release.
 METHOD_NAMES: dict[str, tuple[str, str | None, str | None] | None] = {
@@ -50,7 +133,8 @@ class Setting:
 
 
 def study_settings(study: str, *, epsilons: Sequence[float], steps: Sequence[int], levels: Sequence[float],
-                   users: int, default_steps: int, default_epsilon: float, default_s: dict[str, float]) -> list[Setting]:
+                   users: int, default_steps: int, default_epsilon: float,
+                   default_s: dict[str, float]) -> list[Setting]:
     """The points of ``study``; ``default_s`` gives each study's smoothing level (paper: 0 / 0.01)."""
     if study == "epsilon":
         return [Setting(study, e, e, default_steps, users, default_s["epsilon"]) for e in epsilons]
@@ -140,39 +224,21 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def plot_study(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
     """MSE (log scale, band of one standard deviation) against the study's variable, one line
     per method; the correlation study gets one panel per epsilon."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     study = rows[0]["study"]
     metric = "impossible_share" if study == "probability" else "mse"
-    panels = sorted({row["epsilon"] for row in rows}) if study == "correlation" else [None]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.4), squeeze=False)
     label = {"epsilon": "epsilon (per step)", "steps": "total release time T", "correlation": "smoothing level s",
              "probability": "epsilon (per step)"}[study]
-    for ax, panel in zip(axes[0], panels):
-        mine = [row for row in rows if panel is None or row["epsilon"] == panel]
+    panels = []
+    for epsilon in sorted({row["epsilon"] for row in rows}) if study == "correlation" else [None]:
+        mine = [row for row in rows if epsilon is None or row["epsilon"] == epsilon]
+        series = []
         for method in dict.fromkeys(row["method"] for row in mine):
             line = sorted((row for row in mine if row["method"] == method), key=lambda row: row["x"])
-            x = np.array([row["x"] for row in line])
-            mean = np.array([row[f"{metric}_mean"] for row in line])
-            style = dict(linestyle="--", color="grey") if method == "Laplace (raw)" else dict(marker="o", markersize=3)
-            (handle,) = ax.plot(x, mean, label=method, **style)
-            if metric == "mse":
-                std = np.array([row["mse_std"] for row in line])
-                ax.fill_between(x, np.maximum(mean - std, mean * 1e-3), mean + std, alpha=0.12,
-                                color=handle.get_color())
-        if metric == "mse":
-            ax.set_yscale("log")
-        if study in ("epsilon", "correlation", "probability"):
-            ax.set_xscale("log")
-        ax.set_xlabel(label)
-        ax.set_ylabel("share of steps with probability < 1e-10" if metric != "mse" else "MSE")
-        ax.set_title(title if panel is None else f"{title}, epsilon = {panel:g}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+            spread = [row["mse_std"] for row in line] if metric == "mse" else None
+            series.append(Series(label=method, x=[row["x"] for row in line], y=[row[f"{metric}_mean"] for row in line],
+                                 spread=spread, reference=method == "Laplace (raw)", markersize=3))
+        panels.append(Panel(series=series, xlabel=label,
+                            ylabel="MSE" if metric == "mse" else "share of steps with probability < 1e-10",
+                            title=title if epsilon is None else f"{title}, epsilon = {epsilon:g}",
+                            xlog=study in ("epsilon", "correlation", "probability"), ylog=metric == "mse"))
+    return save_figure(path, panels)

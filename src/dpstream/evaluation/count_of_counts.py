@@ -1,4 +1,5 @@
-"""Errors of count-of-counts releases (Section 6.2) and the experiment behind docs/count-of-counts.md.
+"""The count-of-counts study (Kuo et al., Section 6.2) behind docs/count-of-counts.md: errors
+of releases per level, the omniscient reference, the comparison of strategies and its figure.
 
 The error of a region is the earth-mover's distance between its true and released histograms,
 which for histograms with the same number of groups is the L1 distance of the cumulative
@@ -18,6 +19,7 @@ import numpy as np
 from dpstream.count_of_counts.consistency import CountOfCountsRelease, TopDownCountOfCounts, top_down
 from dpstream.count_of_counts.data import CountOfCountsData
 from dpstream.count_of_counts.histograms import LevelHistograms
+from dpstream.evaluation.plots import Panel, Series, save_figure
 
 __all__ = ["emd_per_region", "level_errors", "omniscient_error", "plot_level_errors", "run_comparison", "summarize"]
 
@@ -53,7 +55,8 @@ def omniscient_error(data: CountOfCountsData, epsilon: float) -> list[float]:
     """The omniscient reference of Section 6.2 per level: mean over regions of
     ``#distinct sizes * sqrt(2) / (epsilon / (L + 1))`` (Laplace noise on the existing sizes only)."""
     per_level = epsilon / data.tree.levels
-    return [float(data.truth(level).distinct_sizes().mean() * math.sqrt(2.0) / per_level) for level in range(data.tree.levels)]
+    return [float(data.truth(level).distinct_sizes().mean() * math.sqrt(2.0) / per_level)
+            for level in range(data.tree.levels)]
 
 
 def run_comparison(
@@ -79,14 +82,16 @@ def run_comparison(
                 log(f"run {run + 1}/{runs}: {name}")
             mechanism = factory(seed + run)
             if isinstance(mechanism, TopDownCountOfCounts):
-                key = (mechanism.methods, mechanism.isotonic, mechanism.max_size, mechanism.max_size_epsilon, mechanism.epsilon)
+                key = (mechanism.methods, mechanism.isotonic, mechanism.max_size, mechanism.max_size_epsilon,
+                       mechanism.epsilon)
                 if key not in shared:
                     shared[key] = mechanism.estimates(data)
                 release = CountOfCountsRelease(tree=data.tree, levels=top_down(data.tree, shared[key], mechanism.merge))
             else:
                 release = mechanism.release(data)
             errors = level_errors(data, release)
-            rows.extend({"strategy": name, "run": run, "level": level, "emd": error} for level, error in enumerate(errors))
+            rows.extend({"strategy": name, "run": run, "level": level, "emd": error}
+                        for level, error in enumerate(errors))
     return rows
 
 
@@ -97,30 +102,19 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for strategy, level in keys:
         values = np.array([row["emd"] for row in rows if row["strategy"] == strategy and row["level"] == level])
         sem = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else 0.0
-        out.append({"strategy": strategy, "level": level, "runs": int(values.size), "emd_mean": float(values.mean()), "emd_sem": sem})
+        out.append({"strategy": strategy, "level": level, "runs": int(values.size), "emd_mean": float(values.mean()),
+                    "emd_sem": sem})
     return out
 
 
 def plot_level_errors(summary: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
-    """Mean per-region EMD against level, one line per strategy (log scale, 1-SEM bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    """Mean per-region EMD against level, one line per strategy (log scale, 1-SEM bars);
+    ``omniscient`` is the dashed reference."""
+    series = []
     for strategy in dict.fromkeys(row["strategy"] for row in summary):
         mine = sorted((row for row in summary if row["strategy"] == strategy), key=lambda row: row["level"])
-        style = dict(linestyle="--", color="grey") if strategy == "omniscient" else dict(marker="o", capsize=3)
-        ax.errorbar([r["level"] for r in mine], [r["emd_mean"] for r in mine], yerr=[r["emd_sem"] for r in mine], label=strategy, **style)
-    ax.set_yscale("log")
-    ax.set_xticks(sorted({row["level"] for row in summary}))
-    ax.set_xlabel("level (0 = root)")
-    ax.set_ylabel("mean earth-mover's distance per region")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+        series.append(Series(label=strategy, x=[r["level"] for r in mine], y=[r["emd_mean"] for r in mine],
+                             spread=[r["emd_sem"] for r in mine], bars=True, reference=strategy == "omniscient"))
+    panel = Panel(series=series, xlabel="level (0 = root)", ylabel="mean earth-mover's distance per region",
+                  title=title, ylog=True, xticks=sorted({row["level"] for row in summary}))
+    return save_figure(path, [panel])

@@ -1,4 +1,4 @@
-"""Baseline commands: ``pak-improvement`` (PAK's Section VII-A on a dataset)."""
+"""``dpstream pak-improvement``: PAK's improvement over the binary tree (its Section VII-A) on a dataset."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import click
-import numpy as np
 
-from dpstream.cli._common import cli, refuse_overwrite, say, write_csv
+from dpstream.cli._common import cli, prepare_output, say, write_csv
 from dpstream.datasets import load_dataset
 
 
@@ -27,44 +26,26 @@ from dpstream.datasets import load_dataset
 def pak_improvement(dataset: str, column: str | None, upper_bound: float | None, epsilon: float, hold: int,
                     delta: float, beta: float, rounds: int, seed: int, out_dir: str, force: bool) -> None:
     """PAK's improvement factor over the binary tree with bound B (error of the sum at the last step)."""
-    from dpstream.evaluation.improvement import last_step_errors
+    from dpstream.evaluation.pak_analysis import last_step_errors, plot_last_step_errors
 
     if rounds < 1:
         raise click.ClickException(f"--rounds must be >= 1, got {rounds}.")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column)
-    out = Path(out_dir)
     stem = f"pak-improvement-{data.name}"
-    paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}-errors.csv", "plot": out / f"{stem}.png"}
-    refuse_overwrite(list(paths.values()), force)
+    paths = prepare_output(out_dir, force=force, inputs=[dataset],
+                           files={"json": f"{stem}.json", "csv": f"{stem}-errors.csv", "plot": f"{stem}.png"})
     result = last_step_errors(data.values, data.upper_bound, epsilon=epsilon, hold=hold, delta=delta, beta=beta,
                               rounds=rounds, seed=seed, log=say)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     errors = result.pop("errors")
     paths["json"].write_text(json.dumps({"dataset": data.name, "upper_bound": data.upper_bound, "seed": seed,
                                          **result}, indent=2))
     write_csv(paths["csv"], [dict(zip(errors, row, strict=True)) for row in zip(*errors.values(), strict=True)])
-    _plot(errors, data.upper_bound, paths["plot"], f"{data.name}: error of the sum at the last step, eps = {epsilon:g}")
+    plot_last_step_errors(errors, data.upper_bound, paths["plot"],
+                          title=f"{data.name}: error of the sum at the last step, eps = {epsilon:g}")
     for name, value in result["mean_abs_error"].items():
         click.echo(f"{name:14s} mean |error| = {value:.6g}")
     for name, value in result["improvement_factor"].items():
         click.echo(f"improvement factor of {name} over BT-bound: {value:.3g}")
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 
-
-def _plot(errors: dict[str, list[float]], upper_bound: float, path: Path, title: str) -> None:
-    """Empirical densities of the errors normalized by B (PAK's Figures 8 and 10)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for name, values in errors.items():
-        ax.hist(np.asarray(values) / upper_bound, bins=60, density=True, histtype="step", label=name)
-    ax.set_xlabel("error / B")
-    ax.set_ylabel("density")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

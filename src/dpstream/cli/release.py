@@ -1,0 +1,206 @@
+"""``dpstream release``: continual release of one stream, and the table of its ``--method`` choices.
+
+:data:`RELEASE_METHODS` maps each ``--method`` to the library class it builds and the options
+it reads; the flags of ``release`` map to constructor arguments there and nowhere else.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import click
+import numpy as np
+
+from dpstream.cli._common import SEED_HELP, cli, output_file, prepare_output, say, warn_if_seeded
+from dpstream.io import iter_chunks, iter_values, open_input
+from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
+from dpstream.smoothers import SMOOTHERS
+
+__all__ = ["RELEASE_METHODS", "announce"]
+
+#: Batch size for file input; stdin is released value by value.
+_CHUNK = 65536
+
+
+def _build_tops(options: dict[str, Any]) -> ToPS:
+    return ToPS(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
+                max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
+                window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
+                threshold_step=options["threshold_step"], clip=options["clip"], seed=options["seed"])
+
+
+def _describe_tops(tops: ToPS) -> str:
+    return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
+            f"of h = {tops.levels}")
+
+
+def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
+    return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
+               max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
+               multiplier=options["multiplier"], noise=options["noise"], capped=capped, clip=options["clip"],
+               seed=options["seed"])
+
+
+def _describe_pak(pak: PAK) -> str:
+    kind = "capped at B" if pak.capped else "UNCAPPED, as in the ToPS paper"
+    return (f"threshold tau = {pak.threshold:g} (S-PAK {kind}; before the cap {pak.raw_threshold:g}); "
+            f"noisy sum of the first {pak.hold:,} values = {pak.held_sum:.6g}")
+
+
+def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
+    return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
+                             max_range=options["max_range"], clip=options["clip"], seed=options["seed"])
+
+
+def _describe_bt(counter: BinaryTreeCounter) -> str:
+    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
+
+
+def _build_topl(options: dict[str, Any]) -> ToPL:
+    return ToPL(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
+                max_range=options["max_range"], threshold_epsilon=options["threshold_epsilon"], clip=options["clip"],
+                seed=options["seed"])
+
+
+def _describe_topl(topl: ToPL) -> str:
+    return (f"threshold theta = {topl.threshold:g} (Square Wave reports + Eq. 8, {topl.collector.variant}); "
+            f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
+
+
+@dataclass(frozen=True)
+class _Method:
+    """How ``release --method NAME`` builds its releaser and which of the options it reads.
+
+    A releaser has ``release(values) -> np.ndarray``, ``release_one(value) -> float | None``,
+    ``threshold`` (None until published), ``position``, ``hold`` and ``privacy()``.
+    """
+
+    build: Callable[[dict[str, Any]], Any]
+    describe: Callable[[Any], str]
+    #: Method-specific options; setting any other one is an error rather than silently ignored.
+    options: frozenset[str] = frozenset()
+
+
+_TOPS_OPTIONS = frozenset({"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step"})
+_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise"})
+
+RELEASE_METHODS: dict[str, _Method] = {
+    "tops": _Method(_build_tops, _describe_tops, _TOPS_OPTIONS),
+    "pak": _Method(_build_pak, _describe_pak, _PAK_OPTIONS),
+    "pak-uncapped": _Method(lambda options: _build_pak(options, capped=False), _describe_pak, _PAK_OPTIONS),
+    "bt": _Method(_build_bt, _describe_bt),
+    "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
+}
+_SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
+
+
+@cli.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where the released values go, one per line ('-' is stdout).")
+@click.option("--method", type=click.Choice(list(RELEASE_METHODS)), default="tops", show_default=True,
+              help="Release mechanism.")
+@click.option("--epsilon", type=float, required=True, help="Privacy budget of the release.")
+@click.option("--upper-bound", type=float, required=True, help="Public bound B: values lie in [0, B].")
+@click.option("--hold", type=int, default=65536, show_default=True,
+              help="Leading values used to choose the threshold; not released.")
+@click.option("--max-range", type=int, default=2**20, show_default=True,
+              help="Largest query range r; a fresh hierarchy every r values.")
+@click.option("--fanout", type=int, default=16, show_default=True, help="Fan-out b of the hierarchy.")
+@click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default="recent", show_default=True)
+@click.option("--window", type=int, default=None, help="Window of the moving_average smoother.")
+@click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
+@click.option("--threshold-epsilon", type=float, default=None,
+              help="Budget of the threshold optimizer (default: --epsilon).")
+@click.option("--column", default=None, help="Column to read when INPUT has several.")
+@click.option("--threshold-step", type=float, default=1.0, show_default=True,
+              help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
+@click.option("--delta", type=float, default=None,
+              help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range).")
+@click.option("--threshold-fraction", type=float, default=PAK_THRESHOLD_FRACTION, show_default=True,
+              help="pak: eps1/eps, the share of the budget for the threshold (the rest for the held-out sum).")
+@click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
+              help="pak: the multiplier r of PAK's Eq. 15.")
+@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
+              help="pak: noise of the smooth-sensitivity threshold.")
+@click.option("--seed", type=int, default=None, help=SEED_HELP)
+@click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
+              "failing stops the output at the bad value, which tells a reader where it was).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def release(input_path: str, output_path: str, method: str, column: str | None, seed: int | None,
+            hold: int, force: bool, **options: Any) -> None:
+    """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
+
+    INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
+    stdin).  From stdin, each value is released as soon as it arrives.  pak and pak-uncapped
+    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee is printed on stderr.
+    """
+    chosen = RELEASE_METHODS[method]
+    context = click.get_current_context()
+    for name in sorted(_SPECIFIC_OPTIONS - chosen.options):
+        if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
+    describe = chosen.describe
+    releaser = chosen.build({**options, "hold": hold, "seed": seed})
+    if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
+        announce(releaser, describe)
+    warn_if_seeded(seed)
+    target = prepare_output(output_path, force=force, inputs=[input_path])
+    source = open_input(input_path)
+    values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
+    name = "stdin" if input_path == "-" else input_path
+    try:
+        with output_file(target) as sink:  # a failed release leaves no file and destroys none
+            if input_path == "-":
+                released = _release_live(releaser, values, sink, describe)
+            else:
+                released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
+            if releaser.position == 0:
+                raise click.ClickException(f"{name} holds no values.")
+            if releaser.threshold is None:
+                raise click.ClickException(
+                    f"{name} ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} "
+                    "was complete: nothing was released (lower --hold or give a longer stream)."
+                )
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    say(f"released {released:,} values after holding out {releaser.hold:,}.")
+
+
+def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
+    """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees."""
+    say(describe(releaser))
+    say(f"privacy: {releaser.privacy()}")
+
+
+def _release_live(releaser: Any, values: Iterator[float], sink: TextIO, describe: Callable[[Any], str]) -> int:
+    released = 0
+    for value in values:
+        out = releaser.release_one(value)
+        if out is None:
+            if releaser.threshold is not None:
+                announce(releaser, describe)
+            continue
+        sink.write(f"{out!r}\n")
+        sink.flush()
+        released += 1
+    return released
+
+
+def _release_batches(releaser: Any, chunks: Iterator[np.ndarray], sink: TextIO,
+                     describe: Callable[[Any], str]) -> int:
+    released = 0
+    for chunk in chunks:
+        had_threshold = releaser.threshold is not None
+        out = releaser.release(chunk)
+        if not had_threshold and releaser.threshold is not None:
+            announce(releaser, describe)
+        if out.size:
+            sink.write("\n".join(map(repr, out.tolist())) + "\n")
+            released += out.size
+    return released

@@ -1,0 +1,69 @@
+"""The count-of-counts study (``dpstream.evaluation.count_of_counts``): the earth-mover's
+distance (Lemma 1) against scipy's transport cost, the omniscient reference, the comparison runner."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import wasserstein_distance
+
+from dpstream.count_of_counts import CountOfCountsData, LevelHistograms, TopDownCountOfCounts
+from dpstream.evaluation.count_of_counts import (
+    emd_per_region,
+    level_errors,
+    omniscient_error,
+    plot_level_errors,
+    run_comparison,
+    summarize,
+)
+
+
+def test_emd_is_the_transport_cost():
+    rng = np.random.default_rng(26)
+    for _ in range(50):
+        n = int(rng.integers(1, 40))
+        x, y = rng.integers(0, 30, n), rng.integers(0, 30, n)
+        a = LevelHistograms.from_groups(np.zeros(n), x, 2)
+        b = LevelHistograms.from_groups(np.zeros(n), y, 2)
+        emd = emd_per_region(a, b)
+        assert emd[1] == 0
+        assert emd[0] == pytest.approx(n * wasserstein_distance(x, y))
+        assert emd[0] == np.abs(np.sort(x) - np.sort(y)).sum()  # Lemma 1: L1 of Hg
+
+
+def test_omniscient_reference_formula():
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b")], {"a": [1, 1, 3], "b": [2]})
+    # root: 3 distinct sizes; leaves: 2 and 1 on average 1.5; epsilon/(L+1) = 0.5
+    assert omniscient_error(data, 1.0) == pytest.approx([3 * math.sqrt(2) / 0.5, 1.5 * math.sqrt(2) / 0.5])
+
+
+def test_comparison_shares_estimates_only_between_merges_and_summarizes_per_level(tmp_path):
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b")], {"a": [1, 1, 3, 7], "b": [2, 2]})
+    strategies = {
+        "hc": lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=20, seed=seed),
+        "hc-average": lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=20, merge="average", seed=seed),
+    }
+    rows = run_comparison(data, strategies, runs=3, seed=5)
+    assert len(rows) == 2 * 3 * data.tree.levels
+    # run r of a strategy is its release with seed 5 + r, shared estimates or not
+    for row in rows:
+        release = strategies[row["strategy"]](5 + row["run"]).release(data)
+        assert row["emd"] == level_errors(data, release)[row["level"]]
+    summary = summarize(rows)
+    assert [(row["strategy"], row["level"]) for row in summary] == [
+        (name, level) for name in strategies for level in range(data.tree.levels)
+    ]
+    for row in summary:
+        values = np.array([r["emd"] for r in rows if (r["strategy"], r["level"]) == (row["strategy"], row["level"])])
+        assert row["emd_mean"] == pytest.approx(values.mean())
+        assert row["emd_sem"] == pytest.approx(values.std(ddof=1) / math.sqrt(3))
+    assert plot_level_errors(summary, tmp_path / "levels.png").stat().st_size > 1000
+
+
+def test_emd_needs_the_same_groups():
+    a = LevelHistograms.from_groups(np.zeros(2), np.array([1, 2]), 1)
+    b = LevelHistograms.from_groups(np.zeros(3), np.array([1, 2, 3]), 1)
+    with pytest.raises(ValueError, match="same numbers of groups"):
+        emd_per_region(a, b)

@@ -1,0 +1,63 @@
+"""Random range queries and their error metrics (``dpstream.evaluation.metrics``), and the plain
+hierarchy's range answers checked against them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpstream.evaluation.metrics import RangeQueries, error_metrics, prefix_range_sums, random_queries
+from dpstream.hierarchy import PlainHierarchy
+
+
+def test_random_queries_are_sorted_pairs_of_uniform_positions():
+    rng = np.random.default_rng(1)
+    n, count = 1000, 200_000
+    q = random_queries(rng, n, count)
+    assert np.all(q.starts <= q.stops) and q.starts.min() >= 0 and q.stops.max() <= n - 1
+    # min and max of two uniform positions on {0..n-1}: E[stop - start] = (n^2 - 1) / (3n).
+    expected = (n**2 - 1) / (3 * n)
+    sd = n / np.sqrt(18)  # standard deviation of |U1 - U2| for uniforms on [0, n]
+    assert abs(q.lengths.mean() - expected) < 6 * sd / np.sqrt(count)
+
+
+def test_prefix_range_sums_match_brute_force():
+    rng = np.random.default_rng(2)
+    values = rng.normal(size=500)
+    q = random_queries(rng, values.size, 300)
+    brute = np.array([values[a:b].sum() for a, b in zip(q.starts, q.stops, strict=True)])
+    assert np.allclose(prefix_range_sums(values, q), brute, atol=1e-9)
+
+
+def test_error_metrics_definitions():
+    q = RangeQueries(np.array([0, 3, 5]), np.array([2, 7, 5]))
+    estimates, truth = np.array([4.0, -1.0, 2.0]), np.array([1.0, 3.0, 2.0])
+    errors = estimates - truth
+    lengths = np.array([2, 4, 1])  # the empty query counts as length 1
+    result = error_metrics(estimates, truth, q)
+    assert result["mse"] == pytest.approx(np.mean(errors**2))
+    assert result["mae"] == pytest.approx(np.mean(np.abs(errors)))
+    assert result["mmse"] == pytest.approx(np.mean((errors / lengths) ** 2))
+    assert result["mmae"] == pytest.approx(np.mean(np.abs(errors / lengths)))
+
+
+def test_plain_hierarchy_without_noise_answers_exactly():
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 10, size=3000).astype(float)
+    tree = PlainHierarchy(values, threshold=10, epsilon=1e12, max_range=1000, fanout=4, rng=rng)
+    q = random_queries(rng, values.size, 500)  # many cross the chunk boundaries at 1000 and 2000
+    assert np.allclose(tree.range_sums(q.starts, q.stops), prefix_range_sums(values, q), atol=1e-6)
+
+
+def test_plain_hierarchy_range_noise_is_unbiased():
+    values = np.full(256, 3.0)
+    q = RangeQueries(np.array([5]), np.array([200]))
+    errors = []
+    for seed in range(2000):
+        tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4,
+                              rng=np.random.default_rng(seed))
+        errors.append(tree.range_sums(q.starts, q.stops)[0] - 195 * 3.0)
+    errors = np.array(errors)
+    # At most 2(b-1) = 6 nodes per level on 4 levels, each Lap(3 * 4 / 1): variance <= 24 * 2 * 12^2.
+    bound = 6 * np.sqrt(24 * 2 * 12.0**2 / errors.size)
+    assert abs(errors.mean()) < bound

@@ -1,0 +1,64 @@
+"""The post-processing studies and their metrics (``dpstream.evaluation.postprocess``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpstream.evaluation.postprocess import (
+    METHOD_NAMES,
+    Setting,
+    mse,
+    plot_study,
+    run_study,
+    step_probabilities,
+    study_settings,
+    summarize,
+    transition_probability,
+)
+from dpstream.postprocess import FIG3_MATRIX, simulate_counts, smoothed_transition
+
+
+def test_transition_probability_exact():
+    # One user: the probability is the matrix entry (Fig. 3(b)).
+    for i in range(3):
+        for j in range(3):
+            a, b = np.eye(3, dtype=int)[i], np.eye(3, dtype=int)[j]
+            assert transition_probability(a, b, FIG3_MATRIX) == pytest.approx(FIG3_MATRIX[i, j], abs=1e-15)
+    # Two users by enumeration of both users' moves.
+    matrix = smoothed_transition(FIG3_MATRIX, 0.3)
+    a = np.array([1, 1, 0])
+    for b in ([2, 0, 0], [1, 1, 0], [0, 1, 1], [0, 0, 2]):
+        brute = sum(matrix[0, j] * matrix[1, k] for j in range(3) for k in range(3)
+                    if np.array_equal(np.bincount([j, k], minlength=3), b))
+        assert transition_probability(a, np.array(b), matrix) == pytest.approx(brute, rel=1e-12)
+    assert transition_probability(np.array([1, 0, 0]), np.array([1, 1, 0]), matrix) == 0.0
+    probabilities = step_probabilities(simulate_counts(FIG3_MATRIX, users=1, steps=50, seed=2), FIG3_MATRIX)
+    assert np.all(probabilities > 0)  # a true trajectory never makes an impossible move
+    assert mse([[1.0, 2.0]], [[1.0, 4.0]]) == 2.0
+
+
+def test_study_settings_and_a_reproducible_round(tmp_path):
+    settings = study_settings("correlation", epsilons=[0.5, 1.0], steps=[10], levels=[1.0, 0.01], users=4,
+                              default_steps=12, default_epsilon=1.0, default_s={})
+    assert [(s.epsilon, s.s, s.x) for s in settings] == [(0.5, 1.0, 1.0), (0.5, 0.01, 0.01), (1.0, 1.0, 1.0),
+                                                        (1.0, 0.01, 0.01)]
+    assert all(s == Setting("correlation", s.x, s.epsilon, 12, 4, s.s) for s in settings)
+    first, second = run_study(settings[:2], 2, 7), run_study(settings[:2], 2, 7)
+    assert len(first) == 2 * 2 * len(METHOD_NAMES)
+    assert [r["mse"] for r in first] == [r["mse"] for r in second]
+    rows = summarize(first)
+    assert len(rows) == 2 * len(METHOD_NAMES) and all(row["rounds"] == 2 for row in rows)
+    assert plot_study(rows, tmp_path / "correlation.png", title="t").stat().st_size > 1000
+    with pytest.raises(ValueError, match="study must be one of"):
+        study_settings("nope", epsilons=[1.0], steps=[1], levels=[0.0], users=1, default_steps=1,
+                       default_epsilon=1.0, default_s={})
+
+
+def test_the_probability_study_has_no_raw_release_and_a_share_of_impossible_steps():
+    settings = study_settings("probability", epsilons=[1.0], steps=[10], levels=[0.0], users=5, default_steps=15,
+                              default_epsilon=1.0, default_s={"probability": 0.0})
+    records = run_study(settings, 1, 0)
+    assert "Laplace (raw)" not in {r["method"] for r in records}
+    assert all(0.0 <= r["impossible_share"] <= 1.0 for r in records)
+    assert all(r["users"] == 1 for r in records)  # Section 6.1: one user
