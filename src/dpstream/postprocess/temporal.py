@@ -42,6 +42,13 @@ integrality ignored); with ``m > 3`` the evidence's correlations are fitted.  St
 exact programme would cost more than
 :data:`~dpstream.postprocess.posterior.EXACT_MAX_COST` keep the ``kalman`` answer.
 
+Cost: the filter and smoother are a loop over the steps with ``O(m^3)`` work each (about 50
+microseconds a step for 3 locations, 6 ms for 100) and keep ``O(T m^2)`` numbers, so these
+methods are meant for tens of locations, not hundreds.  Measured on the paper's setting and an
+8-location ring (``benchmarks/postprocess_mean_study.py``): ``smooth`` has less MSE than MAP at
+every epsilon from 0.02 to 2 -- under 1 % less at 0.02, 27-57 % less at 0.2-0.5 -- and less
+than ``kalman`` everywhere.
+
 Departures from the paper: Cao et al. estimate each step separately (Eq. 5); here the joint
 law of the series under the same public model and the same independent users is used.
 Both functions are post-processing: deterministic, no randomness, no privacy budget spent.
@@ -50,6 +57,7 @@ Both functions are post-processing: deterministic, no randomness, no privacy bud
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
 from dpstream._checks import check_positive_int
 from dpstream.postprocess.markov import check_transition
@@ -90,6 +98,7 @@ def _smooth(noisy: np.ndarray, transition: np.ndarray, marginals: np.ndarray, us
     basis = _plane_basis(m)
     centre = users / m
     drift = basis.T @ transition.T @ basis
+    moved = transition @ basis
     offset = centre * basis.T @ (transition.sum(axis=0) - 1.0)  # T' maps the centre off itself
     observed = (noisy - centre) @ basis
     eye = np.eye(m - 1)
@@ -107,14 +116,17 @@ def _smooth(noisy: np.ndarray, transition: np.ndarray, marginals: np.ndarray, us
         cov = 0.5 * (cov + cov.T)
         filtered_mean[t], filtered_cov[t] = mean, cov
         if t + 1 < steps:
-            x = users * marginals[t]
-            noise = np.diag(transition.T @ x) - (transition.T * x) @ transition  # Q(n P^t)
+            x = users * marginals[t]  # U' Q(n P^t) U = U' diag(T' x) U - (T U)' diag(x) (T U)
+            noise = (basis.T * (transition.T @ x)) @ basis - (moved.T * x) @ moved
             mean = drift @ mean + offset
-            cov = drift @ cov @ drift.T + basis.T @ noise @ basis
+            cov = drift @ cov @ drift.T + noise
     smoothed_mean, smoothed_cov = filtered_mean.copy(), filtered_cov.copy()
     for t in range(steps - 2, -1, -1):
         cross = filtered_cov[t] @ drift.T
-        gain = np.linalg.lstsq(predicted_cov[t + 1], cross.T, rcond=None)[0].T  # predicted_cov may be singular
+        try:  # predicted_cov is positive semi-definite; singular only for degenerate dynamics
+            gain = cho_solve(cho_factor(predicted_cov[t + 1]), cross.T).T
+        except np.linalg.LinAlgError:
+            gain = np.linalg.lstsq(predicted_cov[t + 1], cross.T, rcond=None)[0].T
         smoothed_mean[t] = filtered_mean[t] + gain @ (smoothed_mean[t + 1] - predicted_mean[t + 1])
         cov = filtered_cov[t] + gain @ (smoothed_cov[t + 1] - predicted_cov[t + 1]) @ gain.T
         smoothed_cov[t] = 0.5 * (cov + cov.T)
@@ -187,12 +199,12 @@ def temporal_mean(noisy: object, transition: object, *, users: int, epsilon: flo
     # Evidence of the other steps in plane coordinates: smoothed precision minus the step's own
     # observation (s^-2 I) minus the Gaussian form of its prior marginal.
     precision = np.linalg.inv(cov)
-    prior_precision = np.linalg.inv(np.einsum("li,tlk,kj->tij", basis, _prior_covariance(floored, n), basis))
+    prior_precision = np.linalg.inv(basis.T @ _prior_covariance(floored, n) @ basis)
     quad = precision - np.eye(m - 1) / variance - prior_precision
     # Per-cell fit: vec(Pi diag(d) Pi) is linear in d, the same design for every step.
     projection = np.eye(m) - 1.0 / m
     design = np.stack([np.outer(column, column).ravel() for column in projection.T], axis=1)
-    cell_quad = np.einsum("li,tij,kj->tlk", basis, quad, basis)
+    cell_quad = basis @ quad @ basis.T
     d = np.maximum(cell_quad.reshape(steps, m * m) @ np.linalg.pinv(design).T, 0.0)
     # The evidence's gradient at the smoothed mean x_s, in cells: -A (x_s - centre) + h, with
     # h = (precision z_s - z~ / s^2 - prior_precision z_0) mapped back; the per-cell form matches it.
