@@ -12,8 +12,10 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dpstream.io import InputError, ReadStats, iter_batches, iter_values, read_values
+from dpstream.io import _NUMBER, InputError, ReadStats, _plain, iter_batches, iter_values, read_values
 
 
 def lazy(text, **options):
@@ -58,6 +60,32 @@ def test_other_spellings_are_not_numbers(read, bad):
     message = str(info.value)
     assert "s.csv line 3" in message and repr(bad) in message
     assert "is not a number" in message and "decimal number" in message
+
+
+def _float_shortcut(text):
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return _plain(text) and value - value == 0.0
+
+
+def _grammar(text):
+    stripped = text.strip(" \t\r\n\x0b\x0c")
+    return bool(_NUMBER.fullmatch(stripped)) and np.isfinite(float(stripped))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="0123456789.eE+-_ \t\r\n\x0b\x0cinfatyxIN\u0663\u00a0\x1c,", max_size=10))
+def test_the_float_shortcut_accepts_exactly_the_decimal_grammar(text):
+    """The chunked reader trusts a finite float() of ASCII text without underscores."""
+    assert _float_shortcut(text) == _grammar(text)
+
+
+@pytest.mark.parametrize("text", ["1", " -2.5e3\n", ".5", "5.", "1_0", "\u0663", "inf", "nan", "1e999", "0x1", "\x1c1",
+                                  "1\x1c", "\u00a01", "1 2", "e1"])
+def test_the_float_shortcut_on_named_cases(text):
+    assert _float_shortcut(text) == _grammar(text)
 
 
 @READERS

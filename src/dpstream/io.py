@@ -71,7 +71,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import NamedTuple, NoReturn, TextIO
 
 import numpy as np
 
@@ -109,10 +109,19 @@ _MISSING_WORDS = "an empty field, NA, NaN or null"
 #: A decimal number, the only spelling of a value (ASCII digits; see the module docstring).
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NUMBER_RULE = "a value is a decimal number: optional sign, digits, optional fraction and exponent"
-#: Characters of decimal numbers and ASCII blanks.  In text made only of these, ``float``
-#: accepts exactly the strings ``_NUMBER`` matches (surrounded by blanks): no underscores,
-#: letters or hex can occur.  This lets a whole chunk be checked by one scan.
-_PLAIN = re.compile(r"[0-9.eE+\- \t\r\n\f\v]*")
+
+
+def _plain(text: str) -> bool:
+    """Whether a finite ``float(text)`` proves ``text`` a decimal number (between ASCII blanks).
+
+    Besides ``_NUMBER`` between ASCII blanks, ``float`` accepts only underscores between
+    digits, non-ASCII digits and blanks, and inf, infinity and nan: so a finite result from an
+    ASCII text without underscores is a decimal number.  One test covers a whole chunk's text;
+    where ``float`` fails or gives a non-finite number, the careful path says what is wrong.
+    """
+    return text.isascii() and "_" not in text
+
+
 _QUOTES = "\"'"
 #: At most this many characters of a bad field are quoted in an error.
 QUOTE_LIMIT = 80
@@ -281,7 +290,7 @@ def _resolve(names: list[str], source: str, column: str | None, time_column: str
 
 def _plain_numbers(fields: list[str]) -> np.ndarray | None:
     """``fields`` as float64 if every one is a finite decimal number (blanks around allowed), else None."""
-    if not _PLAIN.fullmatch("".join(fields)):
+    if not _plain("".join(fields)):
         return None
     try:
         values = np.fromiter(map(float, fields), dtype=np.float64, count=len(fields))
@@ -343,35 +352,44 @@ class _TextRows:
         """The value, time and key of one line; None if the missing policy skips it."""
         time = key = None
         if self.separator is None:
-            text = _clean(line)
+            text = line
         else:
             parts = line.split(self.separator)
             if len(parts) != self.width:
                 self._wrong_width(len(parts), number, line)
-            text = _clean(parts[self.value])
+            text = parts[self.value]
             if self.time is not None:
                 time = _clean(parts[self.time])
             if self.key is not None:
                 key = _clean(parts[self.key])
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value - value == 0.0 and _plain(text)):  # not plainly a finite decimal number
+            value = self._careful(_clean(text), number)
+            if value is None:
+                return None
+        self.stats.values += 1
+        return value, time, key
+
+    def _careful(self, text: str, number: int) -> float | None:
+        """The value of a cleaned field that is not plainly a number: the rules, one by one."""
         if _NUMBER.fullmatch(text):
             value = float(text)
             if not math.isfinite(value):
                 raise InputError(f"{self._where(number)} is out of range: {_quote(text)} is beyond the largest "
                                  "float, and stream values are finite.")
-        elif _is_missing(text):
-            value = self._on_missing(text, number)
-            if value is None:
-                return None
-        else:
-            self._not_a_number(text, number)
-        self.stats.values += 1
-        return value, time, key
+            return value
+        if _is_missing(text):
+            return self._on_missing(text, number)
+        self._not_a_number(text, number)
 
     def _where(self, number: int) -> str:
         column = "" if self.width == 1 else f", column {_quote(self.names[self.value])},"
         return f"{self.source} line {number}{column}"
 
-    def _wrong_width(self, count: int, number: int, line: str) -> None:
+    def _wrong_width(self, count: int, number: int, line: str) -> NoReturn:
         reference = "the header (line 1)" if self.names else "line 1"
         got = "is blank" if _is_blank(line) else f"has {count} field{'s' * (count != 1)}"
         raise InputError(f"{self.source} line {number} {got}, but {reference} has {self.width}; every line needs "
@@ -389,7 +407,7 @@ class _TextRows:
         self.stats.skipped += 1
         return None
 
-    def _not_a_number(self, text: str, number: int) -> None:
+    def _not_a_number(self, text: str, number: int) -> NoReturn:
         if self.separator is None:
             for separator in ",\t":
                 if separator in text:
@@ -470,8 +488,9 @@ def _guarded(rows: Iterator, source: str) -> Iterator:
         raise InputError(f"{source} is not a valid gzip file ({error}).") from None
 
 
-def _rows(lines: Iterator[str], parser: _TextRows) -> Iterator[tuple[float, str | None, str | None, int]]:
-    """(value, time, key, line number) for every kept row, reading one line per row."""
+def _rows(lines: Iterator[str], parser: _TextRows, records: bool) -> Iterator:
+    """For every kept row, reading one line per row: its value, or with ``records`` the tuple
+    (value, time, key, line number)."""
     line = next(lines, None)
     if line is None:
         return
@@ -480,7 +499,7 @@ def _rows(lines: Iterator[str], parser: _TextRows) -> Iterator[tuple[float, str 
     stats, one_column = parser.stats, parser.separator is None
     blank_from, blanks = 0, 0  # blank lines are rows only if a non-blank line follows them
     for number, line in numbered:
-        if one_column and not blanks and _PLAIN.fullmatch(line):  # the common case, in short
+        if one_column and not blanks and _plain(line):  # the common case, in short
             try:
                 value = float(line)
             except ValueError:  # blank, or a misplaced sign, point or exponent: see below
@@ -488,17 +507,17 @@ def _rows(lines: Iterator[str], parser: _TextRows) -> Iterator[tuple[float, str 
             else:
                 if value - value == 0.0:  # finite
                     stats.values += 1
-                    yield value, None, None, number
+                    yield (value, None, None, number) if records else value
                     continue
         if _is_blank(line):
             blank_from, blanks = (blank_from, blanks + 1) if blanks else (number, 1)
             continue
         for blank in range(blank_from, blank_from + blanks):
             if (row := parser.row("", blank)) is not None:
-                yield (*row, blank)
+                yield (*row, blank) if records else row[0]
         blanks = 0
         if (row := parser.row(line, number)) is not None:
-            yield (*row, number)
+            yield (*row, number) if records else row[0]
 
 
 def iter_values(lines: Iterable[str], column: str | None = None, source: str = "input", *,
@@ -529,7 +548,7 @@ def iter_values(lines: Iterable[str], column: str | None = None, source: str = "
     [4.0, 3.5]
     """
     iterator, parser = _setup(lines, source, column, None, None, missing, stats)
-    return _guarded(map(itemgetter(0), _rows(iterator, parser)), source)
+    return _guarded(_rows(iterator, parser, records=False), source)
 
 
 def iter_records(lines: Iterable[str], column: str | None = None, source: str = "input", *,
@@ -546,7 +565,7 @@ def iter_records(lines: Iterable[str], column: str | None = None, source: str = 
     Record(value=0.0, time='09:00', key='b', line=3)
     """
     iterator, parser = _setup(lines, source, column, time_column, key_column, missing, stats)
-    return _guarded(map(Record._make, _rows(iterator, parser)), source)
+    return _guarded(map(Record._make, _rows(iterator, parser, records=True)), source)
 
 
 def iter_batches(lines: Iterable[str], size: int, column: str | None = None, source: str = "input", *,
