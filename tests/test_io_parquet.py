@@ -57,7 +57,7 @@ def test_records_with_time_and_key(meter):
         Record(0.25, "2024-01-01T04:00", "m-3", 5),
     ]
     assert (reader.stats.missing, reader.stats.replaced, reader.stats.first_missing) == (2, 2, 2)
-    assert reader.stats.summary() == "5 values read; 2 missing values read as 0 (first on row 2)."
+    assert reader.stats.summary() == "5 values read; 2 missing values read as 0, the first on row 2."
 
 
 def test_timestamps_and_numbers_become_arrow_text(tmp_path):
@@ -167,3 +167,20 @@ def test_parquet_equals_the_same_stream_as_csv(tmp_path):
                 got[name] = [(r.value, r.key) for r in reader.records()]
         assert got["parquet"] == got["csv"]
         assert (stats["parquet"].values, stats["parquet"].missing) == (stats["csv"].values, stats["csv"].missing)
+
+
+def test_reading_parquet_takes_constant_memory(tmp_path):
+    import tracemalloc
+
+    def peak(rows: int) -> int:
+        path = write(tmp_path, {"v": np.ones(rows), "k": ["abc"] * rows}, name=f"s{rows}.parquet",
+                     row_group_size=1000)
+        with StreamReader(path, key_column="k") as reader:
+            tracemalloc.start()
+            for _ in reader.batches(1000):
+                pass
+            used = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        return used
+
+    assert peak(80_000) < 1.5 * peak(10_000)

@@ -296,3 +296,44 @@ def test_stream_reader_checks_its_arguments_before_opening(tmp_path):
         path = tmp_path / "s.csv"
         path.write_text("1\n")
         StreamReader(path).batches(-1)
+
+
+@pytest.mark.parametrize("how", ["batches", "records"])
+def test_reading_takes_constant_memory(tmp_path, how):
+    """The peak memory of a read does not grow with the length of the stream."""
+    import tracemalloc
+
+    def peak(lines: int) -> int:
+        path = tmp_path / f"s{lines}.csv"
+        path.write_text("t,v,k\n" + "2024-01-01,1.5,abc\n" * lines)
+        with StreamReader(path, time_column="t", key_column="k") as reader:
+            tracemalloc.start()
+            for _ in reader.batches(1000) if how == "batches" else reader.records():
+                pass
+            used = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        return used
+
+    assert peak(80_000) < 1.5 * peak(10_000)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_is_read_from_its_first_byte(tmp_path):
+    """Looking for Parquet's magic bytes must not eat the start of a pipe (``<(zcat ...)``)."""
+    import os
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+
+    def feed():
+        with open(pipe, "w") as handle:
+            handle.write("value\n12\n34\n")
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        with StreamReader(pipe) as reader:
+            assert list(reader.values()) == [12.0, 34.0]
+    finally:
+        writer.join(timeout=10)

@@ -300,9 +300,22 @@ def test_read_values_reports_statistics(tmp_path):
     path.write_text("value\n1\nNA\n\n2\n")
     stats = ReadStats()
     np.testing.assert_array_equal(read_values(path, missing="zero", stats=stats), [1.0, 0.0, 0.0, 2.0])
-    assert stats.summary() == "4 values read; 2 missing values read as 0 (first on line 3)."
+    assert stats.summary() == "4 values read; 2 missing values read as 0, the first on line 3."
     stats = ReadStats()
     read_values(path, missing="skip", stats=stats)
-    assert stats.summary() == ("2 values read; 2 rows with a missing value skipped (later positions no longer "
-                               "follow lines) (first on line 3).")
+    assert stats.summary() == ("2 values read; 2 rows with a missing value skipped, the first on line 3 (later "
+                               "values moved up: positions no longer follow lines).")
     assert ReadStats(values=1).summary() == "1 value read; no missing values."
+
+
+@pytest.mark.parametrize("text, culprit", [("1_0,2\n3,4\n", "1_0"), ("1,2\ninf,4\n", "inf"), ("NA,b\n1,2\n", "NA"),
+                                           ("1,2\n3,0x1\n", "0x1")])
+def test_matrices_follow_the_same_number_grammar_and_header_rule(tmp_path, text, culprit):
+    from dpstream.io import read_matrix
+
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"{culprit!r} is not a number"):
+        read_matrix(str(path), "counts")
+    path.write_text("a,_b\n1,2.5e0\n")
+    np.testing.assert_array_equal(read_matrix(str(path), "counts"), [[1.0, 2.5]])

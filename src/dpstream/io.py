@@ -182,7 +182,7 @@ class ReadStats:
     >>> list(iter_values(["value", "1", "NA", "3"], missing="zero", stats=stats))
     [1.0, 0.0, 3.0]
     >>> stats.summary()
-    '3 values read; 1 missing value read as 0 (first on line 3).'
+    '3 values read; 1 missing value read as 0, the first on line 3.'
     """
 
     values: int = 0
@@ -201,16 +201,15 @@ class ReadStats:
     def summary(self) -> str:
         """One sentence for a log: values read, and what happened to missing values."""
         read = f"{self.values:,} value{'s' * (self.values != 1)} read"
-        if not self.missing:
-            return f"{read}; no missing values."
-        parts = []
-        if self.replaced:
-            parts.append(f"{self.replaced:,} missing value{'s' * (self.replaced != 1)} read as 0")
+        first = f"the first on {self.unit} {self.first_missing}"
         if self.skipped:
-            parts.append(f"{self.skipped:,} row{'s' * (self.skipped != 1)} with a missing value skipped "
-                         "(later positions no longer follow lines)")
-        parts = parts or [f"{self.missing:,} missing value{'s' * (self.missing != 1)}"]
-        return f"{read}; {', '.join(parts)} (first on {self.unit} {self.first_missing})."
+            return (f"{read}; {self.skipped:,} row{'s' * (self.skipped != 1)} with a missing value skipped, {first} "
+                    "(later values moved up: positions no longer follow lines).")
+        if self.replaced:
+            return f"{read}; {self.replaced:,} missing value{'s' * (self.replaced != 1)} read as 0, {first}."
+        if self.missing:
+            return f"{read}; {self.missing:,} missing value{'s' * (self.missing != 1)}, {first}."
+        return f"{read}; no missing values."
 
     def _met_missing(self, number: int, count: int = 1) -> None:
         if self.first_missing is None:
@@ -266,12 +265,12 @@ def _check_names(column: str | None, time_column: str | None, key_column: str | 
 def _resolve(names: list[str], source: str, column: str | None, time_column: str | None,
              key_column: str | None) -> tuple[int, int | None, int | None]:
     """Indices of the value, time and key columns among ``names`` (a header or a schema)."""
+    seen: dict[str, int] = {}
     for i, name in enumerate(names):
-        if name in names[:i]:
-            raise InputError(
-                f"{source} has two columns named {_quote(name)} (columns {names.index(name) + 1} and {i + 1}); "
-                "column names must be unique."
-            )
+        if name in seen:
+            raise InputError(f"{source} has two columns named {_quote(name)} (columns {seen[name] + 1} and {i + 1}); "
+                             "column names must be unique.")
+        seen[name] = i
 
     def find(name: str, role: str) -> int:
         if name not in names:
@@ -659,6 +658,8 @@ def _is_parquet(path: str | os.PathLike[str]) -> bool:
     path = _existing(path)
     if path.suffix.lower() in _PARQUET_SUFFIXES:
         return True
+    if not path.is_file():  # a pipe (such as <(zcat ...)) cannot be peeked at without losing bytes
+        return False
     with open(path, "rb") as handle:
         return handle.read(4) == b"PAR1"
 
@@ -696,8 +697,8 @@ class StreamReader:
     >>> with StreamReader(path, time_column="time", missing="skip") as reader:
     ...     [(batch.values.tolist(), batch.times) for batch in reader.batches(1000)]
     [([1.5, 2.0], ['08:00', '10:00'])]
-    >>> reader.stats.summary()
-    '2 values read; 1 row with a missing value skipped (later positions no longer follow lines) (first on line 3).'
+    >>> reader.stats.skipped, reader.stats.first_missing
+    (1, 3)
     """
 
     def __init__(self, path: str | os.PathLike[str], *, column: str | None = None, time_column: str | None = None,
