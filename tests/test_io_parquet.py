@@ -184,3 +184,11 @@ def test_reading_parquet_takes_constant_memory(tmp_path):
         return used
 
     assert peak(80_000) < 1.5 * peak(10_000)
+
+
+def test_duplicate_parquet_column_names_are_an_error(tmp_path):
+    path = tmp_path / "dup.parquet"
+    table = pa.Table.from_arrays([pa.array([1.0]), pa.array([2.0])], names=["v", "v"])
+    pq.write_table(table, path)
+    with pytest.raises(InputError, match=r"dup.parquet has two columns named 'v' \(columns 1 and 2\)"):
+        StreamReader(path, column="v")

@@ -151,7 +151,7 @@ def test_a_column_without_a_header_says_why_line_1_is_data():
 @READERS
 def test_duplicate_column_names_are_an_error(read):
     """Regression: a header value,value was accepted."""
-    with pytest.raises(InputError, match=r"s.csv has two columns named 'value' \(columns 2 and 3\)"):
+    with pytest.raises(InputError, match=r"s.csv line 1 has two columns named 'value' \(columns 2 and 3\)"):
         read("t,value,value\n1,2,3\n", column="value")
     with pytest.raises(InputError, match="two columns named 'x'"):
         read("x,y,x\n1,2,3\n", column="y")  # even when the duplicate is not the column read

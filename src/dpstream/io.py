@@ -263,13 +263,13 @@ def _check_names(column: str | None, time_column: str | None, key_column: str | 
 
 
 def _resolve(names: list[str], source: str, column: str | None, time_column: str | None,
-             key_column: str | None) -> tuple[int, int | None, int | None]:
-    """Indices of the value, time and key columns among ``names`` (a header or a schema)."""
+             key_column: str | None, header: str = "") -> tuple[int, int | None, int | None]:
+    """Indices of the value, time and key columns among ``names`` (a header, at ``header``, or a schema)."""
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in seen:
-            raise InputError(f"{source} has two columns named {_quote(name)} (columns {seen[name] + 1} and {i + 1}); "
-                             "column names must be unique.")
+            raise InputError(f"{source}{header} has two columns named {_quote(name)} (columns {seen[name] + 1} and "
+                             f"{i + 1}); column names must be unique.")
         seen[name] = i
 
     def find(name: str, role: str) -> int:
@@ -330,7 +330,7 @@ class _TextRows:
         why = next(((i, reason) for i, field in enumerate(fields) if (reason := _not_a_name(field))), None)
         if why is None:
             self.names = fields
-            self.value, self.time, self.key = _resolve(fields, self.source, *self.wanted)
+            self.value, self.time, self.key = _resolve(fields, self.source, *self.wanted, header=" line 1")
             return False
         index, reason = why
         what = "" if self.width == 1 else f"field {index + 1}, "
