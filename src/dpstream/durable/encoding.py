@@ -109,7 +109,7 @@ def _decode_array(fields: Any, path: str, *, scalar: bool) -> Any:
         raise ValueError(f"{path}: a malformed array record (dtype {fields['dtype']!r}).") from None
     if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise ValueError(f"{path}: an array of dtype {dtype} cannot be stored.")
-    shape = () if scalar else fields["shape"]
+    shape = [] if scalar else fields["shape"]
     if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
                                               for n in shape):
         raise ValueError(f"{path}: a malformed array shape {shape!r}.")
