@@ -383,6 +383,20 @@ def test_a_second_handle_in_the_same_process_is_refused(tmp_path):
         pass
 
 
+def test_a_state_has_one_lock_whatever_name_opens_it(tmp_path):
+    path, link = tmp_path / "state", tmp_path / "link"
+    (tmp_path / "folder").symlink_to(tmp_path)
+    link.symlink_to(path)
+    with StreamState.create(tmp_path / "folder" / "state", params={}):
+        with pytest.raises(StateInUseError, match="already open"):
+            StreamState.open(link)
+    with StreamState.open(link) as state:
+        state.progress = Progress(consumed=5)
+        state.save()
+    assert link.is_symlink() and StreamState.read(path).progress.consumed == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link", "state", "state.lock"]
+
+
 def test_create_refuses_an_existing_file_and_a_missing_directory(tmp_path):
     path = tmp_path / "state"
     StreamState.create(path, params=PARAMS).close()

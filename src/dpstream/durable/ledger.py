@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -92,7 +92,7 @@ class LedgerEntry:
 
     def to_json(self) -> dict[str, Any]:
         """The entry as plain JSON data (floats are finite, so they are exact in JSON)."""
-        return asdict(self)
+        return {field.name: getattr(self, field.name) for field in fields(self)}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> LedgerEntry:

@@ -122,8 +122,10 @@ epsilon = 0.5. A state continues only the release it was made for.
     ([3.0, 0.5], 2, 32)
     """
 
-    def __init__(self, path: Path, body: dict[str, Any], lock: StateLock | None) -> None:
+    def __init__(self, *, path: Path, real: Path, body: dict[str, Any], lock: StateLock | None) -> None:
+        """Use :meth:`create`, :meth:`open` or :meth:`read`."""
         self.path = path
+        self._real = real  # where the file is, through symbolic links: one lock for every name of it
         self._lock = lock
         self._params: dict[str, Any] = body["params"]
         self._key: bytes = body["key"]
@@ -170,15 +172,16 @@ epsilon = 0.5. A state continues only the release it was made for.
         if len(key) < 16:
             raise ValueError(f"key must be at least 16 bytes (32 random bytes recommended), got {len(key)} bytes.")
         params = decode(encode(dict(params), "params"), "params")  # what open() will read back
-        lock = StateLock(path)
+        real = path.parent.resolve() / path.name
+        lock = StateLock(real)
         try:
             if path.exists() or path.is_symlink():
                 raise StateError(f"state file {path} exists; continue with it, or choose another file (a new "
                                  "state for a stream already released would spend its budget again).")
-            remove_stale_temporaries(path)
+            remove_stale_temporaries(real)
             body = {"params": params, "key": bytes(key), "mechanism": mechanism, "progress": Progress(),
                     "ledger": [], "created": utc_now(), "saved": None, "saves": 0}
-            state = cls(path, body, lock)
+            state = cls(path=path, real=real, body=body, lock=lock)
             state.save()
         except BaseException:
             lock.release()
@@ -201,10 +204,11 @@ epsilon = 0.5. A state continues only the release it was made for.
         path = Path(path)
         if not path.is_file():
             raise StateError(f"there is no state file {path}.")
-        lock = StateLock(path)
+        real = path.resolve(strict=True)
+        lock = StateLock(real)
         try:
-            remove_stale_temporaries(path)
-            return cls(path, cls._load(path), lock)
+            remove_stale_temporaries(real)
+            return cls(path=path, real=real, body=cls._load(real, path), lock=lock)
         except BaseException:
             lock.release()
             raise
@@ -219,11 +223,12 @@ epsilon = 0.5. A state continues only the release it was made for.
         path = Path(path)
         if not path.is_file():
             raise StateError(f"there is no state file {path}.")
-        return cls(path, cls._load(path), None)
+        real = path.resolve(strict=True)
+        return cls(path=path, real=real, body=cls._load(real, path), lock=None)
 
     @staticmethod
-    def _load(path: Path) -> dict[str, Any]:
-        with open(path, "rb") as handle:
+    def _load(real: Path, path: Path) -> dict[str, Any]:
+        with open(real, "rb") as handle:
             raw = parse_state(handle.read(), path)
         if set(raw) != _SECTIONS:
             raise StateDamagedError(f"state file {path} is malformed: expected the sections {sorted(_SECTIONS)}.")
@@ -366,7 +371,7 @@ epsilon = 0.5. A state continues only the release it was made for.
                 "mechanism": encode(self.mechanism, "mechanism"), "progress": asdict(self._progress),
                 "ledger": [entry.to_json() for entry in self._ledger], "created": self.created, "saved": saved,
                 "saves": self.saves + 1, "dpstream": _version()}
-        write_atomic(self.path, dump_state(body))
+        write_atomic(self._real, dump_state(body))
         self.saved, self.saves = saved, self.saves + 1
 
 
