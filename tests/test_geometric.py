@@ -1,4 +1,6 @@
-"""The double-geometric sampler (``dpstream.noise.geometric``, Definition 3 of Kuo et al.).
+"""The double-geometric law (``dpstream.noise.geometric``, Definition 3 of Kuo et al.), numpy's
+float sampler of it kept for studies (``dpstream.noise.float_geometric``), and the exact
+rational scale a mechanism draws with (``discrete_laplace_scale``).
 
 Statistical checks use bounds derived from the distribution with failure probability
 ALPHA = 1e-9 per assertion:
