@@ -123,7 +123,8 @@ class LaplaceCounts:
                 bad = ~(np.isfinite(array) & (array == np.rint(array)) & (np.abs(array) < 2.0**62))
             if bad.any():
                 row, column = (int(i) for i in np.argwhere(bad)[0])
-                raise ValueError(f"counts must hold integers, got counts[{row}, {column}] = {array[row, column]!r}.")
+                value = array[row, column].item()
+                raise ValueError(f"counts must hold integers, got counts[{row}, {column}] = {value!r}.")
         return array.astype(np.int64) + self.noise.laplace_units(self.noise_scale, array.shape)
 
     def privacy(self) -> PrivacyGuarantee:
