@@ -24,6 +24,7 @@ def test_noisy_counts_are_integers_with_the_discrete_laplace_law():
     mechanism = LaplaceCounts(epsilon=0.5, seed=12)
     noisy = mechanism.release(truth)
     assert noisy.dtype == np.int64 and noisy.shape == truth.shape and mechanism.granularity == 1
+    assert mechanism.likelihood == "discrete_laplace"
     assert mechanism.noise_scale == Fraction(4)  # Delta = 2: one user moving changes two cells by one
     noise = (noisy - truth).ravel()
     window = np.arange(-30, 31)

@@ -89,6 +89,9 @@ class LaplaceCounts:
     """
 
     granularity = 1
+    #: The noise law of the release, the likelihood post-processing assumes by default: the
+    #: two-sided geometric law of scale ``noise_scale``.
+    likelihood = "discrete_laplace"
 
     def __init__(
         self,
