@@ -4,10 +4,15 @@ Run (one core; about 15 minutes for 50 rounds):
 
     PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/postprocess_mean_study.py --rounds 50 --out results.json
 
+``--noise continuous`` replaces the release by continuous Laplace noise of the same scale (the
+project's release before it drew exact discrete noise; the MLE and MAP numbers are then those of
+docs/postprocess.md's Fig. 4(a) table) and tells the estimators so (``likelihood="laplace"``).
+
 Settings.  ``fig3``: the epsilon study of Section 6 as the project's study runs it -- n = 200 users
 starting uniformly at the 3 locations of Fig. 3 and moving by its matrix (s = 0), T = 500 steps,
-one release with Lap(2 / epsilon) per cell and round, round ``k`` of epsilon number ``i`` seeded
-by ``SeedSequence([seed, i, k])`` (data and noise spawned from it as in the study).  ``ring``: a
+one release per round by ``LaplaceCounts`` (discrete Laplace noise of scale 2 / epsilon), round
+``k`` of epsilon number ``i`` seeded by ``SeedSequence([seed, i, k])`` (data and noise spawned
+from it as in the study).  ``ring``: a
 second model, 8 locations on a ring where a user stays with probability 0.8 and moves to either
 neighbour with 0.1 (slow mixing: correlations last tens of steps), otherwise the same.
 
@@ -29,6 +34,7 @@ from scipy import stats
 from dpstream.postprocess import (
     FIG3_MATRIX,
     LaplaceCounts,
+    laplace_scale,
     map_estimate,
     mle_estimate,
     posterior_mean_solve,
@@ -51,10 +57,16 @@ def ring_matrix(m: int = 8, stay: float = 0.8) -> np.ndarray:
 MODELS = {"fig3": smoothed_transition(FIG3_MATRIX, 0.0), "ring": ring_matrix()}
 
 
-def one_round(matrix: np.ndarray, epsilon: float, users: int, steps: int, seed: np.random.SeedSequence) -> dict:
+def one_round(matrix: np.ndarray, epsilon: float, users: int, steps: int, seed: np.random.SeedSequence,
+              noise: str = "discrete") -> dict:
     data_seed, noise_seed = seed.spawn(2)
     truth = simulate_counts(matrix, users=users, steps=steps, seed=np.random.default_rng(data_seed))
-    noisy = LaplaceCounts(epsilon=epsilon, seed=np.random.default_rng(noise_seed)).release(truth)
+    if noise == "discrete":  # the project's release: exact discrete Laplace noise
+        noisy = LaplaceCounts(epsilon=epsilon, seed=np.random.default_rng(noise_seed)).release(truth)
+        likelihood = "discrete_laplace"
+    else:  # continuous Laplace noise of the same scale (the release before the exact noise)
+        noisy = truth + np.random.default_rng(noise_seed).laplace(0.0, laplace_scale(epsilon), truth.shape)
+        likelihood = "laplace"
     out, seconds = {}, {}
 
     def record(name, counts, start):
@@ -68,11 +80,13 @@ def one_round(matrix: np.ndarray, epsilon: float, users: int, steps: int, seed: 
         record(f"MAP {prior}", map_estimate(noisy, matrix, users=users, epsilon=epsilon, prior=prior).counts, start)
         for method, label in (("mean", "mean"), ("kalman", "kalman"), ("smooth", "smooth")):
             start = time.perf_counter()
-            estimate = postprocess(noisy, matrix, users=users, epsilon=epsilon, method=method, prior=prior)
+            estimate = postprocess(noisy, matrix, users=users, epsilon=epsilon, method=method, prior=prior,
+                                   likelihood=likelihood)
             record(f"{label} {prior}", estimate.counts, start)
     marginals = prior_marginals(noisy, matrix, "uniform")
-    exact = posterior_mean_solve(noisy, marginals, users=users, epsilon=epsilon, exact=True).counts
-    approx = posterior_mean_solve(noisy, marginals, users=users, epsilon=epsilon, exact=False).counts
+    options = dict(users=users, epsilon=epsilon, likelihood=likelihood)
+    exact = posterior_mean_solve(noisy, marginals, exact=True, **options).counts
+    approx = posterior_mean_solve(noisy, marginals, exact=False, **options).counts
     out["approx uniform"] = float(np.mean((approx - truth) ** 2))
     gap = {"max_abs": float(np.abs(approx - exact).max()),
            "mse_exact": float(np.mean((exact - truth) ** 2))}
@@ -115,6 +129,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", default="fig3,ring")
     parser.add_argument("--epsilons", default=",".join(str(e) for e in EPSILONS))
+    parser.add_argument("--noise", choices=("discrete", "continuous"), default="discrete",
+                        help="discrete: LaplaceCounts' exact discrete Laplace noise; continuous: Laplace noise")
     parser.add_argument("--out", default=None, help="JSON file for the per-round and summary results")
     args = parser.parse_args()
     epsilons = [float(e) for e in args.epsilons.split(",")]
@@ -122,11 +138,12 @@ def main() -> None:
     for model in args.models.split(","):
         matrix = MODELS[model]
         for index, epsilon in enumerate(epsilons):
-            rounds = [one_round(matrix, epsilon, args.users, args.steps, np.random.SeedSequence([args.seed, index, k]))
-                      for k in range(args.rounds)]
+            rounds = [one_round(matrix, epsilon, args.users, args.steps, np.random.SeedSequence([args.seed, index, k]),
+                                args.noise) for k in range(args.rounds)]
             summary = summarize(rounds)
             results[f"{model} eps={epsilon:g}"] = {"summary": summary, "rounds": rounds}
-            print(f"\n## {model}, epsilon = {epsilon:g} ({args.rounds} rounds, n = {args.users}, T = {args.steps})")
+            print(f"\n## {model}, epsilon = {epsilon:g} ({args.rounds} rounds, n = {args.users}, T = {args.steps}, "
+                  f"{args.noise} noise)")
             columns = ("MSE (95% CI)", 24), ("minus MLE (95% CI)", 26), ("minus MAP (95% CI)", 26), ("s/round", 9)
             print(f"{'method':<20}" + "".join(f"{name:>{width}}" for name, width in columns))
             for method, row in summary.items():

@@ -26,7 +26,7 @@ from dpstream.postprocess import (
     smoothed_transition,
     temporal_mean,
 )
-from dpstream.postprocess.posterior import _log_head, _log_tail
+from dpstream.postprocess.posterior import LIKELIHOODS, _log_head, _log_tail, default_likelihood
 from dpstream.postprocess.temporal import _prior_covariance, _smooth
 
 
@@ -64,7 +64,8 @@ def test_exact_mean_matches_enumeration(m, users):
     for epsilon in sorted({c[2] for c in cases}):
         rows = [i for i, c in enumerate(cases) if c[2] == epsilon]
         p = np.array([cases[i][1] for i in rows])
-        ours = posterior_mean_solve(noisy[rows], p, users=users, epsilon=epsilon, exact=True).counts
+        ours = posterior_mean_solve(noisy[rows], p, users=users, epsilon=epsilon, exact=True,
+                                    likelihood="laplace").counts
         for row, i in enumerate(rows):
             reference = _brute_force(noisy[i], cases[i][1], users, laplace_scale(epsilon))
             # Both are sums of a few hundred positive terms: agreement to rounding.
@@ -72,10 +73,12 @@ def test_exact_mean_matches_enumeration(m, users):
 
 
 def test_discrete_laplace_gives_the_same_posterior_on_integer_releases():
-    """Both likelihoods are proportional to exp(-|r~ - r| / b) on integer counts."""
+    """Both likelihoods are proportional to exp(-|r~ - r| / b) on integer counts.  The default is
+    what LaplaceCounts declares (its release is integer)."""
+    assert default_likelihood() == LaplaceCounts.likelihood in LIKELIHOODS
     matrix = smoothed_transition(FIG3_MATRIX, 0.1)
     truth = simulate_counts(matrix, users=30, steps=40, seed=3)
-    noisy = np.round(LaplaceCounts(epsilon=0.7, seed=4).release(truth))
+    noisy = LaplaceCounts(epsilon=0.7, seed=4).release(truth)
     for function in (posterior_mean, temporal_mean):
         a = function(noisy, matrix, users=30, epsilon=0.7, likelihood="laplace").counts
         b = function(noisy, matrix, users=30, epsilon=0.7, likelihood="discrete_laplace").counts
@@ -83,7 +86,7 @@ def test_discrete_laplace_gives_the_same_posterior_on_integer_releases():
             np.testing.assert_array_equal(a, b)
         else:  # the smoother's messages use each law's variance
             assert np.all(np.abs(a - b) < 1.0) and not np.array_equal(a, b)
-    with pytest.raises(ValueError, match=r"integer noisy counts; row 1, column 1 is 0\.5"):
+    with pytest.raises(ValueError, match=r"integer noisy counts; row 1, column 1 is 0\.5 .*likelihood='laplace'"):
         posterior_mean([[0.5, 2.0, 3.0]], matrix, users=5, epsilon=1.0, likelihood="discrete_laplace")
     with pytest.raises(ValueError, match="likelihood"):
         posterior_mean([[1.0, 2.0, 3.0]], matrix, users=5, epsilon=1.0, likelihood="gauss")
@@ -123,8 +126,9 @@ def test_approximation_error_with_many_locations():
     marginals = rng.dirichlet(np.ones(100), size=20)
     truth = np.array([rng.multinomial(200, p) for p in marginals])
     noisy = truth + rng.laplace(0.0, laplace_scale(0.3), truth.shape)
-    exact = posterior_mean_solve(noisy, marginals, users=200, epsilon=0.3, exact=True).counts
-    approx = posterior_mean_solve(noisy, marginals, users=200, epsilon=0.3, exact=False).counts
+    options = dict(users=200, epsilon=0.3, likelihood="laplace")
+    exact = posterior_mean_solve(noisy, marginals, exact=True, **options).counts
+    approx = posterior_mean_solve(noisy, marginals, exact=False, **options).counts
     assert np.abs(approx - exact).max() <= 5e-3
 
 
@@ -136,8 +140,9 @@ def test_count_vectors_deterministic_and_extreme_inputs(method):
     matrix = smoothed_transition(FIG3_MATRIX, 0.05)
     for prior in ("frequency", "uniform"):
         for epsilon in (0.02, 1.0, 50.0):
-            first = postprocess(noisy, matrix, users=120, epsilon=epsilon, method=method, prior=prior)
-            again = postprocess(noisy.copy(), matrix, users=120, epsilon=epsilon, method=method, prior=prior)
+            options = dict(users=120, epsilon=epsilon, method=method, prior=prior, likelihood="laplace")
+            first = postprocess(noisy, matrix, **options)
+            again = postprocess(noisy.copy(), matrix, **options)
             np.testing.assert_array_equal(first.counts, again.counts)
             assert np.all(first.counts >= 0) and np.all(np.isfinite(first.counts))
             np.testing.assert_allclose(first.counts.sum(axis=1), 120, rtol=0, atol=1e-9)
@@ -150,7 +155,8 @@ def test_mean_is_monotone_in_its_own_release_and_has_the_right_limits():
     p = np.array([[0.2, 0.5, 0.3]])
     grid = np.linspace(-30, 60, 181)
     noisy = np.column_stack([grid, np.full(grid.size, 9.0), np.full(grid.size, 7.0)])
-    means = posterior_mean_solve(noisy, np.repeat(p, grid.size, axis=0), users=25, epsilon=0.8).counts[:, 0]
+    means = posterior_mean_solve(noisy, np.repeat(p, grid.size, axis=0), users=25, epsilon=0.8,
+                                 likelihood="laplace").counts[:, 0]
     assert np.all(np.diff(means) >= -1e-12)
     sharp = posterior_mean_solve([[4.0, 13.0, 8.0]], p, users=25, epsilon=80.0).counts
     np.testing.assert_allclose(sharp, [[4.0, 13.0, 8.0]], atol=1e-9)
@@ -165,7 +171,7 @@ def test_kalman_smoother_is_the_batch_linear_estimator():
     steps, m, users, epsilon = 6, 3, 90, 0.6
     noisy = LaplaceCounts(epsilon=epsilon, seed=1).release(simulate_counts(matrix, users=users, steps=steps, seed=2))
     marginals = prior_marginals(noisy, matrix, "uniform")
-    variance = noise_variance(laplace_scale(epsilon), "laplace")
+    variance = noise_variance(laplace_scale(epsilon), LaplaceCounts.likelihood)
     mean = users * marginals
     block = [_prior_covariance(marginals[:1], users)[0]]
     for t in range(1, steps):

@@ -17,7 +17,7 @@ sr, pm, hm             the LDP mean randomizers on the extreme inputs -1 and 1; 
 square-wave            Square Wave on the extreme inputs 0 and 1; the report
 count-of-counts[-hg,   one group's size is 2 or 3 in a region of 4 groups (method hc, hg or naive);
 -naive]                the estimated group sizes of the region
-laplace-counts         one user moves between two locations; the two noisy counts
+laplace-counts         one user moves between two locations; the two noisy (integer) counts
 =====================  ==========================================================================
 
 Support tests of additive noise read the grid step from the mechanism's ``granularity``
@@ -46,6 +46,7 @@ from dpstream.audit.core import (
 )
 from dpstream.count_of_counts import LevelHistograms, estimate_level
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
+from dpstream.noise import ExactNoise
 from dpstream.postprocess import LaplaceCounts
 from dpstream.release import HierarchicalPerturber
 from dpstream.release.binary_tree import BinaryTreeCounter
@@ -265,7 +266,8 @@ class CountOfCountsRegion(MechanismAdapter):
     """A Section 4 method on one region of 4 groups, sizes (1, 2, 2, 3) or (1, 2, 3, 3).
 
     ``n`` copies of the region form one level (disjoint regions get independent noise), so one
-    ``estimate_level`` call is ``n`` runs.  The output is the region's estimated sizes, sorted;
+    ``estimate_level`` call is ``n`` runs, with the exact discrete Laplace sampler of a release
+    drawing its bits from the audit's generator.  The output is the region's estimated sizes, sorted;
     the statistic counts the groups of size >= 3.
     """
 
@@ -278,7 +280,8 @@ class CountOfCountsRegion(MechanismAdapter):
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         groups = x.size
         truth = LevelHistograms.from_groups(np.repeat(np.arange(n), groups), np.tile(x, n), n)
-        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, rng=rng, max_size=self.max_size)
+        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, noise=ExactNoise(bits=rng),
+                                  max_size=self.max_size)
         hist = estimate.histograms
         return np.repeat(hist.size, hist.count).reshape(n, groups)  # rows sorted by (region, size)
 
@@ -290,8 +293,8 @@ class CountOfCountsRegion(MechanismAdapter):
         outputs = np.asarray(outputs)
         if outputs.ndim != 2 or outputs.shape[1] != x.size:
             raise UnverifiableSupport(f"count-of-counts outputs must hold {x.size} group sizes")
-        upper = np.inf if self.method == "hg" else self.max_size
-        valid = (outputs >= 0) & (outputs <= upper) & (outputs == np.rint(outputs))
+        # every method caps the sizes at the public K (max_size)
+        valid = (outputs >= 0) & (outputs <= self.max_size) & (outputs == np.rint(outputs))
         return valid.all(axis=1) & (np.diff(outputs, axis=1) >= 0).all(axis=1)
 
 

@@ -26,8 +26,10 @@ from dpstream.postprocess import (
     COUNT_SENSITIVITY,
     FIG3_MATRIX,
     FORMS,
+    LIKELIHOODS,
     METHODS,
     PRIORS,
+    LaplaceCounts,
     check_transition,
     laplace_scale,
     postprocess,
@@ -95,6 +97,9 @@ def _write_matrix(path: Path | None, matrix: np.ndarray, integer: bool, header: 
 @click.option("--sensitivity", type=float, default=COUNT_SENSITIVITY, show_default=True,
               help="The L1 sensitivity the counts were released with; noise Lap(sensitivity/epsilon) per cell: "
               "2 when neighbours move one user, 1 for add/remove-one-user.")
+@click.option("--likelihood", type=click.Choice(LIKELIHOODS), default=LaplaceCounts.likelihood, show_default=True,
+              help="The noise law the counts were released with (the mean, kalman and smooth methods use it; "
+              "discrete_laplace needs integer counts).")
 @click.option("--method", type=click.Choice(METHODS), default="map", show_default=True,
               help="map: with the Markov prior (Cao et al.); mle: without it (Lee et al.); mean: posterior mean "
               "per step; kalman: linear smoother over all steps; smooth: posterior mean per step with the "
@@ -108,7 +113,8 @@ def _write_matrix(path: Path | None, matrix: np.ndarray, integer: bool, header: 
               help="Where the post-processed counts go (CSV, same shape and header row as NOISY.csv; '-' is stdout).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def postprocess_command(noisy_path: str, transition_path: str, users: int, epsilon: float, sensitivity: float,
-                        method: str, prior: str, form: str, integer: bool, output_path: str, force: bool) -> None:
+                        likelihood: str, method: str, prior: str, form: str, integer: bool, output_path: str,
+                        force: bool) -> None:
     """Post-process noisy location counts (T rows x m columns, no index column).
 
     MAP assumes the counts carry Lap(sensitivity/epsilon) noise in every cell.  Uses only the
@@ -124,7 +130,7 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
             f"has {noisy.shape[1]} columns (one per location)."
         )
     estimate = postprocess(noisy, transition, users=users, epsilon=epsilon, method=method, prior=prior, form=form,
-                           sensitivity=sensitivity)
+                           sensitivity=sensitivity, likelihood=likelihood)
     mismatch = _users_mismatch(noisy, users, epsilon, sensitivity)
     if mismatch:
         say(mismatch)
