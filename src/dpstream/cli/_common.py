@@ -81,8 +81,9 @@ QUOTE_LIMIT = 80
 
 __all__ = [
     "QUOTE_LIMIT", "RUNTIME_ERROR", "SEED_HELP", "STOP_SIGNALS", "USAGE_ERROR", "Stopped", "check_finite", "cli",
-    "epsilon_option", "epsilons_option", "floats", "is_stream", "main", "output_directory", "output_file", "prepare_output",
-    "progress_bar", "quote", "say", "usage_errors", "warn_if_seeded", "write_csv",
+    "epsilon_option", "epsilons_option", "floats", "is_stream", "main", "one_line", "output_directory", "output_file",
+    "prepare_output", "progress_bar", "quote", "remove_stale_temporaries", "say", "usage_errors", "warn_if_seeded",
+    "write_csv",
 ]
 
 _Kind = TypeVar("_Kind")
@@ -116,7 +117,7 @@ def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[0]}{_cut(text[1:-1], limit)}{text[-1]} ({len(value):,} characters)"
 
 
-_QUOTED = re.compile(r"'[^'\n]{%d,}'|\"[^\"\n]{%d,}\"" % (QUOTE_LIMIT + 1, QUOTE_LIMIT + 1))
+_QUOTED = re.compile(rf"'[^'\n]{{{QUOTE_LIMIT + 1},}}'|\"[^\"\n]{{{QUOTE_LIMIT + 1},}}\"")
 #: The longest error line, whatever its source (a last line of defence behind :func:`quote`).
 _MESSAGE_LIMIT = 600
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +13,7 @@ from dpstream.cli._common import (
     SEED_HELP,
     cli,
     epsilon_option,
+    output_directory,
     output_file,
     prepare_output,
     progress_bar,
@@ -261,9 +261,6 @@ def evaluate_count_of_counts(
         {"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}
         for level, error in enumerate(omniscient_error(data, epsilon))
     ]
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_csv(paths["runs"], rows)
-    write_csv(paths["summary"], summary)
     config = {
         "dataset": "tables" if entities else dataset,
         "n_groups": data.n_groups,
@@ -273,8 +270,11 @@ def evaluate_count_of_counts(
         "seed": seed,
         "regions_per_level": [data.tree.size(level) for level in range(data.tree.levels)],
     }
-    paths["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
-    plot_level_errors(summary, paths["plot"], title=f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["runs"], rows)
+        write_csv(staged["summary"], summary)
+        staged["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
+        plot_level_errors(summary, staged["plot"], title=f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs")
     click.echo(_table(summary))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from dpstream.cli._common import cli, floats, prepare_output, say, write_csv
+from dpstream.cli._common import cli, floats, output_directory, prepare_output, say, write_csv
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
 
@@ -50,14 +49,14 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     records = run_study(study, data.values, data.upper_bound, epsilons=floats(epsilons), methods=method_list,
                         config=config, seed=seed, dataset=data.name, log=say)
     rows = summarize(records)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_csv(paths["rounds"], records)
-    write_csv(paths["summary"], rows)
-    paths["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
-                                         "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
     from dpstream.evaluation.streams import plot_metric
 
-    plot_metric(rows, paths["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["rounds"], records)
+        write_csv(staged["summary"], rows)
+        staged["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
+                                              "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
+        plot_metric(rows, staged["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
     click.echo(_table(rows))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 
