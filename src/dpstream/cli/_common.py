@@ -128,7 +128,9 @@ def one_line(message: str) -> str:
     >>> one_line("bad value\\n'" + "y" * 200 + "'")  # doctest: +ELLIPSIS
     "bad value 'yyyy...yyyy'"
     """
-    message = " ".join(message.split("\n")).replace("\r", " ")
+    message = " ".join(message.split("\n"))
+    if not message.isprintable():  # no control character may break the line (or the terminal)
+        message = "".join(char if char.isprintable() else repr(char)[1:-1] for char in message)
     message = _QUOTED.sub(lambda found: found[0][0] + _cut(found[0][1:-1], QUOTE_LIMIT) + found[0][0], message)
     return _cut(message, _MESSAGE_LIMIT)
 
@@ -398,6 +400,8 @@ def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (
 
     Raises
     ------
+    click.UsageError
+        If ``-o/--output`` ends with ``/`` (a directory, not a file).
     click.ClickException
         If an output is one of ``inputs`` (even with ``force``), exists without ``force``, is not
         a regular file and not a stream, names a directory, or its directory does not exist
@@ -419,7 +423,7 @@ def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (
         return None
     option = "--output" if files is None else "--out"
     if files is None and output.endswith(("/", os.sep)):
-        raise click.ClickException(
+        raise click.UsageError(
             f"--output {quote(output)} ends with '/': give the name of a file, not a directory (nothing was written)."
         )
     targets = [Path(output)] if files is None else [Path(output) / name for name in files.values()]

@@ -17,7 +17,9 @@ from dpstream.cli._common import (
     output_file,
     prepare_output,
     progress_bar,
+    quote,
     say,
+    usage_errors,
     warn_if_seeded,
     write_csv,
 )
@@ -40,7 +42,7 @@ def _methods(text: str) -> list[str]:
     bad = [name for name in names if name not in METHODS]
     if not names or bad:
         raise click.BadParameter(
-            f"expected one of {', '.join(METHODS)} (or one per level, comma-separated), got {text!r}."
+            f"expected one of {', '.join(METHODS)} (or one per level, comma-separated), got {quote(text)}."
         )
     return names
 
@@ -104,15 +106,17 @@ def count_of_counts(
 ) -> None:
     """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1)."""
     target = prepare_output(output_path, force=force, inputs=[entities, groups, hierarchy])
-    mechanism = TopDownCountOfCounts(
-        epsilon=epsilon,
-        methods=_methods(method),
-        max_size=max_size,
-        max_size_epsilon=max_size_epsilon,
-        isotonic=isotonic,
-        merge=merge,
-        seed=seed,
-    )
+    methods = _methods(method)
+    with usage_errors():
+        mechanism = TopDownCountOfCounts(
+            epsilon=epsilon,
+            methods=methods,
+            max_size=max_size,
+            max_size_epsilon=max_size_epsilon,
+            isotonic=isotonic,
+            merge=merge,
+            seed=seed,
+        )
     warn_if_seeded(seed)
     data = read_tables(entities, groups, hierarchy)
     say(
@@ -160,7 +164,7 @@ def _strategies(ctx: click.Context, param: click.Parameter, text: str) -> list[s
     names = [name.strip() for name in text.split(",") if name.strip()]
     bad = [name for name in names if name not in STRATEGIES]
     if not names or bad:
-        problem = f"unknown strategies {bad}" if bad else f"no strategy in {text!r}"
+        problem = f"unknown strategy {quote(bad[0])}" if bad else f"no strategy in {quote(text)}"
         raise click.BadParameter(f"{problem}; choose from {', '.join(STRATEGIES)}.")
     return names
 

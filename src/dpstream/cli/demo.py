@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dpstream.cli._common import cli, output_directory, prepare_output, say
+from dpstream.cli._common import cli, output_directory, prepare_output, say, usage_errors
 from dpstream.cli.release import RELEASE_METHODS, announce
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS
@@ -30,7 +30,8 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     paths = prepare_output(out_dir, force=force, files={"plot": "pos-moving-average.png"})
     data = load_dataset("pos")
     say(f"dataset: {data.description}; B = {data.upper_bound:g}")
-    tops = ToPS(epsilon=epsilon, upper_bound=data.upper_bound, seed=seed)
+    with usage_errors():
+        tops = ToPS(epsilon=epsilon, upper_bound=data.upper_bound, seed=seed)
     released = tops.release(data.values)
     announce(tops, RELEASE_METHODS["tops"].describe)
     report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, paths=paths,
@@ -54,7 +55,8 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     it shows utility, it is not a private release.
     """
     data = load_dataset("pos")
-    topl = ToPL(epsilon=epsilon, upper_bound=data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
+    with usage_errors():
+        topl = ToPL(epsilon=epsilon, upper_bound=data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
     # every plotted point is the mean of at least one released value
     released_count = max(data.values.size - topl.hold, 0)
     if not 1 <= intervals <= released_count:

@@ -28,7 +28,7 @@ def pak_improvement(dataset: str, column: str | None, upper_bound: float | None,
     from dpstream.evaluation.pak_analysis import last_step_errors, plot_last_step_errors
 
     if rounds < 1:
-        raise click.ClickException(f"--rounds must be >= 1, got {rounds}.")
+        raise click.BadParameter(f"must be >= 1, got {rounds}.", param_hint="'--rounds'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column)
     stem = f"pak-improvement-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset],

@@ -10,6 +10,7 @@ from typing import Any
 import click
 import numpy as np
 
+from dpstream._checks import check_positive_int
 from dpstream.cli._common import (
     cli,
     epsilon_option,
@@ -19,7 +20,9 @@ from dpstream.cli._common import (
     output_file,
     prepare_output,
     progress_bar,
+    quote,
     say,
+    usage_errors,
     write_csv,
 )
 from dpstream.io import open_input, read_matrix
@@ -114,6 +117,9 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     released counts and public knowledge (the transition matrix, n, epsilon, the sensitivity),
     so the output keeps the release's privacy guarantee and spends nothing more.
     """
+    with usage_errors():  # the parameters of the release, checked before anything is read
+        laplace_scale(epsilon, sensitivity)
+        check_positive_int(users, "users")
     output = prepare_output(output_path, force=force, inputs=[noisy_path, transition_path])
     noisy = read_matrix(noisy_path, "noisy counts")
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
@@ -144,7 +150,7 @@ def _steps_grid(ctx: click.Context, param: click.Parameter, text: str) -> list[i
     values = floats(text)
     bad = [value for value in values if not (value.is_integer() and value >= 1)]
     if bad:
-        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {text!r}.")
+        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {quote(text)}.")
     return [int(value) for value in values]
 
 
