@@ -405,7 +405,8 @@ def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (
     click.ClickException
         If an output is one of ``inputs`` (even with ``force``), exists without ``force``, is not
         a regular file and not a stream, names a directory, or its directory does not exist
-        (for ``--out``: cannot be created); or if the output is stdout and stdout is closed.
+        (for ``--out``: cannot be created); or if stdout is the output and is closed, or stdin
+        an input and closed.
 
     Examples
     --------
@@ -418,6 +419,8 @@ def prepare_output(output: str, *, force: bool, inputs: Iterable[str | None] = (
     'no-such-dir/study.csv'
     """
     sources = [source for source in inputs if source is not None]
+    if "-" in sources and (sys.stdin is None or getattr(sys.stdin, "closed", False)):
+        raise click.ClickException("stdin is closed; give the input as a file (nothing was written).")
     if files is None and output == "-":
         _check_stdout(reads_stdin="-" in sources)
         return None
