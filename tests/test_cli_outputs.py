@@ -137,11 +137,19 @@ def test_two_releases_to_one_output_never_mix(tmp_path):
     values = _stream(source, size=2000)
     out = tmp_path / "out.txt"
     lines = source.read_bytes().splitlines(keepends=True)
-    runs = {seed: subprocess.Popen(_command("release", "-", "-o", out, *OPTIONS[:-1], seed, "--force"),
-                                   stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path) for seed in (1, 2)}
+    runs = {}
+
+    def start(seed):
+        runs[seed] = subprocess.Popen(_command("release", "-", "-o", out, *OPTIONS[:-1], seed, "--force"),
+                                      stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+
     try:
+        start(1)
         runs[1].stdin.write(b"".join(lines[:1000]))  # the first is midway when the second runs whole
         runs[1].stdin.flush()
+        _wait_for(lambda: any(path.name.startswith(".out.txt") and path.stat().st_size > 0
+                              for path in tmp_path.iterdir()), "the first release's temporary output")
+        start(2)
         _, err = runs[2].communicate(b"".join(lines), timeout=TIMEOUT)
         assert runs[2].returncode == 0, err
         assert np.array_equal(np.loadtxt(out), _expected(values, seed=2))
