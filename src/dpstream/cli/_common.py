@@ -625,10 +625,8 @@ def _fsync_directory(directory: Path) -> None:
             os.close(descriptor)
 
 
-def _create_temp_file(target: Path) -> tuple[Path, int]:
-    """A new, locked temporary file beside ``target``: (path, descriptor)."""
-    remove_stale_temporaries(target.parent, target.name)
-    temp = target.with_name(_temp_name(target.name))
+def _create_temp_file(temp: Path, target: Path) -> int:
+    """Create ``temp``, locked, for what will replace ``target``; return its descriptor."""
     try:
         descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as error:
@@ -638,7 +636,7 @@ def _create_temp_file(target: Path) -> tuple[Path, int]:
     _lock(descriptor)
     with suppress(OSError):  # a replaced file keeps its permissions (a private output stays private)
         os.fchmod(descriptor, stat.S_IMODE(os.stat(target).st_mode))
-    return temp, descriptor
+    return descriptor
 
 
 @contextmanager
@@ -662,9 +660,10 @@ def output_file(target: Path | None) -> Iterator[TextIO]:
     if kind not in ("file", "missing"):
         raise click.ClickException(f"{target} is {_describe_kind(target)}, which is never replaced.")
     final = Path(os.path.realpath(target)) if kind == "file" else target  # keep a symbolic link, replace its file
-    temp, descriptor = _create_temp_file(final)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+    remove_stale_temporaries(final.parent, final.name)
+    temp = final.with_name(_temp_name(final.name))
+    try:  # from before the file exists: a signal at any point leaves nothing behind
+        with os.fdopen(_create_temp_file(temp, final), "w", encoding="utf-8") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -695,15 +694,16 @@ def output_directory(paths: Mapping[_Kind, Path]) -> Iterator[dict[_Kind, Path]]
     name = Path(os.path.abspath(out)).name or "out"
     home = out if out.is_dir() else next((path for path in out.parents if path.is_dir()), Path("."))
     remove_stale_temporaries(home, name)
-    staging = home / _temp_name(name)
-    try:
-        os.mkdir(staging, 0o777)
-    except OSError as error:
-        raise click.ClickException(
-            f"cannot create a directory in {home} ({_os_message(error).rstrip('.')}); nothing was written."
-        ) from None
-    descriptor = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+    staging = home / _temp_name(name)  # the name holds this process's number: no other process makes it
+    descriptor = None
+    try:  # from before the directory exists: a signal at any point leaves nothing behind
+        try:
+            os.mkdir(staging, 0o777)
+        except OSError as error:
+            raise click.ClickException(
+                f"cannot create a directory in {home} ({_os_message(error).rstrip('.')}); nothing was written."
+            ) from None
+        descriptor = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         _lock(descriptor)
         yield {kind: staging / path.name for kind, path in paths.items()}
         for path in paths.values():
@@ -718,7 +718,8 @@ def output_directory(paths: Mapping[_Kind, Path]) -> Iterator[dict[_Kind, Path]]
             os.rename(staging, out)
             _fsync_directory(out.parent)
     finally:
-        os.close(descriptor)
+        if descriptor is not None:
+            os.close(descriptor)
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
 
