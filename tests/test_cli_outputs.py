@@ -483,13 +483,14 @@ def test_evaluation_files_appear_all_together_or_not_at_all(tmp_path, monkeypatc
 
 
 def test_output_directory_moves_the_files_only_when_all_are_written(tmp_path):
-    from dpstream.cli._common import output_directory
+    from dpstream.cli._common import Stopped, output_directory
 
     paths = {"a": tmp_path / "out" / "a.csv", "b": tmp_path / "out" / "b.csv"}
-    with pytest.raises(RuntimeError), output_directory(paths) as staged:
-        staged["a"].write_text("complete")
-        raise RuntimeError("the second file failed")
-    assert list(tmp_path.iterdir()) == []
+    for failure in (RuntimeError("the second file failed"), Stopped(signal.SIGTERM)):
+        with pytest.raises(type(failure)), output_directory(paths) as staged:
+            staged["a"].write_text("complete")
+            raise failure
+        assert list(tmp_path.iterdir()) == []
     with output_directory(paths) as staged:
         for path in staged.values():
             path.write_text("new")
