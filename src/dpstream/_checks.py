@@ -14,11 +14,13 @@ import numpy as np
 
 __all__ = [
     "MAX_LOCAL_EPSILON",
+    "MAX_MAGNITUDE",
     "MIN_EPSILON",
     "ROW_SUM_TOLERANCE",
     "check_bool",
     "check_epsilon",
     "check_local_epsilon",
+    "check_magnitude",
     "check_positive_int",
     "check_nonnegative_int",
     "check_bound",
@@ -79,6 +81,33 @@ def check_local_epsilon(value: object, name: str = "epsilon") -> float:
         raise ValueError(f"{name} of a local randomizer must be at most {MAX_LOCAL_EPSILON:g} (larger budgets break "
                          f"the randomizers' float64 arithmetic and protect nothing), got {epsilon!r}.")
     return epsilon
+
+
+#: The largest noise scale, or worst-case sum of values, a mechanism accepts.  float64 ends at
+#: 1.8e308; a release adds up dozens of noise draws (a Laplace draw stays below ~40 noise scales)
+#: and up to ``max_range`` values, and a margin of 1e8 keeps every such sum finite.
+MAX_MAGNITUDE = 1e300
+
+
+def check_magnitude(value: float, name: str) -> float:
+    """A noise scale or a worst-case sum a mechanism will compute: finite and at most :data:`MAX_MAGNITUDE`.
+
+    Refusing it up front is what keeps a release from publishing ``inf`` or ``nan`` when its
+    parameters (a huge ``upper_bound``, a tiny ``epsilon``) overflow float64.
+
+    >>> check_magnitude(1e12, "the noise scale upper_bound * levels / epsilon")
+    1000000000000.0
+    >>> check_magnitude(1e313, "the noise scale upper_bound * levels / epsilon")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: the noise scale upper_bound * levels / epsilon must be at most 1e+300 (float64 ..., got inf; ...
+    """
+    value = float(value)
+    if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
+        raise ValueError(
+            f"{name} must be at most {MAX_MAGNITUDE:g} (float64 sums of noisy values overflow beyond), "
+            f"got {value:g}; lower upper_bound or raise epsilon."
+        )
+    return value
 
 
 def check_bool(value: object, name: str) -> bool:

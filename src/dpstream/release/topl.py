@@ -37,6 +37,7 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_magnitude,
     check_positive_int,
     check_stream_values,
     check_unit_values,
@@ -164,6 +165,9 @@ class ToPLCollector:
         self.variant = check_choice(variant, "variant", SW_VARIANTS)
         self._sw = SquareWave(epsilon=self.threshold_epsilon)
         self._hm = HybridMechanism(epsilon=self.epsilon)
+        # an estimate is theta (unit + 1) / 2 with theta <= B and |unit| <= the larger HM output bound
+        check_magnitude(self.upper_bound * (max(self._hm.pm.s, self._hm.sr.scale) + 1.0) / 2.0,
+                        "the largest estimate upper_bound * (C + 1) / 2 (C: the Hybrid mechanism's output bound)")
         self._held = np.empty(self.hold, dtype=np.float64)
         self._received = 0
         self._threshold: float | None = None
