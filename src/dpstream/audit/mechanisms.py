@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from dpstream._progress import Progress, notify
 from dpstream.audit.core import (
     DEFAULT_ALPHA,
     DEFAULT_EVENTS,
@@ -319,7 +320,8 @@ def run_audit(
     names: list[str] | tuple[str, ...] | None = None,
     *,
     seed: int = 0,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
     alpha: float = DEFAULT_ALPHA,
     samples: int | None = None,
     events: int = DEFAULT_EVENTS,
@@ -334,6 +336,8 @@ def run_audit(
         Each mechanism's runs are drawn from a generator seeded by ``(seed, name)``, so a
         mechanism gets the same runs whether it is audited alone or with others.
     progress : callable, optional
+        ``progress(done, total)`` over the mechanisms (the :mod:`dpstream._progress` convention).
+    log : callable, optional
         Called with a one-line message before each mechanism.
     alpha : float
         Family-wise error over all mechanisms (Bonferroni: ``alpha / len(names)`` each), so all
@@ -351,11 +355,13 @@ def run_audit(
     if unknown or not selected:
         raise ValueError(f"names must be among {', '.join(MECHANISMS)}; got {unknown or selected!r}.")
     results = []
+    notify(progress, 0, len(selected))
     for index, name in enumerate(selected, start=1):
-        if progress is not None:
-            progress(f"auditing {name} ({index}/{len(selected)})")
+        if log is not None:
+            log(f"auditing {name} ({index}/{len(selected)})")
         rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
         results.append(
             audit_mechanism(MECHANISMS[name](), samples=samples, seed=rng, alpha=alpha / len(selected), events=events)
         )
+        notify(progress, index, len(selected))
     return results
