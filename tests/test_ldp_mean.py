@@ -315,7 +315,7 @@ def test_bad_grids_and_reports_are_named():
     assert tiny.p > tiny.q and tiny.ratio <= exp_lower_bound(1e-12)
     pm = PiecewiseMechanism(epsilon=1.0, grid=16)
     with pytest.raises(ValueError, match=r"position 2 \(0-based\) is 40, not a point of the grid \(an integer in "
-                                         r"\[0, 26\]\)"):
+                                         r"\[0, 25\]\)"):
         pm.check_reports([0, 3, 40])
     with pytest.raises(ValueError, match="position 0 .* is -1"):
         check_indices(np.array([-1]), 4)

@@ -132,9 +132,9 @@ def load_parameters(text: object) -> dict[str, Any]:
     Checks the format, the fields and their JSON types, and that ``id`` matches the content; the
     values themselves are checked by :meth:`ToPLClient.from_json <dpstream.release.ToPLClient.from_json>`.
 
-    >>> load_parameters('{"format": "dpstream.topl.parameters/0"}')
+    >>> load_parameters('{"format": "dpstream.topl.parameters/0"}')  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ValueError: ToPL parameters must have "format": "dpstream.topl.parameters/1", got format 'dpstream.topl.parameters/0'.
+    ValueError: ToPL parameters must have "format": "dpstream.topl.parameters/1", got format '...parameters/0'.
     """
     what = "ToPL parameters"
     document = _parse(text, what)
