@@ -122,7 +122,9 @@ def test_the_collector_needs_only_reports_sent_as_plain_data():
     clients: dict[str, ToPLClient] = {}  # a client reads the published document (parsed once per version here)
     for value in values:
         published = collector.parameters_json()
-        client = clients.setdefault(published, ToPLClient.from_json(published))
+        if published not in clients:
+            clients[published] = ToPLClient.from_json(published)
+        client = clients[published]
         wire = json.dumps(client.report(value, bits))  # a report is two integers
         out = collector.receive(tuple(json.loads(wire)))
         if out is not None:

@@ -68,6 +68,7 @@ __all__ = [
     "DENOMINATOR",
     "DENOMINATOR_BITS",
     "WindowRandomizer",
+    "as_bits",
     "check_indices",
     "draw_words",
     "exp_lower_bound",
@@ -103,6 +104,14 @@ def exp_lower_bound(x: float) -> Fraction:
         total += term
         k += 1
     return Fraction(total, 1 << _EXP_BITS)
+
+
+def as_bits(bits: BitsSeed) -> BitSource:
+    """``bits`` itself when it is already a bit source (the quick test of a hot path), else
+    :func:`~dpstream.noise.bits.make_bits` of it (None: the OS CSPRNG; an int: a seeded PCG64)."""
+    if callable(getattr(bits, "words", None)):
+        return bits  # type: ignore[return-value]
+    return make_bits(bits)
 
 
 def draw_words(bits: BitSource, size: int, columns: int) -> np.ndarray:
@@ -272,7 +281,7 @@ class WindowRandomizer:
 
     def perturb(self, values: np.ndarray, bits: BitsSeed = None) -> np.ndarray:
         """Reports of ``values`` (already checked to lie in ``[low, high]``), drawing from ``bits``."""
-        return self.sample(values, draw_words(make_bits(bits), values.size, self.draws))
+        return self.sample(values, draw_words(as_bits(bits), values.size, self.draws))
 
     # -- estimation ------------------------------------------------------------------------
 

@@ -48,8 +48,8 @@ import numpy as np
 
 from dpstream._checks import check_local_epsilon, check_unit_values
 from dpstream._checks import plain_number as plain
-from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, check_indices, draw_words, sup_variance
-from dpstream.noise.bits import BitsSeed, make_bits
+from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, as_bits, check_indices, draw_words, sup_variance
+from dpstream.noise.bits import BitsSeed
 from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
 
 __all__ = [
@@ -150,7 +150,7 @@ class StochasticRounding:
         ``bits``: a bit source, or a seed for one (None: the OS CSPRNG; an int: replayable).
         """
         values = check_unit_values(values)
-        return self.perturb_draws(values, draw_words(make_bits(bits), values.size, self.draws))
+        return self.perturb_draws(values, draw_words(as_bits(bits), values.size, self.draws))
 
     def check_reports(self, reports: object, name: str = "SR reports") -> np.ndarray:
         """Reports as int64, each 0 or 1 (else a ValueError naming the first bad one)."""
@@ -234,7 +234,7 @@ class PiecewiseMechanism:
     def perturb(self, values: object, bits: BitsSeed = None) -> np.ndarray:
         """Client side: a report index for each value in [-1, 1] (int64); ``bits`` as for SR."""
         values = check_unit_values(values)
-        return self.perturb_draws(values, draw_words(make_bits(bits), values.size, self.draws))
+        return self.perturb_draws(values, draw_words(as_bits(bits), values.size, self.draws))
 
     def check_reports(self, reports: object, name: str = "PM reports") -> np.ndarray:
         """Reports as int64 indices in [0, N) (else a ValueError naming the first bad one)."""
@@ -310,7 +310,7 @@ class HybridMechanism:
     def perturb(self, values: object, bits: BitsSeed = None) -> tuple[np.ndarray, np.ndarray]:
         """Client side: ``(uses_pm, j)`` for each value in [-1, 1]; ``bits`` as for SR."""
         values = check_unit_values(values)
-        return self.perturb_draws(values, draw_words(make_bits(bits), values.size, self.draws))
+        return self.perturb_draws(values, draw_words(as_bits(bits), values.size, self.draws))
 
     def check_reports(self, uses_pm: object, reports: object) -> np.ndarray:
         """Each report's index checked against its branch's grid; int64."""

@@ -40,8 +40,8 @@ from functools import cached_property
 import numpy as np
 
 from dpstream._checks import check_local_epsilon, check_positive_int, check_unit_values
-from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, check_indices, draw_words
-from dpstream.noise.bits import BitsSeed, make_bits
+from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, as_bits, check_indices, draw_words
+from dpstream.noise.bits import BitsSeed
 from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
 
 __all__ = ["MAX_SW_GRID", "DensityEstimate", "SquareWave", "estimate_density"]
@@ -134,7 +134,7 @@ class SquareWave:
         ``bits``: a bit source, or a seed for one (None: the OS CSPRNG; an int: replayable).
         """
         values = check_unit_values(values, 0.0, 1.0)
-        return self.perturb_draws(values, draw_words(make_bits(bits), values.size, self.draws))
+        return self.perturb_draws(values, draw_words(as_bits(bits), values.size, self.draws))
 
     def check_reports(self, reports: object, name: str = "Square Wave reports") -> np.ndarray:
         """Reports as int64 indices in [0, N) (else a ValueError naming the first bad one)."""
