@@ -229,6 +229,16 @@ class WindowRandomizer:
         return math.log1p(float(Fraction(self.p + (self.extra > 0) - self.q, self.q)))
 
     @property
+    def ratio_gap(self) -> float:
+        """``epsilon - log(ratio)`` (> 0), from the certified bound: ``log(L / ratio)``, L within 2^-240 of e^eps."""
+        return math.log1p(float(exp_lower_bound(self.epsilon) / self.ratio - 1))
+
+    def describe_ratio(self) -> str:
+        """The exact ratio for a privacy statement: ``"P/Q = e^(eps - gap) <= e^eps"``."""
+        top = self.p + (self.extra > 0)
+        return f"exact probability ratio {top}/{self.q} = e^({plain(self.epsilon)} - {self.ratio_gap:.2g}) <= e^eps"
+
+    @property
     def step(self) -> float:
         """h, the spacing of the input grid."""
         return (self.high - self.low) / self.grid

@@ -71,9 +71,7 @@ MAX_PM_GRID = 1 << 20
 def _privacy(name: str, epsilon: float, core: WindowRandomizer) -> PrivacyGuarantee:
     return PrivacyGuarantee(
         epsilon=epsilon, delta=0.0, neighbours=LOCAL_REPORT, local=True,
-        composition=(f"{name}: one report per value on a finite grid, exact probability ratio "
-                     f"{core.p + (core.extra > 0)}/{core.q} <= e^eps (= e^{core.ratio_epsilon:.12g}); "
-                     "no composition"),
+        composition=f"{name}: one report per value on a finite grid, {core.describe_ratio()}; no composition",
     )
 
 

@@ -146,8 +146,7 @@ class SquareWave:
         return PrivacyGuarantee(
             epsilon=self.epsilon, delta=0.0, neighbours=LOCAL_REPORT, local=True,
             composition=(f"SW on a grid of {self.grid + 1} inputs and {self.outputs} outputs: one report per value, "
-                         f"exact probability ratio {core.p + (core.extra > 0)}/{core.q} <= e^eps "
-                         f"(= e^{core.ratio_epsilon:.12g}); no composition"),
+                         f"{core.describe_ratio()}; no composition"),
         )
 
 
