@@ -372,6 +372,10 @@ def test_release_privacy_and_errors():
     assert ToPL(epsilon=0.5, upper_bound=100.0, hold=10, clip=True, seed=0).release([500.0] * 12).size == 2
     with pytest.raises(ValueError, match=r"threshold must be <= upper_bound 10, got 11\."):
         ToPLClient(epsilon=1.0, upper_bound=10.0, threshold=11.0)
+    with pytest.raises(ValueError, match=r"buckets must be an integer in \[2, 65536\], got 1000000\."):
+        ToPLClient(epsilon=1.0, upper_bound=10.0, buckets=10**6)
+    with pytest.raises(ValueError, match=r"stream_grid must be an integer >= 1, got 0\."):
+        ToPL(epsilon=1.0, upper_bound=10.0, stream_grid=0)
     with pytest.raises(ValueError, match="variant must be one of"):
         ToPL(epsilon=1.0, upper_bound=10.0, variant="median")
 

@@ -51,6 +51,8 @@ from dpstream._checks import (
 )
 from dpstream.ldp import HybridMechanism, SquareWave
 from dpstream.ldp.grid import DENOMINATOR_BITS, WindowRandomizer, as_bits, draw_words
+from dpstream.ldp.mean import MAX_PM_GRID
+from dpstream.ldp.square_wave import MAX_SW_GRID
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
 from dpstream.release.topl_wire import (
@@ -168,7 +170,11 @@ class ToPLClient:
                                  f"got {plain_number(theta)}.")
             object.__setattr__(self, "threshold", theta)
         check_bool(self.clip, "clip")
-        # the mechanisms check the budgets (at most 30), the grids and their combination
+        for name, value, low, high in (("buckets", self.buckets, 2, MAX_SW_GRID),
+                                       ("stream_grid", self.stream_grid, 1, MAX_PM_GRID)):
+            if value is not None and not low <= check_positive_int(value, name, minimum=low) <= high:
+                raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value}.")
+        # the mechanisms check the budgets (at most 30), the grids' upper limits and their combination
         object.__setattr__(self, "stream_grid", self.hm.grid)
         object.__setattr__(self, "buckets", self.sw.grid)
 
@@ -370,7 +376,10 @@ class ToPLCollector:
                 index = int(np.argmax(codes[:start] != SW_REPORT))
                 raise ValueError(f"report {self._received + index} must be a Square Wave threshold report "
                                  f"(mechanism {SW_REPORT}) until theta is published, got mechanism {codes[index]}.")
-            held = self._parameters.sw.check_reports(indices[:start])
+            try:
+                held = self._parameters.sw.check_reports(indices[:start])
+            except ValueError as error:  # positions are within the batch: say where the batch starts
+                raise ValueError(f"{error} (this batch starts at report {self._received} of the stream)") from None
             self._held[self._received : self._received + start] = held
             self._received += start
             if self._received < self.hold:
@@ -398,8 +407,8 @@ class ToPLCollector:
         uses_pm = codes == PM_REPORT
         try:
             indices = hm.check_reports(uses_pm, indices)
-        except ValueError as error:  # name the report by its position in the whole stream
-            raise ValueError(f"{error} (report {self._received} onwards)") from None
+        except ValueError as error:  # positions are within the batch: say where the batch starts
+            raise ValueError(f"{error} (this batch starts at report {self._received} of the stream)") from None
         self._received += codes.size
         theta = self.threshold
         assert theta is not None
