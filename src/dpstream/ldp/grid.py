@@ -10,8 +10,8 @@ The randomizer (:class:`WindowRandomizer`)
 * **Inputs.**  A value ``v`` in ``[low, high]`` is first rounded at random to the grid
   ``x_i = low + h i`` (``h = (high - low) / n``, ``i = 0..n``): with ``u = (v - low) / h`` and
   ``i = floor(u)``, it goes to ``x_{i+1}`` with probability ``frac = u - i`` and to ``x_i``
-  otherwise, so ``E[x] = v``.  ``frac`` is taken as ``floor(frac 2^62) / 2^62`` (an error below
-  ``2^-62 h``, far below float64's resolution of ``v``).
+  otherwise, so ``E[x] = v``.  ``u`` is computed in float64 (one rounding, at the value's own
+  resolution) and ``frac`` taken as ``floor(frac 2^62) / 2^62`` (an error below ``2^-62 h``).
 * **Outputs.**  Grid input ``i`` is reported as an index ``j`` in ``[0, N)``, ``N = n + w``, with
 
       Pr[j | i] = m_{j - i} / D   if 0 <= j - i < w   (the window of w outputs starting at i)
