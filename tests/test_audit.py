@@ -264,7 +264,19 @@ def test_adapters_pass_once_the_noise_is_on_a_declared_grid(monkeypatch):
 
 def test_run_audit_reports_progress_and_formats_a_table():
     messages = []
-    results = run_audit(["sr", "nm-e"], samples=2000, seed=5, progress=messages.append)
+    results = run_audit(["sr", "nm-e"], samples=2000, seed=5, log=messages.append)
     assert messages == ["auditing sr (1/2)", "auditing nm-e (2/2)"]
     table = format_table(results).splitlines()
     assert table[0].startswith("mechanism") and table[1].startswith("sr") and table[2].startswith("nm-e")
+
+
+def test_the_audit_command_prints_the_table_and_exits_by_the_result():
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    passed = CliRunner().invoke(cli, ["audit", "sr", "count-of-counts", "--samples", "2000"])
+    assert passed.exit_code == 0, passed.output
+    assert "eps lower bound" in passed.output and "sr " in passed.output and "FAIL" not in passed.output
+    unknown = CliRunner().invoke(cli, ["audit", "no-such-mechanism"])
+    assert unknown.exit_code == 2 and "unknown mechanism 'no-such-mechanism'" in unknown.output

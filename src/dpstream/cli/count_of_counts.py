@@ -17,9 +17,11 @@ from dpstream.cli._common import (
     SEED_HELP,
     cli,
     epsilon_option,
+    output_directory,
     output_file,
     prepare_output,
     progress_bar,
+    quote,
     say,
     warn_if_seeded,
     write_csv,
@@ -61,7 +63,7 @@ def _methods(ctx: click.Context, param: click.Parameter, text: str) -> list[str]
     if not names or bad:
         raise click.BadParameter(
             f"expected one of {', '.join(METHODS)} (or one per level, comma-separated) or {BOTTOM_UP} "
-            f"(bottom-up), got {text!r}."
+            f"(bottom-up), got {quote(text)}."
         )
     return names
 
@@ -325,7 +327,7 @@ def _strategies(ctx: click.Context, param: click.Parameter, text: str) -> list[s
     names = [name.strip() for name in text.split(",") if name.strip()]
     bad = [name for name in names if name not in STRATEGIES]
     if not names or bad:
-        problem = f"unknown strategies {bad}" if bad else f"no strategy in {text!r}"
+        problem = f"unknown strategy {quote(bad[0])}" if bad else f"no strategy in {quote(text)}"
         raise click.BadParameter(f"{problem}; choose from {', '.join(STRATEGIES)}.")
     return names
 
@@ -435,9 +437,6 @@ def evaluate_count_of_counts(
         {"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}
         for level, error in enumerate(omniscient_error(data, epsilon))
     ]
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_csv(paths["runs"], rows)
-    write_csv(paths["summary"], summary)
     config = {
         "dataset": "tables" if entities else dataset,
         "n_groups": data.n_groups,
@@ -448,9 +447,12 @@ def evaluate_count_of_counts(
         "seed": seed,
         "regions_per_level": [data.tree.size(level) for level in range(data.tree.levels)],
     }
-    paths["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
-    plot_level_errors(summary, paths["plot"],
-                      title=f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs, {noise} noise")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["runs"], rows)
+        write_csv(staged["summary"], summary)
+        staged["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
+        title = f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs, {noise} noise"
+        plot_level_errors(summary, staged["plot"], title=title)
     click.echo(_table(summary))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 
