@@ -13,6 +13,7 @@ from dpstream.cli._common import cli, floats, prepare_output, progress_bar, writ
 from dpstream.cli._text import say_above_bar, text_table
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
+from dpstream.evaluation.plots import counted
 
 
 @cli.command()
@@ -22,16 +23,20 @@ from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
               help="Public bound B (built-in datasets know theirs; files default to their maximum).")
 @click.option("--study", type=click.Choice(list(STUDIES)), default="end-to-end", show_default=True)
 @click.option("--methods", default=None, help="Comma-separated methods of the study (default: all).")
-@click.option("--epsilons", default="0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08,0.09,0.1", show_default=True)
-@click.option("--rounds", type=int, default=10, show_default=True)
+@click.option("--epsilons", default="0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08,0.09,0.1", show_default=True,
+              help="Comma-separated budgets; what each is depends on the study (the plot's x axis says).")
+@click.option("--rounds", type=int, default=10, show_default=True,
+              help="Rounds, each with fresh noise and fresh queries.")
 @click.option("--queries", type=int, default=200, show_default=True, help="Queries per round.")
 @click.option("--query-length", type=int, default=None,
               help="Length L of every query (default: random ranges, both ends uniform over the released values).")
-@click.option("--hold", type=int, default=65536, show_default=True)
-@click.option("--max-range", type=int, default=2**20, show_default=True)
+@click.option("--hold", type=int, default=65536, show_default=True,
+              help="Held-out values m that choose the threshold.")
+@click.option("--max-range", type=int, default=2**20, show_default=True,
+              help="Largest query range r (the stream studied has m + r values).")
 @click.option("--percentile", type=float, default=95.0, show_default=True,
               help="Oracle threshold of the hierarchy study (non-private).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the experiment.")
 @click.option("--stream-epsilon", type=float, default=1.0, show_default=True,
               help="topl study: budget of the stream reports (--epsilons then sets the threshold reports').")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] into it instead of failing.")
@@ -72,8 +77,9 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     from dpstream.evaluation.streams import plot_metric
 
     lengths = "random ranges" if query_length is None else f"length {query_length:,}"
+    asked = "1 query" if queries == 1 else f"{queries:,} queries"
     plot_metric(rows, paths["plot"], config=config,
-                title=f"{study} on {data.name}: {rounds} rounds of {queries} queries ({lengths})")
+                title=f"{study} on {data.name}: {counted(rounds, 'round')} of {asked} ({lengths})")
     click.echo(_table(rows))
     say_above_bar("wrote " + ", ".join(str(path) for path in paths.values()))
 

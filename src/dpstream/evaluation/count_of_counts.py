@@ -28,7 +28,7 @@ from dpstream.count_of_counts.consistency import (
 )
 from dpstream.count_of_counts.data import CountOfCountsData
 from dpstream.count_of_counts.histograms import LevelHistograms
-from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 
 __all__ = [
     "OMNISCIENT_LABEL",
@@ -41,7 +41,18 @@ __all__ = [
 ]
 
 #: How plots name the omniscient reference: what it is, and that it bounds nothing.
-OMNISCIENT_LABEL = "omniscient rule of thumb (Kuo et al. 6.2): not a lower bound"
+OMNISCIENT_LABEL = "omniscient rule of thumb (Kuo et al. 6.2),\nnot a lower bound"
+
+#: What the command line's strategies are, as plot legends say.
+STRATEGY_LABELS = {
+    "hc": "hc: Hc at every level, weighted merge",
+    "hc-average": "hc-average: Hc, plain averaging",
+    "hc-l2": "hc-l2: Hc, L2 isotonic regression",
+    "hg": "hg: Hg at every level, weighted merge",
+    "hg-average": "hg-average: Hg, plain averaging",
+    "bu": "bu: bottom-up, all of ε on the leaves",
+    "naive": "naive at every level",
+}
 
 
 def emd_per_region(truth: LevelHistograms, estimate: LevelHistograms) -> np.ndarray:
@@ -164,12 +175,13 @@ def plot_level_errors(summary: Sequence[dict[str, Any]], path: Path, *, title: s
     for strategy in dict.fromkeys(row["strategy"] for row in summary):
         mine = sorted((row for row in summary if row["strategy"] == strategy), key=lambda row: row["level"])
         omniscient = strategy == "omniscient"
-        series.append(Series(label=OMNISCIENT_LABEL if omniscient else strategy, x=[r["level"] for r in mine],
+        label = OMNISCIENT_LABEL if omniscient else STRATEGY_LABELS.get(strategy, strategy)
+        series.append(Series(label=label, x=[r["level"] for r in mine],
                              y=[r["emd_mean"] for r in mine],
                              spread=None if omniscient else [r["emd_sem"] for r in mine], reference=omniscient))
     runs = max(row["runs"] for row in summary)
     panel = Panel(series=series, xlabel="level of the hierarchy (0 = root, the last = leaves)",
                   ylabel="earth-mover's distance per region (mean over the level)", title=title, ylog=True,
                   xticks=sorted({row["level"] for row in summary}), legend="outside",
-                  legend_title=f"point: mean of {runs} runs\nbars: ± 1 standard error of that mean")
+                  legend_title=f"point: mean of {counted(runs, 'run')}\nbars: ± 1 standard error of that mean")
     return save_figure(path, [panel], panel_size=(10.0, 4.8))

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["LEGEND_PLACES", "Panel", "Series", "save_figure"]
+__all__ = ["LEGEND_PLACES", "Panel", "Series", "counted", "save_figure"]
 
 #: Resolution of every saved figure, in dots per inch.
 DPI = 120
@@ -46,6 +46,15 @@ PANEL_SIZE = (6.4, 4.4)
 #: ``outside``, to the right of the axes (the axes shrink to make room), or ``none`` (for
 #: side-by-side panels of the same series, whose legend another panel shows).
 LEGEND_PLACES = ("inside", "outside", "none")
+
+
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless one: how legends and titles count rounds and runs.
+
+    >>> counted(1, "round"), counted(50, "round")
+    ('1 round', '50 rounds')
+    """
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)  # arrays do not compare as one truth value
@@ -153,7 +162,8 @@ class Panel:
             raise ValueError(f"legend must be one of {', '.join(LEGEND_PLACES)}, got {self.legend!r}.")
 
 
-def _draw(ax, series: Series) -> None:
+def _draw(ax, series: Series):
+    """Draw ``series`` on ``ax``; return the artist its legend entry shows."""
     x, y = np.asarray(series.x, dtype=np.float64), np.asarray(series.y, dtype=np.float64)
     style: dict[str, object] = {"label": series.label}
     if series.reference:
@@ -169,14 +179,14 @@ def _draw(ax, series: Series) -> None:
         style.setdefault("linewidth", 1.0)
         (outline,) = ax.plot(np.repeat(x, 2), np.concatenate(([0.0], np.repeat(y, 2), [0.0])), **style)
         outline.sticky_edges.y.append(0.0)  # the bars stand on the x axis, without a margin below
-        return
+        return outline
     if series.spread is not None:
-        ax.errorbar(x, y, yerr=np.asarray(series.spread, dtype=np.float64), capsize=3, **style)
-        return
+        return ax.errorbar(x, y, yerr=np.asarray(series.spread, dtype=np.float64), capsize=3, **style)
     (line,) = ax.plot(x, y, **style)
     if series.band is not None:
         low, high = (np.asarray(edge, dtype=np.float64) for edge in series.band)
         ax.fill_between(x, low, high, alpha=0.15, color=line.get_color(), linewidth=0)
+    return line
 
 
 def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float, float] = PANEL_SIZE,
@@ -198,8 +208,7 @@ def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float,
     FigureCanvasAgg(fig)
     axes = fig.subplots(count, 1, squeeze=False)[:, 0] if stacked else fig.subplots(1, count, squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
-        for series in panel.series:
-            _draw(ax, series)
+        handles = [_draw(ax, series) for series in panel.series]
         if panel.xlog:
             ax.set_xscale("log")
         if panel.ylog:
@@ -214,8 +223,7 @@ def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float,
             continue
         place = ({"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
                  if panel.legend == "outside" else {"loc": "best"})
-        legend = ax.legend(fontsize="small", ncol=panel.legend_columns, title=panel.legend_title or None,
-                           title_fontsize="small", **place)
-        legend.get_title().set_multialignment("left")
+        ax.legend(handles=handles, fontsize="small", ncol=panel.legend_columns, title=panel.legend_title or None,
+                  title_fontsize="small", alignment="left", **place)
     fig.savefig(path, dpi=DPI)
     return Path(path)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dpstream._progress import Progress, notify
-from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.postprocess.estimators import map_estimate, mle_estimate, round_counts
 from dpstream.postprocess.markov import FIG3_MATRIX, check_transition, simulate_counts, smoothed_transition
 from dpstream.postprocess.mechanism import LaplaceCounts
@@ -270,8 +270,8 @@ def plot_study(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -
                             title=title if epsilon is None else f"{title}, ε = {epsilon:g}",
                             xlog=study in ("epsilon", "correlation", "probability"), ylog=metric == "mse",
                             legend="outside" if last else "none",
-                            legend_title=(f"line: mean of {rounds} rounds\nshaded: 10th-90th percentile"
-                                          if metric == "mse" else f"mean of {rounds} rounds")))
+                            legend_title=(f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile"
+                                          if metric == "mse" else f"mean of {counted(rounds, 'round')}")))
     return save_figure(path, panels, panel_size=(6.4, 4.6) if len(panels) > 1 else (9.6, 4.6))
 
 

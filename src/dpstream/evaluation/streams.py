@@ -48,7 +48,7 @@ from dpstream.evaluation.metrics import (
     prefix_range_sums,
     random_queries,
 )
-from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.hierarchy import PlainHierarchy
 from dpstream.release import HierarchicalPerturber, ToPL, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
@@ -450,7 +450,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 "Base": _base,
             },
             scenario=_private_threshold("NM-E (private)"),
-            xlabel="ε of the whole release (threshold and stream each get ε)",
+            xlabel="ε of the whole release (each method is ε-DP, or (ε, δ)-DP with a smooth-sensitivity threshold)",
         ),
         "percentiles": Study(
             methods={
@@ -642,7 +642,7 @@ def plot_metric(
         title=title,
         ylog=True,
         legend="outside" if outside else "inside",
-        legend_title=f"line: mean of {rounds} rounds\nshaded: 10th-90th percentile",
+        legend_title=f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile",
     )
     return save_figure(path, [panel], panel_size=(10.0, 4.8) if outside else (7.2, 4.8))
 
