@@ -52,7 +52,7 @@ __all__ = [
 # -- PAK's optimizer of its local parameters (Section VI-A) and its heuristics for m (VI-B) ----
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PAKParameters:
     """Local parameters chosen by :func:`optimize_pak` and the error bounds they give.
 
@@ -165,7 +165,8 @@ def optimize_pak(
     if unpacked is None:
         raise ValueError(f"no feasible parameters: g(lambda, p, m) >= beta = {beta!r} for m = {m}; raise m.")
     p, lam, r, fraction, betas = unpacked
-    return PAKParameters(p, lam, r, fraction, betas, float(alpha(x)), alpha_bt)
+    return PAKParameters(p=p, lam=lam, multiplier=r, threshold_fraction=fraction, betas=betas, alpha=float(alpha(x)),
+                         alpha_bt=alpha_bt)
 
 
 def time_lag_first_criterion(*, beta: float = 0.02, p_max: float = 0.005, lam: float = 0.5) -> int:
