@@ -102,3 +102,16 @@ def test_plot_counts_checks_its_inputs(tmp_path):
     with pytest.raises(ValueError, match=r"locations must be column numbers from 0 to 1, got \[2\]"):
         plot_counts(noisy, noisy, tmp_path / "c.png", locations=[2])
     assert plot_counts(noisy, noisy + 1, tmp_path / "c.png", names=["a", "b"]).stat().st_size > 1000
+
+
+def test_one_user_steps_take_the_matrix_entries_at_once():
+    """The vectorized path for one user gives exactly what the exact dynamic programme gives."""
+    matrix = smoothed_transition(np.array([[0.1, 0.9, 0.0, 0.0], [0.0, 0.2, 0.8, 0.0], [0.3, 0.0, 0.0, 0.7],
+                                           [0.25, 0.25, 0.25, 0.25]]), 0.05)
+    series = simulate_counts(matrix, users=1, steps=60, seed=5)
+    fast = step_probabilities(series, matrix)
+    slow = np.array([transition_probability(series[t - 1], series[t], matrix) for t in range(1, 60)])
+    np.testing.assert_array_equal(fast, slow)
+    two = simulate_counts(matrix, users=2, steps=6, seed=5)  # more users: the exact programme
+    expected = [transition_probability(two[t - 1], two[t], matrix) for t in range(1, 6)]
+    np.testing.assert_array_equal(step_probabilities(two, matrix), expected)

@@ -34,7 +34,7 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     released = tops.release(data.values)
     announce(tops, RELEASE_METHODS["tops"].describe)
     report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, plot_path=plot_path,
-                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
+                title=f"ToPS on POS: ε = {epsilon:g}, threshold θ = {tops.threshold:.4g}")
 
 
 @cli.command("topl-demo")
@@ -66,7 +66,8 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     released = topl.release(data.values)
     announce(topl, RELEASE_METHODS["topl"].describe)
     report_demo(data.values[topl.hold:], released, hold=topl.hold, seed=seed, plot_path=plot_path,
-                intervals=intervals, title=f"ToPL on POS, epsilon = {epsilon:g} (theta = {topl.threshold:g})")
+                intervals=intervals,
+                title=f"ToPL on POS: ε = {epsilon:g} per stream report, threshold θ = {topl.threshold:.4g}")
 
 
 def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int, plot_path: Path, title: str,

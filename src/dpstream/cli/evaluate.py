@@ -78,8 +78,9 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
 
     lengths = "random ranges" if query_length is None else f"length {query_length:,}"
     asked = "1 query" if queries == 1 else f"{queries:,} queries"
+    held = "" if hold == ExperimentConfig().hold else f", m = {hold:,}"  # the paper's m goes without saying
     plot_metric(rows, paths["plot"], config=config,
-                title=f"{study} on {data.name}: {counted(rounds, 'round')} of {asked} ({lengths})")
+                title=f"{study} on {data.name}{held}: {counted(rounds, 'round')} of {asked} ({lengths})")
     click.echo(_table(rows))
     say_above_bar("wrote " + ", ".join(str(path) for path in paths.values()))
 

@@ -250,11 +250,11 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
             for name in chosen}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     total = sum(len(settings) for settings in plan.values()) * rounds
-    where = f"m={locations} ({source})"
-    titles = {"epsilon": f"MSE vs ε (n={users}, T={steps}, s=0, {where})",
-              "steps": f"MSE vs T (n={users}, ε={epsilon:g}, s=0.01, {where})",
-              "correlation": f"MSE vs s (n={users}, T={steps}, {where})",
-              "probability": f"one user, T={steps}, s=0, {where}"}
+    where = f"{locations} locations of {'Fig. 3' if transition_path is None else Path(transition_path).name}"
+    titles = {"epsilon": f"MSE vs ε (n={users}, T={steps}, s=0; {where})",
+              "steps": f"MSE vs T (n={users}, ε={epsilon:g}, s=0.01; {where})",
+              "correlation": f"MSE vs s (n={users}, T={steps}; {where})",
+              "probability": f"one user, T={steps}, s=0; {where}"}
     tables = []
     with progress_bar(total=total, desc="evaluate-postprocess", unit="round") as progress:
         for name, settings in plan.items():

@@ -104,9 +104,21 @@ def transition_probability(previous: object, current: object, transition: object
 
 
 def step_probabilities(counts: object, transition: object) -> np.ndarray:
-    """:func:`transition_probability` of every step ``t >= 2`` of an integer ``T x m`` series."""
+    """:func:`transition_probability` of every step ``t >= 2`` of an integer ``T x m`` series.
+
+    A series of one user (every row a single 1) takes the matrix entries of its moves at once,
+    which is what :func:`transition_probability` gives for one user.
+
+    >>> step_probabilities([[0, 1, 0], [1, 0, 0], [0, 0, 1]], [[0, 0, 1], [.5, 0, .5], [0, 1, 0]]).tolist()
+    [0.5, 1.0]
+    """
     series = np.asarray(counts)
-    return np.array([transition_probability(series[t - 1], series[t], transition) for t in range(1, len(series))])
+    matrix = check_transition(transition)
+    if (series.ndim == 2 and series.shape[1] == matrix.shape[0] and np.issubdtype(series.dtype, np.integer)
+            and np.all(series >= 0) and np.all(series.sum(axis=1) == 1)):
+        where = series.argmax(axis=1)
+        return matrix[where[:-1], where[1:]]
+    return np.array([transition_probability(series[t - 1], series[t], matrix) for t in range(1, len(series))])
 
 
 # -- the studies ---------------------------------------------------------------------------

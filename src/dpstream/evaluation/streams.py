@@ -665,9 +665,10 @@ def plot_moving_average(
     x = np.arange(intervals)
     panel = Panel(
         series=[
-            Series(label="true", x=x, y=interval_means(truth, intervals), marker=None, color="black", linewidth=1.5),
+            Series(label="true stream", x=x, y=interval_means(truth, intervals), marker=None, color="black",
+                   linewidth=1.5),
             Series(
-                label="released",
+                label="released stream",
                 x=x,
                 y=interval_means(released, intervals),
                 marker=None,
