@@ -176,6 +176,30 @@ def test_evaluate_clips_on_request_and_fixes_the_query_length(runner, tmp_path):
     assert bad.exit_code == 2 and "--query-length" in bad.stderr and not (tmp_path / "c").exists()
 
 
+def _bars(stderr):
+    """The distinct progress bars drawn on stderr (tqdm redraws a bar with carriage returns)."""
+    lines = [part for line in stderr.splitlines() for part in line.split("\r")]
+    return {part.split(":")[0] for part in lines if "%|" in part}
+
+
+@pytest.mark.parametrize(("args", "bar"), [
+    (["evaluate", "--study", "end-to-end", "--epsilons", "0.5,1", "--rounds", "2", "--queries", "5", "--hold", "512",
+      "--max-range", "1024"], "end-to-end on pos"),
+    (["pak-improvement", "--hold", "50000", "--rounds", "2"], "pak-improvement"),
+    (["evaluate-count-of-counts", "--dataset", "taxi", "--strategies", "hc,bu", "--runs", "2", "--max-size", "2000"],
+     "evaluate-count-of-counts"),
+    (["evaluate-postprocess", "--study", "all", "--rounds", "1", "--steps", "10", "--users", "5", "--epsilons", "1",
+      "--steps-grid", "10", "--levels", "0.1", "--correlation-epsilons", "1"], "evaluate-postprocess"),
+])
+def test_each_evaluation_draws_one_overall_progress_bar(runner, tmp_path, args, bar):
+    """One bar per command, which reaches 100% and estimates the time left; no "run k/n" lines."""
+    result = runner.invoke(main, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    assert _bars(result.stderr) == {bar}
+    assert "100%|" in result.stderr and "<" in result.stderr  # tqdm's [elapsed<remaining]
+    assert "run 1/" not in result.stderr
+
+
 def test_evaluate_rejects_unknown_method(runner, tmp_path):
     result = runner.invoke(main, ["evaluate", "--methods", "nope", "--rounds", "1", "--out", str(tmp_path / "r")])
     assert result.exit_code != 0 and "no method 'nope'" in result.stderr
