@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from dpstream.cli._common import cli, floats, prepare_output, progress_bar, write_csv
+from dpstream._checks import check_percentile
+from dpstream.cli._common import (
+    cli,
+    floats,
+    output_directory,
+    prepare_output,
+    progress_bar,
+    quote,
+    usage_errors,
+    write_csv,
+)
 from dpstream.cli._text import say_above_bar, text_table
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
@@ -52,35 +61,41 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     percentiles over rounds of every metric, and the plot the mean with the 10-90% band.
     """
     if min(hold, max_range, rounds, queries) < 1:
-        raise click.ClickException(
+        raise click.UsageError(
             f"--hold, --max-range, --rounds and --queries must be >= 1, got {hold}, {max_range}, {rounds}, {queries}."
         )
     if query_length is not None and query_length < 1:
         raise click.BadParameter(f"must be >= 1, got {query_length}.", param_hint="'--query-length'")
+    with usage_errors():
+        check_percentile(percentile)
+    method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [name for name in method_list or () if name not in STUDIES[study].methods]
+    if unknown:
+        raise click.BadParameter(f"study {study!r} has no method {quote(unknown[0])}; it has "
+                                 f"{', '.join(STUDIES[study].methods)}.", param_hint="'--methods'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column, clip=clip)
     config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile,
                               stream_epsilon=stream_epsilon, query_length=query_length)
     stem = f"{study}-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset], files={
         "rounds": f"{stem}-rounds.csv", "summary": f"{stem}.csv", "json": f"{stem}.json", "plot": f"{stem}-mse.png"})
-    method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     with progress_bar(desc=f"{study} on {data.name}", unit="run") as progress:
         records = run_study(study, data.values, data.upper_bound, epsilons=floats(epsilons), methods=method_list,
                             config=config, seed=seed, dataset=data.name, progress=progress, log=say_above_bar)
     rows = summarize(records)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_csv(paths["rounds"], records)
-    write_csv(paths["summary"], rows)
-    paths["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
-                                         "seed": seed, "clip": clip, "config": dataclasses.asdict(config),
-                                         "summary": rows}, indent=2))
     from dpstream.evaluation.streams import plot_metric
 
     lengths = "random ranges" if query_length is None else f"length {query_length:,}"
     asked = "1 query" if queries == 1 else f"{queries:,} queries"
     held = "" if hold == ExperimentConfig().hold else f", m = {hold:,}"  # the paper's m goes without saying
-    plot_metric(rows, paths["plot"], config=config,
-                title=f"{study} on {data.name}{held}: {counted(rounds, 'round')} of {asked} ({lengths})")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["rounds"], records)
+        write_csv(staged["summary"], rows)
+        staged["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
+                                              "seed": seed, "clip": clip, "config": dataclasses.asdict(config),
+                                              "summary": rows}, indent=2))
+        plot_metric(rows, staged["plot"], config=config,
+                    title=f"{study} on {data.name}{held}: {counted(rounds, 'round')} of {asked} ({lengths})")
     click.echo(_table(rows))
     say_above_bar("wrote " + ", ".join(str(path) for path in paths.values()))
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from dpstream.cli._common import cli, prepare_output, progress_bar, say, write_csv
+from dpstream.cli._common import cli, output_directory, prepare_output, progress_bar, say, write_csv
 from dpstream.cli._text import say_above_bar, text_table
 from dpstream.datasets import load_dataset
 
@@ -36,7 +35,7 @@ def pak_improvement(dataset: str, column: str | None, upper_bound: float | None,
     from dpstream.evaluation.pak_analysis import last_step_errors, last_step_summary, plot_last_step_errors
 
     if rounds < 1:
-        raise click.ClickException(f"--rounds must be >= 1, got {rounds}.")
+        raise click.BadParameter(f"must be >= 1, got {rounds}.", param_hint="'--rounds'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column, clip=clip)
     stem = f"pak-improvement-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset],
@@ -47,14 +46,14 @@ def pak_improvement(dataset: str, column: str | None, upper_bound: float | None,
                                   rounds=rounds, seed=seed, progress=progress,
                                   log=say_above_bar)
     summary = last_step_summary(result)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     errors = result.pop("errors")
-    write_csv(paths["summary"], summary)
-    paths["json"].write_text(json.dumps({"dataset": data.name, "upper_bound": data.upper_bound, "seed": seed,
-                                         "clip": clip, **result, "summary": summary}, indent=2))
-    write_csv(paths["csv"], [dict(zip(errors, row, strict=True)) for row in zip(*errors.values(), strict=True)])
-    plot_last_step_errors(errors, paths["plot"], title=f"{data.name}: error of the sum after all {result['n']:,} "
-                          f"values, ε = {epsilon:g}, {rounds:,} rounds")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["summary"], summary)
+        staged["json"].write_text(json.dumps({"dataset": data.name, "upper_bound": data.upper_bound, "seed": seed,
+                                              "clip": clip, **result, "summary": summary}, indent=2))
+        write_csv(staged["csv"], [dict(zip(errors, row, strict=True)) for row in zip(*errors.values(), strict=True)])
+        plot_last_step_errors(errors, staged["plot"], title=f"{data.name}: error of the sum after all "
+                              f"{result['n']:,} values, ε = {epsilon:g}, {rounds:,} rounds")
     click.echo(text_table(
         ["method", "mean tau", "mean |error|", "improvement factor over BT-bound"],
         [[row["method"], f"{data.upper_bound if row['mean_threshold'] is None else row['mean_threshold']:,.1f}",

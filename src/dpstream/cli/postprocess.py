@@ -10,15 +10,19 @@ from typing import Any
 import click
 import numpy as np
 
+from dpstream._checks import check_positive_int
 from dpstream.cli._common import (
     cli,
     epsilon_option,
     epsilons_option,
     floats,
+    output_directory,
     output_file,
     prepare_output,
     progress_bar,
+    quote,
     say,
+    usage_errors,
     write_csv,
 )
 from dpstream.cli._text import say_above_bar, text_table
@@ -123,9 +127,12 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     if plot_locations is not None and plot_path is None:
         raise click.UsageError("--plot-locations needs --plot.")
     if plot_path is not None and (plot_path == "-" or Path(plot_path).suffix.lower() != ".png"):
-        raise click.BadParameter(f"must be a file name ending in .png, got {plot_path!r}.", param_hint="'--plot'")
+        raise click.BadParameter(f"must be a file name ending in .png, got {quote(plot_path)}.", param_hint="'--plot'")
     if plot_path is not None and output_path != "-" and Path(plot_path).resolve() == Path(output_path).resolve():
         raise click.BadParameter("must differ from --output.", param_hint="'--plot'")
+    with usage_errors():  # the parameters of the release, checked before anything is read
+        laplace_scale(epsilon, sensitivity)
+        check_positive_int(users, "users")
     output = prepare_output(output_path, force=force, inputs=[noisy_path, transition_path])
     plot = None if plot_path is None else prepare_output(plot_path, force=force, inputs=[noisy_path, transition_path])
     noisy = read_matrix(noisy_path, "noisy counts")
@@ -143,7 +150,7 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     counts = round_counts(estimate.counts, users) if integer else estimate.counts
     header = _header(noisy_path, noisy.shape[1])
     if plot is not None and plot_locations is not None and max(plot_locations) >= noisy.shape[1]:
-        raise click.BadParameter(f"column numbers must be below the {noisy.shape[1]} columns of {noisy_path!r}, "
+        raise click.BadParameter(f"column numbers must be below the {noisy.shape[1]} columns of {quote(noisy_path)}, "
                                  f"got {max(plot_locations)} (nothing was written).", param_hint="'--plot-locations'")
     _write_matrix(output, counts, integer, header)
     where = "stdout" if output is None else output
@@ -154,9 +161,15 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
         from dpstream.evaluation.postprocess import plot_counts
 
         label = f"{method.upper()} ({prior} prior)" if method == "map" else "MLE"
-        plot_counts(noisy, counts, plot, locations=plot_locations, names=header,
-                    cleaned_label=f"{label}{', rounded' if integer else ''}",
-                    title=f"n = {users}, ε = {epsilon:g} per step")
+        partial = plot.with_name(f".{plot.stem}.partial{plot.suffix}")  # the whole picture, or none
+        try:
+            plot_counts(noisy, counts, partial, locations=plot_locations, names=header,
+                        cleaned_label=f"{label}{', rounded' if integer else ''}",
+                        title=f"n = {users}, ε = {epsilon:g} per step")
+            partial.replace(plot)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         say(f"plot: {plot}")
     if method == "map" and (estimate.unconverged or estimate.kkt_residual > KKT_WARNING):
         say(f"warning: {estimate.unconverged} of {noisy.shape[0]} steps did not converge within the iteration limit "
@@ -171,7 +184,7 @@ def _columns(text: str | None) -> list[int] | None:
     values = floats(text)
     bad = [value for value in values if not (value.is_integer() and value >= 0)]
     if bad:
-        raise click.BadParameter(f"expected column numbers (whole numbers >= 0), got {bad[0]:g} in {text!r}.")
+        raise click.BadParameter(f"expected column numbers (whole numbers >= 0), got {bad[0]:g} in {quote(text)}.")
     return [int(value) for value in values]
 
 
@@ -180,7 +193,7 @@ def _steps_grid(ctx: click.Context, param: click.Parameter, text: str) -> list[i
     values = floats(text)
     bad = [value for value in values if not (value.is_integer() and value >= 1)]
     if bad:
-        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {text!r}.")
+        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {quote(text)}.")
     return [int(value) for value in values]
 
 
@@ -248,7 +261,6 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
                                  steps=steps_grid, levels=levels, users=users,
                                  default_steps=steps, default_epsilon=epsilon, default_s=default_s)
             for name in chosen}
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     total = sum(len(settings) for settings in plan.values()) * rounds
     where = f"{locations} locations of {'Fig. 3' if transition_path is None else Path(transition_path).name}"
     titles = {"epsilon": f"MSE vs ε (n={users}, T={steps}, s=0; {where})",
@@ -256,16 +268,18 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
               "correlation": f"MSE vs s (n={users}, T={steps}; {where})",
               "probability": f"one user, T={steps}, s=0; {where}"}
     tables = []
-    with progress_bar(total=total, desc="evaluate-postprocess", unit="round") as progress:
-        for name, settings in plan.items():
+    every = {(name, kind): path for name, group in paths.items() for kind, path in group.items()}
+    with output_directory(every) as staged, \
+            progress_bar(total=total, desc="evaluate-postprocess", unit="round") as progress:
+        for name, settings in plan.items():  # the files of every study, or none
             records = run_study(settings, rounds, seed, progress=progress, transition=transition)
             rows = summarize(records)
-            write_csv(paths[name]["rounds"], records)
-            write_csv(paths[name]["summary"], rows)
-            paths[name]["json"].write_text(json.dumps(
+            write_csv(staged[name, "rounds"], records)
+            write_csv(staged[name, "summary"], rows)
+            staged[name, "json"].write_text(json.dumps(
                 {"study": name, "users": users, "rounds": rounds, "seed": seed, "transition": source,
                  "transition_matrix": transition.tolist(), "summary": rows}, indent=2))
-            plot_study(rows, paths[name]["plot"], title=titles[name])
+            plot_study(rows, staged[name, "plot"], title=titles[name])
             tables.append(_table(rows))
     click.echo("\n\n".join(tables))
     say_above_bar("wrote " + ", ".join(str(path) for group in paths.values() for path in group.values()))

@@ -1,8 +1,9 @@
 """Noise primitives: the only code that draws privacy noise.
 
 ``bits`` (sources of uniform random words), ``exact`` (exact samplers on the integers),
-``sampler`` (the noise objects mechanisms take as ``noise=``), and today's float samplers
-``laplace`` and ``geometric``.
+``sampler`` (the noise objects mechanisms take as ``noise=``), ``geometric`` (the discrete
+Laplace law and the exact rational scale of a mechanism), and today's float samplers ``laplace``
+and ``float_geometric`` (studies only).
 """
 
 from dpstream.noise.bits import BitSource, GeneratorBits, KeyedBits, SeededBits, SystemBits, make_bits
@@ -15,7 +16,8 @@ from dpstream.noise.exact import (
     discrete_laplace_pmf,
     uniform_below,
 )
-from dpstream.noise.geometric import double_geometric_noise, double_geometric_pmf, double_geometric_variance
+from dpstream.noise.float_geometric import double_geometric_noise
+from dpstream.noise.geometric import discrete_laplace_scale, double_geometric_pmf, double_geometric_variance
 from dpstream.noise.laplace import laplace_noise, laplace_variance, report_noisy_max
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise, make_noise
 
@@ -34,6 +36,7 @@ __all__ = [
     "discrete_gaussian",
     "discrete_gaussian_pmf",
     "discrete_laplace",
+    "discrete_laplace_scale",
     "discrete_laplace_pmf",
     "double_geometric_noise",
     "double_geometric_pmf",

@@ -36,7 +36,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpstream._checks import check_bool, check_bound, check_epsilon, check_positive_int, check_stream_values
+from dpstream._checks import (
+    check_bool,
+    check_bound,
+    check_epsilon,
+    check_magnitude,
+    check_positive_int,
+    check_stream_values,
+)
 from dpstream.hierarchy import num_levels
 from dpstream.noise import laplace_noise
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
@@ -152,7 +159,9 @@ class BinaryTreeCounter:
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.clip = check_bool(clip, "clip")
         self.levels = num_levels(self.max_range, 2)
-        self.noise_scale = self.upper_bound * self.levels / self.epsilon
+        self.noise_scale = check_magnitude(self.upper_bound * self.levels / self.epsilon,
+                                           "the noise scale upper_bound * levels / epsilon")
+        check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
         self._rng = make_rng(seed)
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET)
         self.state = BinaryTreeState(released=0, running=0.0, increments=None, count=0.0)

@@ -43,6 +43,7 @@ import numpy as np
 from dpstream._checks import (
     check_bound,
     check_epsilon,
+    check_magnitude,
     check_nonnegative_int,
     check_positive_int,
     check_stream_values,
@@ -168,7 +169,9 @@ class HierarchicalPerturber:
         self.smoother = make_smoother(smoother)
         self.block_size = self.fanout**self.smoothed_levels
         self.measured_levels = self.levels - self.smoothed_levels
-        self.noise_scale = self.threshold * self.measured_levels / self.epsilon
+        self.noise_scale = check_magnitude(self.threshold * self.measured_levels / self.epsilon,
+                                           "the noise scale threshold * (h - s) / epsilon")
+        check_magnitude(self.threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
         self.blocks_per_chunk = -(-self.max_range // self.block_size)
         self._rng = make_rng(seed)
         self._noise = make_noise(noise, self._rng)
