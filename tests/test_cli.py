@@ -154,6 +154,52 @@ def test_evaluate_writes_results_and_plot(runner, tmp_path):
     assert again.exit_code != 0 and "--force" in again.stderr
 
 
+def test_evaluate_clips_on_request_and_fixes_the_query_length(runner, tmp_path):
+    """--clip clips a file's values outside [0, B] instead of failing; --query-length L makes every
+    query L values long, so MMSE = MSE / L^2 in every round."""
+    import csv
+
+    data = tmp_path / "big.csv"
+    data.write_text("\n".join(["5", "900", "7"] * 700) + "\n")
+    args = ["evaluate", "--dataset", str(data), "--upper-bound", "100", "--study", "hierarchy", "--methods",
+            "H16c,Base", "--epsilons", "1", "--rounds", "2", "--queries", "10", "--hold", "256", "--max-range", "1024"]
+    refused = runner.invoke(main, [*args, "--out", str(tmp_path / "a")])
+    assert refused.exit_code == 1 and "position 1 must be in [0, 100]" in refused.stderr and "--clip" in refused.stderr
+    result = runner.invoke(main, [*args, "--clip", "--query-length", "200", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.stderr
+    with open(tmp_path / "b" / "hierarchy-big-rounds.csv") as handle:
+        rounds = list(csv.DictReader(handle))
+    assert len(rounds) == 4
+    for row in rounds:
+        assert float(row["mmse"]) == pytest.approx(float(row["mse"]) / 200**2, rel=1e-9)
+    bad = runner.invoke(main, [*args, "--clip", "--query-length", "0", "--out", str(tmp_path / "c")])
+    assert bad.exit_code == 2 and "--query-length" in bad.stderr and not (tmp_path / "c").exists()
+
+
+def _bars(stderr):
+    """The distinct progress bars drawn on stderr (tqdm redraws a bar with carriage returns)."""
+    lines = [part for line in stderr.splitlines() for part in line.split("\r")]
+    return {part.split(":")[0] for part in lines if "%|" in part}
+
+
+@pytest.mark.parametrize(("args", "bar"), [
+    (["evaluate", "--study", "end-to-end", "--epsilons", "0.5,1", "--rounds", "2", "--queries", "5", "--hold", "512",
+      "--max-range", "1024"], "end-to-end on pos"),
+    (["pak-improvement", "--hold", "50000", "--rounds", "2"], "pak-improvement"),
+    (["evaluate-count-of-counts", "--dataset", "taxi", "--strategies", "hc,bu", "--runs", "2", "--max-size", "2000"],
+     "evaluate-count-of-counts"),
+    (["evaluate-postprocess", "--study", "all", "--rounds", "1", "--steps", "10", "--users", "5", "--epsilons", "1",
+      "--steps-grid", "10", "--levels", "0.1", "--correlation-epsilons", "1"], "evaluate-postprocess"),
+])
+def test_each_evaluation_draws_one_overall_progress_bar(runner, tmp_path, args, bar):
+    """One bar per command, which reaches 100% and estimates the time left; no "run k/n" lines."""
+    result = runner.invoke(main, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    assert _bars(result.stderr) == {bar}
+    assert "100%|" in result.stderr and "<" in result.stderr  # tqdm's [elapsed<remaining]
+    assert "run 1/" not in result.stderr
+
+
 def test_evaluate_rejects_unknown_method(runner, tmp_path):
     result = runner.invoke(main, ["evaluate", "--methods", "nope", "--rounds", "1", "--out", str(tmp_path / "r")])
     assert result.exit_code != 0 and "no method 'nope'" in result.stderr

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
-from dpstream.count_of_counts import CountOfCountsData, LevelHistograms, TopDownCountOfCounts
+from dpstream.count_of_counts import BottomUpCountOfCounts, CountOfCountsData, LevelHistograms, TopDownCountOfCounts
 from dpstream.evaluation.count_of_counts import (
+    OMNISCIENT_LABEL,
     emd_per_region,
     level_errors,
     omniscient_error,
@@ -68,6 +69,38 @@ def test_emd_needs_the_same_groups():
     b = LevelHistograms.from_groups(np.zeros(3), np.array([1, 2, 3]), 1)
     with pytest.raises(ValueError, match="same numbers of groups"):
         emd_per_region(a, b)
+
+
+def test_comparison_reports_the_regions_estimated_through_one_callback():
+    """Regions of every level per top-down run, leaves per bottom-up run; shared estimates count at once."""
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b"), ("r", "c")], {"a": [1, 2], "b": [3], "c": [1]})
+    strategies = {
+        "hc": lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=10, seed=seed),
+        "hc-average": lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=10, merge="average", seed=seed),
+        "bu": lambda seed: BottomUpCountOfCounts(epsilon=1.0, max_size=10, seed=seed),
+    }
+    calls = []
+    rows = run_comparison(data, strategies, runs=2, seed=0, progress=lambda done, total: calls.append((done, total)))
+    total = 2 * (4 + 4 + 3)  # 1 + 3 regions for each top-down strategy, 3 leaves for bottom-up
+    assert calls[0] == (0, total) and calls[-1] == (total, total) and {of for _, of in calls} == {total}
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert rows == run_comparison(data, strategies, runs=2, seed=0)  # reporting changes nothing
+
+
+def test_the_omniscient_reference_is_labelled_as_a_rule_of_thumb(monkeypatch, tmp_path):
+    import dpstream.evaluation.count_of_counts as study
+
+    drawn = []
+    monkeypatch.setattr(study, "save_figure", lambda path, panels, **options: drawn.append(panels) or path)
+    summary = [{"strategy": s, "level": level, "runs": 3 if s == "bu" else 0, "emd_mean": 5.0 + level, "emd_sem": 1.0}
+               for s in ("bu", "omniscient") for level in (0, 1)]
+    plot_level_errors(summary, tmp_path / "levels.png")
+    (panel,) = drawn[0]
+    bu, omniscient = panel.series
+    assert omniscient.label == OMNISCIENT_LABEL and "not a lower bound" in omniscient.label and omniscient.reference
+    assert omniscient.spread is None and list(bu.spread) == [1.0, 1.0]
+    assert "standard error" in panel.legend_title and "3 runs" in panel.legend_title
+    assert panel.legend == "outside" and "level" in panel.xlabel and "earth-mover" in panel.ylabel
 
 
 def test_region_histograms_are_shares_of_each_regions_groups(monkeypatch, tmp_path):

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpstream.evaluation.metrics import RangeQueries, error_metrics, prefix_range_sums, random_queries
+from dpstream.evaluation.metrics import (
+    RangeQueries,
+    error_metrics,
+    fixed_length_queries,
+    prefix_range_sums,
+    random_queries,
+)
 from dpstream.hierarchy import PlainHierarchy
 
 
@@ -30,7 +36,7 @@ def test_prefix_range_sums_match_brute_force():
 
 
 def test_error_metrics_definitions():
-    q = RangeQueries(np.array([0, 3, 5]), np.array([2, 7, 5]))
+    q = RangeQueries(starts=np.array([0, 3, 5]), stops=np.array([2, 7, 5]))
     estimates, truth = np.array([4.0, -1.0, 2.0]), np.array([1.0, 3.0, 2.0])
     errors = estimates - truth
     lengths = np.array([2, 4, 1])  # the empty query counts as length 1
@@ -51,7 +57,7 @@ def test_plain_hierarchy_without_noise_answers_exactly():
 
 def test_plain_hierarchy_range_noise_is_unbiased():
     values = np.full(256, 3.0)
-    q = RangeQueries(np.array([5]), np.array([200]))
+    q = RangeQueries(starts=np.array([5]), stops=np.array([200]))
     errors = []
     for seed in range(2000):
         tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4,
@@ -61,3 +67,16 @@ def test_plain_hierarchy_range_noise_is_unbiased():
     # At most 2(b-1) = 6 nodes per level on 4 levels, each Lap(3 * 4 / 1): variance <= 24 * 2 * 12^2.
     bound = 6 * np.sqrt(24 * 2 * 12.0**2 / errors.size)
     assert abs(errors.mean()) < bound
+
+
+def test_fixed_length_queries_cover_every_start_and_stay_inside():
+    n, length = 50, 20
+    q = fixed_length_queries(np.random.default_rng(1), n, 5000, length)
+    assert np.all(q.lengths == length) and q.starts.min() == 0 and q.stops.max() == n
+    # starts are uniform over the n - L + 1 possible ones: each seen about 5000 / 31 = 161 times
+    counts = np.bincount(q.starts, minlength=n - length + 1)
+    assert counts.size == n - length + 1 and counts.min() > 161 - 5 * np.sqrt(161)
+    assert fixed_length_queries(np.random.default_rng(1), n, 3, n).starts.tolist() == [0, 0, 0]
+    for bad in (0, n + 1):
+        with pytest.raises(ValueError, match=rf"query length must be between 1 and the 50 released .*, got {bad}"):
+            fixed_length_queries(np.random.default_rng(1), n, 3, bad)

@@ -383,13 +383,13 @@ def test_release_privacy_and_errors():
 def test_topl_study_runs_its_three_methods():
     values = _stream(3000, seed=9)
     config = ExperimentConfig(hold=1000, max_range=2000, rounds=2, queries=50, stream_epsilon=2.0)
-    records = run_study("topl", values, 100.0, epsilons=[0.5, 2.0], config=config, progress=False)
+    records = run_study("topl", values, 100.0, epsilons=[0.5, 2.0], config=config)
     assert {r["method"] for r in records} == {"SW-W", "SW", "Base"}
     assert all(r["threshold"] is not None for r in records if r["method"] != "Base")
     assert records[0]["threshold_source"] == "Square Wave + Eq. 8 (LDP)"
     bad = ExperimentConfig(hold=1000, max_range=2000, rounds=1, queries=5, stream_epsilon=-1.0)
     with pytest.raises(ValueError, match="stream_epsilon must be a finite number > 0, got -1.0"):
-        run_study("topl", values, 100.0, epsilons=[1.0], config=bad, progress=False)
+        run_study("topl", values, 100.0, epsilons=[1.0], config=bad)
 
 
 # -- command line --------------------------------------------------------------------------------

@@ -431,7 +431,8 @@ def evaluate_count_of_counts(
         f"regions per level {[data.tree.size(level) for level in range(data.tree.levels)]}"
     )
     factories = {name: STRATEGIES[name](epsilon, max_size, STUDY_NOISE[noise]) for name in strategies}
-    rows = run_comparison(data, factories, runs=runs, seed=seed, log=say)
+    with progress_bar(desc="evaluate-count-of-counts", unit="region") as progress:
+        rows = run_comparison(data, factories, runs=runs, seed=seed, progress=progress)
     summary = summarize(rows)
     summary += [
         {"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}

@@ -35,7 +35,7 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     released = tops.release(data.values)
     announce(tops, RELEASE_METHODS["tops"].describe)
     report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, paths=paths,
-                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
+                title=f"ToPS on POS: ε = {epsilon:g}, threshold θ = {tops.threshold:.4g}")
 
 
 @cli.command("topl-demo")
@@ -68,7 +68,8 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     released = topl.release(data.values)
     announce(topl, RELEASE_METHODS["topl"].describe)
     report_demo(data.values[topl.hold:], released, hold=topl.hold, seed=seed, paths=paths,
-                intervals=intervals, title=f"ToPL on POS, epsilon = {epsilon:g} (theta = {topl.threshold:g})")
+                intervals=intervals,
+                title=f"ToPL on POS: ε = {epsilon:g} per stream report, threshold θ = {topl.threshold:.4g}")
 
 
 def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int, paths: dict[str, Path], title: str,
