@@ -217,12 +217,15 @@ def _listed(kind: str, parts: tuple[PrivacyGuarantee, ...]) -> str:
 
 
 def _joined_noise(parts: tuple[PrivacyGuarantee, ...]) -> str | None:
-    """The distinct ``noise`` texts of the parts, in order, joined by ``" + "`` (None if none states one).
+    """The distinct ``noise`` texts of the parts (each split at ``" + "``), in order, joined by ``" + "``.
+
+    None if no part states one.
 
     >>> a = PrivacyGuarantee(epsilon=1.0, delta=0.0, neighbours=EVENT_LEVEL, composition="A", noise="x")
     >>> b = PrivacyGuarantee(epsilon=1.0, delta=0.0, neighbours=EVENT_LEVEL, composition="B", noise="y")
-    >>> _joined_noise((a, a)), _joined_noise((a, b))
-    ('x', 'x + y')
+    >>> _joined_noise((a, a)), _joined_noise((a, b)), _joined_noise((a.compose_sequential(b), b))
+    ('x', 'x + y', 'x + y')
     """
-    texts = list(dict.fromkeys(part.noise for part in parts if part.noise is not None))
+    pieces = [piece for part in parts if part.noise is not None for piece in part.noise.split(" + ")]
+    texts = list(dict.fromkeys(pieces))
     return " + ".join(texts) if texts else None

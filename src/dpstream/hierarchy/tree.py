@@ -77,7 +77,8 @@ def aggregate_levels(leaves: np.ndarray, fanout: int, n_levels: int) -> list[np.
     [[1.0, 2.0, 3.0, 4.0], [3.0, 7.0], [10.0]]
     """
     sizes = level_sizes(leaves.size, fanout, n_levels)
-    padded = np.zeros(sizes[0])
+    leaves = np.asarray(leaves)
+    padded = np.zeros(sizes[0], dtype=np.int64 if leaves.dtype.kind in "iu" else np.float64)  # grid units stay ints
     padded[: leaves.size] = leaves
     levels = [padded]
     for _ in range(1, n_levels):
