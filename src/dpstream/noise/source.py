@@ -44,15 +44,16 @@ Size = int | tuple[int, ...]
 class PooledNoise:
     """An :class:`~dpstream.noise.sampler.ExactNoise` that draws small requests in blocks.
 
-    A request of fewer than ``block`` values is served from a pool of that scale's draws,
-    refilled with one call of ``block`` draws when it runs short; larger requests go straight to
-    the sampler.  The pools are dropped in a forked child, so two processes never share noise.
+    A request of ``n < block`` values is served from a pool of that scale's draws, refilled
+    when it runs short with one call of ``min(block, max(64 n, 1024))`` draws; larger requests
+    go straight to the sampler.  At most 8 scales keep a pool (the oldest is dropped), and the
+    pools are dropped in a forked child, so two processes never share noise.
 
     Parameters
     ----------
     sampler : ExactNoise
     block : int
-        Draws per refill (default 2^14).
+        Largest refill (default 2^14 draws).
 
     >>> noise = PooledNoise(ExactNoise(bits=0))
     >>> a = noise.laplace_units(Fraction(3), 5)
@@ -83,10 +84,13 @@ class PooledNoise:
         if os.getpid() != self._pid:
             self._pools, self._pid = {}, os.getpid()
         key = Fraction(scale)
-        pool = self._pools.get(key, np.empty(0, dtype=np.int64))
+        pool = self._pools.pop(key, np.empty(0, dtype=np.int64))
         if pool.size < n:
-            pool = np.concatenate((pool, self.sampler.laplace_units(key, self.block)))
-        self._pools[key] = pool[n:]
+            refill = min(self.block, max(64 * n, 1024))
+            pool = np.concatenate((pool, self.sampler.laplace_units(key, refill)))
+        self._pools[key] = pool[n:]  # now the most recent
+        if len(self._pools) > 8:
+            del self._pools[next(iter(self._pools))]
         return pool[:n].reshape(shape)
 
     def laplace(self, scale: float, size: Size) -> np.ndarray:
@@ -162,14 +166,14 @@ class NoiseSource:
         key: bytes | None = None,
         identity: tuple = (),
     ) -> None:
+        self.identity = identity
+        self._key: bytes | None = None
+        self._shared: NoiseSampler | None = None
         given = [name for name, value in (("seed", seed), ("noise", noise), ("key", key)) if value is not None]
         if len(given) > 1:
             raise ValueError(f"give at most one of seed, noise and key, got {' and '.join(given)}.")
         if not isinstance(identity, tuple):
             raise TypeError(f"identity must be a tuple, got {identity!r}.")
-        self.identity = identity
-        self._key: bytes | None = None
-        self._shared: NoiseSampler | None = None
         if key is not None:
             KeyedBits(key=key, identity=identity)  # checks the key (type, length) now
             self._key = bytes(key)
