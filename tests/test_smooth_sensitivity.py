@@ -95,7 +95,7 @@ def test_pak_threshold_is_eq_12_times_r():
 
 def test_exact_pak_threshold_is_eq_12_times_r_rounded_up_to_the_grid():
     """Exact path: with Z = 0 (ZeroNoise) tau is ceil(center / g) g, center = r (x^ + kappa SS / a
-    G^-1(1 - beta)) and g = 2^-11 (the largest power of two <= 500 / 2^20)."""
+    G^-1(1 - beta)) and g = 2^-12 (the largest power of two <= 500 / 2^20)."""
     values = np.random.default_rng(2).geometric(0.1, 3000).astype(float)
     tau = pak_threshold(values, epsilon=0.5, delta=1e-9, upper_bound=500, sampler=ZeroNoise(), beta=0.01,
                         multiplier=1.7)
@@ -103,7 +103,7 @@ def test_exact_pak_threshold_is_eq_12_times_r_rounded_up_to_the_grid():
     offset = -math.log(0.02)
     center = 1.7 * (np.sort(values)[quantile_rank(3000, 99.575) - 1]
                     + pak_kappa(a, b, offset) * smooth_sensitivity_quantile(values, 99.575, 500, b) / a * offset)
-    g = 2.0**-11
+    g = 2.0**-12
     assert tau == math.ceil(center / g) * g and 0 <= tau - center < g
     coarse = pak_threshold(values, epsilon=0.5, delta=1e-9, upper_bound=500, sampler=ZeroNoise(), beta=0.01,
                            multiplier=1.7, granularity=0.5)

@@ -17,7 +17,9 @@ Exact noise on a public grid (the default; ``g`` the largest power of two at mos
 (:mod:`dpstream.thresholds.smooth_sensitivity` says what that covers: its center and scale are
 float64 evaluations); the held-out sum is the integer sum of the truncated values in grid units
 plus discrete Laplace noise of scale ``tau_units / eps2`` (rounded up); the tree is the exact
-binary tree on the same grid.  S-PAK with Gaussian noise is float-only and refused there.
+binary tree on the same grid (for an uncapped tau so far above B that the noise scale would
+leave the sampler's range, the grid of the sum and the tree is doubled until it fits: a function
+of the public tau).  S-PAK with Gaussian noise is float-only and refused there.
 ``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).  With
 ``key=``, S-PAK draws from the identity ``("pak", "threshold")``, the sum from
 ``("pak", "sum")`` and tree ``i`` from ``("pak", "tree", i)``.
@@ -52,6 +54,7 @@ from dpstream._checks import (
 )
 from dpstream.hierarchy import num_levels
 from dpstream.noise.bits import BitsSeed
+from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
 from dpstream.noise.float_continuous import float_laplace
 from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
 from dpstream.noise.sampler import NoiseSampler
@@ -245,6 +248,10 @@ class PAK(HoldOutRelease):
                                              noise=self._source.child("tree"))
             return
         g = self.granularity
+        factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon), 1 / Fraction(self.sum_epsilon))
+        while ceil_units(tau, g) * factor > MAX_LAPLACE_NUMERATOR // 2 and 2 * g <= tau:
+            g *= 2.0  # an uncapped tau far above B: a coarser grid, a function of the public tau
+        self.granularity = g
         self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
                                          granularity=g, noise=self._source.child("tree"))
         tau_units = self._stream.bound_units
