@@ -14,11 +14,10 @@ Statistical checks use bounds written out from the distribution:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
-
-from fractions import Fraction
 
 from dpstream.noise import FloatNoise, laplace_noise, laplace_variance, report_noisy_max
 from dpstream.noise.laplace import noisy_max_epsilon, noisy_max_scale

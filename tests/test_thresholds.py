@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import integrate, stats
+from scipy import stats
 
 from dpstream.noise import FloatNoise, SeededBits, discrete_laplace
 from dpstream.noise.laplace import noisy_max_scale

@@ -25,9 +25,9 @@ from tqdm import tqdm
 
 from dpstream._checks import check_epsilon, check_probability
 from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.noise import FloatNoise
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, PAK_BETA, PAK_MULTIPLIER, PAK_PERCENTILE, PAK_THRESHOLD_FRACTION
-from dpstream.noise import FloatNoise
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds.smooth_sensitivity import (
     admissible_parameters,

@@ -18,10 +18,9 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
-
-from fractions import Fraction
 
 from dpstream._checks import (
     check_bool,
