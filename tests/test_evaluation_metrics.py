@@ -57,7 +57,7 @@ def test_plain_hierarchy_range_noise_is_unbiased(float_noise):
     values = np.full(256, 3.0)
     q = RangeQueries(np.array([5]), np.array([200]))
     errors = []
-    for seed in range(2000):
+    for seed in range(2000 if float_noise else 500):  # an exact tree costs a few milliseconds more
         noise = dict(noise=FloatNoise(rng=seed)) if float_noise else dict(seed=seed)
         tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4, **noise)
         errors.append(tree.range_sums(q.starts, q.stops)[0] - 195 * 3.0)

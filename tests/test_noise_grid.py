@@ -177,7 +177,7 @@ def chi_square_p(counts: dict[int, int], probability, n: int) -> float:
 )
 def test_rounded_laplace_law(center, scale, step):
     """P[k] = P[(k - 1) step < center + scale Z <= k step] for Z ~ Laplace(1), by the Laplace CDF."""
-    n = 6000
+    n = 4000
     bits = SeededBits(seed=int(center * 1000) % 997)
     draws = [rounded_laplace(bits, center, scale, step) for _ in range(n)]
     counts: dict[int, int] = {}
@@ -189,6 +189,28 @@ def test_rounded_laplace_law(center, scale, step):
         return laplace_cdf((k * g - c) / s) - laplace_cdf(((k - 1) * g - c) / s)
 
     assert chi_square_p(counts, probability, n) > 1e-4
+
+
+@pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2), Fraction(7, 10**6)])
+def test_scalar_bernoulli_exp_matches_exp_minus_gamma(gamma):
+    """The one-at-a-time Bernoulli(exp(-gamma)) behind rounded_laplace: within 5 binomial sds
+    over 100,000 draws (seeded words read in blocks, so that the test is quick)."""
+    from dpstream.noise.continuous import _bernoulli_exp
+
+    class Blocks:
+        def __init__(self, seed):
+            self.inner, self.buffer = SeededBits(seed=seed), np.empty(0, dtype=np.uint64)
+
+        def words(self, n):
+            if self.buffer.size < n:
+                self.buffer = np.concatenate((self.buffer, self.inner.words(1 << 16)))
+            out, self.buffer = self.buffer[:n], self.buffer[n:]
+            return out
+
+    bits, n = Blocks(11), 100_000
+    p = math.exp(-float(gamma))
+    rate = np.mean([_bernoulli_exp(bits, gamma) for _ in range(n)])
+    assert abs(rate - p) <= 5 * math.sqrt(p * (1 - p) / n) + 1e-12
 
 
 def test_rounded_laplace_edges():

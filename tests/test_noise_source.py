@@ -17,7 +17,7 @@ KEY = bytes(range(32))
 
 def test_pooled_noise_is_deterministic_in_the_requests_and_keeps_the_law():
     """The same sequence of requests gives the same values; small requests come from refills of
-    min(2^14, max(64 n, 1024)) draws (so the first 8 draws of a fresh pool are the first 8 of one
+    min(2^14, max(8 n, 1024)) draws (so the first 8 draws of a fresh pool are the first 8 of one
     1024-draw call); the pooled values follow the exact pmf (5 binomial sds per value)."""
     a, b = PooledNoise(ExactNoise(bits=3)), PooledNoise(ExactNoise(bits=3))
     requests = [(Fraction(5), 8), (Fraction(5), 100), (Fraction(1, 3), 2), (Fraction(5), 3000), (Fraction(5), (2, 3))]

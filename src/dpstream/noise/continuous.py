@@ -23,7 +23,10 @@ Algorithm 2: with ``w = p / q``, ``U`` uniform in ``[0, q)`` kept with probabili
 ``exp(-U / q)``, ``V`` the number of Bernoulli(exp(-1)) successes before a failure, and
 ``G = floor((U + q V) / p)``, since ``P[U + q V = x]`` is proportional to ``exp(-x / q)``.
 Everything is integer arithmetic on Python ints (the rationals come from floats and can have
-large denominators) and exact Bernoulli draws (:func:`~dpstream.noise.exact.bernoulli_exp`).
+large denominators): uniform integers by rejection from whole 64-bit words, Bernoulli(p) as
+``U < p den`` for a uniform ``U`` below ``den``, and Bernoulli(exp(-gamma)) by CKS's
+Algorithm 1, one draw at a time (a release draws one threshold; the vectorized samplers of
+:mod:`dpstream.noise.exact` cost about a millisecond per call whatever the size).
 """
 
 from __future__ import annotations
@@ -32,16 +35,16 @@ import math
 from fractions import Fraction
 
 from dpstream.noise.bits import BitSource
-from dpstream.noise.exact import bernoulli, bernoulli_exp, uniform_below
 
 __all__ = ["rounded_laplace"]
 
 
 def _uniform_int(bits: BitSource, n: int) -> int:
-    """Uniform in ``[0, n)`` for any Python int ``n >= 1`` (rejection from whole words)."""
-    if n <= 1 << 63:
-        return int(uniform_below(bits, n, 1)[0])
-    length = n.bit_length()
+    """Uniform in ``[0, n)`` for any Python int ``n >= 1``: the top ``bit_length(n - 1)`` bits of
+    whole 64-bit words, rejected when ``>= n`` (accepted with probability above 1/2)."""
+    if n == 1:
+        return 0
+    length = (n - 1).bit_length()
     count = (length + 63) // 64
     while True:
         value = 0
@@ -52,8 +55,29 @@ def _uniform_int(bits: BitSource, n: int) -> int:
             return value
 
 
+def _bernoulli(bits: BitSource, num: int, den: int) -> bool:
+    """Bernoulli(num / den) for integers ``0 <= num <= den``."""
+    return _uniform_int(bits, den) < num
+
+
+def _bernoulli_exp_unit(bits: BitSource, num: int, den: int) -> bool:
+    """Bernoulli(exp(-num / den)) for ``0 <= num <= den`` (CKS Algorithm 1): draw
+    ``A_K ~ Bernoulli(gamma / K)`` for ``K = 1, 2, ...`` until the first ``A_K = 0``; 1 if K is odd."""
+    k = 1
+    while _bernoulli(bits, num, den * k):
+        k += 1
+    return k % 2 == 1
+
+
 def _bernoulli_exp(bits: BitSource, gamma: Fraction) -> bool:
-    return bool(bernoulli_exp(bits, gamma.numerator, gamma.denominator, 1)[0])
+    """Bernoulli(exp(-gamma)) for a rational ``gamma >= 0``: ``floor(gamma)`` Bernoulli(exp(-1))
+    successes (stopping at the first failure), then the fractional part."""
+    num, den = gamma.numerator, gamma.denominator
+    whole, rest = divmod(num, den)
+    for _ in range(whole):  # stops at the first failure: 1.6 draws on average
+        if not _bernoulli_exp_unit(bits, 1, 1):
+            return False
+    return _bernoulli_exp_unit(bits, rest, den)
 
 
 def _geometric(bits: BitSource, w: Fraction) -> int:
@@ -96,7 +120,7 @@ def rounded_laplace(bits: BitSource, center: Fraction, scale: Fraction, step: Fr
     if scale == 0:
         return math.ceil(a)
     w = step / scale
-    if bool(bernoulli(bits, 1, 2, 1)[0]):  # Z = E >= 0
+    if _uniform_int(bits, 2) == 1:  # Z = E >= 0
         up = math.ceil(a)
         if not _bernoulli_exp(bits, (up - a) * w):
             return up

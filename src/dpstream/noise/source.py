@@ -45,7 +45,7 @@ class PooledNoise:
     """An :class:`~dpstream.noise.sampler.ExactNoise` that draws small requests in blocks.
 
     A request of ``n < block`` values is served from a pool of that scale's draws, refilled
-    when it runs short with one call of ``min(block, max(64 n, 1024))`` draws; larger requests
+    when it runs short with one call of ``min(block, max(8 n, 1024))`` draws; larger requests
     go straight to the sampler.  At most 8 scales keep a pool (the oldest is dropped), and the
     pools are dropped in a forked child, so two processes never share noise.
 
@@ -86,7 +86,7 @@ class PooledNoise:
         key = Fraction(scale)
         pool = self._pools.pop(key, np.empty(0, dtype=np.int64))
         if pool.size < n:
-            refill = min(self.block, max(64 * n, 1024))
+            refill = min(self.block, max(8 * n, 1024))
             pool = np.concatenate((pool, self.sampler.laplace_units(key, refill)))
         self._pools[key] = pool[n:]  # now the most recent
         if len(self._pools) > 8:
