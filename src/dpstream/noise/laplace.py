@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numbers
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -45,10 +46,13 @@ def noisy_max_scale(epsilon: float, *, sensitivity: int = 1, monotone: bool = Fa
     >>> noisy_max_scale(0.5, monotone=True), noisy_max_scale(1.0)
     (Fraction(2, 1), Fraction(2, 1))
     """
-    epsilon = check_epsilon(epsilon)
+    return _scale(check_epsilon(epsilon), _sensitivity(sensitivity), bool(monotone))
+
+
+@lru_cache(maxsize=64)
+def _scale(epsilon: float, sensitivity: int, monotone: bool) -> Fraction:
     factor = 1 if monotone else 2
-    return round_up_scale(Fraction(factor * _sensitivity(sensitivity)) / Fraction(epsilon),
-                          what="report-noisy-max scale")
+    return round_up_scale(Fraction(factor * sensitivity) / Fraction(epsilon), what="report-noisy-max scale")
 
 
 def noisy_max_epsilon(epsilon: float, *, sensitivity: int = 1, monotone: bool = False) -> float:
@@ -64,8 +68,8 @@ def noisy_max_epsilon(epsilon: float, *, sensitivity: int = 1, monotone: bool = 
 
 
 def _as_noise(noise: NoiseSampler | BitsSeed) -> NoiseSampler:
-    if isinstance(noise, NoiseSampler):
-        return noise
+    if isinstance(noise, (ExactNoise, FloatNoise)) or (noise is not None and hasattr(noise, "laplace_units")):
+        return noise  # a NoiseSampler (checked by its method: the protocol check is slow)
     return ExactNoise(bits=noise)
 
 

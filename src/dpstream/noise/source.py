@@ -183,8 +183,9 @@ class NoiseSource:
                     f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}."
                 )
             self._shared = PooledNoise(noise) if type(noise) is ExactNoise else noise
-        else:
-            self._shared = PooledNoise(ExactNoise(bits=make_bits(seed)))
+        else:  # unseeded: the OS CSPRNG, read 128 KiB at a time (a release draws a few thousand values)
+            bits = SystemBits(block_words=1 << 14) if seed is None else make_bits(seed)
+            self._shared = PooledNoise(ExactNoise(bits=bits))
 
     @property
     def keyed(self) -> bool:

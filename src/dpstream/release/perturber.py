@@ -249,10 +249,10 @@ class HierarchicalPerturber:
         self.granularity = g
         self.threshold_units = ceil_units(threshold, g)
         self.threshold = float_up(Fraction(self.threshold_units) * Fraction(g))
-        if self.max_range * self.threshold_units >= 1 << 62:
+        if self.max_range * self.threshold_units >= 1 << 52:
             raise ValueError(
-                f"max_range * threshold / granularity must be below 2^62 (chunk sums in int64 grid units), got "
-                f"{self.max_range} * {self.threshold_units}; use a coarser granularity."
+                f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
+                f"float64), got {self.max_range} * {self.threshold_units}; use a coarser granularity."
             )
         sensitivity = self.threshold_units * self.measured_levels
         self.noise_scale_units = round_up_scale(Fraction(sensitivity) / Fraction(self.epsilon))
@@ -320,7 +320,7 @@ class HierarchicalPerturber:
         st = self.state
         if not self.exact:
             return totals + st.noise[blocks]
-        units = (totals + st.noise[blocks]).astype(np.float64) + st.noise_fraction[blocks]
+        units = (totals + st.noise[blocks]) + st.noise_fraction[blocks]  # the first sum is an exact integer
         return units * self.granularity
 
     # -- batch -----------------------------------------------------------------------------
@@ -342,7 +342,7 @@ class HierarchicalPerturber:
     def _release(self, values: np.ndarray) -> np.ndarray:
         """The batch path, for values already checked and truncated."""
         if self.exact:
-            values = to_units(values, self.granularity, self.threshold_units)
+            values = self._units(values)
         out = np.empty(values.size, dtype=np.float64)
         done = 0
         while done < values.size:
@@ -352,34 +352,57 @@ class HierarchicalPerturber:
             done += take
         return out
 
+    def _units(self, values: np.ndarray) -> np.ndarray:
+        """Values rounded to the grid, in grid units, as integral float64 (exact: below 2^53).
+
+        Equal to :func:`~dpstream.noise.grid.to_units` as floats; kept as float64 so that block
+        sums need no int64 conversion (sums of integers below 2^53 are exact in float64, and the
+        constructor keeps ``max_range * threshold_units`` below 2^52).
+        """
+        if self._inverse is not None:
+            units = np.multiply(values, self._inverse)
+            return np.rint(units, out=units)
+        return to_units(values, self.granularity, self.threshold_units).astype(np.float64)
+
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
         st, bs, n = self.state, self.block_size, segment.size
         if st.noise is None:
             self._draw_chunk()
-        totals = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # totals[i+1]: after segment[i]
         first_block = position // bs
         blocks = np.arange(first_block, (position + n - 1) // bs + 1)
+        starts = blocks[1:] * bs - position  # where each later block starts in the segment
         ends = np.minimum((blocks + 1) * bs, self.max_range) - 1
         done_blocks = blocks[ends <= position + n - 1]
         done_ends = ends[: done_blocks.size] - position  # indices into segment
         counts = ends[: done_blocks.size] - done_blocks * bs + 1
-        end_totals = totals[done_ends + 1]
-        start_totals = np.concatenate(([st.block_start_total], end_totals[:-1]))
-        sums = self._block_values(end_totals - start_totals, done_blocks)
+        if self.exact:  # integers in float64: any order of summation is exact
+            pieces = np.add.reduceat(segment, np.concatenate(([0], starts))) if n else np.zeros(1)
+            totals = pieces[: done_blocks.size].copy()
+            if totals.size:
+                totals[0] += st.chunk_total - st.block_start_total  # the part of the block before this call
+            chunk_total = st.chunk_total + int(pieces.sum())
+            block_start_total = chunk_total - (0 if done_blocks.size == blocks.size else int(pieces[-1]))
+        else:
+            cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]
+            end_totals = cumulative[done_ends + 1]
+            totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
+            chunk_total = cumulative[-1].item()
+            block_start_total = end_totals[-1].item() if done_blocks.size else st.block_start_total
+        sums = self._block_values(totals, done_blocks)
         if bs == 1:
             predictions = np.full(done_blocks.size + 1, st.prediction)  # never used: count is 1
             new_smoother_state = st.smoother_state
         else:
             after, new_smoother_state = self.smoother.step(st.smoother_state, sums / counts)
             predictions = np.concatenate(([st.prediction], after))
-        out = predictions[(position + np.arange(n)) // bs - first_block]
+        out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
         out[done_ends] = sums - (counts - 1) * predictions[: done_blocks.size]
         st.released += n
-        st.chunk_total = totals[-1].item()
+        st.chunk_total = chunk_total
         st.prediction = float(predictions[done_blocks.size])
         st.smoother_state = new_smoother_state
         if done_blocks.size:
-            st.block_start_total = end_totals[-1].item()
+            st.block_start_total = block_start_total
             st.block_end = int(min((done_blocks[-1] + 2) * bs, self.max_range) - 1)
         if position + n == self.max_range:
             self._end_chunk()
