@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dpstream import HierarchicalPerturber, ToPS
 from dpstream.noise import FloatNoise, KeyedBits, ZeroNoise
+from dpstream.noise.grid import laplace_units_variance
 from dpstream.noise.source import NoiseSource
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels
@@ -423,3 +424,41 @@ def test_a_copied_stream_continues_identically():
     assert tops.state.perturber is not None and tops.state.perturber.noise is not None
     twin = copy.deepcopy(tops)
     assert np.array_equal(tops.release(values[1700:]), twin.release(values[1700:]))
+
+
+# -- utility of the exact path against the float path ------------------------------------------
+
+
+def leaf_variance_factor(fanout: int, levels: int) -> float:
+    """[(X^T X)^-1]_jj of a full tree of ``levels`` measured levels, from its eigenvalues
+    lambda_m = (b^(m+1) - 1) / (b - 1): sum_m (1 / lambda_m - 1 / lambda_{m-1}) / b^m."""
+    inverse = [(fanout - 1) / (fanout ** (m + 1) - 1) for m in range(levels)]
+    return sum((inverse[m] - (inverse[m - 1] if m else 0.0)) / fanout**m for m in range(levels))
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.1, 0.5, 1.0, 2.0, 10.0])
+@pytest.mark.parametrize("theta", [1.0, 7.0, 60.0, 1657.0])
+def test_exact_over_float_variance_on_pos_is_at_most_1_02(epsilon, theta):
+    """Analytic utility cost of the exact path on POS (B = 1657, the default grid 2^-10, r = 2^20,
+    b = 16, s of Eq. 7), for thetas from the smallest candidate to B.  Every released value is
+    post-processing of the block estimates, each the block's sum plus its consistent leaf noise:
+    variance v sigma^2 with v = [(X^T X)^-1]_jj.  Float: sigma^2 = 2 beta^2, beta = theta (h-s) / eps.
+    Exact: the discrete Laplace variance 2a / (1-a)^2 of the rounded-up scale (in grid units, times
+    g^2) for theta rounded up to the grid, plus at most g^2 / 12 per value of the b^s in a block
+    from rounding the values (POS values are integers: there it is 0).  The ratio is <= 1.02."""
+    bound = 1657.0
+    p = HierarchicalPerturber(threshold=theta, epsilon=epsilon, max_range=2**20, fanout=16,
+                              granularity=2.0**-10, noise=ZeroNoise())
+    assert p.granularity == ToPS(epsilon=epsilon, upper_bound=bound, hold=10).granularity == 2.0**-10
+    g, measured, block = p.granularity, p.measured_levels, p.block_size
+    v = leaf_variance_factor(16, measured)
+    exact = v * laplace_units_variance(p.noise_scale_units) * g**2 + block * g**2 / 12
+    floating = v * 2 * (theta * measured / epsilon) ** 2
+    assert exact / floating <= 1.02
+
+
+def test_leaf_variance_factor_is_the_least_squares_diagonal(least_squares):
+    for fanout, levels in [(4, 3), (16, 2), (2, 4)]:
+        sizes = [fanout ** (levels - 1 - k) for k in range(levels)]
+        diagonal = np.diag(least_squares.leaf_covariance(sizes, fanout))
+        np.testing.assert_allclose(diagonal, leaf_variance_factor(fanout, levels), rtol=1e-12)
