@@ -197,10 +197,11 @@ def round_up_scale(exact: Fraction, *, bits: int = MAX_SCALE_BITS, what: str = "
     exact = Fraction(exact)
     if exact <= 0:
         raise ValueError(f"{what} must be > 0, got {exact}.")
-    for k in range(bits, -1, -1):
-        numerator = math.ceil(exact * (1 << k))
-        if numerator <= MAX_LAPLACE_NUMERATOR:
-            return Fraction(numerator, 1 << k)
+    # ceil(exact 2^k) <= 2^40 exactly when 2^k <= floor(2^40 / exact), an integer
+    room = (MAX_LAPLACE_NUMERATOR * exact.denominator) // exact.numerator
+    if room >= 1:
+        k = min(bits, room.bit_length() - 1)
+        return Fraction(math.ceil(exact * (1 << k)), 1 << k)
     raise ValueError(
         f"{what} is {float(exact):.4g} grid units, above the 2^40 the exact sampler allows; "
         "use a coarser granularity or a larger epsilon."
