@@ -616,3 +616,17 @@ def test_perturber_rejects_values_above_its_threshold():
     with pytest.raises(TypeError, match="position 5 must be a number|must be numbers"):
         perturber.release_one("3")
     assert perturber.state.released == 5
+
+
+def test_a_granularity_that_is_not_a_power_of_two():
+    """g = 0.1: values are rounded to the nearest tenth (computed as rint(v / g), capped at theta's
+    units), one value at a time exactly as in a batch; with zero noise and s = 0 the release is the
+    rounded values (floats nearest to k / 10)."""
+    args = dict(threshold=9.95, epsilon=1.0, max_range=64, fanout=4, smoothed_levels=0, granularity=0.1)
+    values = np.random.default_rng(3).random(300) * 9.95
+    zero = HierarchicalPerturber(**args, noise=ZeroNoise())
+    assert zero.threshold_units == 100 and zero.threshold >= 9.95
+    np.testing.assert_allclose(zero.release(values), np.rint(values / 0.1) * 0.1, rtol=0, atol=1e-12)
+    batch = HierarchicalPerturber(**args, seed=4).release(values)
+    single = HierarchicalPerturber(**args, seed=4)
+    assert np.array_equal(batch, [single.release_one(float(v)) for v in values])
