@@ -15,6 +15,7 @@ from dpstream.evaluation.count_of_counts import (
     level_errors,
     omniscient_error,
     plot_level_errors,
+    plot_region_histograms,
     run_comparison,
     summarize,
 )
@@ -67,3 +68,26 @@ def test_emd_needs_the_same_groups():
     b = LevelHistograms.from_groups(np.zeros(3), np.array([1, 2, 3]), 1)
     with pytest.raises(ValueError, match="same numbers of groups"):
         emd_per_region(a, b)
+
+
+def test_region_histograms_are_shares_of_each_regions_groups(monkeypatch, tmp_path):
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b")], {"a": [0, 1, 1, 30], "b": [2, 2, 2, 2, 40]})
+    release = TopDownCountOfCounts(epsilon=1e9, max_size=30, seed=0).release(data)  # exact: the truth capped at 30
+    drawn = {}
+    monkeypatch.setattr("dpstream.evaluation.count_of_counts.save_figure",
+                        lambda path, panels: drawn.setdefault("panels", panels) and path)
+    plot_region_histograms(release, [(0, 0), (1, 1)], tmp_path / "h.png", title="t")
+    bulk, tail = drawn["panels"]
+    assert [s.label for s in bulk.series] == ["r (level 0, 9 groups)", "b (level 1, 5 groups)"]
+    root = bulk.series[0]
+    # the 99% quantile of the plotted sizes is the largest, 30 (= K): bins 0..30
+    assert root.steps and list(root.x) == list(np.arange(32) - 0.5) and root.y[30] == pytest.approx(2 / 9)
+    assert root.y[0] == pytest.approx(1 / 9) and root.y[2] == pytest.approx(4 / 9) and root.y[1] == pytest.approx(2 / 9)
+    # the tail: share of groups of size >= s at every released size s > 0; 30 is "30 or more"
+    assert list(tail.series[1].x) == [2, 30] and list(tail.series[1].y) == pytest.approx([1.0, 0.2])
+    assert tail.xlog and tail.ylog and "K = 30: size K means K or more" in tail.xlabel
+    monkeypatch.undo()
+    path = plot_region_histograms(release, [(0, 0)], tmp_path / "real.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="at least one"):
+        plot_region_histograms(release, [], tmp_path / "none.png")

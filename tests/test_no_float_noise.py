@@ -19,8 +19,7 @@ as ``noise=`` (``noise.float_continuous.float_laplace`` refuses anything else), 
 
 Two modules synthesize *input data* for the studies and demos, not noise, and may draw floats
 (``SYNTHETIC_DATA``, with the functions that do).  Modules that other parts of the exact-noise
-work still have to move are listed in ``PENDING`` with a strict xfail: the mark must go when the
-module passes.
+work still had to move were listed in ``PENDING`` with a strict xfail; none is left.
 """
 
 from __future__ import annotations
@@ -51,14 +50,8 @@ SYNTHETIC_DATA = {
     "postprocess/markov.py": {"simulate_counts"},
 }
 
-#: Modules still to move onto exact noise in parallel work.
-PENDING = {
-    "ldp/mean.py": "the LDP randomizers' float uniforms (exact local reports)",
-    "ldp/square_wave.py": "Square Wave's float uniforms (exact local reports)",
-    "noise/geometric.py": "numpy's geometric sampler behind count-of-counts (exact count-of-counts)",
-    "count_of_counts/estimators.py": "count-of-counts noise from double_geometric_noise (exact count-of-counts)",
-    "postprocess/mechanism.py": "LaplaceCounts' float Laplace (exact LaplaceCounts)",
-}
+#: Modules still to move onto exact noise (a strict xfail each): none left.
+PENDING: dict[str, str] = {}
 
 
 def allowed(relative: str) -> bool:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from dpstream.cli._common import cli, floats, prepare_output, say, write_csv
+from dpstream._checks import check_percentile
+from dpstream.cli._common import cli, floats, output_directory, prepare_output, quote, say, usage_errors, write_csv
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
 
@@ -36,28 +36,34 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
              epsilons: str, rounds: int, queries: int, hold: int, max_range: int, percentile: float,
              seed: int, out_dir: str, force: bool, stream_epsilon: float) -> None:
     """Run a study of the paper's Section 5 and write CSV, JSON and a PNG plot to --out."""
+    if min(hold, max_range, rounds, queries) < 1:
+        raise click.UsageError(
+            f"--hold, --max-range, --rounds and --queries must be >= 1, got {hold}, {max_range}, {rounds}, {queries}."
+        )
+    with usage_errors():
+        check_percentile(percentile)
+    method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [name for name in method_list or () if name not in STUDIES[study].methods]
+    if unknown:
+        raise click.BadParameter(f"study {study!r} has no method {quote(unknown[0])}; it has "
+                                 f"{', '.join(STUDIES[study].methods)}.", param_hint="'--methods'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column)
     config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile,
                               stream_epsilon=stream_epsilon)
-    if min(hold, max_range, rounds, queries) < 1:
-        raise click.ClickException(
-            f"--hold, --max-range, --rounds and --queries must be >= 1, got {hold}, {max_range}, {rounds}, {queries}."
-        )
     stem = f"{study}-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset], files={
         "rounds": f"{stem}-rounds.csv", "summary": f"{stem}.csv", "json": f"{stem}.json", "plot": f"{stem}-mse.png"})
-    method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     records = run_study(study, data.values, data.upper_bound, epsilons=floats(epsilons), methods=method_list,
                         config=config, seed=seed, dataset=data.name, log=say)
     rows = summarize(records)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_csv(paths["rounds"], records)
-    write_csv(paths["summary"], rows)
-    paths["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
-                                         "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
     from dpstream.evaluation.streams import plot_metric
 
-    plot_metric(rows, paths["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["rounds"], records)
+        write_csv(staged["summary"], rows)
+        staged["json"].write_text(json.dumps({"study": study, "dataset": data.name, "upper_bound": data.upper_bound,
+                                              "seed": seed, "config": config.__dict__, "summary": rows}, indent=2))
+        plot_metric(rows, staged["plot"], title=f"{study} on {data.name} ({rounds} rounds, {queries} queries)")
     click.echo(_table(rows))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 

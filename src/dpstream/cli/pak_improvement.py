@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from dpstream.cli._common import cli, prepare_output, say, write_csv
+from dpstream.cli._common import cli, output_directory, prepare_output, say, write_csv
 from dpstream.datasets import load_dataset
 
 
@@ -29,20 +28,20 @@ def pak_improvement(dataset: str, column: str | None, upper_bound: float | None,
     from dpstream.evaluation.pak_analysis import last_step_errors, plot_last_step_errors
 
     if rounds < 1:
-        raise click.ClickException(f"--rounds must be >= 1, got {rounds}.")
+        raise click.BadParameter(f"must be >= 1, got {rounds}.", param_hint="'--rounds'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column)
     stem = f"pak-improvement-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset],
                            files={"json": f"{stem}.json", "csv": f"{stem}-errors.csv", "plot": f"{stem}.png"})
     result = last_step_errors(data.values, data.upper_bound, epsilon=epsilon, hold=hold, delta=delta, beta=beta,
                               rounds=rounds, seed=seed, log=say)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     errors = result.pop("errors")
-    paths["json"].write_text(json.dumps({"dataset": data.name, "upper_bound": data.upper_bound, "seed": seed,
-                                         **result}, indent=2))
-    write_csv(paths["csv"], [dict(zip(errors, row, strict=True)) for row in zip(*errors.values(), strict=True)])
-    plot_last_step_errors(errors, data.upper_bound, paths["plot"],
-                          title=f"{data.name}: error of the sum at the last step, eps = {epsilon:g}")
+    with output_directory(paths) as staged:  # all three files, or none
+        staged["json"].write_text(json.dumps({"dataset": data.name, "upper_bound": data.upper_bound, "seed": seed,
+                                              **result}, indent=2))
+        write_csv(staged["csv"], [dict(zip(errors, row, strict=True)) for row in zip(*errors.values(), strict=True)])
+        plot_last_step_errors(errors, data.upper_bound, staged["plot"],
+                              title=f"{data.name}: error of the sum at the last step, eps = {epsilon:g}")
     for name, value in result["mean_abs_error"].items():
         click.echo(f"{name:14s} mean |error| = {value:.6g}")
     for name, value in result["improvement_factor"].items():

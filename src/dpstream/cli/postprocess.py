@@ -10,15 +10,19 @@ from typing import Any
 import click
 import numpy as np
 
+from dpstream._checks import check_positive_int
 from dpstream.cli._common import (
     cli,
     epsilon_option,
     epsilons_option,
     floats,
+    output_directory,
     output_file,
     prepare_output,
     progress_bar,
+    quote,
     say,
+    usage_errors,
     write_csv,
 )
 from dpstream.io import open_input, read_matrix
@@ -113,6 +117,9 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     released counts and public knowledge (the transition matrix, n, epsilon, the sensitivity),
     so the output keeps the release's privacy guarantee and spends nothing more.
     """
+    with usage_errors():  # the parameters of the release, checked before anything is read
+        laplace_scale(epsilon, sensitivity)
+        check_positive_int(users, "users")
     output = prepare_output(output_path, force=force, inputs=[noisy_path, transition_path])
     noisy = read_matrix(noisy_path, "noisy counts")
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
@@ -143,7 +150,7 @@ def _steps_grid(ctx: click.Context, param: click.Parameter, text: str) -> list[i
     values = floats(text)
     bad = [value for value in values if not (value.is_integer() and value >= 1)]
     if bad:
-        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {text!r}.")
+        raise click.BadParameter(f"expected whole numbers >= 1, got {bad[0]:g} in {quote(text)}.")
     return [int(value) for value in values]
 
 
@@ -201,21 +208,21 @@ def evaluate_postprocess(study: str, epsilons: list[float], steps_grid: list[int
                                  steps=steps_grid, levels=levels, users=users,
                                  default_steps=steps, default_epsilon=epsilon, default_s=default_s)
             for name in chosen}
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     total = sum(len(settings) for settings in plan.values()) * rounds
     titles = {"epsilon": f"MSE vs epsilon (n={users}, T={steps}, s=0)",
               "steps": f"MSE vs T (n={users}, epsilon={epsilon:g}, s=0.01)",
               "correlation": f"MSE vs s (n={users}, T={steps})",
               "probability": f"Section 6.1: one user, T={steps}, s=0"}
-    with progress_bar(total=total, desc="rounds", unit="round") as progress:
-        for name, settings in plan.items():
+    every = {(name, kind): path for name, group in paths.items() for kind, path in group.items()}
+    with output_directory(every) as staged, progress_bar(total=total, desc="rounds", unit="round") as progress:
+        for name, settings in plan.items():  # the files of every study, or none
             records = run_study(settings, rounds, seed, progress=progress)
             rows = summarize(records)
-            write_csv(paths[name]["rounds"], records)
-            write_csv(paths[name]["summary"], rows)
-            paths[name]["json"].write_text(json.dumps(
+            write_csv(staged[name, "rounds"], records)
+            write_csv(staged[name, "summary"], rows)
+            staged[name, "json"].write_text(json.dumps(
                 {"study": name, "users": users, "rounds": rounds, "seed": seed, "summary": rows}, indent=2))
-            plot_study(rows, paths[name]["plot"], title=titles[name])
+            plot_study(rows, staged[name, "plot"], title=titles[name])
             click.echo(_table(rows))
     say("wrote " + ", ".join(str(path) for group in paths.values() for path in group.values()))
 

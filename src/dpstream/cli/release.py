@@ -6,6 +6,7 @@ it reads; the flags of ``release`` map to constructor arguments there and nowher
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -14,7 +15,17 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
-from dpstream.cli._common import SEED_HELP, cli, output_file, prepare_output, say, warn_if_seeded
+from dpstream.cli._common import (
+    SEED_HELP,
+    check_finite,
+    cli,
+    is_stream,
+    output_file,
+    prepare_output,
+    say,
+    usage_errors,
+    warn_if_seeded,
+)
 from dpstream.io import iter_chunks, iter_values, open_input
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
@@ -154,7 +165,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
     describe = chosen.describe
-    releaser = chosen.build({**options, "hold": hold, "seed": seed})
+    with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
+        releaser = chosen.build({**options, "hold": hold, "seed": seed})
     if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
         announce(releaser, describe)
     warn_if_seeded(seed)
@@ -162,12 +174,15 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     source = open_input(input_path)
     values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
     name = "stdin" if input_path == "-" else input_path
+    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"],
+                     written="the output stops before it" if is_stream(target)
+                     else "nothing was written")
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
             if input_path == "-":
-                released = _release_live(releaser, values, sink, describe)
+                released = writer.live(values, sink)
             else:
-                released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
+                released = writer.batches(iter_chunks(values, _CHUNK), sink)
             if releaser.position == 0:
                 raise click.ClickException(f"{name} holds no values.")
             if releaser.threshold is None:
@@ -178,6 +193,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     finally:
         if source is not sys.stdin:
             source.close()
+    if options["clip"]:
+        say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
@@ -187,29 +204,45 @@ def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
     say(f"privacy: {releaser.privacy()}")
 
 
-def _release_live(releaser: Any, values: Iterator[float], sink: TextIO, describe: Callable[[Any], str]) -> int:
-    released = 0
-    for value in values:
-        out = releaser.release_one(value)
-        if out is None:
-            if releaser.threshold is not None:
-                announce(releaser, describe)
-            continue
-        sink.write(f"{out!r}\n")
-        sink.flush()
-        released += 1
-    return released
+class _Writer:
+    """Feeds the releaser and writes what it releases: each value checked finite first, clipped values counted."""
 
+    def __init__(self, releaser: Any, describe: Callable[[Any], str], *, upper_bound: float, clip: bool,
+                 written: str) -> None:
+        self.releaser, self.describe = releaser, describe
+        self.upper_bound, self.clip, self.written = upper_bound, clip, written
+        #: Values outside [0, B] that --clip clipped (NaN and infinities are never clipped: they are errors).
+        self.clipped = 0
 
-def _release_batches(releaser: Any, chunks: Iterator[np.ndarray], sink: TextIO,
-                     describe: Callable[[Any], str]) -> int:
-    released = 0
-    for chunk in chunks:
-        had_threshold = releaser.threshold is not None
-        out = releaser.release(chunk)
-        if not had_threshold and releaser.threshold is not None:
-            announce(releaser, describe)
-        if out.size:
-            sink.write("\n".join(map(repr, out.tolist())) + "\n")
-            released += out.size
-    return released
+    def live(self, values: Iterator[float], sink: TextIO) -> int:
+        """Release value by value, each written and flushed as soon as it is released."""
+        releaser, released = self.releaser, 0
+        for value in values:
+            if self.clip and (value < 0.0 or value > self.upper_bound) and math.isfinite(value):
+                self.clipped += 1
+            out = releaser.release_one(value)
+            if out is None:
+                if releaser.threshold is not None:
+                    announce(releaser, self.describe)
+                continue
+            check_finite(out, position=releaser.position - 1, written=self.written)
+            sink.write(f"{out!r}\n")
+            sink.flush()
+            released += 1
+        return released
+
+    def batches(self, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
+        """Release chunk by chunk (file input)."""
+        releaser, released = self.releaser, 0
+        for chunk in chunks:
+            had_threshold = releaser.threshold is not None
+            if self.clip:
+                self.clipped += int(np.count_nonzero((chunk < 0.0) | (chunk > self.upper_bound)))
+            out = releaser.release(chunk)
+            if not had_threshold and releaser.threshold is not None:
+                announce(releaser, self.describe)
+            if out.size:
+                check_finite(out, position=releaser.position - out.size, written=self.written)
+                sink.write("\n".join(map(repr, out.tolist())) + "\n")
+                released += out.size
+        return released

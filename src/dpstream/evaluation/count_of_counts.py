@@ -21,7 +21,15 @@ from dpstream.count_of_counts.data import CountOfCountsData
 from dpstream.count_of_counts.histograms import LevelHistograms
 from dpstream.evaluation.plots import Panel, Series, save_figure
 
-__all__ = ["emd_per_region", "level_errors", "omniscient_error", "plot_level_errors", "run_comparison", "summarize"]
+__all__ = [
+    "emd_per_region",
+    "level_errors",
+    "omniscient_error",
+    "plot_level_errors",
+    "plot_region_histograms",
+    "run_comparison",
+    "summarize",
+]
 
 
 def emd_per_region(truth: LevelHistograms, estimate: LevelHistograms) -> np.ndarray:
@@ -118,3 +126,46 @@ def plot_level_errors(summary: Sequence[dict[str, Any]], path: Path, *, title: s
     panel = Panel(series=series, xlabel="level (0 = root)", ylabel="mean earth-mover's distance per region",
                   title=title, ylog=True, xticks=sorted({row["level"] for row in summary}))
     return save_figure(path, [panel])
+
+
+def plot_region_histograms(
+    release: CountOfCountsRelease, regions: Sequence[tuple[int, int]], path: Path, *, title: str = ""
+) -> Path:
+    """The released histograms of a few regions against each other, as shares of each region's groups.
+
+    ``regions`` are ``(level, index)`` pairs.  Left: the share of the region's groups of every
+    size up to the size below which 99% of the plotted groups lie (at least 10).  Right: the
+    share of groups of size ``s`` or more, on log-log axes, which shows the tail.  With a public
+    bound ``K`` (``release.max_size``), size ``K`` means "``K`` or more" and the axis says so.
+    Post-processing of the release only: nothing private is read.
+    """
+    if not regions:
+        raise ValueError("regions must name at least one (level, index) pair, got none.")
+    histograms = []
+    for level, index in regions:
+        sizes, counts = release.levels[level].region(index)
+        name = str(release.tree.names[level][index])
+        histograms.append((f"{name} (level {level}, {int(counts.sum()):,} groups)", sizes, counts))
+    everything = np.concatenate([np.repeat(sizes, counts) for _, sizes, counts in histograms])
+    cutoff = max(10, int(np.quantile(everything, 0.99))) if everything.size else 10
+    if release.max_size is not None:
+        cutoff = min(cutoff, release.max_size)
+    edges = np.arange(cutoff + 2) - 0.5
+    bulk, tail = [], []
+    for label, sizes, counts in histograms:
+        total = max(int(counts.sum()), 1)
+        dense = np.bincount(sizes[sizes <= cutoff], weights=counts[sizes <= cutoff], minlength=cutoff + 1)
+        bulk.append(Series(label=label, x=edges, y=dense / total, steps=True, linewidth=1.5))
+        positive = sizes > 0
+        at_least = (counts.sum() - np.cumsum(counts) + counts) / total  # share of groups of size >= s
+        if positive.any():
+            tail.append(Series(label=label, x=sizes[positive], y=at_least[positive], marker=".", markersize=4))
+    k = release.max_size
+    bound = f" (K = {k:,}: size K means K or more)" if k is not None else ""
+    panels = [
+        Panel(series=bulk, xlabel=f"group size (0 to {cutoff}: at least 99% of the plotted groups)",
+              ylabel="share of the region's groups", title=title),
+        Panel(series=tail, xlabel=f"group size s{bound}", ylabel="share of the region's groups of size \u2265 s",
+              title="the tail: groups of size s or more (log-log)", xlog=True, ylog=True),
+    ]
+    return save_figure(path, [panel for panel in panels if panel.series])

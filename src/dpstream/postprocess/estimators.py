@@ -6,9 +6,14 @@ Given the noisy counts ``R~`` (``T x m``), the number of users ``n`` and the mar
     ``f_t(r) = c * sum_l |r_l - r~_l|  +  sum_l [ G(r_l) - r_l ln P^t_l ]``
     subject to ``sum_l r_l = n`` and ``r >= 0``,
 
-with ``c = 1 / lambda = epsilon / Delta`` (Eq. 6): the likelihood assumes noise
-``Lap(Delta / epsilon)`` in every cell, ``Delta = sensitivity`` (default 2, one user moving to
-another location; 1 for add/remove-one-user neighbours), and ``G(r) = ln r!`` from the multinomial
+with ``c = 1 / lambda`` (Eq. 6), ``lambda = Delta / epsilon`` rounded up as
+:class:`~dpstream.postprocess.mechanism.LaplaceCounts` rounds it
+(:func:`~dpstream.postprocess.mechanism.laplace_scale`), ``Delta = sensitivity`` (default 2, one
+user moving to another location; 1 for add/remove-one-user neighbours).  The likelihood term is
+that of the discrete Laplace noise the release draws, ``P[r~ | r]`` proportional to
+``exp(-|r~ - r| / lambda)`` per cell for integer counts -- the same expression as the density of
+``Lap(lambda)``, so the objective is unchanged and its minimisation over real ``r`` is the usual
+relaxation of the integer problem.  ``G(r) = ln r!`` comes from the multinomial
 prior of Eq. 8 (the constant ``ln n!`` dropped).  ``form="exact"`` uses ``G = lnGamma(r + 1)``,
 which is strictly convex; ``form="stirling"`` uses the paper's Stirling form (Eqs. 9-10),
 ``G(r) = ln(2 pi r)/2 + r ln(r / e)``.  Taken literally that function tends to ``-infinity`` as

@@ -52,7 +52,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpstream._checks import check_bool, check_bound, check_epsilon, check_positive_int, check_stream_values
+from dpstream._checks import (
+    check_bool,
+    check_bound,
+    check_epsilon,
+    check_magnitude,
+    check_positive_int,
+    check_stream_values,
+)
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.tree import draw_noise_levels
 from dpstream.noise.bits import BitsSeed
@@ -202,6 +209,8 @@ class BinaryTreeCounter:
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.clip = check_bool(clip, "clip")
         self.levels = num_levels(self.max_range, 2)
+        check_magnitude(bound * self.levels / self.epsilon, "the noise scale upper_bound * levels / epsilon")
+        check_magnitude(bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("binary-tree",))
         self.exact = self._source.exact
         if self.exact:

@@ -48,6 +48,7 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_magnitude,
     check_percentile,
     check_positive_int,
     check_probability,
@@ -185,6 +186,11 @@ class PAK(HoldOutRelease):
         self.clip = check_bool(clip, "clip")
         pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
                        noise=self.threshold_noise)  # validates the threshold's parameters now, not after the hold-out
+        # tau <= B when capped: refuse now the parameters whose noise would overflow float64 after the hold-out
+        check_magnitude(self.upper_bound * num_levels(self.max_range, 2) / self.epsilon,
+                        "the binary tree's largest noise scale upper_bound * levels / epsilon")
+        check_magnitude(self.upper_bound / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
+        check_magnitude(self.upper_bound * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("pak",))
         self.granularity: float | None = None
         if self._source.exact:

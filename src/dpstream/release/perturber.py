@@ -64,6 +64,7 @@ import numpy as np
 from dpstream._checks import (
     check_bound,
     check_epsilon,
+    check_magnitude,
     check_nonnegative_int,
     check_positive_int,
     check_stream_values,
@@ -220,6 +221,9 @@ class HierarchicalPerturber:
         self.smoother = make_smoother(smoother)
         self.block_size = self.fanout**self.smoothed_levels
         self.measured_levels = self.levels - self.smoothed_levels
+        check_magnitude(threshold * self.measured_levels / self.epsilon,
+                        "the noise scale threshold * (h - s) / epsilon")
+        check_magnitude(threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
         self.blocks_per_chunk = -(-self.max_range // self.block_size)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self.exact = self._source.exact

@@ -26,6 +26,7 @@ from dpstream._checks import (
     check_bool,
     check_bound,
     check_epsilon,
+    check_magnitude,
     check_positive_int,
     check_stream_values,
 )
@@ -177,6 +178,10 @@ class ToPS(HoldOutRelease):
         probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, noise=ZeroNoise())
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
+        # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
+        check_magnitude(self.upper_bound * (self.levels - self.smoothed_levels) / self.epsilon,
+                        "the largest noise scale upper_bound * (h - s) / epsilon")
+        check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
         self.granularity: float | None = None
         if self._source.exact:
             factor = Fraction(probe.measured_levels) / Fraction(self.epsilon)
