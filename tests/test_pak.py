@@ -172,6 +172,9 @@ def test_threshold_parameters_are_checked_before_the_hold_out():
     with pytest.raises(ValueError, match="percentile"):
         PAK(epsilon=1.0, upper_bound=10, percentile=120)
     with pytest.raises(ValueError, match="kappa"):
+        PAK(epsilon=1e-4, upper_bound=10, hold=10, max_range=10, beta=1e-3, threshold_noise="gaussian", delta=0.5,
+            noise=FloatNoise(rng=0))
+    with pytest.raises(ValueError, match="float-only"):  # on the exact path the Gaussian is refused first
         PAK(epsilon=1e-4, upper_bound=10, hold=10, max_range=10, beta=1e-3, threshold_noise="gaussian", delta=0.5)
 
 

@@ -184,6 +184,12 @@ class PAK(HoldOutRelease):
         self.threshold_noise = check_choice(threshold_noise, "threshold_noise", NOISES)
         self.capped = check_bool(capped, "capped")
         self.clip = check_bool(clip, "clip")
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=("pak",))
+        if self._source.exact and self.threshold_noise == "gaussian":
+            raise ValueError(
+                "threshold_noise='gaussian' is float-only (S-PAK's Gaussian threshold has no exact sampler); "
+                "use threshold_noise='laplace', or noise=FloatNoise(rng) for a study (NOT for publication)."
+            )
         pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
                        noise=self.threshold_noise)  # validates the threshold's parameters now, not after the hold-out
         # tau <= B when capped: refuse now the parameters whose noise would overflow float64 after the hold-out
@@ -191,14 +197,8 @@ class PAK(HoldOutRelease):
                         "the binary tree's largest noise scale upper_bound * levels / epsilon")
         check_magnitude(self.upper_bound / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
         check_magnitude(self.upper_bound * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("pak",))
         self.granularity: float | None = None
         if self._source.exact:
-            if self.threshold_noise == "gaussian":
-                raise ValueError(
-                    "threshold_noise='gaussian' is float-only (S-PAK's Gaussian threshold has no exact sampler); "
-                    "use threshold_noise='laplace', or noise=FloatNoise(rng) for a study (NOT for publication)."
-                )
             factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon),
                          1 / Fraction(self.sum_epsilon))
             self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
