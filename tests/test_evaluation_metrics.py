@@ -14,6 +14,7 @@ from dpstream.evaluation.metrics import (
     random_queries,
 )
 from dpstream.hierarchy import PlainHierarchy
+from dpstream.noise import FloatNoise, ZeroNoise
 
 
 def test_random_queries_are_sorted_pairs_of_uniform_positions():
@@ -50,21 +51,25 @@ def test_error_metrics_definitions():
 def test_plain_hierarchy_without_noise_answers_exactly():
     rng = np.random.default_rng(3)
     values = rng.integers(0, 10, size=3000).astype(float)
-    tree = PlainHierarchy(values, threshold=10, epsilon=1e12, max_range=1000, fanout=4, rng=rng)
+    tree = PlainHierarchy(values, threshold=10, epsilon=1.0, max_range=1000, fanout=4, noise=ZeroNoise())
     q = random_queries(rng, values.size, 500)  # many cross the chunk boundaries at 1000 and 2000
-    assert np.allclose(tree.range_sums(q.starts, q.stops), prefix_range_sums(values, q), atol=1e-6)
+    assert np.array_equal(tree.range_sums(q.starts, q.stops), prefix_range_sums(values, q))  # on the grid: exact
+    floats = PlainHierarchy(values, threshold=10, epsilon=1e12, max_range=1000, fanout=4, noise=FloatNoise(rng=rng))
+    assert np.allclose(floats.range_sums(q.starts, q.stops), prefix_range_sums(values, q), atol=1e-6)
 
 
-def test_plain_hierarchy_range_noise_is_unbiased():
+@pytest.mark.parametrize("float_noise", [False, True], ids=["exact", "float"])
+def test_plain_hierarchy_range_noise_is_unbiased(float_noise):
     values = np.full(256, 3.0)
     q = RangeQueries(starts=np.array([5]), stops=np.array([200]))
     errors = []
-    for seed in range(2000):
-        tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4,
-                              rng=np.random.default_rng(seed))
+    for seed in range(2000 if float_noise else 500):  # an exact tree costs a few milliseconds more
+        noise = dict(noise=FloatNoise(rng=seed)) if float_noise else dict(seed=seed)
+        tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4, **noise)
         errors.append(tree.range_sums(q.starts, q.stops)[0] - 195 * 3.0)
     errors = np.array(errors)
-    # At most 2(b-1) = 6 nodes per level on 4 levels, each Lap(3 * 4 / 1): variance <= 24 * 2 * 12^2.
+    # At most 2(b-1) = 6 nodes per level on 4 levels, each of scale 3 * 4 / 1 (variance at most
+    # 2 * 12^2, the discrete Laplace's a little less): variance <= 24 * 2 * 12^2.
     bound = 6 * np.sqrt(24 * 2 * 12.0**2 / errors.size)
     assert abs(errors.mean()) < bound
 

@@ -235,6 +235,8 @@ def check_stream_values(
         array = array.reshape(1)
     if array.ndim != 1:
         raise ValueError(f"stream values must be one-dimensional, got an array of shape {array.shape}.")
+    if array.size and array.min() >= 0 and array.max() <= upper_bound:  # NaN fails both: no temporaries
+        return array
     bad = ~np.isfinite(array)
     if bad.any():
         index = int(np.argmax(bad))

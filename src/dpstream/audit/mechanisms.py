@@ -51,6 +51,7 @@ from dpstream.audit.core import (
 from dpstream.count_of_counts import LevelHistograms, estimate_level
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.noise import ExactNoise
+from dpstream.noise.source import NoiseSource
 from dpstream.postprocess import LaplaceCounts
 from dpstream.release import HierarchicalPerturber
 from dpstream.release.binary_tree import BinaryTreeCounter
@@ -83,7 +84,8 @@ class ToPSPerturber(MechanismAdapter):
         probe = HierarchicalPerturber(**self._params, seed=0)
         guarantee = probe.privacy()
         self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        self.granularity = granularity_of(probe)
+        # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
+        self.granularity = probe.leaf_granularity
         self.max_range, self.samples = probe.max_range, samples
         self.neighbours = (0.0, probe.threshold)
 
@@ -110,7 +112,8 @@ class NoisyMaxThreshold(MechanismAdapter):
         self.samples = samples
 
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        return np.array([noisy_max_threshold(x, **self._params, rng=rng) for _ in range(n)])
+        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
+        return np.array([noisy_max_threshold(x, **self._params, noise=noise) for _ in range(n)])
 
     def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
         # report-noisy-max with full-support noise picks every candidate with positive probability
@@ -184,8 +187,9 @@ class PAKHoldOut(MechanismAdapter):
 
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         out = np.empty((n, 3))
+        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
         for run in range(n):
-            pak = PAK(**self._params, seed=rng)
+            pak = PAK(**self._params, noise=noise)
             pak.release(x)
             grid = granularity_of(pak)
             out[run] = (pak.held_sum, pak.threshold, np.nan if grid is None else grid)

@@ -41,7 +41,8 @@ def _build_tops(options: dict[str, Any]) -> ToPS:
     return ToPS(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                 max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
                 window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
-                threshold_step=options["threshold_step"], clip=options["clip"], seed=options["seed"])
+                threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
+                seed=options["seed"])
 
 
 def _describe_tops(tops: ToPS) -> str:
@@ -52,8 +53,8 @@ def _describe_tops(tops: ToPS) -> str:
 def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
     return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
-               multiplier=options["multiplier"], noise=options["noise"], capped=capped, clip=options["clip"],
-               seed=options["seed"])
+               multiplier=options["multiplier"], threshold_noise=options["noise"], capped=capped, clip=options["clip"],
+               granularity=options["granularity"], seed=options["seed"])
 
 
 def _describe_pak(pak: PAK) -> str:
@@ -64,7 +65,8 @@ def _describe_pak(pak: PAK) -> str:
 
 def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
     return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
-                             max_range=options["max_range"], clip=options["clip"], seed=options["seed"])
+                             max_range=options["max_range"], clip=options["clip"], granularity=options["granularity"],
+                             seed=options["seed"])
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
@@ -96,14 +98,16 @@ class _Method:
     options: frozenset[str] = frozenset()
 
 
-_TOPS_OPTIONS = frozenset({"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step"})
-_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise"})
+_TOPS_OPTIONS = frozenset(
+    {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity"}
+)
+_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise", "granularity"})
 
 RELEASE_METHODS: dict[str, _Method] = {
     "tops": _Method(_build_tops, _describe_tops, _TOPS_OPTIONS),
     "pak": _Method(_build_pak, _describe_pak, _PAK_OPTIONS),
     "pak-uncapped": _Method(lambda options: _build_pak(options, capped=False), _describe_pak, _PAK_OPTIONS),
-    "bt": _Method(_build_bt, _describe_bt),
+    "bt": _Method(_build_bt, _describe_bt, frozenset({"granularity"})),
     "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
 }
 _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
@@ -137,7 +141,10 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
               help="pak: the multiplier r of PAK's Eq. 15.")
 @click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
-              help="pak: noise of the smooth-sensitivity threshold.")
+              help="pak: noise of the smooth-sensitivity threshold (gaussian is float-only and refused here).")
+@click.option("--granularity", type=float, default=None,
+              help="tops, pak, bt: the public grid step g of the exact noise (default: the largest power of two "
+                   "<= B / 2^20); values are rounded to multiples of g, thresholds rounded up.")
 @click.option("--seed", type=int, default=None, help=SEED_HELP)
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
@@ -148,7 +155,9 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
     stdin).  From stdin, each value is released as soon as it arrives.  pak and pak-uncapped
-    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee is printed on stderr.
+    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee, with the noise
+    sampler and its source of randomness, is printed on stderr.  tops, pak and bt measure on a
+    public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()

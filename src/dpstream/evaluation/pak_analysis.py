@@ -26,6 +26,7 @@ from scipy import optimize, stats
 from dpstream._checks import check_epsilon, check_probability
 from dpstream._progress import Progress, notify
 from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.noise import FloatNoise
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, PAK_BETA, PAK_MULTIPLIER, PAK_PERCENTILE, PAK_THRESHOLD_FRACTION
 from dpstream.rng import Seed, make_rng
@@ -254,12 +255,13 @@ def last_step_errors(
     thresholds: dict[str, list[float]] = {f"PAK-{name}": [] for name in settings}
     notify(progress, 0, rounds)
     for done in range(1, rounds + 1):
-        counter = BinaryTreeCounter(upper_bound=upper_bound, epsilon=epsilon, max_range=n, seed=rng)
+        counter = BinaryTreeCounter(upper_bound=upper_bound, epsilon=epsilon, max_range=n,
+                                    noise=FloatNoise(rng=rng))
         counter.release(values)
         errors["BT-bound"].append(counter.count - truth)
         for name, options in settings.items():
-            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta, seed=rng,
-                      **options)
+            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta,
+                      noise=FloatNoise(rng=rng), **options)
             released = pak.release(values)
             assert pak.held_sum is not None and pak.threshold is not None
             errors[f"PAK-{name}"].append(pak.held_sum + float(released.sum()) - truth)

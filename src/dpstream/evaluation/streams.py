@@ -26,6 +26,11 @@ Queries are random ranges (:func:`~dpstream.evaluation.metrics.random_queries`),
 length with ``ExperimentConfig(query_length=L)``.  :func:`summarize` gives the mean, standard
 deviation and 10th/90th percentiles over rounds; :func:`plot_metric` draws the mean with the
 10-90% band, which unlike ``mean +- sd`` stays meaningful on the log axis.
+
+Every method runs the float algorithm of its mechanism (``noise=FloatNoise(rng)``: no grid,
+numpy's float Laplace), so the studies reproduce the float implementation's numbers and stay
+fast.  Their outputs are NOT private releases; ``dpstream release`` and the mechanisms' defaults
+use exact noise.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from dpstream.evaluation.metrics import (
 )
 from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.hierarchy import PlainHierarchy
+from dpstream.noise import FloatNoise
 from dpstream.release import HierarchicalPerturber, ToPL, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, cap_threshold
@@ -207,7 +213,7 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
-                seed=rng)
+                noise=FloatNoise(rng=rng))
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -223,7 +229,7 @@ def _plain(*, fanout: int) -> MethodFn:
             epsilon=epsilon,
             max_range=config.max_range,
             fanout=fanout,
-            rng=rng,
+            noise=FloatNoise(rng=rng),
         )
         return (lambda queries: tree.range_sums(queries.starts, queries.stops)), {"smoothed_levels": 0}
 
@@ -241,7 +247,7 @@ def _consistent(*, smoother: str | None) -> MethodFn:
             fanout=16,
             smoothed_levels=0 if smoother is None else None,
             smoother=smoother or "recent",
-            seed=rng,
+            noise=FloatNoise(rng=rng),
         )
         released = perturber.release(scenario.truth)
         return _released(released), {"smoothed_levels": perturber.smoothed_levels}
@@ -288,7 +294,7 @@ def _hierarchy_release(
         fanout=16,
         smoothed_levels=0 if smoother is None else None,
         smoother=smoother or "recent",
-        seed=rng,
+        noise=FloatNoise(rng=rng),
     )
     return _released(perturber.release(np.minimum(values, theta)))
 
@@ -304,7 +310,7 @@ def _pak(*, capped: bool) -> MethodFn:
             max_range=config.max_range,
             capped=capped,
             delta=_delta(config),
-            seed=rng,
+            noise=FloatNoise(rng=rng),
         )
         pak.release(scenario.held)
         released = pak.release(scenario.stream)
@@ -315,7 +321,8 @@ def _pak(*, capped: bool) -> MethodFn:
 
 def _binary_tree_bound(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     """The plain binary tree with the public bound B (no threshold)."""
-    counter = BinaryTreeCounter(upper_bound=scenario.upper_bound, epsilon=epsilon, max_range=config.max_range, seed=rng)
+    counter = BinaryTreeCounter(upper_bound=scenario.upper_bound, epsilon=epsilon, max_range=config.max_range,
+                                noise=FloatNoise(rng=rng))
     return _released(counter.release(scenario.stream)), {"threshold": scenario.upper_bound}
 
 
@@ -327,9 +334,11 @@ def _nm_e_binary_tree(scenario: Scenario, epsilon: float, config: ExperimentConf
     noise and favour a smaller theta; that variant is not what Figure 3 shows.
     """
     theta = noisy_max_threshold(
-        scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16, rng=rng
+        scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16,
+        noise=FloatNoise(rng=rng),
     )
-    counter = BinaryTreeCounter(upper_bound=theta, epsilon=epsilon, max_range=config.max_range, seed=rng)
+    counter = BinaryTreeCounter(upper_bound=theta, epsilon=epsilon, max_range=config.max_range,
+                                noise=FloatNoise(rng=rng))
     return _released(counter.release(np.minimum(scenario.stream, theta))), {"threshold": theta}
 
 
@@ -342,7 +351,8 @@ def _smooth_hierarchy(*, threshold: str, capped: bool, smoother: str | None, str
     """
 
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-        common = dict(epsilon=epsilon, delta=_delta(config), upper_bound=scenario.upper_bound, rng=rng)
+        common = dict(epsilon=epsilon, delta=_delta(config), upper_bound=scenario.upper_bound,
+                      sampler=FloatNoise(rng=rng))
         if threshold == "S-PAK":
             raw = pak_threshold(scenario.held, **common)
         else:
@@ -372,7 +382,7 @@ def _nm_e_hierarchy(*, threshold_epsilon: float | None, stream_epsilon: float | 
             upper_bound=scenario.upper_bound,
             max_range=_query_range(scenario, config),
             fanout=16,
-            rng=rng,
+            noise=FloatNoise(rng=rng),
         )
         answer = _hierarchy_release(scenario.stream, theta, stream_budget, config, rng, smoother="recent")
         return answer, {"threshold": theta}

@@ -40,8 +40,8 @@ import numpy as np
 
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.noise.exact import discrete_laplace
+from dpstream.noise.float_continuous import laplace_noise
 from dpstream.noise.float_geometric import double_geometric_noise
-from dpstream.noise.laplace import laplace_noise
 from dpstream.rng import Seed, make_rng
 
 __all__ = ["ExactNoise", "FloatNoise", "NoiseSampler", "ZeroNoise", "make_noise"]
