@@ -309,3 +309,23 @@ def test_failed_forced_release_keeps_the_existing_output(runner, tmp_path):
     out.write_text("previous release\n")
     result = runner.invoke(main, ["release", str(source), "-o", str(out), *ARGS, "--force"])
     assert result.exit_code != 0 and out.read_text() == "previous release\n"
+
+
+def test_release_reads_parquet_streams_and_missing_values(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"t": list(range(40)), "load": [float(i % 5) for i in range(40)]}), tmp_path / "m.parquet")
+    args = ["--epsilon", "1", "--upper-bound", "5", "--hold", "8", "--max-range", "16", "--seed", "1", "-o", "-"]
+    parquet = CliRunner().invoke(main, ["release", str(tmp_path / "m.parquet"), "--column", "load", *args])
+    assert parquet.exit_code == 0, parquet.output
+    assert len([line for line in parquet.stdout.splitlines() if line]) == 32
+    (tmp_path / "m.csv").write_text("v\n1\nNA\n3\n4\n")
+    missing = ["release", str(tmp_path / "m.csv"), "--epsilon", "1", "--upper-bound", "5", "--hold", "1",
+               "--max-range", "4", "--seed", "1", "-o", "-"]
+    refused = CliRunner().invoke(main, missing)
+    assert refused.exit_code == 1 and "line 3 is a missing value 'NA'" in refused.output
+    zero = CliRunner().invoke(main, [*missing, "--missing", "zero"])
+    assert zero.exit_code == 0 and len(zero.stdout.split()) == 3  # positions kept: 4 values, 1 held out
+    skip = CliRunner().invoke(main, [*missing, "--missing", "skip"])
+    assert skip.exit_code == 0 and len(skip.stdout.split()) == 2

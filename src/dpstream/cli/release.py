@@ -7,7 +7,6 @@ it reads; the flags of ``release`` map to constructor arguments there and nowher
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -26,7 +25,7 @@ from dpstream.cli._common import (
     usage_errors,
     warn_if_seeded,
 )
-from dpstream.io import iter_chunks, iter_values, open_input
+from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.smoothers import SMOOTHERS
@@ -132,6 +131,8 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--threshold-epsilon", type=float, default=None,
               help="Budget of the threshold optimizer (default: --epsilon).")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
+@click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
+              help="Empty fields, NA, NaN, null: error; zero (positions kept); skip (shifts later positions).")
 @click.option("--threshold-step", type=float, default=1.0, show_default=True,
               help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
 @click.option("--delta", type=float, default=None,
@@ -149,7 +150,7 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def release(input_path: str, output_path: str, method: str, column: str | None, seed: int | None,
+def release(input_path: str, output_path: str, method: str, column: str | None, missing: str, seed: int | None,
             hold: int, force: bool, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
@@ -171,8 +172,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
-    source = open_input(input_path)
-    values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
+    reader = StreamReader(input_path, column=column, missing=missing)  # text, .gz, stdin or Parquet
+    values = reader.values()
     name = "stdin" if input_path == "-" else input_path
     writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"],
                      written="the output stops before it" if is_stream(target)
@@ -191,8 +192,9 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                     "was complete: nothing was released (lower --hold or give a longer stream)."
                 )
     finally:
-        if source is not sys.stdin:
-            source.close()
+        reader.close()
+    if reader.stats.missing:
+        say(reader.stats.summary())
     if options["clip"]:
         say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
