@@ -57,3 +57,15 @@ def test_bad_grid_and_float_only_choices_are_one_line_errors(stream_file, tmp_pa
     assert result.exit_code != 0
     assert message in result.output
     assert "Traceback" not in result.output and not (tmp_path / "out.txt").exists()
+
+
+def test_a_secure_source_that_cannot_be_opened_is_one_line(stream_file, tmp_path, monkeypatch):
+    def broken(n):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr("dpstream.noise.bits.os.urandom", broken)
+    result = release(stream_file, tmp_path / "out.txt", "--method", "bt")
+    assert result.exit_code == 1
+    assert "no secure source of randomness" in result.output and "os.urandom" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out.txt").exists()

@@ -184,7 +184,13 @@ class NoiseSource:
                 )
             self._shared = PooledNoise(noise) if type(noise) is ExactNoise else noise
         else:  # unseeded: the OS CSPRNG, read 128 KiB at a time (a release draws a few thousand values)
-            bits = SystemBits(block_words=1 << 14) if seed is None else make_bits(seed)
+            if seed is None:
+                try:
+                    bits = SystemBits(block_words=1 << 14)
+                except RuntimeError as error:  # an OS error: the command line reports it in one line
+                    raise OSError(f"no secure source of randomness: {error}") from error
+            else:
+                bits = make_bits(seed)
             self._shared = PooledNoise(ExactNoise(bits=bits))
 
     @property
