@@ -43,6 +43,7 @@ import numpy as np
 from dpstream._checks import (
     check_bound,
     check_epsilon,
+    check_nonnegative,
     check_nonnegative_int,
     check_positive_int,
     check_stream_values,
@@ -131,6 +132,11 @@ class HierarchicalPerturber:
     noise : NoiseSampler or None
         Where the node noise comes from; None (default) is numpy's float Laplace on the
         generator of ``seed``.  ``ZeroNoise()`` makes the arithmetic exact for tests.
+    prior : float, optional
+        The smoother's start, a_0: the prediction for every value of the first block.  None
+        (default) is Algorithm 1's ``theta / 2``; a private estimate of the level (e.g. the
+        noisy mean of the hold-out, :func:`~dpstream.thresholds.model.noisy_mean`) is better.
+        It must not depend on the values this perturber releases; clipped to [0, theta].
 
     Examples
     --------
@@ -151,6 +157,7 @@ class HierarchicalPerturber:
         smoother: str | Smoother = "recent",
         seed: Seed = None,
         noise: NoiseSampler | None = None,
+        prior: float | None = None,
     ) -> None:
         self.threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
@@ -172,7 +179,8 @@ class HierarchicalPerturber:
         self.blocks_per_chunk = -(-self.max_range // self.block_size)
         self._rng = make_rng(seed)
         self._noise = make_noise(noise, self._rng)
-        prior = self.threshold / 2.0
+        prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
+        self.prior = prior
         self.state = PerturberState(
             released=0,
             noise=None,

@@ -1,6 +1,9 @@
 """ToPS: Threshold optimizer, Perturber, Smoother (Section 3, Algorithm 1).
 
 The first ``hold`` values choose theta by NM-E and are not released (the paper's setting).
+``threshold_method="model"`` chooses theta, s and the smoother's prior together instead, for the
+error model of this pipeline and the windows named by ``query_length``
+(:mod:`dpstream.thresholds.model`; a departure from the paper).
 Every later value is truncated at theta, perturbed by the online consistent hierarchy and
 smoothed, and released the moment it arrives.  Data flows one way:
 :mod:`dpstream.thresholds` -> :mod:`dpstream.release.perturber` -> :mod:`dpstream.smoothers`.
@@ -17,6 +20,7 @@ import numpy as np
 from dpstream._checks import (
     check_bool,
     check_bound,
+    check_choice,
     check_epsilon,
     check_positive_int,
     check_stream_values,
@@ -26,10 +30,17 @@ from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
+from dpstream.noise.bits import make_bits
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
+from dpstream.thresholds.error_model import QueryLengths
+from dpstream.thresholds.model import ModelChoice, model_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
+from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["ToPS", "ToPSState"]
+__all__ = ["THRESHOLD_METHODS", "ToPS", "ToPSState"]
+
+#: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
+THRESHOLD_METHODS = ("nm-e", "model")
 
 
 @dataclass(kw_only=True)
@@ -80,14 +91,25 @@ class ToPS(HoldOutRelease):
         Spacing of NM-E's candidates ``step, 2 step, ..., B`` (paper: 1).
     clip : bool
         Clip values outside [0, B] instead of raising an error.
+    threshold_method : str
+        ``nm-e`` (default): the paper's NM-E, s by Eq. 7 and the prior ``theta / 2``.
+        ``model``: theta, s and the prior chosen privately for the error model of this
+        pipeline (:func:`~dpstream.thresholds.model.model_threshold`); ``smoothed_levels``, if
+        given, is kept and only theta and the prior are chosen.
+    query_length : int, optional
+        With ``model``: the window length the release should serve best (e.g. 1440 for daily
+        sums of minute readings); default the paper's random queries over ``max_range``.
+    selection : str
+        With ``model``: ``permute-and-flip`` (default), ``report-noisy-max`` or
+        ``exponential`` (:mod:`dpstream.thresholds.select`).
     seed : int, Generator or None
         One generator drives all noise; the same seed replays the same release.
 
     Privacy
     -------
     ``max(epsilon, threshold_epsilon)``-DP at event level (Definition 2.1): two streams are
-    neighbours when they differ in the value at one position.  NM-E is
-    ``threshold_epsilon``-DP on the hold-out, the perturber is ``epsilon``-DP on the rest
+    neighbours when they differ in the value at one position.  NM-E (or the model's four
+    steps, together) is ``threshold_epsilon``-DP on the hold-out, the perturber is ``epsilon``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
     for infinite streams.  Truncation, consistency and smoothing add no cost.
@@ -122,6 +144,9 @@ class ToPS(HoldOutRelease):
         c: float = NM_E_CONSTANT,
         threshold_step: float = 1.0,
         clip: bool = False,
+        threshold_method: str = "nm-e",
+        query_length: int | None = None,
+        selection: str = "permute-and-flip",
         seed: Seed = None,
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
@@ -134,6 +159,11 @@ class ToPS(HoldOutRelease):
         self.threshold_step = check_bound(threshold_step, "threshold_step")
         threshold_candidates(self.upper_bound, self.threshold_step)  # validates the grid now
         self.clip = check_bool(clip, "clip")
+        self.threshold_method = check_choice(threshold_method, "threshold_method", THRESHOLD_METHODS)
+        self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
+        self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
+        self.model_choice: ModelChoice | None = None
+        self._forced_levels = smoothed_levels
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother(smoother, **params)
         self._rng = make_rng(seed)
@@ -169,6 +199,15 @@ class ToPS(HoldOutRelease):
     def privacy(self) -> PrivacyGuarantee:
         """What the whole release spends: NM-E and the hierarchy, in parallel."""
         measured = self.levels - self.smoothed_levels
+        if self.threshold_method == "model":
+            spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
+            threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, composition=(
+                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
+            hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+                                         composition=f"hierarchy on the rest, eps/{measured} on each of {measured} levels")
+            return threshold.compose_parallel(hierarchy, composition=(
+                f"model threshold {spent:g}-DP on the first {self.hold} values; hierarchy {self.epsilon:g}-DP on the "
+                f"rest (eps/{measured} on each of h - s = {measured} measured levels); parallel composition"))
         threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=0.0, neighbours=EVENT_LEVEL,
                                      composition=f"NM-E threshold on the first {self.hold} values")
         hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
@@ -182,6 +221,9 @@ class ToPS(HoldOutRelease):
     # -- releasing ---------------------------------------------------------------------
 
     def _choose_threshold(self) -> None:
+        if self.threshold_method == "model":
+            self._choose_by_model()
+            return
         theta = noisy_max_threshold(
             self._held,
             epsilon=self.threshold_epsilon,
@@ -195,6 +237,28 @@ class ToPS(HoldOutRelease):
         )
         self._stream = HierarchicalPerturber(threshold=theta, **self._perturber_args, seed=self._rng)
         self._threshold = self._stream.threshold
+
+    def _choose_by_model(self) -> None:
+        queries = None if self.query_length is None else QueryLengths.fixed(self.query_length)
+        levels = None if self._forced_levels is None else (self.smoothed_levels,)
+        choice = model_threshold(
+            self._held,
+            epsilon=self.threshold_epsilon,
+            stream_epsilon=self.epsilon,
+            upper_bound=self.upper_bound,
+            max_range=self.max_range,
+            fanout=self.fanout,
+            queries=queries,
+            levels=levels,
+            selection=self.selection,
+            step=self.threshold_step,
+            seed=make_bits(self._rng),
+        )
+        self.model_choice = choice
+        args = dict(self._perturber_args, smoothed_levels=choice.smoothed_levels)
+        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, seed=self._rng, prior=choice.prior)
+        self._threshold = self._stream.threshold
+        self.smoothed_levels = self._stream.smoothed_levels
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
