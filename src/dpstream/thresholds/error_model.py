@@ -118,11 +118,12 @@ class QueryLengths:
         Number of released values when it is finite and known (weighs the first block's
         prior); None for a long stream.
 
-    Use :meth:`random` for the paper's random queries, :meth:`fixed` for one window length.
+    Use :meth:`random` for the paper's random queries (its law is kept in closed form, not as
+    ``n`` weights), :meth:`fixed` for one window length.
 
     >>> q = QueryLengths.random(1000)
-    >>> round(q.mean, 1), round(q.mean_square / 1000**2, 3)
-    (333.0, 0.167)
+    >>> round(q.mean, 2), round(q.mean_square / 1000**2, 4)
+    (333.67, 0.1668)
     >>> QueryLengths.fixed(1440).mean
     1440.0
     """
@@ -130,6 +131,7 @@ class QueryLengths:
     lengths: np.ndarray
     weights: np.ndarray
     stream_length: int | None = None
+    random_over: int | None = None  # set by random(n): the law of the paper's queries over n values
 
     def __post_init__(self) -> None:
         lengths = np.asarray(self.lengths, dtype=np.int64).ravel()
@@ -148,17 +150,16 @@ class QueryLengths:
         object.__setattr__(self, "weights", weights / weights.sum())
 
     @classmethod
-    @functools.lru_cache(maxsize=8)
     def random(cls, n: int) -> QueryLengths:
         """The paper's random queries over ``n`` released values: two uniform positions, sorted.
 
-        The length ``L = |i - j|`` has ``P(L = l) = 2 (n - l) / n^2`` for ``l >= 1`` (an empty
-        query, ``L = 0``, has no error and is left out, so the weights sum to ``1 - 1/n``
-        before normalizing; the means are those of non-empty queries).
+        The length ``L = |i - j|`` has ``P(L = l)`` proportional to ``n - l`` for
+        ``1 <= l < n`` (an empty query has no error and is left out), so ``E[L] = (n + 1) / 3``
+        and ``E[L^2] = n (n + 1) / 6``.  ``lengths`` and ``weights`` hold the two ends only;
+        the moments and strata use the closed forms.
         """
         n = check_positive_int(n, "n", minimum=2)
-        lengths = np.arange(1, n, dtype=np.int64)
-        return cls(lengths, 2.0 * (n - lengths), stream_length=n)
+        return cls(np.array([1, n - 1]), np.array([1.0, 1.0]), stream_length=n, random_over=n)
 
     @classmethod
     def fixed(cls, length: int, *, stream_length: int | None = None) -> QueryLengths:
@@ -169,11 +170,15 @@ class QueryLengths:
     @functools.cached_property
     def mean(self) -> float:
         """E[L] over the non-empty queries."""
+        if self.random_over is not None:
+            return (self.random_over + 1) / 3.0
         return float(self.weights @ self.lengths.astype(np.float64))
 
     @functools.cached_property
     def mean_square(self) -> float:
         """E[L^2] over the non-empty queries."""
+        if self.random_over is not None:
+            return self.random_over * (self.random_over + 1) / 6.0
         return float(self.weights @ self.lengths.astype(np.float64) ** 2)
 
     def __hash__(self) -> int:
@@ -185,13 +190,25 @@ class QueryLengths:
     @functools.cached_property
     def key(self) -> tuple:
         """A hashable identity of the law (for caches)."""
+        if self.random_over is not None:
+            return "random", self.random_over
         digest = hashlib.sha256(self.lengths.tobytes() + self.weights.tobytes()).hexdigest()
         return digest, self.stream_length
 
     def strata(self, count: int) -> np.ndarray:
-        """``count`` lengths at the middles of equal-probability strata (a quadrature of the law)."""
-        cumulative = np.cumsum(self.weights)
+        """``count`` lengths at the middles of equal-probability strata (a quadrature of the law).
+
+        >>> QueryLengths.random(100).strata(4).tolist()
+        [7, 21, 39, 65]
+        """
         targets = (np.arange(count) + 0.5) / count
+        if self.random_over is not None:
+            # smallest l with P(L <= l) = (l n - l (l + 1) / 2) / (n (n - 1) / 2) >= t
+            n = self.random_over
+            b = 2.0 * n - 1.0
+            root = (b - np.sqrt(np.maximum(b * b - 4.0 * targets * n * (n - 1), 0.0))) / 2.0
+            return np.clip(np.ceil(root - 1e-9), 1, n - 1).astype(np.int64)
+        cumulative = np.cumsum(self.weights)
         return self.lengths[np.minimum(np.searchsorted(cumulative, targets), self.lengths.size - 1)]
 
 

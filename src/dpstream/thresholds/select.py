@@ -266,8 +266,8 @@ def selection_probabilities(mechanism: str, scores: object, *, epsilon: float, s
     by summing the discrete Laplace law of the winner's noise (ties to the lowest index).
 
     >>> p = selection_probabilities("exponential", [0.0, 1.0], epsilon=1.0, monotone=True)
-    >>> round(float(p[1] / p[0]), 3)  # exp(eps * 1024 / 1025)
-    2.715
+    >>> round(float(p[1] / p[0]), 3)  # exp(1024 / 1025): a score of 1 is 1024 grid steps of 1 + 1/1024
+    2.716
     """
     mechanism = _check_mechanism(mechanism)
     epsilon, sensitivity, monotone = _check(epsilon, sensitivity, monotone)
