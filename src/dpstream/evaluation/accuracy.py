@@ -93,7 +93,7 @@ def _tops(**options: Any) -> Method:
 
 #: name -> method.
 METHODS: dict[str, Method] = {
-    "paper": _tops(),
+    "paper": _tops(threshold_method="nm-e"),
     "model": _tops(threshold_method="model"),
     "model-rnm": _tops(threshold_method="model", selection="report-noisy-max"),
     "model-exponential": _tops(threshold_method="model", selection="exponential"),

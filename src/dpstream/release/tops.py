@@ -1,10 +1,11 @@
 """ToPS: Threshold optimizer, Perturber, Smoother (Section 3, Algorithm 1).
 
-The first ``hold`` values choose theta by NM-E and are not released (the paper's setting).
-``threshold_method="model"`` chooses theta, s and the smoother's prior together instead, for the
-error model of this pipeline and the windows named by ``query_length``
-(:mod:`dpstream.thresholds.model`; a departure from the paper).
-Every later value is truncated at theta, perturbed by the online consistent hierarchy and
+The first ``hold`` values choose the threshold theta and are not released (the paper's
+setting).  By default theta, the smoothed levels s and the smoother's prior are chosen together,
+privately, for the error model of this pipeline and the windows named by ``query_length``
+(``threshold_method="model"``, :mod:`dpstream.thresholds.model`: a departure from the paper,
+which chooses theta by NM-E, s by Eq. 7 and starts at theta / 2; ``threshold_method="nm-e"``
+runs the paper's choice).  Every later value is truncated at theta, perturbed by the online consistent hierarchy and
 smoothed, and released the moment it arrives.  Data flows one way:
 :mod:`dpstream.thresholds` -> :mod:`dpstream.release.perturber` -> :mod:`dpstream.smoothers`.
 """
@@ -82,9 +83,10 @@ class ToPS(HoldOutRelease):
     window, alpha : optional
         Parameters of the moving_average and exponential smoothers.
     threshold_epsilon : float, optional
-        Budget of NM-E, when it should differ from ``epsilon``.
+        Budget of the threshold choice (NM-E or the model), when it should differ from ``epsilon``.
     smoothed_levels : int, optional
-        Force s instead of Eq. 7 (0 disables smoothing).
+        Force s (0 disables smoothing) instead of the model's choice or Eq. 7.  With the model
+        and no forced s, :attr:`smoothed_levels` is None until the hold-out ends.
     c : float
         The constant of Eq. 6 (paper: 60).
     threshold_step : float
@@ -92,10 +94,10 @@ class ToPS(HoldOutRelease):
     clip : bool
         Clip values outside [0, B] instead of raising an error.
     threshold_method : str
-        ``nm-e`` (default): the paper's NM-E, s by Eq. 7 and the prior ``theta / 2``.
-        ``model``: theta, s and the prior chosen privately for the error model of this
-        pipeline (:func:`~dpstream.thresholds.model.model_threshold`); ``smoothed_levels``, if
-        given, is kept and only theta and the prior are chosen.
+        ``model`` (default): theta, s and the prior chosen privately for the error model of
+        this pipeline (:func:`~dpstream.thresholds.model.model_threshold`); ``smoothed_levels``,
+        if given, is kept and only theta and the prior are chosen.  ``nm-e``: the paper's NM-E,
+        s by Eq. 7 and the prior ``theta / 2`` (Algorithm 1).
     query_length : int, optional
         With ``model``: the window length the release should serve best (e.g. 1440 for daily
         sums of minute readings); default the paper's random queries over ``max_range``.
@@ -120,8 +122,8 @@ class ToPS(HoldOutRelease):
     >>> stream = rng.integers(0, 20, size=5000).astype(float)
     >>> tops = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
     >>> released = tops.release(stream)
-    >>> released.shape, tops.threshold is not None, tops.smoothed_levels
-    ((4000,), True, 1)
+    >>> released.shape, tops.threshold is not None, tops.smoothed_levels in range(tops.levels)
+    ((4000,), True, True)
     >>> replay = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
     >>> streamed = [replay.release_one(v) for v in stream]
     >>> bool(np.array_equal(released, [v for v in streamed if v is not None]))
@@ -144,7 +146,7 @@ class ToPS(HoldOutRelease):
         c: float = NM_E_CONSTANT,
         threshold_step: float = 1.0,
         clip: bool = False,
-        threshold_method: str = "nm-e",
+        threshold_method: str = "model",
         query_length: int | None = None,
         selection: str = "permute-and-flip",
         seed: Seed = None,
@@ -179,6 +181,8 @@ class ToPS(HoldOutRelease):
         probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, seed=self._rng)
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
+        if self.threshold_method == "model" and smoothed_levels is None:
+            self.smoothed_levels = None  # chosen with theta when the hold-out ends
         self._start_hold_out()
 
     # -- what the release has chosen, and its state ---------------------------------------
@@ -197,17 +201,18 @@ class ToPS(HoldOutRelease):
         )
 
     def privacy(self) -> PrivacyGuarantee:
-        """What the whole release spends: NM-E and the hierarchy, in parallel."""
-        measured = self.levels - self.smoothed_levels
+        """What the whole release spends: the threshold choice and the hierarchy, in parallel."""
         if self.threshold_method == "model":
             spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
+            levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
             threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, composition=(
                 f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
             hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
-                                         composition=f"hierarchy on the rest, eps/{measured} on each of {measured} levels")
+                                         composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
             return threshold.compose_parallel(hierarchy, composition=(
-                f"model threshold {spent:g}-DP on the first {self.hold} values; hierarchy {self.epsilon:g}-DP on the "
-                f"rest (eps/{measured} on each of h - s = {measured} measured levels); parallel composition"))
+                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior); hierarchy "
+                f"{self.epsilon:g}-DP on the rest (eps / ({levels}) on each measured level); parallel composition"))
+        measured = self.levels - self.smoothed_levels
         threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=0.0, neighbours=EVENT_LEVEL,
                                      composition=f"NM-E threshold on the first {self.hold} values")
         hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,

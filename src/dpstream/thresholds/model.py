@@ -210,8 +210,8 @@ def model_threshold(
     fanout = check_positive_int(fanout, "fanout", minimum=2)
     values = np.asarray(values, dtype=np.float64)
     m = values.size
-    if m < 2:
-        raise ValueError(f"the model threshold needs at least 2 held-out values, got {m}.")
+    if m < 1:
+        raise ValueError("the model threshold needs at least 1 held-out value, got 0.")
     h = num_levels(max_range, fanout)
     levels = tuple(range(h)) if levels is None else tuple(int(s) for s in levels)
     queries = QueryLengths.random(max_range) if queries is None else queries
