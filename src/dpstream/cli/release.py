@@ -17,8 +17,8 @@ import numpy as np
 from dpstream.cli._common import SEED_HELP, cli, output_file, prepare_output, say, warn_if_seeded
 from dpstream.io import iter_chunks, iter_values, open_input
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
-from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
+from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
 
 __all__ = ["RELEASE_METHODS", "announce"]

@@ -38,7 +38,7 @@ import numpy as np
 
 from dpstream.datasets import load_dataset
 from dpstream.datasets.synthetic import SYNTHETIC
-from dpstream.evaluation.metrics import prefix_range_sums, random_queries
+from dpstream.evaluation.metrics import random_queries
 from dpstream.evaluation.plots import Panel, Series, save_figure
 from dpstream.evaluation.streams import extend_stream
 from dpstream.release import ToPS
@@ -172,8 +172,7 @@ def run_accuracy(
     rng = make_rng(seed)
     records = []
     for round_index in range(config.rounds):
-        queries = random_queries(rng, truth.size, config.queries)
-        prefix_range_sums(truth, queries)  # the same queries for every method of the round
+        queries = random_queries(rng, truth.size, config.queries)  # the same for every method of the round
         for epsilon in epsilons:
             for name in methods:
                 released, info = METHODS[name](values, bound, float(epsilon), config, rng)

@@ -26,12 +26,12 @@ from dpstream._checks import (
     check_positive_int,
     check_stream_values,
 )
+from dpstream.noise.bits import make_bits
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
-from dpstream.noise.bits import make_bits
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold

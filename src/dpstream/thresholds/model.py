@@ -33,7 +33,8 @@ the first block's prior.  On the held-out values it runs four private steps, wit
 4. **Prior** (1/4): the mean of ``min(v, theta)`` over the hold-out, with discrete Laplace noise
    on a grid (sensitivity ``theta``), starts the smoother instead of ``theta / 2``.
 
-Candidates are ``step * 1.02^j`` rounded to multiples of ``step``, up to B: a 2% grid, where
+Candidates are ``step * 1.02^j`` rounded up to multiples of ``step``, and the largest multiple
+of ``step`` up to B: a 2% grid, where
 the paper scores every multiple of ``step``.  The fewer candidates a private selection has to
 beat, the less its noise favours the many useless large thresholds.
 
@@ -59,7 +60,16 @@ from dpstream.noise.exact import discrete_laplace
 from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths
 from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon
 
-__all__ = ["GRID_RATIO", "SHARES", "ModelChoice", "model_candidates", "model_threshold", "noisy_mean"]
+__all__ = [
+    "DRIFT_MARGIN",
+    "GRID_RATIO",
+    "SHARES",
+    "ModelChoice",
+    "model_candidates",
+    "model_threshold",
+    "noisy_mean",
+    "selection_scores",
+]
 
 #: Budget shares of the four steps (they sum to 1).
 SHARES = {"scale": 0.125, "drift": 0.25, "selection": 0.375, "prior": 0.25}
@@ -77,7 +87,24 @@ _DENSITY_AT_MEDIAN = 0.5 * _LN2  # t f(t) at the median t of any exponential: ln
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """What :func:`model_threshold` chose, and the private estimates it used (all public)."""
+    """What :func:`model_threshold` chose, and the private estimates it used (all public).
+
+    Attributes
+    ----------
+    threshold, smoothed_levels, prior : float, int, float
+        theta, s and the smoother's start a_0.
+    predicted_error : float
+        The model's expected squared error of a query at this choice, with the exponential
+        stand-in for the tail and the held-out count (for information: it is not private).
+    scale : float
+        ``lam = q50 / ln 2`` from the private median.
+    drift : float
+        The private drift rate ``q`` (``delta^2(bs) = q bs``).
+    epsilon_spent : float
+        What the four steps spent together (at most ``epsilon``).
+    details : dict
+        The private median, the selection mechanism and the noisy block fractions.
+    """
 
     threshold: float
     smoothed_levels: int
@@ -90,7 +117,7 @@ class ModelChoice:
 
 
 def model_candidates(upper_bound: float, step: float = 1.0) -> np.ndarray:
-    """Candidate thresholds: ``step * 1.02^j`` rounded up to multiples of ``step``, up to B.
+    """Candidate thresholds: ``step * 1.02^j`` rounded up to multiples of ``step``, and B's multiple.
 
     >>> model_candidates(10.0).tolist()
     [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
@@ -107,7 +134,7 @@ def model_candidates(upper_bound: float, step: float = 1.0) -> np.ndarray:
         )
     count = int(math.log(top) / math.log(GRID_RATIO)) + 2
     units = np.unique(np.ceil(GRID_RATIO ** np.arange(count) - 1e-9).astype(np.int64))
-    return step * units[units <= top].astype(np.float64)
+    return step * np.append(units[units < top], top).astype(np.float64)
 
 
 def _exponential_summary(candidates: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -245,16 +272,13 @@ def model_threshold(
                               prior_noise + drift * (m + bs) / 2.0)
         parts = model.components(summary, s)
         public = (parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2 / (queries.mean_square * scale**2)
-        # truncation in count units: m_theta^2 + kappa (2 m m_theta - m_theta^2); the constant
-        # (kappa m)^2 keeps the score 1-Lipschitz in m_theta (see _score)
-        rows.append(public + (kappa * m) ** 2)
+        rows.append(public)
     # The counts enter every s alike, so the best s for a theta is the one with the least public
     # error: a public function of theta.  Only theta is selected privately.
     rows = np.array(rows)
     best_level = np.argmin(rows, axis=0)
     public = rows[best_level, np.arange(candidates.size)]
-    counts = above.astype(np.float64)
-    scores = -np.sqrt(public + (1.0 - kappa) * counts**2 + 2.0 * kappa * m * counts)
+    scores = selection_scores(above, public, kappa=kappa, m=m)
     eps_select = epsilon * SHARES["selection"]
     index = select(selection, scores, epsilon=eps_select, monotone=True, seed=bits)
     spent += selection_epsilon(selection, eps_select, monotone=True)
@@ -265,17 +289,34 @@ def model_threshold(
     prior = noisy_mean(values, theta, epsilon=eps_prior, seed=bits)
     spent += _prior_spent(theta, eps_prior)
 
-    true_error = float(-scores[index]) ** 2 * queries.mean_square * scale**2 / m**2
     return ModelChoice(
         threshold=theta,
         smoothed_levels=s,
         prior=prior,
-        predicted_error=true_error,
+        predicted_error=float(scores[index]) ** 2 * queries.mean_square * scale**2 / m**2,
         scale=scale,
         drift=drift,
         epsilon_spent=spent,
         details={"median": median, "selection": selection, **drift_details},
     )
+
+
+def selection_scores(counts: np.ndarray, public: np.ndarray, *, kappa: float, m: int) -> np.ndarray:
+    """The scores of step 3: ``-sqrt(P + (kappa m)^2 + (1 - kappa) c^2 + 2 kappa m c)`` for counts ``c``.
+
+    ``P`` is the public part of the error (noise, smoothing, prior) in units of one value's
+    excess; ``c^2 + kappa (2 m c - c^2)`` is the truncation error of the exponential stand-in
+    (``E[L^2] mu^2 + E[L] tau^2`` with ``mu = lam c / m`` and ``E[((v - theta)^+)^2] = 2 lam^2 c / m``)
+    in the same units, ``kappa = E[L] / E[L^2] <= 1``.  The constant ``(kappa m)^2`` makes the
+    score 1-Lipschitz in ``c``: the derivative ``((1 - kappa) c + kappa m) / sqrt(...)`` is at
+    most 1 when ``P + (kappa m)^2 >= (kappa m)^2``.  So a change of one value, which moves every
+    count by at most 1 and all the same way, moves every score by at most 1, the same way.
+
+    >>> selection_scores(np.array([0, 3]), np.array([16.0, 16.0]), kappa=0.0, m=10).tolist()
+    [-4.0, -5.0]
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    return -np.sqrt(public + (kappa * m) ** 2 + (1.0 - kappa) * counts**2 + 2.0 * kappa * m * counts)
 
 
 def _prior_spent(theta: float, epsilon: float) -> float:
