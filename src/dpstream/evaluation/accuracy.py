@@ -21,6 +21,14 @@ paper's setting): the whole release is epsilon-DP.
 Ratios of mean errors to the ``paper`` method come with a 95% confidence interval from a
 paired bootstrap over rounds (:func:`ratio_table`).
 
+Window trade-off: :func:`window_curves` measures the mean squared error of windows of several
+lengths for a few settings (the paper's ToPS, the model for random queries, the model told the
+window, and fixed s), and :func:`plot_windows` draws them.
+
+Run from the shell (writes CSV and JSON to ``--out``; see ``--help``)::
+
+    python -m dpstream.evaluation.accuracy --dataset pos --rounds 100 --out results/accuracy
+
 Noise: the studies run the float path (numpy's Laplace via the round's generator) for the
 hierarchy, as every study of the project does; the model's private steps use the exact
 samplers on bits of the same generator.  The synthetic streams of
@@ -49,10 +57,12 @@ __all__ = [
     "METHODS",
     "AccuracyConfig",
     "load_stream",
+    "main",
     "plot_windows",
     "ratio_table",
     "release_errors",
     "run_accuracy",
+    "window_curves",
     "window_errors",
 ]
 
@@ -226,9 +236,86 @@ def ratio_table(records: list[dict[str, Any]], *, baseline: str = "paper",
 
 
 def plot_windows(errors_by_setting: dict[str, tuple[Sequence[int], Sequence[float]]], path: Path, *,
-                 title: str = "") -> Path:
+                 title: str = "", ylabel: str = "mean squared error of a window") -> Path:
     """Error against window length: one line per setting (log-log)."""
     series = [Series(label=label, x=list(x), y=list(y)) for label, (x, y) in errors_by_setting.items()]
-    panel = Panel(series=series, xlabel="window length (values)", ylabel="mean squared error of a window",
-                  title=title, ylog=True, xlog=True)
+    panel = Panel(series=series, xlabel="window length (values)", ylabel=ylabel, title=title, ylog=True, xlog=True)
     return save_figure(path, [panel])
+
+
+def window_curves(
+    dataset: str,
+    *,
+    epsilon: float,
+    lengths: Sequence[int],
+    settings: dict[str, dict[str, Any]],
+    config: AccuracyConfig = AccuracyConfig(),
+    seed: Seed = 0,
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Mean squared error of every window of each length, for each setting of ToPS, over rounds.
+
+    ``settings`` maps a label to ToPS keyword arguments; the value ``"window"`` of
+    ``query_length`` stands for each length in turn (one release per length), any other
+    setting is released once per round and measured at every length.
+    """
+    values, bound = load_stream(dataset, config)
+    truth = values[config.hold :]
+    rng = make_rng(seed)
+    curves: dict[str, list[float]] = {label: [0.0] * len(lengths) for label in settings}
+    for _ in range(config.rounds):
+        for label, options in settings.items():
+            per_length = options.get("query_length") == "window"
+            released = None
+            for i, length in enumerate(lengths):
+                if released is None or per_length:
+                    kwargs = dict(options, query_length=length) if per_length else dict(options)
+                    tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range,
+                                seed=rng, **kwargs)
+                    tops.release(values[: config.hold])
+                    released = tops.release(values[config.hold :])
+                prefix = np.concatenate(([0.0], np.cumsum(released - truth)))
+                curves[label][i] += float(np.mean((prefix[length:] - prefix[:-length]) ** 2)) / config.rounds
+    return {label: (list(lengths), errors) for label, errors in curves.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m dpstream.evaluation.accuracy``: run the study, print the ratio table, write results."""
+    import argparse
+    import csv
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m dpstream.evaluation.accuracy", description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="pos", choices=list(DATASETS))
+    parser.add_argument("--epsilons", default="0.01,0.02,0.05,0.1")
+    parser.add_argument("--methods", default="paper,model")
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--window", type=int, default=None, help="also measure windows of this length")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="directory for the records (CSV) and the ratio table (JSON)")
+    args = parser.parse_args(argv)
+    config = AccuracyConfig(rounds=args.rounds, queries=args.queries, window=args.window)
+    records = run_accuracy(args.dataset, epsilons=[float(e) for e in args.epsilons.split(",")],
+                           methods=args.methods.split(","), config=config, seed=args.seed,
+                           progress=lambda message: print(message, flush=True))
+    metrics = ("mse", "mse_all") + (("window_mse", "window_error") if args.window else ())
+    rows = ratio_table(records, metrics=metrics)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"accuracy-{args.dataset}" + (f"-window{args.window}" if args.window else "")
+    with open(out / f"{stem}-rounds.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(key for r in records for key in r)), restval="")
+        writer.writeheader()
+        writer.writerows(records)
+    (out / f"{stem}.json").write_text(json.dumps({"config": config.__dict__, "seed": args.seed, "rows": rows},
+                                                 indent=2, default=str))
+    for row in rows:
+        cells = [f"{m} {row[m + '_mean']:.3g}" + (f" ratio {row[m + '_ratio']:.2f} [{row[m + '_low']:.2f}, "
+                                                     f"{row[m + '_high']:.2f}]" if m + "_ratio" in row else "")
+                 for m in metrics if m + "_mean" in row]
+        print(f"{row['dataset']} eps={row['epsilon']:g} {row['method']}: theta~{row['threshold_median']:g} "
+              f"s={row['smoothed_levels']} " + "; ".join(cells))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
