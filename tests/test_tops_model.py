@@ -101,6 +101,8 @@ def test_paper_method_is_kept():
         (dict(query_length=0), ValueError, "query_length"),
         (dict(selection="gumbel"), ValueError, "selection must be one of"),
         (dict(threshold_method=3), TypeError, "threshold_method must be a string"),
+        (dict(threshold_method="nm-e", query_length=60), ValueError, "apply to threshold_method='model' only"),
+        (dict(threshold_method="nm-e", selection="exponential"), ValueError, "apply to threshold_method='model'"),
     ],
 )
 def test_errors(kwargs, error, message):

@@ -164,6 +164,9 @@ class ToPS(HoldOutRelease):
         self.threshold_method = check_choice(threshold_method, "threshold_method", THRESHOLD_METHODS)
         self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
         self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
+        if self.threshold_method == "nm-e" and (query_length is not None or selection != "permute-and-flip"):
+            raise ValueError("query_length and selection apply to threshold_method='model' only, got threshold_method="
+                             "'nm-e' with them.")
         self.model_choice: ModelChoice | None = None
         self._forced_levels = smoothed_levels
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
