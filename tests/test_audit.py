@@ -215,6 +215,9 @@ def test_bad_adapters_and_parameters_are_named():
 
 #: Mechanisms whose noise is already exact (or whose outputs are discrete / described by a density).
 EXACT = {
+    "tops": 4_000,
+    "binary-tree": 2_048,
+    "pak": 400,
     "nm-e": 20_000,
     "sr": 100_000,
     "pm": 100_000,
@@ -223,9 +226,11 @@ EXACT = {
     "count-of-counts": 20_000,
     "count-of-counts-hg": 20_000,
     "count-of-counts-naive": 20_000,
+    "laplace-counts": 100_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
-FLOAT_NOISE = {"tops": 4_000, "binary-tree": 2_048, "pak": 400, "laplace-counts": 100_000}
+#: (None left: every mechanism draws exact noise.)
+FLOAT_NOISE: dict[str, int] = {}
 
 
 def test_registry_is_covered():
@@ -239,34 +244,40 @@ def test_exact_mechanisms_pass(name):
     assert result.claimed_epsilon == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="float noise: fixed by the exact-noise work")
-@pytest.mark.parametrize("name", sorted(FLOAT_NOISE))
-def test_float_noise_mechanisms_pass(name):
-    [result] = run_audit([name], samples=FLOAT_NOISE[name])
-    assert result.passed, format_table([result])
-
-
-def test_adapters_pass_once_the_noise_is_on_a_declared_grid(monkeypatch):
-    """The exact-noise fix as the adapters expect it: integer noise and a ``granularity``."""
-
-    def integer_noise(rng, scale, size):
-        success = -math.expm1(-1.0 / scale)
-        return (rng.geometric(success, size) - rng.geometric(success, size)).astype(np.float64)
-
-    from dpstream.postprocess.mechanism import LaplaceCounts
+def test_stream_adapters_declare_the_grids_of_their_outputs():
+    """What the exact stream mechanisms expose for the support test: ToPS's released values (s = 0)
+    lie on g / q around the truth (q the exact consistency denominator), the binary tree's on g,
+    PAK's held-out sum on the grid it declares after its hold-out."""
     from dpstream.release.binary_tree import BinaryTreeCounter
 
-    monkeypatch.setattr("dpstream.postprocess.mechanism.laplace_noise", integer_noise)
-    monkeypatch.setattr("dpstream.release.binary_tree.laplace_noise", integer_noise)
-    monkeypatch.setattr(LaplaceCounts, "granularity", 1.0, raising=False)
-    monkeypatch.setattr(BinaryTreeCounter, "granularity", 1.0, raising=False)
-    for result in run_audit(["laplace-counts", "binary-tree"], samples=FLOAT_NOISE["binary-tree"]):
-        assert result.passed, format_table([result])
+    tops = MECHANISMS["tops"]()
+    assert tops.granularity == 2.0**-18 / 5  # theta = 4: g = 2^-18; b = 4, two levels: q = 5
+    tree = MECHANISMS["binary-tree"]()
+    assert tree.granularity == BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, seed=0).granularity == 2.0**-20
+    pak = MECHANISMS["pak"]()
+    outputs = pak.sample(pak.neighbours[0], 20, np.random.default_rng(0))
+    assert np.all(outputs[:, 2] == 2.0**-16) and pak.possible_under(pak.neighbours[1], outputs).all()
+    # a value off the grid would be impossible under either input
+    shifted = outputs.copy()
+    shifted[:, 0] += 2.0**-18
+    assert not pak.possible_under(pak.neighbours[0], shifted).any()
 
 
 def test_run_audit_reports_progress_and_formats_a_table():
     messages = []
-    results = run_audit(["sr", "nm-e"], samples=2000, seed=5, progress=messages.append)
+    results = run_audit(["sr", "nm-e"], samples=2000, seed=5, log=messages.append)
     assert messages == ["auditing sr (1/2)", "auditing nm-e (2/2)"]
     table = format_table(results).splitlines()
     assert table[0].startswith("mechanism") and table[1].startswith("sr") and table[2].startswith("nm-e")
+
+
+def test_the_audit_command_prints_the_table_and_exits_by_the_result():
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    passed = CliRunner().invoke(cli, ["audit", "sr", "count-of-counts", "--samples", "2000"])
+    assert passed.exit_code == 0, passed.output
+    assert "eps lower bound" in passed.output and "sr " in passed.output and "FAIL" not in passed.output
+    unknown = CliRunner().invoke(cli, ["audit", "no-such-mechanism"])
+    assert unknown.exit_code == 2 and "unknown mechanism 'no-such-mechanism'" in unknown.output

@@ -154,6 +154,52 @@ def test_evaluate_writes_results_and_plot(runner, tmp_path):
     assert again.exit_code != 0 and "--force" in again.stderr
 
 
+def test_evaluate_clips_on_request_and_fixes_the_query_length(runner, tmp_path):
+    """--clip clips a file's values outside [0, B] instead of failing; --query-length L makes every
+    query L values long, so MMSE = MSE / L^2 in every round."""
+    import csv
+
+    data = tmp_path / "big.csv"
+    data.write_text("\n".join(["5", "900", "7"] * 700) + "\n")
+    args = ["evaluate", "--dataset", str(data), "--upper-bound", "100", "--study", "hierarchy", "--methods",
+            "H16c,Base", "--epsilons", "1", "--rounds", "2", "--queries", "10", "--hold", "256", "--max-range", "1024"]
+    refused = runner.invoke(main, [*args, "--out", str(tmp_path / "a")])
+    assert refused.exit_code == 1 and "position 1 must be in [0, 100]" in refused.stderr and "--clip" in refused.stderr
+    result = runner.invoke(main, [*args, "--clip", "--query-length", "200", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.stderr
+    with open(tmp_path / "b" / "hierarchy-big-rounds.csv") as handle:
+        rounds = list(csv.DictReader(handle))
+    assert len(rounds) == 4
+    for row in rounds:
+        assert float(row["mmse"]) == pytest.approx(float(row["mse"]) / 200**2, rel=1e-9)
+    bad = runner.invoke(main, [*args, "--clip", "--query-length", "0", "--out", str(tmp_path / "c")])
+    assert bad.exit_code == 2 and "--query-length" in bad.stderr and not (tmp_path / "c").exists()
+
+
+def _bars(stderr):
+    """The distinct progress bars drawn on stderr (tqdm redraws a bar with carriage returns)."""
+    lines = [part for line in stderr.splitlines() for part in line.split("\r")]
+    return {part.split(":")[0] for part in lines if "%|" in part}
+
+
+@pytest.mark.parametrize(("args", "bar"), [
+    (["evaluate", "--study", "end-to-end", "--epsilons", "0.5,1", "--rounds", "2", "--queries", "5", "--hold", "512",
+      "--max-range", "1024"], "end-to-end on pos"),
+    (["pak-improvement", "--hold", "50000", "--rounds", "2"], "pak-improvement"),
+    (["evaluate-count-of-counts", "--dataset", "taxi", "--strategies", "hc,bu", "--runs", "2", "--max-size", "2000"],
+     "evaluate-count-of-counts"),
+    (["evaluate-postprocess", "--study", "all", "--rounds", "1", "--steps", "10", "--users", "5", "--epsilons", "1",
+      "--steps-grid", "10", "--levels", "0.1", "--correlation-epsilons", "1"], "evaluate-postprocess"),
+])
+def test_each_evaluation_draws_one_overall_progress_bar(runner, tmp_path, args, bar):
+    """One bar per command, which reaches 100% and estimates the time left; no "run k/n" lines."""
+    result = runner.invoke(main, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    assert _bars(result.stderr) == {bar}
+    assert "100%|" in result.stderr and "<" in result.stderr  # tqdm's [elapsed<remaining]
+    assert "run 1/" not in result.stderr
+
+
 def test_evaluate_rejects_unknown_method(runner, tmp_path):
     result = runner.invoke(main, ["evaluate", "--methods", "nope", "--rounds", "1", "--out", str(tmp_path / "r")])
     assert result.exit_code != 0 and "no method 'nope'" in result.stderr
@@ -263,3 +309,23 @@ def test_failed_forced_release_keeps_the_existing_output(runner, tmp_path):
     out.write_text("previous release\n")
     result = runner.invoke(main, ["release", str(source), "-o", str(out), *ARGS, "--force"])
     assert result.exit_code != 0 and out.read_text() == "previous release\n"
+
+
+def test_release_reads_parquet_streams_and_missing_values(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"t": list(range(40)), "load": [float(i % 5) for i in range(40)]}), tmp_path / "m.parquet")
+    args = ["--epsilon", "1", "--upper-bound", "5", "--hold", "8", "--max-range", "16", "--seed", "1", "-o", "-"]
+    parquet = CliRunner().invoke(main, ["release", str(tmp_path / "m.parquet"), "--column", "load", *args])
+    assert parquet.exit_code == 0, parquet.output
+    assert len([line for line in parquet.stdout.splitlines() if line]) == 32
+    (tmp_path / "m.csv").write_text("v\n1\nNA\n3\n4\n")
+    missing = ["release", str(tmp_path / "m.csv"), "--epsilon", "1", "--upper-bound", "5", "--hold", "1",
+               "--max-range", "4", "--seed", "1", "-o", "-"]
+    refused = CliRunner().invoke(main, missing)
+    assert refused.exit_code == 1 and "line 3 is a missing value 'NA'" in refused.output
+    zero = CliRunner().invoke(main, [*missing, "--missing", "zero"])
+    assert zero.exit_code == 0 and len(zero.stdout.split()) == 3  # positions kept: 4 values, 1 held out
+    skip = CliRunner().invoke(main, [*missing, "--missing", "skip"])
+    assert skip.exit_code == 0 and len(skip.stdout.split()) == 2

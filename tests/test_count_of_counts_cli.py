@@ -5,13 +5,21 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
-from dpstream.count_of_counts import CountOfCountsData, TopDownCountOfCounts, housing_data, write_tables
+from dpstream.count_of_counts import (
+    BottomUpCountOfCounts,
+    CountOfCountsData,
+    TopDownCountOfCounts,
+    housing_data,
+    write_tables,
+)
 
 
 @pytest.fixture
@@ -192,3 +200,152 @@ def test_evaluate_checks_options_before_looking_at_the_outputs(tmp_path, option,
 
 def test_evaluate_seed_help_names_the_experiment():
     assert "Seed of the experiment" in run(["evaluate-count-of-counts", "--help"]).output
+
+
+# -- bottom-up, K, the label column, memory, exit codes, the plot ---------------------------------
+
+
+def _base(tables) -> list[str]:
+    _, (entities, groups, hierarchy) = tables
+    return ["count-of-counts", "--entities", entities, "--groups", groups, "--hierarchy", hierarchy]
+
+
+def _rows(path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_bottom_up_release_states_its_guarantee(tables, tmp_path):
+    data = tables[0]
+    out = tmp_path / "bu.csv"
+    result = run(_base(tables) + ["--epsilon", "1", "--method", "bu", "--max-size", "20000", "--seed", "3",
+                                  "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "privacy: 1-DP" in result.stderr and "all of epsilon on the leaves" in result.stderr
+    rows = [(r["region"], int(r["level"]), int(r["size"]), int(r["count"])) for r in _rows(out)]
+    assert rows == BottomUpCountOfCounts(epsilon=1.0, max_size=20_000, seed=3).release(data).rows()
+    merged = run(_base(tables) + ["--epsilon", "1", "--method", "bu", "--merge", "average", "-o", str(out), "--force"])
+    assert merged.exit_code == 2 and "top-down release only" in merged.output
+
+
+def test_an_estimated_k_is_printed_and_labels_the_last_size(tables, tmp_path):
+    data = tables[0]
+    out = tmp_path / "o.csv"
+    result = run(_base(tables) + ["--epsilon", "1", "--max-size-epsilon", "0.5", "--seed", "4", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    k = TopDownCountOfCounts(epsilon=1.0, max_size_epsilon=0.5, seed=4).release(data).max_size
+    assert f"estimated K = {k:,} " in result.stderr and f"estimated K = {k:,}" not in result.stdout
+    rows = _rows(out)
+    assert all(int(r["size"]) <= k for r in rows)
+    # the label marks exactly the rows of size K, which close their region
+    assert {(r["region"], r["level"]) for r in rows if r["size_label"]} == {
+        (r["region"], r["level"]) for r in rows if int(r["size"]) == k
+    }
+    assert all(r["size_label"] == f"{k} or more" for r in rows if int(r["size"]) == k)
+    given = run(_base(tables) + ["--epsilon", "1", "--max-size", "20000", "-o", str(out), "--force"])
+    assert given.exit_code == 0 and "estimated K" not in given.output
+
+
+def test_the_four_columns_stay_and_size_label_trails(tables, tmp_path):
+    out = tmp_path / "o.csv"
+    result = run(_base(tables) + ["--epsilon", "1", "--max-size", "4", "--seed", "1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    header = out.read_text().splitlines()[0]
+    assert header == '"region","level","size","count","size_label"'
+    rows = _rows(out)
+    assert all(int(r["size"]) <= 4 for r in rows)
+    capped = [r for r in rows if int(r["size"]) == 4]
+    assert capped and all(r["size_label"] == "4 or more" for r in capped)
+    assert all(r["size_label"] == "" for r in rows if int(r["size"]) < 4)
+    last = {}  # the last row of every region is the only one that may carry the label
+    for index, r in enumerate(rows):
+        last[(r["region"], r["level"])] = index
+    assert {i for i, r in enumerate(rows) if r["size_label"]} <= set(last.values())
+
+
+@pytest.mark.parametrize("method", ["hg", "hg,hc,hg"])
+def test_max_size_applies_to_hg_too(tables, tmp_path, method):
+    data = tables[0]
+    assert int(data.size.max()) > 100  # the housing data has outliers
+    out = tmp_path / "o.csv"
+    result = run(_base(tables) + ["--epsilon", "1", "--method", method, "--max-size", "100", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = _rows(out)
+    assert max(int(r["size"]) for r in rows) == 100
+    assert {r["size_label"] for r in rows if int(r["size"]) == 100} == {"100 or more"}
+
+
+def test_a_max_size_beyond_the_memory_limit_is_refused_before_any_work(tables, tmp_path):
+    out = tmp_path / "o.csv"
+    result = run(_base(tables) + ["--epsilon", "1", "--max-size", "1000000000", "-o", str(out)])
+    assert result.exit_code == 2
+    assert "--max-size" in result.output and "89.4 GiB" in result.output and "--memory-limit 4 GiB" in result.output
+    assert "groups in" not in result.output and not out.exists()  # the tables were not even read
+    # the installed command prints that one line and nothing else
+    command = subprocess.run([sys.executable, "-m", "dpstream.cli", *_base(tables), "--epsilon", "1",
+                              "--max-size", "1000000000", "-o", str(out)], capture_output=True, text=True)
+    assert command.returncode == 2 and command.stdout == ""
+    assert command.stderr.startswith("Error: Invalid value for '--max-size': 1000000000 needs about 89.4 GiB")
+    assert len(command.stderr.strip().splitlines()) == 1
+    small = run(_base(tables) + ["--epsilon", "1", "--max-size", "2000000", "--memory-limit", "100MiB", "-o",
+                                 str(out)])
+    assert small.exit_code == 2 and "183 MiB" in small.output and "--memory-limit 100 MiB" in small.output
+    # hg keeps no dense rows: its K is not limited by memory
+    hg = run(_base(tables) + ["--epsilon", "1", "--method", "hg", "--max-size", "1000000000", "-o", str(out)])
+    assert hg.exit_code == 0, hg.output
+
+
+def test_an_estimated_k_beyond_the_memory_limit_fails_at_run_time(tables, tmp_path):
+    out = tmp_path / "o.csv"
+    result = run(_base(tables) + ["--epsilon", "1", "--memory-limit", "1MiB", "-o", str(out)])
+    assert result.exit_code == 1
+    assert "the estimated K = " in result.output and "more than the memory limit of 1 MiB" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (["--epsilon", "0"], "--epsilon"),
+        (["--epsilon", "1", "--method", "hx"], "hx"),
+        (["--epsilon", "1", "--method", "bu,hc"], "bu"),
+        (["--epsilon", "1", "--max-size", "0"], "--max-size"),
+        (["--epsilon", "1", "--max-size-epsilon", "-1"], "--max-size-epsilon"),
+        (["--epsilon", "1", "--memory-limit", "lots"], "--memory-limit"),
+        (["--epsilon", "1", "--plot", "figure.pdf"], "--plot"),
+        (["--epsilon", "1", "--plot-regions", "US"], "--plot-regions"),
+        (["--epsilon", "1", "--seed", "-1"], "seed"),
+        (["--epsilon", "1", "--plot", "o.png", "--plot-regions", "nowhere"], "nowhere"),
+    ],
+)
+def test_usage_errors_exit_2_and_write_nothing(tables, tmp_path, monkeypatch, extra, named):
+    monkeypatch.chdir(tmp_path)
+    result = run(_base(tables) + extra + ["-o", "o.csv"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and named in errors[0]
+    assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.png").exists()
+
+
+def test_runtime_errors_exit_1(tables, tmp_path):
+    _, (entities, groups, hierarchy) = tables
+    missing = run(["count-of-counts", "--entities", str(tmp_path / "none.csv"), "--groups", groups, "--hierarchy",
+                   hierarchy, "--epsilon", "1", "-o", str(tmp_path / "o.csv")])
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_plot_draws_the_released_histograms(tables, tmp_path):
+    out, figure = tmp_path / "o.csv", tmp_path / "regions.png"
+    args = _base(tables) + ["--epsilon", "1", "--max-size", "20000", "--seed", "2", "-o", str(out),
+                            "--plot", str(figure)]
+    result = run(args)
+    assert result.exit_code == 0, result.output
+    assert figure.read_bytes()[:4] == b"\x89PNG" and figure.stat().st_size > 10_000
+    assert "wrote the histograms of 4 region(s)" in result.stderr  # the root and three states
+    assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+    again = run(args + ["--force", "--plot-regions", "S00C0000,US"])
+    assert again.exit_code == 0 and "of 2 region(s)" in again.stderr
+    refused = run(args)  # both exist: refused before any work, the plot untouched
+    assert refused.exit_code == 1 and "--force" in refused.output
+    same = run(_base(tables) + ["--epsilon", "1", "-o", str(figure), "--plot", str(figure), "--force"])
+    assert same.exit_code == 2 and "must differ from --output" in same.output

@@ -30,8 +30,8 @@ from dpstream.count_of_counts.histograms import (
     to_sparse,
     to_unattributed,
 )
-from dpstream.noise import double_geometric_pmf
-from dpstream.noise.geometric import MAX_SCALE, double_geometric_noise
+from dpstream.noise import ExactNoise, double_geometric_pmf
+from dpstream.noise.float_geometric import MAX_SCALE, double_geometric_noise
 
 
 def lp_isotonic_l1(y: np.ndarray, lower: float, upper: float) -> float:
@@ -166,13 +166,14 @@ def test_estimators_keep_the_public_group_counts(method, isotonic):
     node = rng.integers(0, 6, 400)
     size = rng.geometric(0.3, 400)
     truth = LevelHistograms.from_groups(node, size, 7)  # region 6 has no groups
-    estimate = estimate_level(truth, method=method, epsilon=0.5, rng=rng, max_size=60, isotonic=isotonic)
+    noise = ExactNoise(bits=rng)
+    estimate = estimate_level(truth, method=method, epsilon=0.5, noise=noise, max_size=60, isotonic=isotonic)
     hist = estimate.histograms
     assert np.array_equal(hist.groups(), truth.groups())
     assert np.all(hist.count > 0) and np.all(hist.size >= 0) and hist.count.dtype == np.int64
     assert np.all(estimate.variance > 0)
     # with (practically) no noise every method returns the truth, except that sizes are capped at K
-    exact = estimate_level(truth, method=method, epsilon=1e9, rng=rng, max_size=60, isotonic=isotonic)
+    exact = estimate_level(truth, method=method, epsilon=1e9, noise=noise, max_size=60, isotonic=isotonic)
     for column in ("node", "size", "count"):
         assert np.array_equal(getattr(exact.histograms, column), getattr(truth, column))
 
@@ -181,11 +182,11 @@ def test_estimator_errors():
     truth = LevelHistograms.from_groups(np.zeros(3), np.array([1, 2, 3]), 1)
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="max_size"):
-        estimate_level(truth, method="hc", epsilon=1.0, rng=rng)
+        estimate_level(truth, method="hc", epsilon=1.0, noise=ExactNoise(bits=rng))
     with pytest.raises(ValueError, match="method"):
-        estimate_level(truth, method="hx", epsilon=1.0, rng=rng, max_size=5)
+        estimate_level(truth, method="hx", epsilon=1.0, noise=ExactNoise(bits=rng), max_size=5)
     with pytest.raises(ValueError, match="epsilon"):
-        estimate_level(truth, method="hg", epsilon=0.0, rng=rng)
+        estimate_level(truth, method="hg", epsilon=0.0, noise=ExactNoise(bits=rng))
 
 
 def test_estimated_max_size_covers_the_largest_group():
@@ -193,7 +194,7 @@ def test_estimated_max_size_covers_the_largest_group():
     # 200 draws fail all-cover with prob < 0.09,
     # so assert the (binomial) count of misses instead: P(misses >= 4) < 1e-6.
     rng = np.random.default_rng(7)
-    bounds = [estimate_max_size(1000, 0.01, rng) for _ in range(200)]
+    bounds = [estimate_max_size(1000, 0.01, ExactNoise(bits=rng)) for _ in range(200)]
     assert sum(bound < 1000 for bound in bounds) < 4
     assert all(isinstance(bound, int) and bound >= 1 for bound in bounds)
 
@@ -251,7 +252,9 @@ def test_estimated_max_size_is_x_plus_double_geometric_noise_plus_margin(epsilon
     draws = 20_000
     rng = np.random.default_rng(11)
     largest = 10_000
-    noise = np.array([estimate_max_size(largest, epsilon, rng) for _ in range(draws)]) - largest - _margin(epsilon)
+    source = ExactNoise(bits=rng)
+    bounds = np.array([estimate_max_size(largest, epsilon, source) for _ in range(draws)])
+    noise = bounds - largest - _margin(epsilon)
     cells = np.arange(-4, 5)
     frequency = (noise[:, None] == cells).mean(axis=0)
     tolerance = math.sqrt(math.log(2 * cells.size / ALPHA) / (2 * draws))
@@ -275,7 +278,7 @@ def test_estimated_max_size_is_an_exact_integer_for_huge_groups():
     # so K - X would be the same for every draw.  Pr[|N| > 60] < 1e-25 at epsilon = 1.
     largest = 2**60 + 1
     rng = np.random.default_rng(0)
-    bounds = [estimate_max_size(largest, 1.0, rng) for _ in range(50)]
+    bounds = [estimate_max_size(largest, 1.0, ExactNoise(bits=rng)) for _ in range(50)]
     assert all(isinstance(bound, int) for bound in bounds)
     residuals = {bound - largest - _margin(1.0) for bound in bounds}
     assert residuals <= set(range(-60, 61)) and len(residuals) > 1
@@ -288,4 +291,4 @@ def test_absurdly_small_epsilon_is_refused_not_overflowed():
     with pytest.raises(ValueError, match=r"scale must be at most 1e\+15.*got 1e\+19 \(epsilon / sensitivity = 1e-19\)"):
         double_geometric_noise(rng, 1e19, 3)
     with pytest.raises(ValueError, match="1e-17"):
-        estimate_max_size(100, 1e-17, rng)
+        estimate_max_size(100, 1e-17, ExactNoise(bits=rng))

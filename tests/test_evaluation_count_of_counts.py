@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
-from dpstream.count_of_counts import CountOfCountsData, LevelHistograms, TopDownCountOfCounts
+from dpstream.count_of_counts import BottomUpCountOfCounts, CountOfCountsData, LevelHistograms, TopDownCountOfCounts
 from dpstream.evaluation.count_of_counts import (
+    OMNISCIENT_LABEL,
     emd_per_region,
     level_errors,
     omniscient_error,
     plot_level_errors,
+    plot_region_histograms,
     run_comparison,
     summarize,
 )
@@ -67,3 +69,58 @@ def test_emd_needs_the_same_groups():
     b = LevelHistograms.from_groups(np.zeros(3), np.array([1, 2, 3]), 1)
     with pytest.raises(ValueError, match="same numbers of groups"):
         emd_per_region(a, b)
+
+
+def test_comparison_reports_the_regions_estimated_through_one_callback():
+    """Regions of every level per top-down run, leaves per bottom-up run; shared estimates count at once."""
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b"), ("r", "c")], {"a": [1, 2], "b": [3], "c": [1]})
+    strategies = {
+        "hc": lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=10, seed=seed),
+        "hc-average": lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=10, merge="average", seed=seed),
+        "bu": lambda seed: BottomUpCountOfCounts(epsilon=1.0, max_size=10, seed=seed),
+    }
+    calls = []
+    rows = run_comparison(data, strategies, runs=2, seed=0, progress=lambda done, total: calls.append((done, total)))
+    total = 2 * (4 + 4 + 3)  # 1 + 3 regions for each top-down strategy, 3 leaves for bottom-up
+    assert calls[0] == (0, total) and calls[-1] == (total, total) and {of for _, of in calls} == {total}
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert rows == run_comparison(data, strategies, runs=2, seed=0)  # reporting changes nothing
+
+
+def test_the_omniscient_reference_is_labelled_as_a_rule_of_thumb(monkeypatch, tmp_path):
+    import dpstream.evaluation.count_of_counts as study
+
+    drawn = []
+    monkeypatch.setattr(study, "save_figure", lambda path, panels, **options: drawn.append(panels) or path)
+    summary = [{"strategy": s, "level": level, "runs": 3 if s == "bu" else 0, "emd_mean": 5.0 + level, "emd_sem": 1.0}
+               for s in ("bu", "omniscient") for level in (0, 1)]
+    plot_level_errors(summary, tmp_path / "levels.png")
+    (panel,) = drawn[0]
+    bu, omniscient = panel.series
+    assert omniscient.label == OMNISCIENT_LABEL and "not a lower bound" in omniscient.label and omniscient.reference
+    assert omniscient.spread is None and list(bu.spread) == [1.0, 1.0]
+    assert "standard error" in panel.legend_title and "3 runs" in panel.legend_title
+    assert panel.legend == "outside" and "level" in panel.xlabel and "earth-mover" in panel.ylabel
+
+
+def test_region_histograms_are_shares_of_each_regions_groups(monkeypatch, tmp_path):
+    data = CountOfCountsData.from_leaf_sizes([("r", "a"), ("r", "b")], {"a": [0, 1, 1, 30], "b": [2, 2, 2, 2, 40]})
+    release = TopDownCountOfCounts(epsilon=1e9, max_size=30, seed=0).release(data)  # exact: the truth capped at 30
+    drawn = {}
+    monkeypatch.setattr("dpstream.evaluation.count_of_counts.save_figure",
+                        lambda path, panels: drawn.setdefault("panels", panels) and path)
+    plot_region_histograms(release, [(0, 0), (1, 1)], tmp_path / "h.png", title="t")
+    bulk, tail = drawn["panels"]
+    assert [s.label for s in bulk.series] == ["r (level 0, 9 groups)", "b (level 1, 5 groups)"]
+    root = bulk.series[0]
+    # the 99% quantile of the plotted sizes is the largest, 30 (= K): bins 0..30
+    assert root.steps and list(root.x) == list(np.arange(32) - 0.5) and root.y[30] == pytest.approx(2 / 9)
+    assert root.y[0] == pytest.approx(1 / 9) and root.y[2] == pytest.approx(4 / 9) and root.y[1] == pytest.approx(2 / 9)
+    # the tail: share of groups of size >= s at every released size s > 0; 30 is "30 or more"
+    assert list(tail.series[1].x) == [2, 30] and list(tail.series[1].y) == pytest.approx([1.0, 0.2])
+    assert tail.xlog and tail.ylog and "K = 30: size K means K or more" in tail.xlabel
+    monkeypatch.undo()
+    path = plot_region_histograms(release, [(0, 0)], tmp_path / "real.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="at least one"):
+        plot_region_histograms(release, [], tmp_path / "none.png")

@@ -6,8 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpstream.evaluation.metrics import RangeQueries, error_metrics, prefix_range_sums, random_queries
+from dpstream.evaluation.metrics import (
+    RangeQueries,
+    error_metrics,
+    fixed_length_queries,
+    prefix_range_sums,
+    random_queries,
+)
 from dpstream.hierarchy import PlainHierarchy
+from dpstream.noise import FloatNoise, ZeroNoise
 
 
 def test_random_queries_are_sorted_pairs_of_uniform_positions():
@@ -30,7 +37,7 @@ def test_prefix_range_sums_match_brute_force():
 
 
 def test_error_metrics_definitions():
-    q = RangeQueries(np.array([0, 3, 5]), np.array([2, 7, 5]))
+    q = RangeQueries(starts=np.array([0, 3, 5]), stops=np.array([2, 7, 5]))
     estimates, truth = np.array([4.0, -1.0, 2.0]), np.array([1.0, 3.0, 2.0])
     errors = estimates - truth
     lengths = np.array([2, 4, 1])  # the empty query counts as length 1
@@ -44,20 +51,37 @@ def test_error_metrics_definitions():
 def test_plain_hierarchy_without_noise_answers_exactly():
     rng = np.random.default_rng(3)
     values = rng.integers(0, 10, size=3000).astype(float)
-    tree = PlainHierarchy(values, threshold=10, epsilon=1e12, max_range=1000, fanout=4, rng=rng)
+    tree = PlainHierarchy(values, threshold=10, epsilon=1.0, max_range=1000, fanout=4, noise=ZeroNoise())
     q = random_queries(rng, values.size, 500)  # many cross the chunk boundaries at 1000 and 2000
-    assert np.allclose(tree.range_sums(q.starts, q.stops), prefix_range_sums(values, q), atol=1e-6)
+    assert np.array_equal(tree.range_sums(q.starts, q.stops), prefix_range_sums(values, q))  # on the grid: exact
+    floats = PlainHierarchy(values, threshold=10, epsilon=1e12, max_range=1000, fanout=4, noise=FloatNoise(rng=rng))
+    assert np.allclose(floats.range_sums(q.starts, q.stops), prefix_range_sums(values, q), atol=1e-6)
 
 
-def test_plain_hierarchy_range_noise_is_unbiased():
+@pytest.mark.parametrize("float_noise", [False, True], ids=["exact", "float"])
+def test_plain_hierarchy_range_noise_is_unbiased(float_noise):
     values = np.full(256, 3.0)
-    q = RangeQueries(np.array([5]), np.array([200]))
+    q = RangeQueries(starts=np.array([5]), stops=np.array([200]))
     errors = []
-    for seed in range(2000):
-        tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4,
-                              rng=np.random.default_rng(seed))
+    for seed in range(2000 if float_noise else 500):  # an exact tree costs a few milliseconds more
+        noise = dict(noise=FloatNoise(rng=seed)) if float_noise else dict(seed=seed)
+        tree = PlainHierarchy(values, threshold=3.0, epsilon=1.0, max_range=256, fanout=4, **noise)
         errors.append(tree.range_sums(q.starts, q.stops)[0] - 195 * 3.0)
     errors = np.array(errors)
-    # At most 2(b-1) = 6 nodes per level on 4 levels, each Lap(3 * 4 / 1): variance <= 24 * 2 * 12^2.
+    # At most 2(b-1) = 6 nodes per level on 4 levels, each of scale 3 * 4 / 1 (variance at most
+    # 2 * 12^2, the discrete Laplace's a little less): variance <= 24 * 2 * 12^2.
     bound = 6 * np.sqrt(24 * 2 * 12.0**2 / errors.size)
     assert abs(errors.mean()) < bound
+
+
+def test_fixed_length_queries_cover_every_start_and_stay_inside():
+    n, length = 50, 20
+    q = fixed_length_queries(np.random.default_rng(1), n, 5000, length)
+    assert np.all(q.lengths == length) and q.starts.min() == 0 and q.stops.max() == n
+    # starts are uniform over the n - L + 1 possible ones: each seen about 5000 / 31 = 161 times
+    counts = np.bincount(q.starts, minlength=n - length + 1)
+    assert counts.size == n - length + 1 and counts.min() > 161 - 5 * np.sqrt(161)
+    assert fixed_length_queries(np.random.default_rng(1), n, 3, n).starts.tolist() == [0, 0, 0]
+    for bad in (0, n + 1):
+        with pytest.raises(ValueError, match=rf"query length must be between 1 and the 50 released .*, got {bad}"):
+            fixed_length_queries(np.random.default_rng(1), n, 3, bad)

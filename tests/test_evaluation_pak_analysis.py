@@ -14,6 +14,7 @@ from dpstream.evaluation.pak_analysis import (
     _quantile_gap,
     heuristic_time_lag,
     last_step_errors,
+    last_step_summary,
     optimize_pak,
     plot_last_step_errors,
     time_lag_first_criterion,
@@ -47,7 +48,10 @@ def test_optimizer_respects_the_constraints():
 
 def test_last_step_errors_and_the_improvement_factor(tmp_path):
     values = _stream(30000, seed=4)
-    result = last_step_errors(values, 500.0, epsilon=1.0, hold=20000, rounds=3, progress=False)
+    calls = []
+    result = last_step_errors(values, 500.0, epsilon=1.0, hold=20000, rounds=3,
+                              progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
     assert set(result["errors"]) == {"BT-bound", "PAK-optimized", "PAK-default"}
     assert all(len(errors) == 3 for errors in result["errors"].values())
     for name, factor in result["improvement_factor"].items():
@@ -58,7 +62,7 @@ def test_last_step_errors_and_the_improvement_factor(tmp_path):
             "--out", str(tmp_path / "out")]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "improvement factor of PAK-optimized" in result.output
+    assert "improvement factor over BT-bound" in result.output
     assert CliRunner().invoke(cli, args).exit_code != 0  # refuses to overwrite
 
 
@@ -66,10 +70,51 @@ def test_optimizer_and_last_step_refuse_a_stream_no_longer_than_the_hold_out():
     with pytest.raises(ValueError, match="n must be"):
         optimize_pak(_stream(100), epsilon=1.0, upper_bound=500, n=100, delta=1e-6)
     with pytest.raises(ValueError, match="hold"):
-        last_step_errors(_stream(100), 500.0, hold=100, rounds=1, progress=False)
+        last_step_errors(_stream(100), 500.0, hold=100, rounds=1)
+
+
+def test_the_summary_the_printout_and_the_plot_agree_in_the_stream_units(tmp_path):
+    """pak-improvement writes a summary CSV like the other commands, and its table, its CSV and
+    its plot all speak of errors in the stream's units (not in units of B)."""
+    import csv
+
+    source = tmp_path / "s.txt"
+    source.write_text("\n".join(map(str, _stream(30000, seed=4))) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["pak-improvement", "--dataset", str(source), "--upper-bound", "500", "--hold",
+                                      "20000", "--rounds", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    with open(out / "pak-improvement-s.csv") as handle:
+        summary = list(csv.DictReader(handle))
+    with open(out / "pak-improvement-s-errors.csv") as handle:
+        errors = list(csv.DictReader(handle))
+    assert [row["method"] for row in summary] == ["BT-bound", "PAK-optimized", "PAK-default"]
+    for row in summary:
+        own = np.array([float(e[row["method"]]) for e in errors])
+        assert float(row["mean_abs_error"]) == pytest.approx(np.mean(np.abs(own)))
+        assert f"{float(row['mean_abs_error']):,.0f}" in result.output  # the same number, same units
+    assert float(summary[0]["improvement_factor"]) == 1.0
+
+
+def test_last_step_summary_and_the_plot_take_the_errors_as_they_are(tmp_path, monkeypatch):
+    import dpstream.evaluation.pak_analysis as analysis
+
+    errors = {"BT-bound": [-30.0, 10.0, 25.0], "PAK-default": [1.0, -2.0, 0.5]}
+    rows = last_step_summary({"rounds": 3, "errors": errors, "mean_threshold": {"PAK-default": 7.0}})
+    assert rows[1] == {"method": "PAK-default", "rounds": 3, "mean_threshold": 7.0,
+                       "mean_error": pytest.approx(-0.5 / 3), "mean_abs_error": pytest.approx(3.5 / 3),
+                       "median_abs_error": 1.0,
+                       "improvement_factor": pytest.approx((65 / 3) / (3.5 / 3))}
+    drawn = []
+    monkeypatch.setattr(analysis, "save_figure", lambda path, panels, **options: drawn.append(panels) or path)
+    plot_last_step_errors(errors, tmp_path / "e.png")
+    densities, shares = drawn[0]
+    assert "error" in densities.xlabel and "B" not in densities.xlabel
+    assert np.asarray(densities.series[0].x).max() == 25.0  # bin edges in the errors' own units
+    assert list(shares.series[0].x) == [10.0, 25.0, 30.0] and shares.xlog
 
 
 def test_the_error_plot_is_written(tmp_path):
     errors = {"BT-bound": [-30.0, 10.0, 25.0], "PAK-default": [1.0, -2.0, 0.5]}
-    path = plot_last_step_errors(errors, 10.0, tmp_path / "errors.png", title="t")
+    path = plot_last_step_errors(errors, tmp_path / "errors.png", title="t")
     assert path == tmp_path / "errors.png" and path.read_bytes()[:4] == b"\x89PNG"

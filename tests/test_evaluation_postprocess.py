@@ -9,6 +9,7 @@ from dpstream.evaluation.postprocess import (
     METHOD_NAMES,
     Setting,
     mse,
+    plot_counts,
     plot_study,
     run_study,
     step_probabilities,
@@ -43,7 +44,7 @@ def test_study_settings_and_a_reproducible_round(tmp_path):
                               default_steps=12, default_epsilon=1.0, default_s={})
     assert [(s.epsilon, s.s, s.x) for s in settings] == [(0.5, 1.0, 1.0), (0.5, 0.01, 0.01), (1.0, 1.0, 1.0),
                                                         (1.0, 0.01, 0.01)]
-    assert all(s == Setting("correlation", s.x, s.epsilon, 12, 4, s.s) for s in settings)
+    assert all(s == Setting(study="correlation", x=s.x, epsilon=s.epsilon, steps=12, users=4, s=s.s) for s in settings)
     first, second = run_study(settings[:2], 2, 7), run_study(settings[:2], 2, 7)
     assert len(first) == 2 * 2 * len(METHOD_NAMES)
     assert [r["mse"] for r in first] == [r["mse"] for r in second]
@@ -62,3 +63,55 @@ def test_the_probability_study_has_no_raw_release_and_a_share_of_impossible_step
     assert "Laplace (raw)" not in {r["method"] for r in records}
     assert all(0.0 <= r["impossible_share"] <= 1.0 for r in records)
     assert all(r["users"] == 1 for r in records)  # Section 6.1: one user
+
+
+def test_the_users_move_by_the_matrix_given(monkeypatch):
+    """run_study(transition=...) simulates the users with that matrix, smoothed at each point's s."""
+    import dpstream.evaluation.postprocess as studies
+
+    matrix = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    seen = []
+    real = studies.simulate_counts
+    monkeypatch.setattr(studies, "simulate_counts", lambda transition, **kw: seen.append(transition) or real(
+        transition, **kw))
+    settings = study_settings("correlation", epsilons=[1.0], steps=[], levels=[0.0, 0.5], users=6, default_steps=8,
+                              default_epsilon=1.0, default_s={})
+    records = run_study(settings, 1, 3, transition=matrix)
+    np.testing.assert_array_equal(seen[0], matrix)
+    np.testing.assert_allclose(seen[1], smoothed_transition(matrix, 0.5))
+    assert all(np.isfinite(r["mse"]) for r in records)
+    with pytest.raises(ValueError, match="row 1 sums to 0.9"):
+        run_study(settings, 1, 3, transition=[[0.5, 0.4], [0.5, 0.5]])
+
+
+def test_summary_bands_are_quantiles_over_rounds():
+    settings = study_settings("epsilon", epsilons=[0.5], steps=[], levels=[], users=10, default_steps=6,
+                              default_epsilon=1.0, default_s={"epsilon": 0.0})
+    records = run_study(settings, 5, 1)
+    for row in summarize(records):
+        values = [r["mse"] for r in records if r["method"] == row["method"]]
+        assert row["mse_q10"] == pytest.approx(np.quantile(values, 0.1))
+        assert row["mse_q90"] == pytest.approx(np.quantile(values, 0.9))
+        assert min(values) <= row["mse_q10"] <= row["mse_q90"] <= max(values)
+
+
+def test_plot_counts_checks_its_inputs(tmp_path):
+    noisy = np.zeros((5, 2))
+    with pytest.raises(ValueError, match=r"of one shape, got \(5, 2\) and \(5, 3\)"):
+        plot_counts(noisy, np.zeros((5, 3)), tmp_path / "c.png")
+    with pytest.raises(ValueError, match=r"locations must be column numbers from 0 to 1, got \[2\]"):
+        plot_counts(noisy, noisy, tmp_path / "c.png", locations=[2])
+    assert plot_counts(noisy, noisy + 1, tmp_path / "c.png", names=["a", "b"]).stat().st_size > 1000
+
+
+def test_one_user_steps_take_the_matrix_entries_at_once():
+    """The vectorized path for one user gives exactly what the exact dynamic programme gives."""
+    matrix = smoothed_transition(np.array([[0.1, 0.9, 0.0, 0.0], [0.0, 0.2, 0.8, 0.0], [0.3, 0.0, 0.0, 0.7],
+                                           [0.25, 0.25, 0.25, 0.25]]), 0.05)
+    series = simulate_counts(matrix, users=1, steps=60, seed=5)
+    fast = step_probabilities(series, matrix)
+    slow = np.array([transition_probability(series[t - 1], series[t], matrix) for t in range(1, 60)])
+    np.testing.assert_array_equal(fast, slow)
+    two = simulate_counts(matrix, users=2, steps=6, seed=5)  # more users: the exact programme
+    expected = [transition_probability(two[t - 1], two[t], matrix) for t in range(1, 6)]
+    np.testing.assert_array_equal(step_probabilities(two, matrix), expected)

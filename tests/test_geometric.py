@@ -1,4 +1,6 @@
-"""The double-geometric sampler (``dpstream.noise.geometric``, Definition 3 of Kuo et al.).
+"""The double-geometric law (``dpstream.noise.geometric``, Definition 3 of Kuo et al.), numpy's
+float sampler of it kept for studies (``dpstream.noise.float_geometric``), and the exact
+rational scale a mechanism draws with (``discrete_laplace_scale``).
 
 Statistical checks use bounds derived from the distribution with failure probability
 ALPHA = 1e-9 per assertion:
@@ -11,12 +13,14 @@ ALPHA = 1e-9 per assertion:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from dpstream.noise import double_geometric_noise, double_geometric_pmf, double_geometric_variance
+from dpstream.noise.geometric import discrete_laplace_scale
 
 ALPHA = 1e-9
 N = 200_000
@@ -63,3 +67,26 @@ def test_same_seed_same_noise_and_bad_scales():
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="scale"):
             double_geometric_noise(np.random.default_rng(0), bad, 3)
+
+
+@pytest.mark.parametrize("sensitivity", [1, 2, 0.5, Fraction(3, 7)])
+@pytest.mark.parametrize("epsilon", [1.0, 0.1, 0.3, 1e-4, 7.0, 1e-9, Fraction(1, 3), 2**-25])
+def test_discrete_laplace_scale_rounds_up_to_a_multiple_of_2_to_the_minus_20(sensitivity, epsilon):
+    asked = Fraction(sensitivity) / Fraction(epsilon)  # the exact quotient of the stored values
+    scale = discrete_laplace_scale(sensitivity, epsilon)
+    assert isinstance(scale, Fraction) and scale >= asked
+    assert Fraction(sensitivity) / scale <= Fraction(epsilon)  # the guarantee: never worse than asked
+    assert scale.numerator <= 2**40  # what the exact sampler takes
+    step = Fraction(1, 2 ** max(0, min(20, 40 - math.ceil(math.log2(asked)))))
+    assert (scale / step).denominator == 1 and scale - asked < step  # the smallest multiple of the step
+
+
+def test_discrete_laplace_scale_refuses_what_cannot_be_exact():
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
+            discrete_laplace_scale(1, bad)
+    with pytest.raises(TypeError, match="sensitivity must be a real number"):
+        discrete_laplace_scale("1", 1.0)
+    with pytest.raises(ValueError, match=r"at most 2\^40"):
+        discrete_laplace_scale(2, 1e-12)
+    assert discrete_laplace_scale(1, 2**-40) == 2**40  # the largest scale, exactly

@@ -4,7 +4,8 @@ Consistency is checked three ways: children sum to parents for random forests; t
 form of Theorem 3.1, make_consistent(T + N) == T + make_consistent(N); and agreement with the
 ordinary least-squares estimate solved independently with ``np.linalg.lstsq`` on the design
 matrix (for a forest of full trees with equal variances that is what Hay et al.'s two passes
-compute).
+compute).  The exact consistency of integer measurements (``consistent_leaves``) is compared,
+as rationals, with Hay et al.'s two passes run in ``fractions.Fraction``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dpstream.hierarchy import (
     make_consistent,
     num_levels,
 )
+from dpstream.hierarchy.tree import consistency_weights, consistent_leaves, draw_noise_units
 from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise
 
 # -- shape -------------------------------------------------------------------------------------
@@ -135,8 +137,9 @@ def test_draw_noise_levels_takes_a_noise_sampler():
 
 def test_plain_hierarchy_with_zero_noise_answers_exactly():
     rng = np.random.default_rng(8)
-    values = rng.integers(0, 10, size=2500).astype(float)  # integer sums: exact in float64
-    tree = PlainHierarchy(values, threshold=10, epsilon=1.0, max_range=1000, fanout=4, rng=rng, noise=ZeroNoise())
+    values = rng.integers(0, 10, size=2500).astype(float)  # on the grid: integer sums in grid units, exact
+    tree = PlainHierarchy(values, threshold=10, epsilon=1.0, max_range=1000, fanout=4, noise=ZeroNoise())
+    assert tree.granularity == 2.0**-17 and tree.spent_epsilon <= 1.0
     starts = rng.integers(0, values.size, 300)
     stops = np.minimum(starts + rng.integers(0, 1500, 300), values.size)
     prefix = np.concatenate(([0.0], np.cumsum(values)))
@@ -331,3 +334,85 @@ def test_decomposed_range_sums_on_noisy_levels_adds_each_used_nodes_noise_once()
         rtol=1e-10,
         atol=1e-10,
     )
+
+
+# -- exact consistency of integer measurements --------------------------------------------------
+
+
+def fraction_two_passes(levels, fanout):
+    """Hay et al.'s two passes (Eq. 10-11) in exact rational arithmetic, leaves only."""
+    from fractions import Fraction
+
+    bottom_up = [[Fraction(int(x)) for x in levels[0]]]
+    for k in range(1, len(levels)):
+        height = k + 1
+        b_l, b_l1 = fanout**height, fanout ** (height - 1)
+        below = bottom_up[-1]
+        bottom_up.append([
+            ((b_l - b_l1) * int(levels[k][j]) + (b_l1 - 1) * sum(below[j * fanout : (j + 1) * fanout])) / (b_l - 1)
+            for j in range(len(levels[k]))
+        ])
+    result = bottom_up[-1]
+    for k in range(len(levels) - 2, -1, -1):
+        children = bottom_up[k]
+        result = [
+            children[i] + (result[i // fanout] - sum(children[(i // fanout) * fanout : (i // fanout + 1) * fanout]))
+            / fanout
+            for i in range(len(children))
+        ]
+    return result
+
+
+@settings(max_examples=40, deadline=None)
+@given(**RANDOM_TREES)
+def test_consistent_leaves_are_exactly_the_least_squares_rationals(n_leaves, fanout, n_levels, seed):
+    """integer + remainder / q equals, as a rational, the exact two-pass estimate; 0 <= remainder < q."""
+    rng = np.random.default_rng(seed)
+    levels = [rng.integers(-10**6, 10**6, size) for size in level_sizes(n_leaves, fanout, n_levels)]
+    leaves = consistent_leaves(levels, fanout)
+    want = fraction_two_passes(levels, fanout)
+    assert [leaves.exact(j) for j in range(len(want))] == want
+    assert np.all((np.asarray(leaves.remainder) >= 0) & (np.asarray(leaves.remainder) < leaves.denominator))
+    assert leaves.integer.dtype == np.int64
+    np.testing.assert_allclose(leaves.integer + leaves.fraction(), make_consistent(
+        [level.astype(float) for level in levels], fanout)[0], rtol=1e-12, atol=1e-6)
+
+
+def test_consistent_leaves_with_huge_measurements_and_denominators_stay_exact():
+    """Measurements near 2^50 take the Python-int path; b = 2 with 12 levels has q ~ 2^49, with 20
+    levels q ~ 2^132 (the fraction is then divided in Python ints, correctly rounded)."""
+    rng = np.random.default_rng(4)
+    levels = [rng.integers(-(2**50), 2**50, size) for size in level_sizes(64, 4, 3)]
+    leaves = consistent_leaves(levels, 4)
+    assert [leaves.exact(j) for j in range(64)] == fraction_two_passes(levels, 4)
+    wide = [rng.integers(-1000, 1000, size) for size in level_sizes(2**19, 2, 20)]
+    leaves = consistent_leaves(wide, 2)
+    assert leaves.denominator.bit_length() > 64
+    from fractions import Fraction
+
+    for j in (0, 1, 12345, 2**19 - 1):
+        assert float(leaves.fraction()[j]) == float(Fraction(int(leaves.remainder[j]), leaves.denominator))
+
+
+def test_consistency_weights_are_the_closed_form():
+    """w_m = -(b - 1)^2 / ((b^m - 1)(b^(m+1) - 1)) over their least common denominator."""
+    from fractions import Fraction
+
+    for fanout, n_levels in [(2, 2), (2, 6), (4, 3), (16, 5), (3, 4)]:
+        q, alpha = consistency_weights(fanout, n_levels)
+        for m in range(1, n_levels):
+            assert Fraction(alpha[m], q) == Fraction(-((fanout - 1) ** 2), (fanout**m - 1) * (fanout ** (m + 1) - 1))
+    assert consistency_weights(16, 1) == (1, (0,))
+    assert consistency_weights(16, 5)[0] == 83378279985  # the default hierarchy at s = 0: q < 2^37
+
+
+def test_draw_noise_units_is_one_request_split_leaves_first():
+    from fractions import Fraction
+
+    from dpstream.noise.source import NoiseSource
+
+    levels = draw_noise_units(NoiseSource(seed=3).sampler(), 40, 4, 3, Fraction(5, 2))
+    assert [level.size for level in levels] == level_sizes(40, 4, 3)
+    assert all(level.dtype == np.int64 for level in levels)
+    whole = NoiseSource(seed=3).sampler().laplace_units(Fraction(5, 2), sum(level_sizes(40, 4, 3)))
+    np.testing.assert_array_equal(np.concatenate(levels), whole)

@@ -1,4 +1,4 @@
-"""The Laplace primitive and report-noisy-max (``dpstream.noise.laplace``).
+"""The float Laplace primitive (studies) and report-noisy-max on exact noise (``dpstream.noise.laplace``).
 
 Statistical checks use bounds written out from the distribution:
 
@@ -14,11 +14,14 @@ Statistical checks use bounds written out from the distribution:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from dpstream.noise import laplace_noise, laplace_variance, report_noisy_max
+from dpstream.noise import FloatNoise, laplace_noise, laplace_variance, report_noisy_max
+from dpstream.noise.laplace import noisy_max_epsilon, noisy_max_scale
+from dpstream.noise.source import NoiseSource
 
 ALPHA = 1e-9  # failure probability allowed for each statistical assertion
 
@@ -85,75 +88,124 @@ def difference_tail(d: float, beta: float) -> float:
     return 0.25 * math.exp(-d / beta) * (2.0 + d / beta)
 
 
-def frequency_of_first(scores, epsilon, trials, seed, **kwargs) -> float:
-    rng = np.random.default_rng(seed)
-    picks = [report_noisy_max(rng, scores, epsilon, **kwargs) for _ in range(trials)]
+def discrete_difference_at_least(d: int, scale: float) -> float:
+    """P(Z0 - Z1 >= d) for iid discrete Laplace of ``scale`` (pmf tanh(1/2s) exp(-|z|/s)), summed
+    over |z| <= 60 scales (the rest has mass below 1e-24)."""
+    z = np.arange(-int(60 * scale) - 60, int(60 * scale) + 61)
+    pmf = math.tanh(0.5 / scale) * np.exp(-np.abs(z) / scale)
+    difference = np.convolve(pmf, pmf[::-1])  # support -2L .. 2L
+    support = np.arange(-2 * z[-1], 2 * z[-1] + 1)
+    return float(difference[support >= d].sum())
+
+
+def frequency_of_first(counts, epsilon, trials, seed, **kwargs) -> float:
+    noise = NoiseSource(seed=seed).sampler()
+    picks = [report_noisy_max(noise, counts, epsilon, **kwargs) for _ in range(trials)]
     return float(np.mean(np.array(picks) == 0))
 
 
 @pytest.mark.parametrize(
-    "kwargs, beta",
+    "kwargs, scale",
     [
-        ({"monotone": True}, 1.0),  # Lap(sensitivity / eps)
-        ({"monotone": False}, 2.0),  # Lap(2 sensitivity / eps)
-        ({"monotone": True, "sensitivity": 2.0}, 2.0),
-        ({"monotone": False, "sensitivity": 0.5}, 1.0),
+        ({"monotone": True}, 1.0),  # discrete Laplace of scale sensitivity / eps
+        ({"monotone": False}, 2.0),  # of scale 2 sensitivity / eps
+        ({"monotone": True, "sensitivity": 2}, 2.0),
     ],
 )
-def test_report_noisy_max_noise_scale(kwargs, beta):
-    """Two scores 0 and d: index 0 wins with probability P(X0 - X1 > d), a function of the scale.
-
-    With eps = 1, d = 1 the two candidate scales give 0.276 (beta=1) and 0.379 (beta=2); the
-    Hoeffding half-width at 20,000 trials is 0.023, so a wrong scale cannot pass.
-    """
-    d, epsilon, trials = 1.0, 1.0, 20_000
-    expected = difference_tail(d, beta)
-    other = difference_tail(d, 3.0 - beta)  # the scale this case must NOT have
+def test_report_noisy_max_noise_scale(kwargs, scale):
+    """Two counts 0 and 1: index 0 wins when Z0 - Z1 >= 1 (ties go to the lowest index), with a
+    probability that depends on the scale: 0.300 at scale 1, 0.377 at scale 2.  The Hoeffding
+    half-width at 20,000 trials is 0.023, so a wrong scale cannot pass."""
+    trials = 20_000
+    expected = discrete_difference_at_least(1, scale)
+    other = discrete_difference_at_least(1, 3.0 - scale)  # the scale this case must NOT have
     assert abs(expected - other) > 2 * hoeffding(trials)
-    freq = frequency_of_first(np.array([0.0, d]), epsilon, trials, seed=5, **kwargs)
+    freq = frequency_of_first(np.array([0, 1]), 1.0, trials, seed=5, **kwargs)
     assert abs(freq - expected) <= hoeffding(trials)
 
 
 def test_report_noisy_max_scale_is_inverse_in_epsilon():
-    """Doubling epsilon halves the scale: scores (0, d) at eps behave like (0, 2d) at eps / 2...
-    equivalently, P(pick 0) at (d=1, eps=2, monotone) = difference_tail(1, 1/2)."""
+    """At eps = 2 (monotone) the scale is 1/2: P(pick 0) for counts (0, 1) is P(Z0 - Z1 >= 1) there."""
     trials = 20_000
-    freq = frequency_of_first(np.array([0.0, 1.0]), 2.0, trials, seed=6, monotone=True)
-    assert abs(freq - difference_tail(1.0, 0.5)) <= hoeffding(trials)
+    freq = frequency_of_first(np.array([0, 1]), 2.0, trials, seed=6, monotone=True)
+    assert abs(freq - discrete_difference_at_least(1, 0.5)) <= hoeffding(trials)
+
+
+def test_report_noisy_max_scale_and_budget_are_rounded_up():
+    assert noisy_max_scale(1.0, monotone=True) == 1 and noisy_max_scale(1.0) == 2
+    scale = noisy_max_scale(0.3, monotone=True)  # 1 / 0.3 rounded up to a multiple of 2^-30
+    assert Fraction(1) / Fraction(0.3) <= scale <= Fraction(1) / Fraction(0.3) + Fraction(1, 2**30)
+    assert scale.denominator == 2**30 or scale.denominator < 2**30
+    spent = noisy_max_epsilon(0.3, monotone=True)
+    assert Fraction(spent) >= 1 / scale and spent <= 0.3 and spent > 0.3 * (1 - 2**-28)
+    assert noisy_max_epsilon(0.3) <= 0.3
 
 
 def test_report_noisy_max_picks_clear_winner_and_returns_int():
-    rng = np.random.default_rng(0)
+    noise = NoiseSource(seed=0).sampler()
     for winner in range(5):
-        scores = np.zeros(5)
-        scores[winner] = 1e6
-        index = report_noisy_max(rng, scores, 1.0)
+        counts = np.zeros(5, dtype=np.int64)
+        counts[winner] = 10**6
+        index = report_noisy_max(noise, counts, 1.0)
         assert type(index) is int and index == winner
 
 
-def test_report_noisy_max_uniform_over_equal_scores():
-    """Equal scores: each of k indices with probability 1/k (exchangeable noise)."""
+def test_report_noisy_max_ties_go_to_the_lowest_index_and_offsets_compare_exactly():
+    """With noise of scale 1e-3 every draw is 0 (P[Z != 0] < 1e-400): equal scores pick index 0;
+    offsets subtract exactly, even where float64 would round a score (2^53 + 0.5 is 2^53 in
+    float64, so a float comparison would tie and pick index 0)."""
+    noise = NoiseSource(seed=1).sampler()
+    assert report_noisy_max(noise, np.zeros(4, dtype=np.int64), 1e3, monotone=True) == 0
+    big = np.array([2**53, 2**53])
+    assert report_noisy_max(noise, big, 1e3, offsets=np.array([0.0, -0.5]), monotone=True) == 1
+    assert float(2**53) - 0.0 == float(2**53) - -0.5  # what a float subtraction would see
+    assert report_noisy_max(noise, np.array([3, 3]), 1e3, offsets=np.array([0.75, 0.25]), monotone=True) == 1
+    assert report_noisy_max(noise, np.array([4, 3]), 1e3, offsets=np.array([0.75, 0.25]), monotone=True) == 0
+
+
+def test_report_noisy_max_float_path_is_the_argmax_of_scores_plus_generator_laplace():
+    scores = np.array([0.3, -1.0, 0.9, 0.1])
+    for seed in range(20):
+        expected = int(np.argmax(scores + np.random.default_rng(seed).laplace(0.0, 1.0 / 0.8, scores.size)))
+        noise = FloatNoise(rng=np.random.default_rng(seed))
+        assert report_noisy_max(noise, scores, 0.8, monotone=True) == expected
+
+
+def test_report_noisy_max_float_path_uniform_over_equal_scores():
+    """Float path, equal scores: each of k indices with probability 1/k (exchangeable noise)."""
     k, trials = 4, 20_000
-    rng = np.random.default_rng(8)
-    picks = np.array([report_noisy_max(rng, np.zeros(k), 0.7, monotone=True) for _ in range(trials)])
+    noise = FloatNoise(rng=np.random.default_rng(8))
+    picks = np.array([report_noisy_max(noise, np.zeros(k), 0.7, monotone=True) for _ in range(trials)])
     counts = np.bincount(picks, minlength=k) / trials
     assert np.all(np.abs(counts - 1.0 / k) <= hoeffding(trials, ALPHA / k))
 
 
-def test_report_noisy_max_is_the_argmax_of_scores_plus_generator_laplace():
-    scores = np.array([0.3, -1.0, 0.9, 0.1])
-    for seed in range(20):
-        expected = int(np.argmax(scores + np.random.default_rng(seed).laplace(0.0, 1.0 / 0.8, scores.size)))
-        assert report_noisy_max(np.random.default_rng(seed), scores, 0.8, monotone=True) == expected
+@pytest.mark.parametrize(
+    "counts, match",
+    [
+        (np.array([], dtype=np.int64), "counts must be a non-empty 1-D array"),
+        (np.zeros((2, 2), dtype=np.int64), "counts must be a non-empty 1-D array"),
+        (3, "counts must be a non-empty 1-D array"),
+        (np.array([0.5, 1.0]), "counts must be integers on the exact path"),
+    ],
+)
+def test_report_noisy_max_rejects_bad_counts(counts, match):
+    with pytest.raises(ValueError, match=match):
+        report_noisy_max(0, counts, 1.0)
 
 
-@pytest.mark.parametrize("scores", [np.array([]), np.zeros((2, 2)), 3.0])
-def test_report_noisy_max_rejects_bad_scores(scores):
+def test_report_noisy_max_rejects_bad_offsets_and_sensitivities():
+    with pytest.raises(ValueError, match="offsets must be finite and of shape"):
+        report_noisy_max(0, np.array([1, 2]), 1.0, offsets=np.array([0.0]))
+    with pytest.raises(ValueError, match="offsets must be finite"):
+        report_noisy_max(0, np.array([1, 2]), 1.0, offsets=np.array([0.0, math.nan]))
+    with pytest.raises(ValueError, match="sensitivity of integer queries must be an integer >= 1, got 0.5"):
+        report_noisy_max(0, np.array([1, 2]), 1.0, sensitivity=0.5)
     with pytest.raises(ValueError, match="scores must be a non-empty 1-D array"):
-        report_noisy_max(np.random.default_rng(0), scores, 1.0)
+        report_noisy_max(FloatNoise(rng=np.random.default_rng(0)), np.zeros((2, 2)), 1.0)
 
 
 @pytest.mark.parametrize("epsilon, error", [(0.0, ValueError), (-1.0, ValueError), ("1", TypeError), (True, TypeError)])
 def test_report_noisy_max_rejects_bad_epsilon(epsilon, error):
     with pytest.raises(error, match="epsilon"):
-        report_noisy_max(np.random.default_rng(0), np.zeros(3), epsilon)
+        report_noisy_max(0, np.zeros(3, dtype=np.int64), epsilon)

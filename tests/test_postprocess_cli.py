@@ -186,3 +186,71 @@ def test_evaluate_commands_give_the_same_exit_code_for_the_same_mistake(tmp_path
 
 def test_evaluate_seed_help_names_the_experiment():
     assert "Seed of the experiment" in _run("evaluate-postprocess", "--help").output
+
+
+def test_postprocess_plot_draws_the_noisy_and_the_cleaned_counts(files, monkeypatch):
+    import dpstream.evaluation.postprocess as studies
+
+    tmp, noisy, noisy_path, transition_path = files
+    drawn = []
+    real = studies.save_figure
+    monkeypatch.setattr(studies, "save_figure", lambda path, panels, **kw: drawn.append(panels) or real(path, panels,
+                                                                                                       **kw))
+    result = _postprocess(noisy_path, transition_path, tmp / "out.csv", "--plot", tmp / "counts.png",
+                          "--plot-locations", "2,0")
+    assert result.exit_code == 0, result.output
+    assert (tmp / "counts.png").read_bytes()[:4] == b"\x89PNG" and "plot: " in result.stderr
+    cleaned = np.loadtxt(tmp / "out.csv", delimiter=",")
+    (panels,) = drawn
+    assert [panel.title.rsplit(": ", 1)[1] for panel in panels] == ["location 2", "location 0"]
+    for panel, column in zip(panels, (2, 0)):
+        noisy_line, cleaned_line = panel.series
+        np.testing.assert_array_equal(noisy_line.y, noisy[:, column])
+        np.testing.assert_allclose(cleaned_line.y, cleaned[:, column], rtol=1e-9, atol=1e-8)
+        assert "noisy" in noisy_line.label and "MAP" in cleaned_line.label and panel.xlabel == "time step"
+    # the plot is an output like any other: not replaced without --force
+    again = _postprocess(noisy_path, transition_path, tmp / "again.csv", "--plot", tmp / "counts.png")
+    assert again.exit_code == 1 and "counts.png exists" in again.output and not (tmp / "again.csv").exists()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--plot-locations", "1"], "--plot-locations needs --plot"),
+    (["--plot", "counts.txt"], "must be a file name ending in .png"),
+    (["--plot", "counts.png", "--plot-locations", "3"], "column numbers must be below the 3 columns"),
+    (["--plot", "counts.png", "--plot-locations", "1.5"], "expected column numbers"),
+])
+def test_postprocess_plot_options_are_checked(files, monkeypatch, extra, message):
+    tmp, _, noisy_path, transition_path = files
+    monkeypatch.chdir(tmp)
+    result = _postprocess(noisy_path, transition_path, tmp / "out.csv", *extra)
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp / "out.csv").exists() and not (tmp / "counts.png").exists()
+
+
+def test_evaluate_postprocess_takes_the_users_own_matrix(tmp_path):
+    """--transition: the users move by the given matrix, over as many locations as it has."""
+    matrix = np.array([[0.7, 0.1, 0.1, 0.1], [0.0, 0.5, 0.5, 0.0], [0.2, 0.2, 0.2, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    path = tmp_path / "mine.csv"
+    np.savetxt(path, matrix, delimiter=",")
+    result = _run("evaluate-postprocess", "--study", "epsilon", "--epsilons", "1", "--rounds", 1, "--steps", 15,
+                  "--users", 8, "--transition", path, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "out" / "postprocess-epsilon.json").read_text())
+    assert record["transition"] == str(path)
+    np.testing.assert_allclose(record["transition_matrix"], matrix, rtol=1e-12)
+    bad = tmp_path / "bad.csv"
+    np.savetxt(bad, [[0.5, 0.4], [0.5, 0.5]], delimiter=",")
+    result = _run("evaluate-postprocess", "--study", "epsilon", "--rounds", 1, "--transition", bad,
+                  "--out", tmp_path / "none")
+    assert result.exit_code == 1 and "row 1 sums to 0.9" in result.output and not (tmp_path / "none").exists()
+
+
+def test_the_correlation_table_keeps_its_columns_apart(tmp_path):
+    result = _run("evaluate-postprocess", "--study", "correlation", "--correlation-epsilons", "0.05", "--levels",
+                  "0.1,0.01", "--rounds", 1, "--steps", 10, "--users", 5, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    header = result.stdout.splitlines()[1]
+    assert header.split() == ["method", "eps=0.05,s=0.1", "eps=0.05,s=0.01"]
+    assert "eps=0.05,s=0.1  " in header  # at least two spaces between columns, however long the labels
+    rows = [line.split() for line in result.stdout.splitlines()[2:] if line.strip()]
+    assert all(len(row) >= 3 for row in rows)

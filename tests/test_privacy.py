@@ -12,6 +12,7 @@ import pytest
 from dpstream._progress import notify, shifted
 from dpstream.count_of_counts import BottomUpCountOfCounts, CountOfCountsData, TopDownCountOfCounts
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
+from dpstream.noise import FloatNoise
 from dpstream.postprocess import LaplaceCounts
 from dpstream.privacy import ENTITY_ROW, EVENT_LEVEL, LOCAL_REPORT, USER_STEP, Neighbours, PrivacyGuarantee
 from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLClient, ToPLCollector, ToPS
@@ -60,11 +61,33 @@ def test_str_is_the_guarantee_the_relation_and_the_composition():
 
 
 def test_cli_lines_keep_their_text():
-    # The exact line `dpstream release --method bt` prints (before the relation became a type).
-    line = str(BinaryTreeCounter(epsilon=0.5, upper_bound=100.0, max_range=1024).privacy())
+    # The line of the float path, as `dpstream release --method bt` printed it before exact noise,
+    # with the noise part appended.
+    line = str(BinaryTreeCounter(epsilon=0.5, upper_bound=100.0, max_range=1024, noise=FloatNoise(rng=0)).privacy())
     assert line == ("0.5-DP; neighbours: event level: two streams are neighbours when they differ in the value at "
                     "one position; Lap(tau*h/eps) = Lap(2000) on every node of h = 10 levels (eps/10 each, "
-                    "sequential); a fresh tree per 1024 values (parallel)")
+                    "sequential); a fresh tree per 1024 values (parallel); "
+                    "noise: FLOAT Laplace from numpy (studies only: NOT for publication)")
+    # The exact path (the default): g = 2^-14, tau = 100 / g = 1638400 units, scale 1638400 * 10 / 0.5.
+    line = str(BinaryTreeCounter(epsilon=0.5, upper_bound=100.0, max_range=1024, seed=1).privacy())
+    assert line == ("0.5-DP; neighbours: event level: two streams are neighbours when they differ in the value at "
+                    "one position; discrete Laplace of scale tau*h/eps = 32768000/1 grid units (= 2000; "
+                    "g = 6.10352e-05, tau = 1638400 units) on every node of h = 10 levels (eps/10 each, "
+                    "sequential); a fresh tree per 1024 values (parallel); "
+                    "noise: exact discrete Laplace in grid units, seeded PCG64 bits (seed 1: replayable, NOT secret)")
+
+
+def test_the_noise_field_names_the_sampler_and_joins_under_composition():
+    exact = guarantee(0.5, composition="a")
+    assert exact.noise is None and "noise:" not in str(exact)
+    with_noise = PrivacyGuarantee(epsilon=0.5, delta=0.0, neighbours=EVENT_LEVEL, composition="a", noise="exact x")
+    assert str(with_noise).endswith("; a; noise: exact x")
+    other = PrivacyGuarantee(epsilon=0.25, delta=0.0, neighbours=EVENT_LEVEL, composition="b", noise="float y")
+    assert with_noise.compose_sequential(other).noise == "exact x + float y"
+    assert with_noise.compose_parallel(with_noise).noise == "exact x"
+    assert with_noise.compose_parallel(exact).noise == "exact x"
+    with pytest.raises(TypeError, match="noise must be a string or None, got 3"):
+        PrivacyGuarantee(epsilon=0.5, delta=0.0, neighbours=EVENT_LEVEL, composition="a", noise=3)
 
 
 @pytest.mark.parametrize(

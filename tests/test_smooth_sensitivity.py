@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpstream.noise import FloatNoise, ZeroNoise
+from dpstream.noise.source import NoiseSource
 from dpstream.thresholds.smooth_sensitivity import (
     admissible_parameters,
     noise_inverse_cdf,
@@ -77,10 +79,12 @@ def test_kappa_is_eq_11_and_refuses_a_non_positive_denominator():
 
 
 def test_pak_threshold_is_eq_12_times_r():
+    """Float path (the studies'): Eq. 12 times r with numpy's float Laplace draw."""
     values = np.random.default_rng(2).geometric(0.1, 3000).astype(float)
     rng = np.random.default_rng(9)
     twin = copy.deepcopy(rng)
-    tau = pak_threshold(values, epsilon=0.5, delta=1e-9, upper_bound=500, rng=rng, beta=0.01, multiplier=1.7)
+    tau = pak_threshold(values, epsilon=0.5, delta=1e-9, upper_bound=500, sampler=FloatNoise(rng=rng), beta=0.01,
+                        multiplier=1.7)
     a, b = admissible_parameters("laplace", 0.5, 1e-9)
     offset = -math.log(0.02)
     ss = smooth_sensitivity_quantile(values, 99.575, 500, b)
@@ -89,25 +93,53 @@ def test_pak_threshold_is_eq_12_times_r():
     assert tau == pytest.approx(expected)
 
 
+def test_exact_pak_threshold_is_eq_12_times_r_rounded_up_to_the_grid():
+    """Exact path: with Z = 0 (ZeroNoise) tau is ceil(center / g) g, center = r (x^ + kappa SS / a
+    G^-1(1 - beta)) and g = 2^-12 (the largest power of two <= 500 / 2^20)."""
+    values = np.random.default_rng(2).geometric(0.1, 3000).astype(float)
+    tau = pak_threshold(values, epsilon=0.5, delta=1e-9, upper_bound=500, sampler=ZeroNoise(), beta=0.01,
+                        multiplier=1.7)
+    a, b = admissible_parameters("laplace", 0.5, 1e-9)
+    offset = -math.log(0.02)
+    center = 1.7 * (np.sort(values)[quantile_rank(3000, 99.575) - 1]
+                    + pak_kappa(a, b, offset) * smooth_sensitivity_quantile(values, 99.575, 500, b) / a * offset)
+    g = 2.0**-12
+    assert tau == math.ceil(center / g) * g and 0 <= tau - center < g
+    coarse = pak_threshold(values, epsilon=0.5, delta=1e-9, upper_bound=500, sampler=ZeroNoise(), beta=0.01,
+                           multiplier=1.7, granularity=0.5)
+    assert coarse == math.ceil(center / 0.5) * 0.5
+
+
 def test_pak_threshold_falls_below_the_estimate_with_probability_beta():
-    # tau < r x^ exactly when Z < -G^-1(1 - beta), probability beta; 3000 draws, 5-sigma band.
+    """Exact path: tau = ceil((center + sigma Z) / g) g is below the (integer, on-grid) estimate
+    x^ exactly when center + sigma Z <= x^ - g, i.e. Z <= -G^-1(1 - beta) - g / sigma, probability
+    beta exp(-g / sigma) for Laplace(1); 3000 draws, 5-sigma band."""
     values = np.random.default_rng(3).geometric(0.2, 400).astype(float)
     estimate = np.sort(values)[quantile_rank(400, 99.575) - 1]
-    rng = np.random.default_rng(0)
-    draws = np.array([pak_threshold(values, epsilon=1.0, delta=1e-6, upper_bound=100, rng=rng, beta=0.05,
+    noise = NoiseSource(seed=0).sampler()
+    draws = np.array([pak_threshold(values, epsilon=1.0, delta=1e-6, upper_bound=100, sampler=noise, beta=0.05,
                                     multiplier=1.0) for _ in range(3000)])
+    assert np.all(draws / 2.0**-20 == np.rint(draws / 2.0**-20))  # on the grid of 100: 2^-20
+    a, b = admissible_parameters("laplace", 1.0, 1e-6)
+    offset = noise_inverse_cdf("laplace", 0.95)
+    sigma = pak_kappa(a, b, offset) * smooth_sensitivity_quantile(values, 99.575, 100, b) / a
+    p = 0.5 * math.exp(-(offset + 2.0**-20 / sigma))
+    assert abs(p - 0.05) < 1e-6
     rate = np.mean(draws < estimate)
-    assert abs(rate - 0.05) < 5 * math.sqrt(0.05 * 0.95 / 3000)
+    assert abs(rate - p) < 5 * math.sqrt(p * (1 - p) / 3000)
 
 
 def test_s_p_adds_symmetric_noise_of_scale_ss_over_a():
     values = np.random.default_rng(5).uniform(0, 10, 500)
     rng = np.random.default_rng(1)
     twin = copy.deepcopy(rng)
-    theta = smooth_quantile_threshold(values, epsilon=0.2, delta=1e-6, upper_bound=10, rng=rng)
+    theta = smooth_quantile_threshold(values, epsilon=0.2, delta=1e-6, upper_bound=10, sampler=FloatNoise(rng=rng))
     a, b = admissible_parameters("laplace", 0.2, 1e-6)
     estimate = np.sort(values)[quantile_rank(500, 99.5) - 1]
     assert theta == pytest.approx(estimate + smooth_sensitivity_quantile(values, 99.5, 10, b) / a * twin.laplace(0, 1))
+    # exact path: Z = 0 gives the estimate rounded up to the grid 2^-17 of the bound 10
+    exact = smooth_quantile_threshold(values, epsilon=0.2, delta=1e-6, upper_bound=10, sampler=ZeroNoise())
+    assert exact == math.ceil(estimate / 2.0**-17) * 2.0**-17
 
 
 def test_bad_arguments_are_refused():
@@ -120,5 +152,14 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="delta"):
         admissible_parameters("laplace", 1.0, 1.0)
     with pytest.raises(ValueError, match="multiplier"):
-        pak_threshold(np.ones(10), epsilon=1.0, delta=1e-6, upper_bound=2, rng=np.random.default_rng(0),
-                      multiplier=0.5)
+        pak_threshold(np.ones(10), epsilon=1.0, delta=1e-6, upper_bound=2, seed=0, multiplier=0.5)
+    gaussian = dict(epsilon=5.0, delta=1e-3, upper_bound=2, beta=0.3, noise="gaussian")  # admissible parameters
+    with pytest.raises(ValueError, match="noise='gaussian' is float-only"):
+        pak_threshold(np.ones(10), seed=0, **gaussian)
+    with pytest.raises(ValueError, match="noise='gaussian' is float-only"):
+        smooth_quantile_threshold(np.ones(10), epsilon=1.0, delta=1e-6, upper_bound=2, noise="gaussian")
+    with pytest.raises(ValueError, match="give at most one of seed and sampler"):
+        pak_threshold(np.ones(10), epsilon=1.0, delta=1e-6, upper_bound=2, seed=0, sampler=ZeroNoise())
+    with pytest.raises(ValueError, match="granularity must be at most the bound 2"):
+        pak_threshold(np.ones(10), epsilon=1.0, delta=1e-6, upper_bound=2, seed=0, granularity=3.0)
+    assert math.isfinite(pak_threshold(np.ones(10), sampler=FloatNoise(rng=np.random.default_rng(0)), **gaussian))

@@ -1,8 +1,11 @@
 """NM-E (Section 3.3, Eq. 5-6) and the non-private percentile oracle.
 
 Privacy is checked twice for report-noisy-max over the Eq. 6 scores on neighbouring hold-outs:
-exactly, by integrating the output probabilities numerically, and empirically, with
-Clopper-Pearson bounds on the frequencies of the real mechanism's outputs.
+exactly, by summing the output probabilities of the discrete mechanism (integer counts, discrete
+Laplace noise, public offsets compared exactly, ties to the lowest index), and empirically, with
+Clopper-Pearson bounds on the frequencies of a vectorized re-implementation that is checked
+draw by draw against the real mechanism.  The float path of the studies is checked against its
+own float re-implementation.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import integrate, stats
+from scipy import stats
 
-from dpstream.thresholds import NM_E_CONSTANT, nm_e_scores, noisy_max_threshold, true_percentile
-from dpstream.thresholds.noisy_max import threshold_candidates
+from dpstream.noise import FloatNoise, SeededBits, discrete_laplace
+from dpstream.noise.laplace import noisy_max_scale
+from dpstream.noise.source import NoiseSource
+from dpstream.thresholds import NM_E_CONSTANT, nm_e_counts, nm_e_scores, noisy_max_threshold, true_percentile
+from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
 
 
 def brute_force_scores(values, candidates, stream_epsilon, max_range, fanout, c=60.0):
@@ -131,25 +137,22 @@ def test_huge_epsilon_picks_the_argmax():
     best = candidates[np.argmax(scores)]
     assert 1 < best < 200  # an interior optimum: both terms of Eq. 6 matter
     for seed in range(5):
-        theta = noisy_max_threshold(
-            data, epsilon=1e9, stream_epsilon=0.5, rng=np.random.default_rng(seed), **kwargs
-        )
+        theta = noisy_max_threshold(data, epsilon=1e9, stream_epsilon=0.5, seed=seed, **kwargs)
         assert theta == best
 
 
 def test_small_epsilon_lands_near_argmax_in_score():
     """With eps = 1 the chosen candidate's score is within the noise of the best one: the winner's
-    noisy score beats the best's, so q_best - q_chosen <= X_chosen - X_best, and for Lap(1)
-    noise P(X_chosen - X_best > 2 ln(2 |C| / alpha)) <= alpha (union bound over candidates)."""
+    noisy score beats the best's, so q_best - q_chosen <= X_chosen - X_best, and for discrete
+    Laplace noise of scale 1 (P[X >= k] <= e^-k) P(X_chosen - X_best > 2 ln(2 |C| / alpha)) <= alpha
+    (union bound over candidates)."""
     rng = np.random.default_rng(3)
     data = np.minimum(rng.geometric(0.1, 4000), 300).astype(float)
     candidates = threshold_candidates(300.0)
     scores = nm_e_scores(data, candidates, stream_epsilon=1.0, max_range=2**16, fanout=16)
     bound = 2 * math.log(2 * candidates.size / 1e-9)
     for seed in range(10):
-        theta = noisy_max_threshold(
-            data, epsilon=1.0, upper_bound=300.0, max_range=2**16, fanout=16, rng=np.random.default_rng(seed)
-        )
+        theta = noisy_max_threshold(data, epsilon=1.0, upper_bound=300.0, max_range=2**16, fanout=16, seed=seed)
         chosen = int(np.flatnonzero(candidates == theta)[0])
         assert scores.max() - scores[chosen] <= bound
 
@@ -158,24 +161,56 @@ def test_stream_epsilon_defaults_to_epsilon_and_step_is_used():
     data = np.random.default_rng(4).integers(0, 20, 500).astype(float)
     kwargs = dict(upper_bound=20.0, max_range=1024, fanout=4)
     for seed in range(5):
-        a = noisy_max_threshold(data, epsilon=0.3, rng=np.random.default_rng(seed), **kwargs)
-        b = noisy_max_threshold(data, epsilon=0.3, stream_epsilon=0.3, rng=np.random.default_rng(seed), **kwargs)
+        a = noisy_max_threshold(data, epsilon=0.3, seed=seed, **kwargs)
+        b = noisy_max_threshold(data, epsilon=0.3, stream_epsilon=0.3, seed=seed, **kwargs)
         assert a == b
-        theta = noisy_max_threshold(data, epsilon=0.3, step=2.5, rng=np.random.default_rng(seed), **kwargs)
+        theta = noisy_max_threshold(data, epsilon=0.3, step=2.5, seed=seed, **kwargs)
         assert theta in set(threshold_candidates(20.0, 2.5).tolist())
 
 
-def test_mechanism_is_report_noisy_max_with_lap_one_over_epsilon():
-    """noisy_max_threshold == candidates[argmax(scores + rng.laplace(0, 1/eps, |C|))] draw by
-    draw on a shared generator -- the vectorized re-implementation used below is the mechanism."""
+def exact_argmax(counts: np.ndarray, offsets: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """Row-wise index of the largest counts + Z - offsets, compared exactly: the integer part
+    counts + Z - floor(offsets) first, then the smaller fractional part, then the lower index."""
+    whole = np.floor(offsets)
+    key = counts + noise - whole.astype(np.int64)
+    top = key == key.max(axis=-1, keepdims=True)
+    return np.argmin(np.where(top, offsets - whole, np.inf), axis=-1)
+
+
+def test_mechanism_is_exact_report_noisy_max_with_scale_one_over_epsilon():
+    """noisy_max_threshold == candidates[exact_argmax(-m_theta, slope theta, Z)] draw by draw on
+    a shared noise source, Z discrete Laplace of scale 1/eps (rounded up) -- the vectorized
+    re-implementation used below is the mechanism."""
+    values = np.array([0.0, 1.0, 2.0, 2.0, 3.0, 4.0])
+    epsilon, kwargs = 0.9, dict(max_range=16, fanout=2)
+    candidates = threshold_candidates(5.0)
+    counts = -nm_e_counts(values, candidates)
+    offsets = nm_e_slope(values.size, stream_epsilon=epsilon, **kwargs) * candidates
+    trials = 300
+    real_noise = NoiseSource(seed=77).sampler()
+    real = [
+        noisy_max_threshold(values, epsilon=epsilon, upper_bound=5.0, noise=real_noise, **kwargs)
+        for _ in range(trials)
+    ]
+    replay = NoiseSource(seed=77).sampler()
+    scale = noisy_max_scale(epsilon, monotone=True)
+    noise = np.array([replay.laplace_units(scale, candidates.size) for _ in range(trials)])
+    np.testing.assert_array_equal(real, candidates[exact_argmax(counts, offsets, noise)])
+    # the scores are Eq. 6's: -m_theta - slope theta
+    np.testing.assert_allclose(counts - offsets, nm_e_scores(values, candidates, stream_epsilon=epsilon, **kwargs))
+
+
+def test_float_path_is_report_noisy_max_with_float_lap_one_over_epsilon():
+    """noise=FloatNoise(rng), the studies' path: candidates[argmax(scores + rng.laplace(0, 1/eps))]."""
     values = np.array([0.0, 1.0, 2.0, 2.0, 3.0, 4.0])
     epsilon, kwargs = 0.9, dict(max_range=16, fanout=2)
     candidates = threshold_candidates(5.0)
     scores = nm_e_scores(values, candidates, stream_epsilon=epsilon, **kwargs)
     trials = 300
-    real_rng = np.random.default_rng(77)
+    real_noise = FloatNoise(rng=np.random.default_rng(77))
     real = [
-        noisy_max_threshold(values, epsilon=epsilon, upper_bound=5.0, rng=real_rng, **kwargs) for _ in range(trials)
+        noisy_max_threshold(values, epsilon=epsilon, upper_bound=5.0, noise=real_noise, **kwargs)
+        for _ in range(trials)
     ]
     noise = np.random.default_rng(77).laplace(0.0, 1.0 / epsilon, (trials, candidates.size))
     vectorized = candidates[np.argmax(scores + noise, axis=1)]
@@ -194,31 +229,33 @@ V = np.array([1.0, 2.0, 0.0, 4.0, 5.0, 2.0])
 V_NEIGHBOUR = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 2.0])
 
 
-def exact_noisy_max_probabilities(scores: np.ndarray, beta: float) -> np.ndarray:
-    """P(argmax_j (q_j + X_j) = i) = integral f(x - q_i) prod_{j != i} F(x - q_j) dx, X_j ~ Lap(beta)."""
+def discrete_laplace_cdf(k: np.ndarray, scale: float) -> np.ndarray:
+    """P[Z <= k] for the discrete Laplace of ``scale``, P[Z = z] = tanh(1 / 2s) exp(-|z| / s)."""
+    a = math.exp(-1.0 / scale)
+    k = np.asarray(k, dtype=np.float64)
+    below = a ** (-k) / (1 + a) * np.ones_like(k)  # k < 0: sum_{z <= k} = a^-k / (1 + a)
+    above = 1.0 - a ** (k + 1) / (1 + a)
+    return np.where(k < 0, np.where(np.isfinite(below), below, 0.0), above)
 
-    def pdf(x):
-        return math.exp(-abs(x) / beta) / (2 * beta)
 
-    def cdf(x):
-        return 0.5 * math.exp(x / beta) if x < 0 else 1.0 - 0.5 * math.exp(-x / beta)
-
-    lo, hi = scores.min() - 60 * beta, scores.max() + 60 * beta
+def exact_noisy_max_probabilities(values: np.ndarray, scale: float) -> np.ndarray:
+    """P(NM-E picks candidate i), summed over candidate i's noise z (|z| <= 60 scales):
+    pmf(z) times, for every other j, P(its score is below, or equal with j > i), i.e.
+    Z_j <= ceil(t_j) - 1 for j < i and Z_j <= floor(t_j) for j > i, t_j = v - y_j + c_j."""
+    candidates = threshold_candidates(UPPER)
+    y = -nm_e_counts(values, candidates).astype(np.float64)
+    c = nm_e_slope(values.size, **NM_KW) * candidates
+    z = np.arange(-int(60 * scale) - 30, int(60 * scale) + 31, dtype=np.float64)
+    pmf = math.tanh(0.5 / scale) * np.exp(-np.abs(z) / scale)
     out = []
-    for i, qi in enumerate(scores):
-
-        def integrand(x, i=i, qi=qi):
-            value = pdf(x - qi)
-            for j, qj in enumerate(scores):
-                if j != i:
-                    value *= cdf(x - qj)
-            return value
-
-        p, err = integrate.quad(
-            integrand, lo, hi, points=sorted(scores.tolist()), limit=200, epsabs=1e-13, epsrel=1e-11
-        )
-        assert err < 1e-9
-        out.append(p)
+    for i in range(candidates.size):
+        v = y[i] + z - c[i]
+        product = pmf.copy()
+        for j in range(candidates.size):
+            if j != i:
+                t = v - y[j] + c[j]
+                product *= discrete_laplace_cdf(np.ceil(t) - 1 if j < i else np.floor(t), scale)
+        out.append(product.sum())
     return np.array(out)
 
 
@@ -227,14 +264,15 @@ def test_exact_output_probabilities_within_e_eps():
     qa = nm_e_scores(V, candidates, **NM_KW)
     qb = nm_e_scores(V_NEIGHBOUR, candidates, **NM_KW)
     assert np.max(np.abs(qa - qb)) == pytest.approx(1.0)  # the neighbours really differ
-    pa = exact_noisy_max_probabilities(qa, 1.0 / EPSILON)
-    pb = exact_noisy_max_probabilities(qb, 1.0 / EPSILON)
-    assert pa.sum() == pytest.approx(1.0, abs=1e-8) and pb.sum() == pytest.approx(1.0, abs=1e-8)
+    scale = float(noisy_max_scale(EPSILON, monotone=True))
+    pa = exact_noisy_max_probabilities(V, scale)
+    pb = exact_noisy_max_probabilities(V_NEIGHBOUR, scale)
+    assert pa.sum() == pytest.approx(1.0, abs=1e-9) and pb.sum() == pytest.approx(1.0, abs=1e-9)
     ratios = np.concatenate([pa / pb, pb / pa])
-    assert ratios.max() <= math.exp(EPSILON) * (1 + 1e-7)
+    assert ratios.max() <= math.exp(EPSILON) * (1 + 1e-9)
     assert ratios.max() > 1.2  # the outputs do depend on the data (the check has teeth)
-    # Negative control: with half the noise the same neighbours break e^eps (ratio ~6.3 at theta=3).
-    broken = exact_noisy_max_probabilities(qa, 0.5 / EPSILON) / exact_noisy_max_probabilities(qb, 0.5 / EPSILON)
+    # Negative control: with half the noise the same neighbours break e^eps.
+    broken = exact_noisy_max_probabilities(V, scale / 2) / exact_noisy_max_probabilities(V_NEIGHBOUR, scale / 2)
     assert max(broken.max(), (1 / broken).max()) > math.exp(EPSILON)
 
 
@@ -244,11 +282,14 @@ def clopper_pearson(k: np.ndarray, n: int, alpha: float) -> tuple[np.ndarray, np
     return lower, upper
 
 
-def empirical_counts(values, trials, seed, beta):
+def empirical_counts(values, trials, seed, scale):
+    """Outcome counts of the vectorized mechanism (exact_argmax) with discrete Laplace noise of
+    ``scale`` (a Fraction) on the given values."""
     candidates = threshold_candidates(UPPER)
-    scores = nm_e_scores(values, candidates, **NM_KW)
-    noise = np.random.default_rng(seed).laplace(0.0, beta, (trials, candidates.size))
-    return np.bincount(np.argmax(scores + noise, axis=1), minlength=candidates.size)
+    counts = -nm_e_counts(values, candidates)
+    offsets = nm_e_slope(values.size, **NM_KW) * candidates
+    noise = discrete_laplace(SeededBits(seed=seed), scale.numerator, scale.denominator, (trials, candidates.size))
+    return np.bincount(exact_argmax(counts, offsets, noise), minlength=candidates.size)
 
 
 def ratio_violations(counts_a, counts_b, trials, alpha, min_count=200):
@@ -265,20 +306,20 @@ def test_empirical_output_distribution_within_e_eps():
     trials = 50_000
     k = threshold_candidates(UPPER).size
     alpha = 1e-9 / (2 * k * 2)  # per interval: 2 datasets x k outcomes x 2 sides
-    a = empirical_counts(V, trials, seed=10, beta=1.0 / EPSILON)
-    b = empirical_counts(V_NEIGHBOUR, trials, seed=11, beta=1.0 / EPSILON)
+    scale = noisy_max_scale(EPSILON, monotone=True)
+    a = empirical_counts(V, trials, seed=10, scale=scale)
+    b = empirical_counts(V_NEIGHBOUR, trials, seed=11, scale=scale)
     violations, tested = ratio_violations(a, b, trials, alpha)
     assert tested >= 3
     assert violations == 0
     # The empirical frequencies also agree with the exact probabilities (CP containment).
-    candidates = threshold_candidates(UPPER)
-    exact = exact_noisy_max_probabilities(nm_e_scores(V, candidates, **NM_KW), 1.0 / EPSILON)
+    exact = exact_noisy_max_probabilities(V, float(scale))
     lo, hi = clopper_pearson(a, trials, alpha)
     assert np.all((lo <= exact) & (exact <= hi))
-    # Negative control: Lap(0.5 / eps) -- exact ratio ~6.3 on an outcome of probability 0.2 vs
-    # 0.03 -- is detected as a violation by the same procedure, so the check has power.
-    a_bad = empirical_counts(V, trials, seed=12, beta=0.5 / EPSILON)
-    b_bad = empirical_counts(V_NEIGHBOUR, trials, seed=13, beta=0.5 / EPSILON)
+    # Negative control: noise of scale 0.5 / eps is detected as a violation by the same
+    # procedure, so the check has power.
+    a_bad = empirical_counts(V, trials, seed=12, scale=scale / 2)
+    b_bad = empirical_counts(V_NEIGHBOUR, trials, seed=13, scale=scale / 2)
     assert ratio_violations(a_bad, b_bad, trials, alpha)[0] >= 1
 
 

@@ -12,17 +12,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpstream import HierarchicalPerturber, ToPS
+from dpstream.noise import FloatNoise, KeyedBits, ZeroNoise
+from dpstream.noise.grid import laplace_units_variance
+from dpstream.noise.source import NoiseSource
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels
 from dpstream.smoothers import MovingAverageSmoother, make_smoother
-from dpstream.thresholds import noisy_max_threshold
+from dpstream.thresholds import noisy_max_epsilon, noisy_max_threshold
 
 B = 100.0
 HOLD = 200
 
 
 def tops(epsilon=1.0, upper_bound=B, **kwargs) -> ToPS:
-    base = dict(hold=HOLD, max_range=1000, fanout=16, smoothed_levels=1, seed=2024)
+    """The paper's ToPS (NM-E); the default model threshold is tested in test_tops_model.py."""
+    base = dict(hold=HOLD, max_range=1000, fanout=16, smoothed_levels=1, seed=2024, threshold_method="nm-e")
     base.update(kwargs)
     return ToPS(epsilon=epsilon, upper_bound=upper_bound, **base)
 
@@ -114,14 +118,14 @@ def test_hold_out_is_not_released():
 
 def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
     """theta = NM-E on the first `hold` values with threshold_epsilon as the selection budget and
-    epsilon as Eq. 6's stream budget, drawn first from the one generator; then the perturber
-    (same generator) releases min(v, theta).  Re-built here from the public parts."""
+    epsilon as Eq. 6's stream budget, drawn first from the one noise source; then the perturber
+    (same source, the grid of B) releases min(v, theta).  Re-built here from the public parts."""
     values = stream(HOLD + 2500, seed=6)
     kwargs = dict(epsilon=0.3, threshold_epsilon=0.9, c=45.0, threshold_step=0.5, smoothed_levels=1, seed=99,
                   threshold_method="nm-e")
     t = tops(**kwargs)
     out = t.release(values)
-    rng = np.random.default_rng(99)
+    source = NoiseSource(seed=99)
     theta = noisy_max_threshold(
         values[:HOLD],
         epsilon=0.9,
@@ -129,34 +133,80 @@ def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
         upper_bound=B,
         max_range=1000,
         fanout=16,
-        rng=rng,
+        noise=source.sampler(),
         c=45.0,
         step=0.5,
     )
-    assert t.threshold == theta
+    assert t.threshold == theta  # a multiple of 0.5 is on the grid 2^-14 already
     assert theta % 0.5 == 0 and 0 < theta <= B
-    p = HierarchicalPerturber(threshold=theta, epsilon=0.3, max_range=1000, fanout=16, smoothed_levels=1, seed=rng)
+    assert t.granularity == 2.0**-14  # the largest power of two <= B / 2^20
+    p = HierarchicalPerturber(threshold=theta, epsilon=0.3, max_range=1000, fanout=16, smoothed_levels=1,
+                              granularity=2.0**-14, noise=source)
     assert np.array_equal(out, p.release(np.minimum(values[HOLD:], theta)))
 
 
+def test_float_path_is_the_float_algorithm_on_one_generator():
+    """noise=FloatNoise(rng), the studies' path: NM-E's float Laplace first, then the perturber's,
+    from the one generator, no grid."""
+    values = stream(HOLD + 2500, seed=6)
+    out = tops(seed=None, noise=FloatNoise(rng=np.random.default_rng(5))).release(values)
+    rng = np.random.default_rng(5)
+    theta = noisy_max_threshold(values[:HOLD], epsilon=1.0, upper_bound=B, max_range=1000, fanout=16,
+                                noise=FloatNoise(rng=rng))
+    p = HierarchicalPerturber(threshold=theta, epsilon=1.0, max_range=1000, fanout=16, smoothed_levels=1,
+                              noise=FloatNoise(rng=rng))
+    assert np.array_equal(out, p.release(np.minimum(values[HOLD:], theta)))
+    assert tops(seed=None, noise=FloatNoise(rng=np.random.default_rng(5))).granularity is None
+
+
 def test_truncation_once_the_replayed_noise_is_subtracted():
-    """s = 0: every released value is min(v, theta) plus its leaf's noise.  The hierarchy's noise
-    is drawn at the first release after the hold-out, so a perturber on a copy of the generator
-    at that point, fed zeros, releases exactly that noise; the difference is min(v, theta) up to
-    the rounding of one addition (ToPS takes no ``noise=`` sampler of its own)."""
+    """s = 0: every released value is min(v, theta), rounded to the grid, plus its leaf's noise.
+    The hierarchy's noise is drawn at the first release after the hold-out, so a perturber on a
+    copy of the noise source at that point, fed zeros, releases exactly that noise; the difference
+    is the rounded min(v, theta) up to the rounding of one addition."""
     values = stream(HOLD + 1200, seed=7)
     t = tops(smoothed_levels=0)
     assert t.release(values[:HOLD]).shape == (0,)
     theta = t.threshold
-    replay = np.random.default_rng()
-    replay.bit_generator.state = t.state.rng_state
+    replay = t.state.noise  # a copy of the source
     out = t.release(values[HOLD:])
     assert 1 <= theta < values.max()  # some values are truncated
     noise = HierarchicalPerturber(
-        threshold=theta, epsilon=1.0, max_range=1000, fanout=16, smoothed_levels=0, seed=replay
+        threshold=theta, epsilon=1.0, max_range=1000, fanout=16, smoothed_levels=0, granularity=t.granularity,
+        noise=replay,
     ).release(np.zeros(1200))
     assert np.all(noise != 0)
     np.testing.assert_allclose(out - noise, np.minimum(values[HOLD:], theta), rtol=0, atol=1e-12 * np.abs(out).max())
+
+
+def test_keyed_release_is_replayed_by_its_key():
+    """key=: NM-E draws from ("tops", "nm-e") and chunk c from ("tops", c); the same key and stream
+    give the same release, another key another one."""
+    key = bytes(range(100, 132))
+    values = stream(HOLD + 2500, seed=8)
+    first = tops(seed=None, key=key)
+    out = first.release(values)
+    assert np.array_equal(out, tops(seed=None, key=key).release(values))
+    assert not np.array_equal(out, tops(seed=None, key=bytes(32)).release(values))
+    theta = noisy_max_threshold(values[:HOLD], epsilon=1.0, upper_bound=B, max_range=1000, fanout=16,
+                                seed=KeyedBits(key=key, identity=("tops", "nm-e")))
+    assert first.threshold == theta
+    assert "keyed ChaCha20" in first.privacy().noise
+
+
+def test_granularity_and_noise_options():
+    t = tops(granularity=0.25)
+    assert t.granularity == 0.25
+    out = t.release(stream(HOLD + 300, seed=9))
+    assert t.threshold % 0.25 == 0 and out.size == 300
+    with pytest.raises(ValueError, match="granularity must be at most the bound 100"):
+        tops(granularity=200.0)
+    with pytest.raises(ValueError, match="granularity applies to exact noise only"):
+        tops(seed=None, granularity=0.5, noise=FloatNoise(rng=np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="give at most one of seed, noise and key"):
+        tops(noise=ZeroNoise())
+    with pytest.raises(ValueError, match="above the 2\\^40"):
+        tops(granularity=1e-11)  # refused before the hold-out, for the largest theta, B
 
 
 def test_smoothed_levels_default_and_structure():
@@ -172,12 +222,18 @@ def test_smoothed_levels_default_and_structure():
 
 
 def test_privacy_statement():
-    for epsilon, threshold_epsilon, expected in [(1.0, None, 1.0), (0.5, 2.0, 2.0), (3.0, 0.1, 3.0)]:
-        guarantee = tops(epsilon=epsilon, threshold_epsilon=threshold_epsilon).privacy()
-        assert guarantee.epsilon == expected
-        assert guarantee.delta == 0.0
-        assert guarantee.neighbours is EVENT_LEVEL
-        assert f"first {HOLD} values" in guarantee.composition
+    """The budgets recomputed from the rounded-up scales: never above those asked, and within
+    2^-20 of them (the scales are rounded to multiples of 2^-k with k >= 20 here)."""
+    values = stream(HOLD + 10, seed=3)
+    for epsilon, threshold_epsilon, expected in [(1.0, None, 1.0), (0.5, 2.0, 2.0), (3.0, 0.1, 3.0), (0.3, 0.7, 0.7)]:
+        t = tops(epsilon=epsilon, threshold_epsilon=threshold_epsilon)
+        for guarantee in (t.privacy(), (t.release(values), t.privacy())[1]):  # before and after theta
+            assert expected * (1 - 2**-20) <= guarantee.epsilon <= expected
+            assert guarantee.delta == 0.0
+            assert guarantee.neighbours is EVENT_LEVEL
+            assert f"first {HOLD} values" in guarantee.composition
+            assert guarantee.noise.startswith("exact discrete Laplace in grid units, seeded PCG64")
+    assert t._stream.spent_epsilon <= 0.3 and noisy_max_epsilon(0.7, monotone=True) <= 0.7
 
 
 # -- parameter errors ----------------------------------------------------------------------------
@@ -374,3 +430,41 @@ def test_a_copied_stream_continues_identically():
     assert tops.state.perturber is not None and tops.state.perturber.noise is not None
     twin = copy.deepcopy(tops)
     assert np.array_equal(tops.release(values[1700:]), twin.release(values[1700:]))
+
+
+# -- utility of the exact path against the float path ------------------------------------------
+
+
+def leaf_variance_factor(fanout: int, levels: int) -> float:
+    """[(X^T X)^-1]_jj of a full tree of ``levels`` measured levels, from its eigenvalues
+    lambda_m = (b^(m+1) - 1) / (b - 1): sum_m (1 / lambda_m - 1 / lambda_{m-1}) / b^m."""
+    inverse = [(fanout - 1) / (fanout ** (m + 1) - 1) for m in range(levels)]
+    return sum((inverse[m] - (inverse[m - 1] if m else 0.0)) / fanout**m for m in range(levels))
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.1, 0.5, 1.0, 2.0, 10.0])
+@pytest.mark.parametrize("theta", [1.0, 7.0, 60.0, 1657.0])
+def test_exact_over_float_variance_on_pos_is_at_most_1_02(epsilon, theta):
+    """Analytic utility cost of the exact path on POS (B = 1657, the default grid 2^-10, r = 2^20,
+    b = 16, s of Eq. 7), for thetas from the smallest candidate to B.  Every released value is
+    post-processing of the block estimates, each the block's sum plus its consistent leaf noise:
+    variance v sigma^2 with v = [(X^T X)^-1]_jj.  Float: sigma^2 = 2 beta^2, beta = theta (h-s) / eps.
+    Exact: the discrete Laplace variance 2a / (1-a)^2 of the rounded-up scale (in grid units, times
+    g^2) for theta rounded up to the grid, plus at most g^2 / 12 per value of the b^s in a block
+    from rounding the values (POS values are integers: there it is 0).  The ratio is <= 1.02."""
+    bound = 1657.0
+    p = HierarchicalPerturber(threshold=theta, epsilon=epsilon, max_range=2**20, fanout=16,
+                              granularity=2.0**-10, noise=ZeroNoise())
+    assert p.granularity == ToPS(epsilon=epsilon, upper_bound=bound, hold=10).granularity == 2.0**-10
+    g, measured, block = p.granularity, p.measured_levels, p.block_size
+    v = leaf_variance_factor(16, measured)
+    exact = v * laplace_units_variance(p.noise_scale_units) * g**2 + block * g**2 / 12
+    floating = v * 2 * (theta * measured / epsilon) ** 2
+    assert exact / floating <= 1.02
+
+
+def test_leaf_variance_factor_is_the_least_squares_diagonal(least_squares):
+    for fanout, levels in [(4, 3), (16, 2), (2, 4)]:
+        sizes = [fanout ** (levels - 1 - k) for k in range(levels)]
+        diagonal = np.diag(least_squares.leaf_covariance(sizes, fanout))
+        np.testing.assert_allclose(diagonal, leaf_variance_factor(fanout, levels), rtol=1e-12)

@@ -7,7 +7,7 @@ import pytest
 
 from dpstream import HierarchicalPerturber, ToPS
 from dpstream.noise import ZeroNoise
-from dpstream.noise.bits import make_bits
+from dpstream.noise.bits import SeededBits
 from dpstream.thresholds.model import model_threshold
 
 B, HOLD = 100.0, 2000
@@ -47,20 +47,26 @@ def test_prior_default_and_bounds():
 
 
 def test_model_is_the_default_and_is_wired_as_documented():
-    """theta, s and the prior are model_threshold's on the hold-out, with bits of the one
-    generator drawn first; then the perturber (same generator) releases min(v, theta)."""
+    """theta, s and the prior are model_threshold's on the hold-out, drawn first from the noise
+    source's bits; then the perturber (on the grid, with that prior) releases min(v, theta)."""
     values = stream(HOLD + 3000, seed=1)
     t = tops()
-    out = t.release(values)
+    t.release(values)
     assert t.threshold_method == "model" and t.model_choice is not None
-    rng = np.random.default_rng(7)
     choice = model_threshold(values[:HOLD], epsilon=0.5, stream_epsilon=0.5, upper_bound=B, max_range=4096,
-                             fanout=16, seed=make_bits(rng))
+                             fanout=16, seed=SeededBits(seed=7))
     assert choice == t.model_choice
     assert (t.threshold, t.smoothed_levels) == (choice.threshold, choice.smoothed_levels)
-    p = HierarchicalPerturber(threshold=choice.threshold, epsilon=0.5, max_range=4096, fanout=16,
-                              smoothed_levels=choice.smoothed_levels, seed=rng, prior=choice.prior)
-    assert np.array_equal(out, p.release(np.minimum(values[HOLD:], choice.threshold)))
+    # the arithmetic, without noise: ZeroNoise makes the model's steps draw from a fixed seed
+    quiet = tops(noise=ZeroNoise(), seed=None)
+    out = quiet.release(values)
+    c = quiet.model_choice
+    p = HierarchicalPerturber(threshold=c.threshold, epsilon=0.5, max_range=4096, fanout=16,
+                              smoothed_levels=c.smoothed_levels, granularity=quiet.granularity, noise=ZeroNoise(),
+                              prior=c.prior)
+    assert np.array_equal(out, p.release(np.minimum(values[HOLD:], c.threshold)))
+    assert c == model_threshold(values[:HOLD], epsilon=0.5, stream_epsilon=0.5, upper_bound=B, max_range=4096,
+                                fanout=16, seed=SeededBits(seed=0))
 
 
 def test_batch_equals_one_value_at_a_time():

@@ -14,14 +14,17 @@ import numpy as np
 
 __all__ = [
     "MAX_LOCAL_EPSILON",
+    "MAX_MAGNITUDE",
     "MIN_EPSILON",
     "ROW_SUM_TOLERANCE",
     "check_bool",
     "check_epsilon",
     "check_local_epsilon",
+    "check_magnitude",
     "check_positive_int",
     "check_nonnegative_int",
     "check_bound",
+    "check_client_values",
     "check_nonnegative",
     "check_percentile",
     "check_probability",
@@ -30,6 +33,7 @@ __all__ = [
     "check_stream_values",
     "check_transition",
     "check_unit_values",
+    "plain_number",
 ]
 
 
@@ -79,6 +83,33 @@ def check_local_epsilon(value: object, name: str = "epsilon") -> float:
         raise ValueError(f"{name} of a local randomizer must be at most {MAX_LOCAL_EPSILON:g} (larger budgets break "
                          f"the randomizers' float64 arithmetic and protect nothing), got {epsilon!r}.")
     return epsilon
+
+
+#: The largest noise scale, or worst-case sum of values, a mechanism accepts.  float64 ends at
+#: 1.8e308; a release adds up dozens of noise draws (a Laplace draw stays below ~40 noise scales)
+#: and up to ``max_range`` values, and a margin of 1e8 keeps every such sum finite.
+MAX_MAGNITUDE = 1e300
+
+
+def check_magnitude(value: float, name: str) -> float:
+    """A noise scale or a worst-case sum a mechanism will compute: finite and at most :data:`MAX_MAGNITUDE`.
+
+    Refusing it up front is what keeps a release from publishing ``inf`` or ``nan`` when its
+    parameters (a huge ``upper_bound``, a tiny ``epsilon``) overflow float64.
+
+    >>> check_magnitude(1e12, "the noise scale upper_bound * levels / epsilon")
+    1000000000000.0
+    >>> check_magnitude(1e313, "the noise scale upper_bound * levels / epsilon")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: the noise scale upper_bound * levels / epsilon must be at most 1e+300 (float64 ..., got inf; ...
+    """
+    value = float(value)
+    if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
+        raise ValueError(
+            f"{name} must be at most {MAX_MAGNITUDE:g} (float64 sums of noisy values overflow beyond), "
+            f"got {value:g}; lower upper_bound or raise epsilon."
+        )
+    return value
 
 
 def check_bool(value: object, name: str) -> bool:
@@ -204,6 +235,8 @@ def check_stream_values(
         array = array.reshape(1)
     if array.ndim != 1:
         raise ValueError(f"stream values must be one-dimensional, got an array of shape {array.shape}.")
+    if array.size and array.min() >= 0 and array.max() <= upper_bound:  # NaN fails both: no temporaries
+        return array
     bad = ~np.isfinite(array)
     if bad.any():
         index = int(np.argmax(bad))
@@ -220,6 +253,55 @@ def check_stream_values(
             f"stream value at position {offset + index} must be in [0, {upper_bound:g}]{hint}, "
             f"got {float(array[index])!r}."
         )
+    return array
+
+
+def plain_number(x: object) -> str:
+    """A number as people write it in a message: ``900``, ``0.1``, ``-3``, ``nan`` (no numpy repr, no ``.0``).
+
+    >>> plain_number(np.float64(900.0)), plain_number(0.1), plain_number(np.int64(-3)), plain_number(float("inf"))
+    ('900', '0.1', '-3', 'inf')
+    """
+    if _is_int(x) or isinstance(x, np.integer):
+        return str(int(x))  # type: ignore[call-overload]
+    try:
+        text = repr(float(x))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return repr(x)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def check_client_values(values: object, upper_bound: float, *, clip: bool = False) -> np.ndarray:
+    """A client's values as a 1-D float64 array in [0, upper_bound]; an error names the first bad one plainly.
+
+    ``clip`` clips values outside [0, B] into it; NaN and infinities are always errors.
+
+    >>> check_client_values([1, 2, 3, 900], 100.0)
+    Traceback (most recent call last):
+    ValueError: value at position 3 (0-based) is 900, outside [0, 100] (clip=True clips it).
+    >>> check_client_values([1, 900], 100.0, clip=True).tolist()
+    [1.0, 100.0]
+    """
+    try:
+        array = np.asarray(values)
+        if array.dtype.kind not in "iuf":
+            raise TypeError
+        array = np.atleast_1d(array.astype(np.float64, copy=False))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"values must be numbers, got {_preview(values)}.") from error
+    if array.ndim != 1:
+        raise ValueError(f"values must be one-dimensional, got an array of shape {array.shape}.")
+    bad = ~np.isfinite(array)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise ValueError(f"value at position {index} (0-based) is {plain_number(array[index])}, not a finite number.")
+    outside = (array < 0) | (array > upper_bound)
+    if outside.any():
+        if clip:
+            return np.clip(array, 0.0, upper_bound)
+        index = int(np.argmax(outside))
+        raise ValueError(f"value at position {index} (0-based) is {plain_number(array[index])}, outside "
+                         f"[0, {plain_number(upper_bound)}] (clip=True clips it).")
     return array
 
 

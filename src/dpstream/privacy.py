@@ -78,9 +78,14 @@ class PrivacyGuarantee:
     local : bool
         True for local DP: the bound holds for each report a client sends, about any two values
         of that client, and no trusted curator sees raw data.
+    noise : str or None
+        Which sampler and which source of randomness produced the release, e.g.
+        ``"exact discrete Laplace in grid units, OS CSPRNG bits (os.urandom)"`` or
+        ``"FLOAT Laplace from numpy (studies only: NOT for publication)"``.  The guarantee is
+        about the numbers the computer produces only for exact samplers on a secret source.
 
-    ``str()`` joins the parts of :meth:`_parts` with ``"; "``: the guarantee, the relation and
-    the composition.  A field added later (e.g. the noise source) adds one part there.
+    ``str()`` joins the parts of :meth:`_parts` with ``"; "``: the guarantee, the relation, the
+    composition and, when set, ``"noise: ..."``.
 
     Examples
     --------
@@ -99,6 +104,7 @@ class PrivacyGuarantee:
     neighbours: Neighbours
     composition: str
     local: bool = False
+    noise: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_nonnegative(self.epsilon, "epsilon"))
@@ -108,6 +114,8 @@ class PrivacyGuarantee:
         if not isinstance(self.composition, str):
             raise TypeError(f"composition must be a string, got {self.composition!r}.")
         check_bool(self.local, "local")
+        if self.noise is not None and not isinstance(self.noise, str):
+            raise TypeError(f"noise must be a string or None, got {self.noise!r}.")
 
     # -- text ----------------------------------------------------------------------------
 
@@ -119,7 +127,10 @@ class PrivacyGuarantee:
 
     def _parts(self) -> list[str]:
         """The pieces ``str()`` joins, in order."""
-        return [self.label, f"neighbours: {self.neighbours}", self.composition]
+        parts = [self.label, f"neighbours: {self.neighbours}", self.composition]
+        if self.noise is not None:
+            parts.append(f"noise: {self.noise}")
+        return parts
 
     def __str__(self) -> str:
         return "; ".join(self._parts())
@@ -154,7 +165,8 @@ class PrivacyGuarantee:
 
         Epsilons add and deltas add (basic composition; a delta above 1 says nothing and is
         capped at 1).  All must be about the same relation, else ``ValueError``.
-        ``composition`` replaces the default text, which lists the parts.
+        ``composition`` replaces the default text, which lists the parts; the ``noise`` of the
+        parts that state one are joined (:func:`_joined_noise`).
 
         >>> a = PrivacyGuarantee(epsilon=0.5, delta=0.0, neighbours=EVENT_LEVEL, composition="A")
         >>> b = PrivacyGuarantee(epsilon=0.25, delta=1e-9, neighbours=EVENT_LEVEL, composition="B")
@@ -170,6 +182,7 @@ class PrivacyGuarantee:
             neighbours=self.neighbours,
             composition=composition if composition is not None else _listed("sequential", parts),
             local=self.local,
+            noise=_joined_noise(parts),
         )
 
     def compose_parallel(self, *others: PrivacyGuarantee, composition: str | None = None) -> PrivacyGuarantee:
@@ -192,6 +205,7 @@ class PrivacyGuarantee:
             neighbours=self.neighbours,
             composition=composition if composition is not None else _listed("parallel", parts),
             local=self.local,
+            noise=_joined_noise(parts),
         )
 
 
@@ -200,3 +214,18 @@ def _listed(kind: str, parts: tuple[PrivacyGuarantee, ...]) -> str:
         return parts[0].composition
     items = [f"[{part.label}: {part.composition}]" for part in parts]
     return f"{kind} composition of {', '.join(items[:-1])} and {items[-1]}"
+
+
+def _joined_noise(parts: tuple[PrivacyGuarantee, ...]) -> str | None:
+    """The distinct ``noise`` texts of the parts (each split at ``" + "``), in order, joined by ``" + "``.
+
+    None if no part states one.
+
+    >>> a = PrivacyGuarantee(epsilon=1.0, delta=0.0, neighbours=EVENT_LEVEL, composition="A", noise="x")
+    >>> b = PrivacyGuarantee(epsilon=1.0, delta=0.0, neighbours=EVENT_LEVEL, composition="B", noise="y")
+    >>> _joined_noise((a, a)), _joined_noise((a, b)), _joined_noise((a.compose_sequential(b), b))
+    ('x', 'x + y', 'x + y')
+    """
+    pieces = [piece for part in parts if part.noise is not None for piece in part.noise.split(" + ")]
+    texts = list(dict.fromkeys(pieces))
+    return " + ".join(texts) if texts else None

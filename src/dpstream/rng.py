@@ -11,8 +11,10 @@ A seed is for experiments and tests.  Anyone who knows the seed (and the public 
 can regenerate every noise value and subtract it, so a seeded release is not private against
 them.  For a real release pass no seed (fresh operating-system entropy).  numpy's PCG64 is not
 a cryptographically secure generator, and its Laplace samples are floating-point numbers, which
-are known to leak through their low-order bits (Mironov, CCS 2012); both are limits of this
-version.
+are known to leak through their low-order bits (Mironov, CCS 2012).  The central stream
+mechanisms (ToPS, the binary tree, PAK) therefore turn their ``seed`` into the bits of exact
+integer samplers instead (:mod:`dpstream.noise.source`); generators from here drive the studies'
+float path and the synthetic data.
 """
 
 from __future__ import annotations

@@ -13,17 +13,20 @@ nm-e                   NM-E: one held-out value moves one candidate's score by 1
 binary-tree            binary-tree counter: one value is 0 or tau; the noisy counts 1, 2, 4, ...
                        values later (the lowest nodes on its path; many copies per tree)
 pak                    PAK: one held-out value is 0 or B; the released sum of the hold-out
-sr, pm, hm             the LDP mean randomizers on the extreme inputs -1 and 1; the report
-square-wave            Square Wave on the extreme inputs 0 and 1; the report
+sr, pm, hm             the LDP mean randomizers on the extreme inputs -1 and 1; the report (an index
+                       on the mechanism's declared grid)
+square-wave            Square Wave on the extreme inputs 0 and 1; the report (a grid index)
 count-of-counts[-hg,   one group's size is 2 or 3 in a region of 4 groups (method hc, hg or naive);
 -naive]                the estimated group sizes of the region
-laplace-counts         one user moves between two locations; the two noisy counts
+laplace-counts         one user moves between two locations; the two noisy (integer) counts
 =====================  ==========================================================================
 
 Support tests of additive noise read the grid step from the mechanism's ``granularity``
 attribute (:func:`~dpstream.audit.core.granularity_of`): the released noisy value must be the
 true answer plus an integer multiple of it.  A mechanism without one (floating-point Laplace)
-fails the support test with that reason.
+fails the support test with that reason.  The local randomizers declare a finite grid instead
+(their ``outputs`` attribute): a report must be an integer index below it, with a positive exact
+probability under the neighbour.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dpstream._progress import Progress, notify
 from dpstream.audit.core import (
     DEFAULT_ALPHA,
     DEFAULT_EVENTS,
@@ -46,6 +50,8 @@ from dpstream.audit.core import (
 )
 from dpstream.count_of_counts import LevelHistograms, estimate_level
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
+from dpstream.noise import ExactNoise
+from dpstream.noise.source import NoiseSource
 from dpstream.postprocess import LaplaceCounts
 from dpstream.release import HierarchicalPerturber
 from dpstream.release.binary_tree import BinaryTreeCounter
@@ -78,7 +84,8 @@ class ToPSPerturber(MechanismAdapter):
         probe = HierarchicalPerturber(**self._params, seed=0)
         guarantee = probe.privacy()
         self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        self.granularity = granularity_of(probe)
+        # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
+        self.granularity = probe.leaf_granularity
         self.max_range, self.samples = probe.max_range, samples
         self.neighbours = (0.0, probe.threshold)
 
@@ -105,7 +112,8 @@ class NoisyMaxThreshold(MechanismAdapter):
         self.samples = samples
 
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        return np.array([noisy_max_threshold(x, **self._params, rng=rng) for _ in range(n)])
+        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
+        return np.array([noisy_max_threshold(x, **self._params, noise=noise) for _ in range(n)])
 
     def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
         # report-noisy-max with full-support noise picks every candidate with positive probability
@@ -179,8 +187,9 @@ class PAKHoldOut(MechanismAdapter):
 
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         out = np.empty((n, 3))
+        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
         for run in range(n):
-            pak = PAK(**self._params, seed=rng)
+            pak = PAK(**self._params, noise=noise)
             pak.release(x)
             grid = granularity_of(pak)
             out[run] = (pak.held_sum, pak.threshold, np.nan if grid is None else grid)
@@ -218,8 +227,16 @@ class LaplaceCountsMove(MechanismAdapter):
         return on_lattice(outputs, x[None, :], self.granularity, what="LaplaceCounts").all(axis=1)
 
 
+def _on_grid(outputs: np.ndarray, size: int) -> np.ndarray:
+    """Whether each output is a point of a local randomizer's declared grid: an integer index in [0, size)."""
+    outputs = np.asarray(outputs, dtype=np.float64)
+    return (outputs == np.floor(outputs)) & (outputs >= 0) & (outputs < size)
+
+
 class LocalRandomizer(MechanismAdapter):
-    """An LDP randomizer (SR, PM or SW) on its two extreme inputs; its density describes its support."""
+    """An LDP randomizer (SR, PM or SW) on its two extreme inputs.  Its reports are indices on a
+    declared finite grid (``outputs`` points) with exact probabilities: a report is possible under
+    the neighbour when it is on the grid and its probability there is positive."""
 
     def __init__(self, name: str, randomizer: Any, low: float, high: float, samples: int) -> None:
         self.name, self.randomizer, self.samples = name, randomizer, samples
@@ -231,13 +248,13 @@ class LocalRandomizer(MechanismAdapter):
         return self.randomizer.perturb(np.full(n, x), rng)
 
     def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        if isinstance(self.randomizer, StochasticRounding):
-            return np.isin(outputs, (-1.0, 1.0)) & (self.randomizer.probability(outputs, x) > 0)
-        return self.randomizer.density(outputs, x) > 0
+        on_grid = _on_grid(outputs, self.randomizer.outputs)
+        index = np.where(on_grid, outputs, 0).astype(np.int64)
+        return on_grid & (self.randomizer.probability(index, x) > 0)
 
 
 class HybridReports(MechanismAdapter):
-    """HM on -1 and 1; a report is (branch, y), and the statistic maps SR's ±1 outside PM's range."""
+    """HM on -1 and 1; a report is (branch, index), and the statistic maps SR's two reports outside PM's grid."""
 
     name = "hm"
 
@@ -248,16 +265,18 @@ class HybridReports(MechanismAdapter):
         self.neighbours = (-1.0, 1.0)
 
     def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        uses_pm, y = self.hm.perturb(np.full(n, x), rng)
-        return np.column_stack((uses_pm, y))
+        uses_pm, j = self.hm.perturb(np.full(n, x), rng)
+        return np.column_stack((uses_pm, j))
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
-        return np.where(outputs[:, 0] > 0, outputs[:, 1], np.sign(outputs[:, 1]) * (self.hm.pm.s + 1.0))
+        sr_position = np.where(outputs[:, 1] > 0, self.hm.pm.outputs, -1)
+        return np.where(outputs[:, 0] > 0, outputs[:, 1], sr_position)
 
     def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        uses_pm, y = outputs[:, 0] > 0, outputs[:, 1]
-        by_pm = (self.hm.alpha > 0) & (self.hm.pm.density(y, x) > 0)
-        by_sr = (self.hm.alpha < 1) & np.isin(y, (-1.0, 1.0)) & (self.hm.sr.probability(y, x) > 0)
+        uses_pm, j = outputs[:, 0] > 0, outputs[:, 1]
+        pm_grid, sr_grid = _on_grid(j, self.hm.pm.outputs), _on_grid(j, 2)
+        by_pm = (self.hm.alpha > 0) & pm_grid & (self.hm.pm.probability(np.where(pm_grid, j, 0), x) > 0)
+        by_sr = (self.hm.alpha < 1) & sr_grid & (self.hm.sr.probability(np.where(sr_grid, j, 0), x) > 0)
         return np.where(uses_pm, by_pm, by_sr)
 
 
@@ -265,7 +284,8 @@ class CountOfCountsRegion(MechanismAdapter):
     """A Section 4 method on one region of 4 groups, sizes (1, 2, 2, 3) or (1, 2, 3, 3).
 
     ``n`` copies of the region form one level (disjoint regions get independent noise), so one
-    ``estimate_level`` call is ``n`` runs.  The output is the region's estimated sizes, sorted;
+    ``estimate_level`` call is ``n`` runs, with the exact discrete Laplace sampler of a release
+    drawing its bits from the audit's generator.  The output is the region's estimated sizes, sorted;
     the statistic counts the groups of size >= 3.
     """
 
@@ -278,7 +298,8 @@ class CountOfCountsRegion(MechanismAdapter):
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         groups = x.size
         truth = LevelHistograms.from_groups(np.repeat(np.arange(n), groups), np.tile(x, n), n)
-        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, rng=rng, max_size=self.max_size)
+        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, noise=ExactNoise(bits=rng),
+                                  max_size=self.max_size)
         hist = estimate.histograms
         return np.repeat(hist.size, hist.count).reshape(n, groups)  # rows sorted by (region, size)
 
@@ -290,8 +311,8 @@ class CountOfCountsRegion(MechanismAdapter):
         outputs = np.asarray(outputs)
         if outputs.ndim != 2 or outputs.shape[1] != x.size:
             raise UnverifiableSupport(f"count-of-counts outputs must hold {x.size} group sizes")
-        upper = np.inf if self.method == "hg" else self.max_size
-        valid = (outputs >= 0) & (outputs <= upper) & (outputs == np.rint(outputs))
+        # every method caps the sizes at the public K (max_size)
+        valid = (outputs >= 0) & (outputs <= self.max_size) & (outputs == np.rint(outputs))
         return valid.all(axis=1) & (np.diff(outputs, axis=1) >= 0).all(axis=1)
 
 
@@ -316,7 +337,8 @@ def run_audit(
     names: list[str] | tuple[str, ...] | None = None,
     *,
     seed: int = 0,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
     alpha: float = DEFAULT_ALPHA,
     samples: int | None = None,
     events: int = DEFAULT_EVENTS,
@@ -331,6 +353,8 @@ def run_audit(
         Each mechanism's runs are drawn from a generator seeded by ``(seed, name)``, so a
         mechanism gets the same runs whether it is audited alone or with others.
     progress : callable, optional
+        ``progress(done, total)`` over the mechanisms (the :mod:`dpstream._progress` convention).
+    log : callable, optional
         Called with a one-line message before each mechanism.
     alpha : float
         Family-wise error over all mechanisms (Bonferroni: ``alpha / len(names)`` each), so all
@@ -348,11 +372,13 @@ def run_audit(
     if unknown or not selected:
         raise ValueError(f"names must be among {', '.join(MECHANISMS)}; got {unknown or selected!r}.")
     results = []
+    notify(progress, 0, len(selected))
     for index, name in enumerate(selected, start=1):
-        if progress is not None:
-            progress(f"auditing {name} ({index}/{len(selected)})")
+        if log is not None:
+            log(f"auditing {name} ({index}/{len(selected)})")
         rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
         results.append(
             audit_mechanism(MECHANISMS[name](), samples=samples, seed=rng, alpha=alpha / len(selected), events=events)
         )
+        notify(progress, index, len(selected))
     return results

@@ -7,6 +7,7 @@ checks and the seed warning.
 """
 
 from dpstream.cli import (
+    audit,  # noqa: F401  (registers audit)
     budget,  # noqa: F401  (registers budget)
     count_of_counts,  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)
     demo,  # noqa: F401  (registers demo, topl-demo)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
@@ -14,9 +17,11 @@ from dpstream.cli._common import (
     SEED_HELP,
     cli,
     epsilon_option,
+    output_directory,
     output_file,
     prepare_output,
     progress_bar,
+    quote,
     say,
     warn_if_seeded,
     write_csv,
@@ -24,25 +29,96 @@ from dpstream.cli._common import (
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
+    CountOfCountsRelease,
     TopDownCountOfCounts,
     housing_data,
     read_tables,
     taxi_data,
 )
-from dpstream.count_of_counts.estimators import METHODS
-from dpstream.evaluation.count_of_counts import omniscient_error, plot_level_errors, run_comparison, summarize
+from dpstream.count_of_counts.estimators import BYTES_PER_CELL, METHODS, dense_memory, format_bytes
+from dpstream.evaluation.count_of_counts import (
+    omniscient_error,
+    plot_level_errors,
+    plot_region_histograms,
+    run_comparison,
+    summarize,
+)
+from dpstream.noise import FloatNoise
 
 __all__ = ["STRATEGIES"]
 
 
-def _methods(text: str) -> list[str]:
+#: What ``--method`` accepts besides the Section 4 methods: the bottom-up release (hc on the leaves).
+BOTTOM_UP = "bu"
+#: Default of ``--memory-limit``.
+DEFAULT_MEMORY_LIMIT = "4GiB"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _methods(ctx: click.Context, param: click.Parameter, text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     bad = [name for name in names if name not in METHODS]
+    if names == [BOTTOM_UP]:
+        return names
     if not names or bad:
         raise click.BadParameter(
-            f"expected one of {', '.join(METHODS)} (or one per level, comma-separated), got {text!r}."
+            f"expected one of {', '.join(METHODS)} (or one per level, comma-separated) or {BOTTOM_UP} "
+            f"(bottom-up), got {quote(text)}."
         )
     return names
+
+
+def _memory(ctx: click.Context, param: click.Parameter, text: str) -> int:
+    """``--memory-limit``: bytes, with an optional binary unit (``512MiB``, ``4G``, ``8GiB``)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, flags=re.IGNORECASE)
+    if match is None or float(match.group(1)) <= 0:
+        raise click.BadParameter(f"expected a positive size such as 4GiB, 512MiB or 1000000000, got {text!r}.")
+    return max(1, int(float(match.group(1)) * _UNITS[match.group(2).lower()]))
+
+
+def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and Path(value).suffix.lower() != ".png":
+        raise click.BadParameter(f"the plot is a PNG file: its name must end in .png, got {value!r}.")
+    return value
+
+
+def _release_table(release: CountOfCountsRelease) -> pa.Table:
+    """The output CSV's columns: region, level, size, count, and ``size_label`` (``K or more`` on size K)."""
+    rows = release.rows()
+    region, level, size, count = zip(*rows) if rows else ((), (), (), ())
+    k = release.max_size
+    label = [f"{k} or more" if k is not None and value == k else "" for value in size]
+    return pa.table(
+        {
+            "region": pa.array(region, pa.string()),
+            "level": pa.array(level, pa.int64()),
+            "size": pa.array(size, pa.int64()),
+            "count": pa.array(count, pa.int64()),
+            "size_label": pa.array(label, pa.string()),
+        }
+    )
+
+
+def _plotted_regions(data: CountOfCountsData, names: str | None) -> list[tuple[int, int]]:
+    """``(level, index)`` of the regions to plot: the named ones, or the root and up to three of the
+    level-1 regions with the most groups (the numbers of groups are public)."""
+    tree = data.tree
+    if names is None:
+        chosen = [(0, 0)]
+        if tree.levels > 1:
+            groups = data.groups(1)
+            chosen += [(1, int(i)) for i in np.argsort(-groups, kind="stable")[:3]]
+        return chosen
+    chosen = []
+    for name in [part.strip() for part in names.split(",") if part.strip()]:
+        found = [(level, int(np.flatnonzero(tree.names[level] == name)[0]))
+                 for level in range(tree.levels) if name in tree.names[level]]
+        if not found:
+            raise click.BadParameter(f"no region is called {name!r}.", param_hint="'--plot-regions'")
+        chosen.append(found[0])
+    if not chosen:
+        raise click.BadParameter(f"expected region names, got {names!r}.", param_hint="'--plot-regions'")
+    return chosen
 
 
 @cli.command("count-of-counts")
@@ -59,17 +135,42 @@ def _methods(text: str) -> list[str]:
     type=click.Path(dir_okay=False),
     help="Hierarchy(region_id, level0, ..., levelL) (public).",
 )
-@click.option("--epsilon", type=float, required=True, help="Total privacy budget (split evenly over the levels).")
 @click.option(
-    "--method", default="hc", show_default=True, help="hc, hg or naive; or one per level, root first, e.g. hg,hc,hc."
+    "--epsilon",
+    type=float,
+    required=True,
+    callback=epsilon_option,
+    help="Total privacy budget (top-down: split evenly over the levels; bu: all on the leaves).",
 )
-@click.option("--max-size", type=int, default=None, help="Public bound K on group sizes (hc and naive).")
+@click.option(
+    "--method",
+    default="hc",
+    show_default=True,
+    callback=_methods,
+    help="hc, hg or naive (top-down, Algorithm 1); or one per level, root first, e.g. hg,hc,hc; "
+    "or bu: bottom-up, the whole budget on the leaves (hc) and every region above as the sum of its leaves.",
+)
+@click.option(
+    "--max-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Public bound K on group sizes, for every method: larger groups count as size K ('K or more').",
+)
 @click.option(
     "--max-size-epsilon",
     type=float,
     default=1e-4,
     show_default=True,
-    help="Without --max-size: budget spent to estimate K (added to --epsilon).",
+    callback=epsilon_option,
+    help="Without --max-size: budget spent to estimate K when a method needs it (added to --epsilon).",
+)
+@click.option(
+    "--memory-limit",
+    default=DEFAULT_MEMORY_LIMIT,
+    show_default=True,
+    callback=_memory,
+    help="Largest working memory of the dense rows of K + 1 cells (hc, naive): a K that needs more is refused "
+    "before any work. Bytes, or with a unit: 512MiB, 8GiB.",
 )
 @click.option(
     "--isotonic",
@@ -77,7 +178,12 @@ def _methods(text: str) -> list[str]:
     default=None,
     help="Isotonic regression (default: l1 for hc, l2 for hg).",
 )
-@click.option("--merge", type=click.Choice(["weighted", "average"]), default="weighted", show_default=True)
+@click.option(
+    "--merge",
+    type=click.Choice(["weighted", "average"]),
+    default=None,
+    help="How the top-down release merges a parent's and a child's estimates  [default: weighted].",
+)
 @click.option("--seed", type=int, default=None, help=SEED_HELP)
 @click.option(
     "-o",
@@ -85,74 +191,135 @@ def _methods(text: str) -> list[str]:
     "output_path",
     required=True,
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="CSV: region, level, size, count ('-' is stdout).",
+    help="CSV: region, level, size, count, size_label ('K or more' on the rows of size K) ('-' is stdout).",
 )
-@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@click.option(
+    "--plot",
+    "plot_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    callback=_plot_path,
+    help="Also draw the released histograms of a few regions against each other (PNG).",
+)
+@click.option(
+    "--plot-regions",
+    default=None,
+    help="Regions drawn by --plot, comma-separated names (default: the root and the three level-1 regions "
+    "with the most groups).",
+)
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --plot file) if they exist.")
 def count_of_counts(
     entities: str,
     groups: str,
     hierarchy: str,
     epsilon: float,
-    method: str,
+    method: list[str],
     max_size: int | None,
     max_size_epsilon: float,
+    memory_limit: int,
     isotonic: str | None,
-    merge: str,
+    merge: str | None,
     seed: int | None,
     output_path: str,
+    plot_path: str | None,
+    plot_regions: str | None,
     force: bool,
 ) -> None:
-    """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1)."""
+    """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1, or bottom-up).
+
+    The noise is exact discrete Laplace drawn from the operating system's CSPRNG (from a
+    replayable generator with --seed).  Exit status 2 for a usage error, 1 for a failure.
+    """
+    bottom_up = method == [BOTTOM_UP]
+    if bottom_up and merge is not None:
+        raise click.BadParameter("merging applies to the top-down release only, not to bu.", param_hint="'--merge'")
+    if plot_regions is not None and plot_path is None:
+        raise click.BadParameter("needs --plot FILE.", param_hint="'--plot-regions'")
+    dense = bottom_up or any(name != "hg" for name in method)
+    if max_size is not None and dense:
+        need = dense_memory(sys.maxsize, max_size)  # at least one region's rows, whatever the data
+        if need > memory_limit:
+            raise click.BadParameter(
+                f"{max_size} needs about {format_bytes(need)} of memory (dense rows of K + 1 cells at "
+                f"{BYTES_PER_CELL} bytes a cell), more than --memory-limit {format_bytes(memory_limit)}; "
+                "lower --max-size or raise --memory-limit (nothing was read or written).",
+                param_hint="'--max-size'",
+            )
     target = prepare_output(output_path, force=force, inputs=[entities, groups, hierarchy])
-    mechanism = TopDownCountOfCounts(
-        epsilon=epsilon,
-        methods=_methods(method),
-        max_size=max_size,
-        max_size_epsilon=max_size_epsilon,
-        isotonic=isotonic,
-        merge=merge,
-        seed=seed,
-    )
+    plot_target = None
+    if plot_path is not None:
+        if target is not None and Path(plot_path).resolve() == target.resolve():
+            raise click.BadParameter("must differ from --output.", param_hint="'--plot'")
+        plot_target = prepare_output(plot_path, force=force, inputs=[entities, groups, hierarchy])
+    options = dict(max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
+                   memory_limit=memory_limit)
+    try:
+        mechanism: TopDownCountOfCounts | BottomUpCountOfCounts = (
+            BottomUpCountOfCounts(epsilon=epsilon, method="hc", **options)  # type: ignore[arg-type]
+            if bottom_up
+            else TopDownCountOfCounts(epsilon=epsilon, methods=method, merge=merge or "weighted", **options)  # type: ignore[arg-type]
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     warn_if_seeded(seed)
     data = read_tables(entities, groups, hierarchy)
     say(
         f"read {data.n_groups:,} groups in {data.tree.size(data.tree.levels - 1):,} leaf regions, "
         f"{data.tree.levels} levels."
     )
+    chosen = _plotted_regions(data, plot_regions) if plot_target is not None else []
     with progress_bar(desc="regions", unit="region", leave=False) as progress:
         release = mechanism.release(data, progress=progress)
-    region, level, size, count = zip(*release.rows()) if data.n_groups else ((), (), (), ())
-    table = pa.table(
-        {
-            "region": pa.array(region, pa.string()),
-            "level": pa.array(level, pa.int64()),
-            "size": pa.array(size, pa.int64()),
-            "count": pa.array(count, pa.int64()),
-        }
-    )
+    if max_size is None and release.max_size is not None:
+        say(f"estimated K = {release.max_size:,} (the noisy largest group size plus a margin, from "
+            f"--max-size-epsilon {max_size_epsilon:g}); groups of K or more are released as size K.")
+    table = _release_table(release)
     buffer = pa.BufferOutputStream()
     pa_csv.write_csv(table, buffer)
     with output_file(target) as out:
         out.write(buffer.getvalue().to_pybytes().decode("utf-8"))
+    label = "bottom-up (hc on the leaves)" if bottom_up else f"top-down ({','.join(method)})"
     say(f"privacy: {mechanism.privacy(data.tree.levels)}")
-    say(f"wrote {len(region):,} non-zero counts to {'stdout' if target is None else target}")
+    say(f"wrote {table.num_rows:,} non-zero counts to {'stdout' if target is None else target}")
+    if plot_target is not None:
+        partial = plot_target.with_name(f".{plot_target.stem}.partial{plot_target.suffix}")
+        try:
+            plot_region_histograms(release, chosen, partial, title=f"{label}, epsilon = {epsilon:g}")
+            partial.replace(plot_target)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        say(f"wrote the histograms of {len(chosen)} region(s) to {plot_target}")
 
 
-def _hc(eps: float, k: int, **extra: Any) -> Any:
-    return lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hc", max_size=k, seed=seed, **extra)
+#: How the studies draw their noise: ``float`` is numpy's float geometric sampler (fast, not exact,
+#: the numbers are never published), ``exact`` the release's exact sampler on seeded bits.
+STUDY_NOISE: dict[str, Any] = {
+    "float": lambda seed: {"noise": FloatNoise(rng=seed)},
+    "exact": lambda seed: {"seed": seed},
+}
 
 
-#: Named strategies of the evaluation: factories (epsilon, K) -> (seed -> mechanism).
+def _hc(eps: float, k: int, noise: Any, **extra: Any) -> Any:
+    return lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hc", max_size=k, **noise(seed), **extra)
+
+
+#: Named strategies of the evaluation: factories (epsilon, K, noise) -> (seed -> mechanism), where
+#: ``noise`` is a value of :data:`STUDY_NOISE`.
 STRATEGIES: dict[str, Any] = {
-    "hc": lambda eps, k: _hc(eps, k),
-    "hc-average": lambda eps, k: _hc(eps, k, merge="average"),
-    "hc-l2": lambda eps, k: _hc(eps, k, isotonic="l2"),
-    "hg": lambda eps, k: lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hg", seed=seed),
-    "hg-average": lambda eps, k: (
-        lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hg", merge="average", seed=seed)
+    "hc": lambda eps, k, noise: _hc(eps, k, noise),
+    "hc-average": lambda eps, k, noise: _hc(eps, k, noise, merge="average"),
+    "hc-l2": lambda eps, k, noise: _hc(eps, k, noise, isotonic="l2"),
+    "hg": lambda eps, k, noise: lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hg", **noise(seed)),
+    "hg-average": lambda eps, k, noise: (
+        lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hg", merge="average", **noise(seed))
     ),
-    "bu": lambda eps, k: lambda seed: BottomUpCountOfCounts(epsilon=eps, method="hc", max_size=k, seed=seed),
-    "naive": lambda eps, k: lambda seed: TopDownCountOfCounts(epsilon=eps, methods="naive", max_size=k, seed=seed),
+    "bu": lambda eps, k, noise: (
+        lambda seed: BottomUpCountOfCounts(epsilon=eps, method="hc", max_size=k, **noise(seed))
+    ),
+    "naive": lambda eps, k, noise: (
+        lambda seed: TopDownCountOfCounts(epsilon=eps, methods="naive", max_size=k, **noise(seed))
+    ),
 }
 
 
@@ -160,7 +327,7 @@ def _strategies(ctx: click.Context, param: click.Parameter, text: str) -> list[s
     names = [name.strip() for name in text.split(",") if name.strip()]
     bad = [name for name in names if name not in STRATEGIES]
     if not names or bad:
-        problem = f"unknown strategies {bad}" if bad else f"no strategy in {text!r}"
+        problem = f"unknown strategy {quote(bad[0])}" if bad else f"no strategy in {quote(text)}"
         raise click.BadParameter(f"{problem}; choose from {', '.join(STRATEGIES)}.")
     return names
 
@@ -208,6 +375,14 @@ def _load(
     help=f"Comma-separated, from: {', '.join(STRATEGIES)}.",
 )
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--noise",
+    type=click.Choice(sorted(STUDY_NOISE)),
+    default="float",
+    show_default=True,
+    help="float: numpy's float geometric sampler, about twice as fast, not exact (a study publishes only errors); "
+    "exact: the release's exact discrete Laplace sampler on seeded bits (the same law).",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the experiment.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
@@ -223,6 +398,7 @@ def evaluate_count_of_counts(
     max_size: int,
     strategies: list[str],
     runs: int,
+    noise: str,
     seed: int,
     out_dir: str,
     force: bool,
@@ -254,27 +430,30 @@ def evaluate_count_of_counts(
         f"{data.n_groups:,} groups{largest}; "
         f"regions per level {[data.tree.size(level) for level in range(data.tree.levels)]}"
     )
-    factories = {name: STRATEGIES[name](epsilon, max_size) for name in strategies}
-    rows = run_comparison(data, factories, runs=runs, seed=seed, log=say)
+    factories = {name: STRATEGIES[name](epsilon, max_size, STUDY_NOISE[noise]) for name in strategies}
+    with progress_bar(desc="evaluate-count-of-counts", unit="region") as progress:
+        rows = run_comparison(data, factories, runs=runs, seed=seed, progress=progress)
     summary = summarize(rows)
     summary += [
         {"strategy": "omniscient", "level": level, "runs": 0, "emd_mean": error, "emd_sem": 0.0}
         for level, error in enumerate(omniscient_error(data, epsilon))
     ]
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_csv(paths["runs"], rows)
-    write_csv(paths["summary"], summary)
     config = {
         "dataset": "tables" if entities else dataset,
         "n_groups": data.n_groups,
         "epsilon": epsilon,
         "max_size": max_size,
         "runs": runs,
+        "noise": noise,
         "seed": seed,
         "regions_per_level": [data.tree.size(level) for level in range(data.tree.levels)],
     }
-    paths["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
-    plot_level_errors(summary, paths["plot"], title=f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs")
+    with output_directory(paths) as staged:  # all four files, or none
+        write_csv(staged["runs"], rows)
+        write_csv(staged["summary"], summary)
+        staged["json"].write_text(json.dumps({"config": config, "summary": summary}, indent=2))
+        title = f"{config['dataset']}, epsilon={epsilon:g} total, {runs} runs, {noise} noise"
+        plot_level_errors(summary, staged["plot"], title=title)
     click.echo(_table(summary))
     say("wrote " + ", ".join(str(path) for path in paths.values()))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dpstream.cli._common import cli, prepare_output, say
+from dpstream.cli._common import cli, output_directory, prepare_output, say, usage_errors
 from dpstream.cli.release import RELEASE_METHODS, announce
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS
@@ -27,14 +27,15 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
 
     The demo is seeded so that it can be replayed: it shows utility, it is not a private release.
     """
-    plot_path = prepare_output(out_dir, force=force, files={"plot": "pos-moving-average.png"})["plot"]
+    paths = prepare_output(out_dir, force=force, files={"plot": "pos-moving-average.png"})
     data = load_dataset("pos")
     say(f"dataset: {data.description}; B = {data.upper_bound:g}")
-    tops = ToPS(epsilon=epsilon, upper_bound=data.upper_bound, seed=seed)
+    with usage_errors():
+        tops = ToPS(epsilon=epsilon, upper_bound=data.upper_bound, seed=seed)
     released = tops.release(data.values)
     announce(tops, RELEASE_METHODS["tops"].describe)
-    report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, plot_path=plot_path,
-                title=f"ToPS on POS, epsilon = {epsilon:g} (theta = {tops.threshold:g})")
+    report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, paths=paths,
+                title=f"ToPS on POS: ε = {epsilon:g}, threshold θ = {tops.threshold:.4g}")
 
 
 @cli.command("topl-demo")
@@ -54,32 +55,35 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     it shows utility, it is not a private release.
     """
     data = load_dataset("pos")
-    topl = ToPL(epsilon=epsilon, upper_bound=data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
+    with usage_errors():
+        topl = ToPL(epsilon=epsilon, upper_bound=data.upper_bound, threshold_epsilon=threshold_epsilon, seed=seed)
     # every plotted point is the mean of at least one released value
     released_count = max(data.values.size - topl.hold, 0)
     if not 1 <= intervals <= released_count:
         raise click.BadParameter(f"must be between 1 and the number of released values, {released_count:,}; "
                                  f"got {intervals:,}.", param_hint="'--intervals'")
     plot_name = f"topl-pos-eps{epsilon:g}-moving-average.png"
-    plot_path = prepare_output(out_dir, force=force, files={"plot": plot_name})["plot"]
+    paths = prepare_output(out_dir, force=force, files={"plot": plot_name})
     say(f"dataset: {data.description}; B = {data.upper_bound:g}")
     released = topl.release(data.values)
     announce(topl, RELEASE_METHODS["topl"].describe)
-    report_demo(data.values[topl.hold:], released, hold=topl.hold, seed=seed, plot_path=plot_path,
-                intervals=intervals, title=f"ToPL on POS, epsilon = {epsilon:g} (theta = {topl.threshold:g})")
+    report_demo(data.values[topl.hold:], released, hold=topl.hold, seed=seed, paths=paths,
+                intervals=intervals,
+                title=f"ToPL on POS: ε = {epsilon:g} per stream report, threshold θ = {topl.threshold:.4g}")
 
 
-def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int, plot_path: Path, title: str,
+def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int, paths: dict[str, Path], title: str,
                 intervals: int = 120) -> None:
-    """What every demo prints (errors of 200 random range queries, totals) and its moving-average plot."""
+    """What every demo prints (errors of 200 random range queries, totals) and its moving-average plot,
+    ``paths["plot"]`` (from :func:`~dpstream.cli._common.prepare_output`)."""
     queries = random_queries(make_rng(seed), truth.size, 200)
     metrics = error_metrics(prefix_range_sums(released, queries), prefix_range_sums(truth, queries), queries)
     click.echo(f"released {released.size:,} values (positions {hold:,} onwards)")
     click.echo(f"200 random range queries (mean length {float(np.mean(queries.lengths)):,.0f}): "
                + ", ".join(f"{name.upper()} {metrics[name]:.4g}" for name in METRICS))
     click.echo(f"true total {truth.sum():,.0f}, released total {released.sum():,.0f}")
-    plot_path.parent.mkdir(parents=True, exist_ok=True)
     from dpstream.evaluation.streams import plot_moving_average
 
-    path = plot_moving_average(truth, released, plot_path, intervals=intervals, title=title)
-    click.echo(f"plot: {path}")
+    with output_directory(paths) as staged:
+        plot_moving_average(truth, released, staged["plot"], intervals=intervals, title=title)
+    click.echo(f"plot: {paths['plot']}")

@@ -6,7 +6,7 @@ it reads; the flags of ``release`` map to constructor arguments there and nowher
 
 from __future__ import annotations
 
-import sys
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -14,8 +14,18 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
-from dpstream.cli._common import SEED_HELP, cli, output_file, prepare_output, say, warn_if_seeded
-from dpstream.io import iter_chunks, iter_values, open_input
+from dpstream.cli._common import (
+    SEED_HELP,
+    check_finite,
+    cli,
+    is_stream,
+    output_file,
+    prepare_output,
+    say,
+    usage_errors,
+    warn_if_seeded,
+)
+from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.tops import THRESHOLD_METHODS
@@ -31,9 +41,9 @@ def _build_tops(options: dict[str, Any]) -> ToPS:
     return ToPS(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                 max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
                 window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
-                threshold_step=options["threshold_step"], clip=options["clip"], seed=options["seed"],
-                threshold_method=options["threshold_method"], query_length=options["query_length"],
-                smoothed_levels=options["smoothed_levels"])
+                threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
+                seed=options["seed"], threshold_method=options["threshold_method"],
+                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"])
 
 
 def _describe_tops(tops: ToPS) -> str:
@@ -48,8 +58,8 @@ def _describe_tops(tops: ToPS) -> str:
 def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
     return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
-               multiplier=options["multiplier"], noise=options["noise"], capped=capped, clip=options["clip"],
-               seed=options["seed"])
+               multiplier=options["multiplier"], threshold_noise=options["noise"], capped=capped, clip=options["clip"],
+               granularity=options["granularity"], seed=options["seed"])
 
 
 def _describe_pak(pak: PAK) -> str:
@@ -60,7 +70,8 @@ def _describe_pak(pak: PAK) -> str:
 
 def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
     return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
-                             max_range=options["max_range"], clip=options["clip"], seed=options["seed"])
+                             max_range=options["max_range"], clip=options["clip"], granularity=options["granularity"],
+                             seed=options["seed"])
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
@@ -92,15 +103,17 @@ class _Method:
     options: frozenset[str] = frozenset()
 
 
-_TOPS_OPTIONS = frozenset({"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step",
-                           "threshold_method", "query_length", "smoothed_levels"})
-_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise"})
+_TOPS_OPTIONS = frozenset(
+    {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity",
+     "threshold_method", "query_length", "smoothed_levels"}
+)
+_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise", "granularity"})
 
 RELEASE_METHODS: dict[str, _Method] = {
     "tops": _Method(_build_tops, _describe_tops, _TOPS_OPTIONS),
     "pak": _Method(_build_pak, _describe_pak, _PAK_OPTIONS),
     "pak-uncapped": _Method(lambda options: _build_pak(options, capped=False), _describe_pak, _PAK_OPTIONS),
-    "bt": _Method(_build_bt, _describe_bt),
+    "bt": _Method(_build_bt, _describe_bt, frozenset({"granularity"})),
     "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
 }
 _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
@@ -131,6 +144,8 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--smoothed-levels", type=int, default=None,
               help="tops: force s, the lowest levels left to the smoother (default: chosen).")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
+@click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
+              help="Empty fields, NA, NaN, null: error; zero (positions kept); skip (shifts later positions).")
 @click.option("--threshold-step", type=float, default=1.0, show_default=True,
               help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
 @click.option("--delta", type=float, default=None,
@@ -140,18 +155,23 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
               help="pak: the multiplier r of PAK's Eq. 15.")
 @click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
-              help="pak: noise of the smooth-sensitivity threshold.")
+              help="pak: noise of the smooth-sensitivity threshold (gaussian is float-only and refused here).")
+@click.option("--granularity", type=float, default=None,
+              help="tops, pak, bt: the public grid step g of the exact noise (default: the largest power of two "
+                   "<= B / 2^20); values are rounded to multiples of g, thresholds rounded up.")
 @click.option("--seed", type=int, default=None, help=SEED_HELP)
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def release(input_path: str, output_path: str, method: str, column: str | None, seed: int | None,
+def release(input_path: str, output_path: str, method: str, column: str | None, missing: str, seed: int | None,
             hold: int, force: bool, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
     stdin).  From stdin, each value is released as soon as it arrives.  pak and pak-uncapped
-    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee is printed on stderr.
+    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee, with the noise
+    sampler and its source of randomness, is printed on stderr.  tops, pak and bt measure on a
+    public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()
@@ -159,20 +179,24 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
     describe = chosen.describe
-    releaser = chosen.build({**options, "hold": hold, "seed": seed})
+    with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
+        releaser = chosen.build({**options, "hold": hold, "seed": seed})
     if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
-    source = open_input(input_path)
-    values = iter_values(source, column, source="stdin" if input_path == "-" else input_path)
+    reader = StreamReader(input_path, column=column, missing=missing)  # text, .gz, stdin or Parquet
+    values = reader.values()
     name = "stdin" if input_path == "-" else input_path
+    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"],
+                     written="the output stops before it" if is_stream(target)
+                     else "nothing was written")
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
             if input_path == "-":
-                released = _release_live(releaser, values, sink, describe)
+                released = writer.live(values, sink)
             else:
-                released = _release_batches(releaser, iter_chunks(values, _CHUNK), sink, describe)
+                released = writer.batches(iter_chunks(values, _CHUNK), sink)
             if releaser.position == 0:
                 raise click.ClickException(f"{name} holds no values.")
             if releaser.threshold is None:
@@ -181,8 +205,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                     "was complete: nothing was released (lower --hold or give a longer stream)."
                 )
     finally:
-        if source is not sys.stdin:
-            source.close()
+        reader.close()
+    if reader.stats.missing:
+        say(reader.stats.summary())
+    if options["clip"]:
+        say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
@@ -192,29 +219,45 @@ def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
     say(f"privacy: {releaser.privacy()}")
 
 
-def _release_live(releaser: Any, values: Iterator[float], sink: TextIO, describe: Callable[[Any], str]) -> int:
-    released = 0
-    for value in values:
-        out = releaser.release_one(value)
-        if out is None:
-            if releaser.threshold is not None:
-                announce(releaser, describe)
-            continue
-        sink.write(f"{out!r}\n")
-        sink.flush()
-        released += 1
-    return released
+class _Writer:
+    """Feeds the releaser and writes what it releases: each value checked finite first, clipped values counted."""
 
+    def __init__(self, releaser: Any, describe: Callable[[Any], str], *, upper_bound: float, clip: bool,
+                 written: str) -> None:
+        self.releaser, self.describe = releaser, describe
+        self.upper_bound, self.clip, self.written = upper_bound, clip, written
+        #: Values outside [0, B] that --clip clipped (NaN and infinities are never clipped: they are errors).
+        self.clipped = 0
 
-def _release_batches(releaser: Any, chunks: Iterator[np.ndarray], sink: TextIO,
-                     describe: Callable[[Any], str]) -> int:
-    released = 0
-    for chunk in chunks:
-        had_threshold = releaser.threshold is not None
-        out = releaser.release(chunk)
-        if not had_threshold and releaser.threshold is not None:
-            announce(releaser, describe)
-        if out.size:
-            sink.write("\n".join(map(repr, out.tolist())) + "\n")
-            released += out.size
-    return released
+    def live(self, values: Iterator[float], sink: TextIO) -> int:
+        """Release value by value, each written and flushed as soon as it is released."""
+        releaser, released = self.releaser, 0
+        for value in values:
+            if self.clip and (value < 0.0 or value > self.upper_bound) and math.isfinite(value):
+                self.clipped += 1
+            out = releaser.release_one(value)
+            if out is None:
+                if releaser.threshold is not None:
+                    announce(releaser, self.describe)
+                continue
+            check_finite(out, position=releaser.position - 1, written=self.written)
+            sink.write(f"{out!r}\n")
+            sink.flush()
+            released += 1
+        return released
+
+    def batches(self, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
+        """Release chunk by chunk (file input)."""
+        releaser, released = self.releaser, 0
+        for chunk in chunks:
+            had_threshold = releaser.threshold is not None
+            if self.clip:
+                self.clipped += int(np.count_nonzero((chunk < 0.0) | (chunk > self.upper_bound)))
+            out = releaser.release(chunk)
+            if not had_threshold and releaser.threshold is not None:
+                announce(releaser, self.describe)
+            if out.size:
+                check_finite(out, position=releaser.position - out.size, written=self.written)
+                sink.write("\n".join(map(repr, out.tolist())) + "\n")
+                released += out.size
+        return released

@@ -19,22 +19,39 @@ parallel composition over the disjoint regions of a level.  Bottom-up: ``epsilon
 parallel composition.  Matching, merging, rounding and summing are post-processing.  If ``K``
 is estimated from the data (:func:`~dpstream.count_of_counts.estimators.estimate_max_size`), its
 budget adds to ``epsilon`` by sequential composition.
+
+The noise is exact discrete Laplace (:class:`~dpstream.noise.sampler.ExactNoise`, random bits
+from the operating system's CSPRNG unless seeded) at the scale ``sensitivity / budget`` rounded
+up to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`), so each
+part spends at most its share, exactly.  A study may pass ``noise=FloatNoise(rng)`` for speed;
+that path is not exact and not for publication.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
 from dpstream._progress import Progress, notify, shifted
 from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
-from dpstream.count_of_counts.estimators import METHODS, LevelEstimate, estimate_level, estimate_max_size
+from dpstream.count_of_counts.estimators import (
+    ISOTONIC,
+    METHODS,
+    LevelEstimate,
+    dense_memory,
+    estimate_level,
+    estimate_max_size,
+    format_bytes,
+    noise_scale,
+)
 from dpstream.count_of_counts.histograms import LevelHistograms
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
 from dpstream.privacy import ENTITY_ROW, PrivacyGuarantee
-from dpstream.rng import Seed, make_rng
 
 __all__ = [
     "MERGES",
@@ -51,10 +68,15 @@ MERGES = ("weighted", "average")
 
 @dataclass(frozen=True, kw_only=True)
 class CountOfCountsRelease:
-    """Released histograms of every level (``levels[l]`` for level ``l``) of ``tree``."""
+    """Released histograms of every level (``levels[l]`` for level ``l``) of ``tree``.
+
+    ``max_size`` is the public bound ``K`` the release used (given, or estimated with its own
+    budget), or None when no method needed one: size ``K`` then means "``K`` or more".
+    """
 
     tree: RegionTree
     levels: tuple[LevelHistograms, ...]
+    max_size: int | None = None
 
     def rows(self) -> list[tuple[str, int, int, int]]:
         """``(region, level, size, count)`` for every non-zero count, root first."""
@@ -187,29 +209,67 @@ def back_substitute(tree: RegionTree, leaves: LevelHistograms) -> tuple[LevelHis
 # ---------------------------------------------------------------------------- mechanisms
 
 
+def _noise_name(noise: NoiseSampler) -> str:
+    """How a sampler draws its discrete Laplace noise, for the privacy statement."""
+    if isinstance(noise, ExactNoise):
+        return "exact discrete Laplace noise"
+    if isinstance(noise, FloatNoise):
+        return "double-geometric noise from numpy's float sampler (not exact: not for publication)"
+    return f"noise from {type(noise).__name__}"
+
+
 class _Mechanism:
     """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise source."""
 
     def __init__(
-        self, *, epsilon: float, max_size: int | None, max_size_epsilon: float | None, isotonic: str | None, seed: Seed
+        self,
+        *,
+        epsilon: float,
+        max_size: int | None,
+        max_size_epsilon: float | None,
+        isotonic: str | None,
+        seed: BitsSeed,
+        noise: NoiseSampler | None,
+        memory_limit: int | None,
     ):
         self.epsilon = check_epsilon(epsilon)
         self.max_size = None if max_size is None else check_positive_int(max_size, "max_size")
         self.max_size_epsilon = (
             None if max_size_epsilon is None else check_epsilon(max_size_epsilon, "max_size_epsilon")
         )
-        self.isotonic = isotonic
-        self._rng = make_rng(seed)
+        self.isotonic = None if isotonic is None else check_choice(isotonic, "isotonic", ISOTONIC)
+        self.memory_limit = None if memory_limit is None else check_positive_int(memory_limit, "memory_limit")
+        if noise is None:
+            self.noise: NoiseSampler = ExactNoise(bits=seed)
+        elif seed is not None:
+            raise ValueError(f"give seed or noise, not both, got seed={seed!r} and noise={noise!r}.")
+        elif not isinstance(noise, NoiseSampler):
+            raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}.")
+        else:
+            self.noise = noise
 
     def _needs_max_size(self) -> bool:
         raise NotImplementedError
 
     def _resolve_max_size(self, data: CountOfCountsData) -> int | None:
+        """The public ``K``: the given one, or one estimated with ``max_size_epsilon`` when a method needs it."""
         if self.max_size is not None or not self._needs_max_size():
             return self.max_size
         if self.max_size_epsilon is None:
             raise ValueError("methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither.")
-        return estimate_max_size(int(data.size.max(initial=0)), self.max_size_epsilon, self._rng)
+        return estimate_max_size(int(data.size.max(initial=0)), self.max_size_epsilon, self.noise)
+
+    def _check_memory(self, max_size: int | None, n_regions: int) -> None:
+        """Refuse, before allocating, a ``K`` whose dense rows would exceed :attr:`memory_limit`."""
+        if self.memory_limit is None or max_size is None or n_regions == 0:
+            return
+        need = dense_memory(n_regions, max_size)
+        if need > self.memory_limit:
+            what = "the given" if self.max_size is not None else "the estimated"
+            raise ValueError(
+                f"{what} K = {max_size:,} needs about {format_bytes(need)} of memory (dense rows of K + 1 cells), "
+                f"more than the memory limit of {format_bytes(self.memory_limit)}; nothing was released."
+            )
 
     def _with_k(self, histograms: PrivacyGuarantee) -> PrivacyGuarantee:
         """``histograms``, plus the estimate of ``K`` when the release makes one (sequential composition)."""
@@ -218,11 +278,34 @@ class _Mechanism:
                 epsilon=self.max_size_epsilon,
                 delta=0.0,
                 neighbours=ENTITY_ROW,
-                composition="noisy largest group size K",
+                composition="noisy largest group size K (noise scale 1/epsilon rounded up)",
             )
             note = f" plus {self.max_size_epsilon:g} to estimate K (sequential composition)"
             return histograms.compose_sequential(estimate_k, composition=histograms.composition + note)
         return histograms
+
+
+def _scale_text(scale: Fraction) -> str:
+    """A rounded scale as an exact decimal (a multiple of 2^-20 has at most 20 decimals).
+
+    >>> _scale_text(Fraction(3)), _scale_text(Fraction(3, 2**20))
+    ('3', '0.00000286102294921875')
+    """
+    whole, rest = divmod(scale.numerator, scale.denominator)
+    if not rest:
+        return str(whole)
+    k = scale.denominator.bit_length() - 1  # the denominator is 2^k: k decimals are exact
+    decimals = str(rest * 10**k // scale.denominator).rjust(k, "0").rstrip("0")
+    return f"{whole}.{decimals}"
+
+
+def _levels_text(methods: Sequence[str], epsilon: Fraction) -> str:
+    """The scale each method draws with at per-level budget ``epsilon``.
+
+    >>> _levels_text(["hg", "hc", "naive"], Fraction(1, 3))
+    'hg 3, hc 3, naive 6'
+    """
+    return ", ".join(f"{method} {_scale_text(noise_scale(method, epsilon))}" for method in dict.fromkeys(methods))
 
 
 class TopDownCountOfCounts(_Mechanism):
@@ -235,24 +318,37 @@ class TopDownCountOfCounts(_Mechanism):
     methods : str or sequence of str
         "hc" (default), "hg" or "naive"; one for all levels or one per level, root first.
     max_size : int, optional
-        Public bound ``K`` on group sizes (needed by "hc" and "naive").
+        Public bound ``K`` on group sizes (needed by "hc" and "naive"; "hg" caps at it too).
     max_size_epsilon : float, optional
-        Without ``max_size``: the extra budget to estimate ``K`` (footnote of Section 4.3).
+        Without ``max_size``: the extra budget to estimate ``K`` (footnote of Section 4.3) when a
+        method needs it.  The estimated ``K`` then applies to every level.
     isotonic : {"l1", "l2"}, optional
         Isotonic regression of the Section 4 methods (default: "l1" for hc, "l2" for hg).
     merge : {"weighted", "average"}
         Eq. 5-6 or the plain average (Section 5.3).
-    seed : int, Generator or None
-        The noise source.
+    seed : None, int, numpy Generator or bit source
+        Where the noise's random bits come from (:func:`~dpstream.noise.bits.make_bits`): None
+        (default) reads the operating system's CSPRNG, an int replays a seeded PCG64 (tests;
+        never publish a seeded release), a Generator is used as a bit source (studies).
+    noise : NoiseSampler, optional
+        Instead of ``seed``: the sampler itself, e.g. ``FloatNoise(rng=...)`` for a fast study
+        (not exact, not for publication) or ``ZeroNoise()`` for tests.
+    memory_limit : int, optional
+        Bytes the dense rows of the hc and naive methods may take (:func:`dense_memory`); a
+        ``K`` that needs more is refused before anything is allocated or drawn.
 
     Privacy
     -------
-    epsilon-DP at the entity level; sequential over levels, parallel within a level.
+    epsilon-DP at the entity level; sequential over levels, parallel within a level.  Level
+    ``l`` draws exact discrete Laplace noise of scale ``Delta_l / (epsilon / (L + 1))`` rounded
+    up to a multiple of ``2^-20`` (``Delta_l`` = 1 for hc and hg, 2 for naive), so it spends
+    ``Delta_l / scale <= epsilon / (L + 1)``, computed on the exact value of ``epsilon``: the
+    levels spend at most ``epsilon`` in total.  Estimating ``K`` adds ``max_size_epsilon``.
 
     >>> data = CountOfCountsData.from_leaf_sizes([("US", "CA"), ("US", "OR")], {"CA": [1, 2, 2], "OR": [4]})
     >>> out = TopDownCountOfCounts(epsilon=1.0, max_size=10, seed=0).release(data)
-    >>> [int(hist.count.sum()) for hist in out.levels]
-    [4, 4]
+    >>> [int(hist.count.sum()) for hist in out.levels], out.max_size
+    ([4, 4], 10)
     """
 
     def __init__(
@@ -264,10 +360,13 @@ class TopDownCountOfCounts(_Mechanism):
         max_size_epsilon: float | None = None,
         isotonic: str | None = None,
         merge: str = "weighted",
-        seed: Seed = None,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | None = None,
+        memory_limit: int | None = None,
     ):
         super().__init__(
-            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
+            noise=noise, memory_limit=memory_limit,
         )
         names = (methods,) if isinstance(methods, str) else tuple(methods)
         if not names:
@@ -285,16 +384,15 @@ class TopDownCountOfCounts(_Mechanism):
             raise ValueError(f"methods needs one entry or one per level ({levels}), got {list(self.methods)}.")
         return self.methods
 
-    def estimates(self, data: CountOfCountsData, *, progress: Progress | None = None) -> list[LevelEstimate]:
-        """Lines 1-5 of Algorithm 1: the independent noisy estimates of every level.
-
-        ``progress`` is called with the regions done out of the regions of all levels (the
-        protocol of :mod:`dpstream._progress`).
-        """
+    def _estimates(
+        self, data: CountOfCountsData, progress: Progress | None
+    ) -> tuple[list[LevelEstimate], int | None]:
         levels = data.tree.levels
         methods = self._level_methods(levels)
         max_size = self._resolve_max_size(data)
-        per_level = self.epsilon / levels
+        dense = [data.tree.size(level) for level, method in enumerate(methods) if method != "hg"]
+        self._check_memory(max_size, max(dense, default=0))
+        per_level = Fraction(self.epsilon) / levels  # exact: the levels' scales are rounded up from it
         regions = [data.tree.size(level) for level in range(levels)]
         total = sum(regions)
         notify(progress, 0, total)
@@ -305,22 +403,42 @@ class TopDownCountOfCounts(_Mechanism):
                     data.truth(level),
                     method=method,
                     epsilon=per_level,
-                    rng=self._rng,
+                    noise=self.noise,
                     max_size=max_size,
                     isotonic=self.isotonic,
                     progress=shifted(progress, sum(regions[:level]), total),
                 )
             )
-        return out
+        return out, max_size
+
+    def estimates(self, data: CountOfCountsData, *, progress: Progress | None = None) -> list[LevelEstimate]:
+        """Lines 1-5 of Algorithm 1: the independent noisy estimates of every level.
+
+        ``progress`` is called with the regions done out of the regions of all levels (the
+        protocol of :mod:`dpstream._progress`).
+        """
+        return self._estimates(data, progress)[0]
 
     def release(self, data: CountOfCountsData, *, progress: Progress | None = None) -> CountOfCountsRelease:
         """Consistent histograms of every region of every level (``progress`` as for :meth:`estimates`)."""
-        estimates = self.estimates(data, progress=progress)
-        return CountOfCountsRelease(tree=data.tree, levels=top_down(data.tree, estimates, self.merge))
+        estimates, max_size = self._estimates(data, progress)
+        return CountOfCountsRelease(
+            tree=data.tree, levels=top_down(data.tree, estimates, self.merge), max_size=max_size
+        )
 
     def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
-        """What a release spends (``levels``: ``L + 1`` of the hierarchy, for the split)."""
-        split = f"epsilon/(L+1) = {self.epsilon / levels:g} per level" if levels else "epsilon/(L+1) per level"
+        """What a release spends (``levels``: ``L + 1`` of the hierarchy, for the split and the scales)."""
+        if levels:
+            per_level = Fraction(self.epsilon) / levels
+            split = (
+                f"epsilon/(L+1) = {self.epsilon / levels:g} per level, {_noise_name(self.noise)} of scale "
+                f"sensitivity / (epsilon/(L+1)) rounded up ({_levels_text(self._level_methods(levels), per_level)})"
+            )
+        else:
+            split = (
+                f"epsilon/(L+1) per level, {_noise_name(self.noise)} of scale sensitivity / (epsilon/(L+1)) "
+                "rounded up"
+            )
         return self._with_k(
             PrivacyGuarantee(
                 epsilon=self.epsilon,
@@ -334,9 +452,36 @@ class TopDownCountOfCounts(_Mechanism):
 class BottomUpCountOfCounts(_Mechanism):
     """The bottom-up baseline (Section 6.2.2): all budget on the leaves, parents as sums.
 
+    Parameters
+    ----------
+    epsilon : float
+        The budget, all spent on the leaves.
+    method : {"hc", "hg", "naive"}
+        The Section 4 method of the leaves (default "hc").
+    max_size, max_size_epsilon, isotonic
+        As for :class:`TopDownCountOfCounts`.
+    seed : None, int, numpy Generator or bit source
+        Where the noise's random bits come from (:func:`~dpstream.noise.bits.make_bits`): None
+        (default) reads the operating system's CSPRNG, an int replays a seeded PCG64 (tests;
+        never publish a seeded release), a Generator is used as a bit source (studies).
+    noise : NoiseSampler, optional
+        Instead of ``seed``: the sampler itself, e.g. ``FloatNoise(rng=...)`` for a fast study
+        (not exact, not for publication) or ``ZeroNoise()`` for tests.
+    memory_limit : int, optional
+        Bytes the dense rows of the hc and naive methods may take (:func:`dense_memory`); a
+        ``K`` that needs more is refused before anything is allocated or drawn.
+
     Privacy
     -------
-    epsilon-DP at the entity level; parallel composition over the leaves.
+    epsilon-DP at the entity level; parallel composition over the leaves.  The leaves draw exact
+    discrete Laplace noise of scale ``Delta / epsilon`` rounded up to a multiple of ``2^-20``
+    (``Delta`` = 1 for hc and hg, 2 for naive), so they spend ``Delta / scale <= epsilon``; the
+    parents are sums of the leaves (post-processing).  Estimating ``K`` adds ``max_size_epsilon``.
+
+    >>> data = CountOfCountsData.from_leaf_sizes([("US", "CA"), ("US", "OR")], {"CA": [1, 2, 2], "OR": [4]})
+    >>> out = BottomUpCountOfCounts(epsilon=1.0, max_size=10, seed=0).release(data)
+    >>> [int(hist.count.sum()) for hist in out.levels]
+    [4, 4]
     """
 
     def __init__(
@@ -347,10 +492,13 @@ class BottomUpCountOfCounts(_Mechanism):
         max_size: int | None = None,
         max_size_epsilon: float | None = None,
         isotonic: str | None = None,
-        seed: Seed = None,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | None = None,
+        memory_limit: int | None = None,
     ):
         super().__init__(
-            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed
+            epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
+            noise=noise, memory_limit=memory_limit,
         )
         self.method = check_choice(method, "method", METHODS)
 
@@ -364,24 +512,33 @@ class BottomUpCountOfCounts(_Mechanism):
         of :mod:`dpstream._progress`).
         """
         leaf = data.tree.levels - 1
+        max_size = self._resolve_max_size(data)
+        self._check_memory(max_size, 0 if self.method == "hg" else data.tree.size(leaf))
         estimate = estimate_level(
             data.truth(leaf),
             method=self.method,
             epsilon=self.epsilon,
-            rng=self._rng,
-            max_size=self._resolve_max_size(data),
+            noise=self.noise,
+            max_size=max_size,
             isotonic=self.isotonic,
             progress=progress,
         )
-        return CountOfCountsRelease(tree=data.tree, levels=back_substitute(data.tree, estimate.histograms))
+        return CountOfCountsRelease(
+            tree=data.tree, levels=back_substitute(data.tree, estimate.histograms), max_size=max_size
+        )
 
     def privacy(self, levels: int | None = None) -> PrivacyGuarantee:
-        """What a release spends."""
+        """What a release spends (``levels`` is accepted for symmetry with the top-down release)."""
+        scale = _scale_text(noise_scale(self.method, self.epsilon))
         return self._with_k(
             PrivacyGuarantee(
                 epsilon=self.epsilon,
                 delta=0.0,
                 neighbours=ENTITY_ROW,
-                composition="all of epsilon on the leaves, parallel over the leaves",
+                composition=(
+                    f"all of epsilon on the leaves ({self.method}, {_noise_name(self.noise)} of scale "
+                    f"sensitivity / epsilon rounded up = {scale}), parallel over the leaves; "
+                    "the upper levels are sums of the leaves"
+                ),
             )
         )

@@ -5,13 +5,21 @@ for each region together with the Section 5.1 variance estimate of every estimat
 size.  Regions are disjoint (every group lies in one leaf), so one call on a whole level
 spends its ``epsilon`` once, by parallel composition.
 
+Noise.  Every method adds discrete Laplace (double-geometric) noise to integer queries, drawn
+by a :class:`~dpstream.noise.sampler.NoiseSampler`: :class:`~dpstream.noise.sampler.ExactNoise`
+samples it exactly from random bits (CKS 2020), at the scale ``Delta / epsilon`` rounded **up**
+to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`).
+
 Privacy
 -------
 epsilon-DP at the entity level: neighbouring databases share the public Hierarchy and Groups
-tables and differ in one row of Entities, so exactly one group's size changes by one.
+tables and differ in one row of Entities, so exactly one group's size changes by one.  With
+``b`` the rounded scale, each method is ``Delta / b``-DP and ``Delta / b <= epsilon``.  Sizes are
+capped at the public bound ``K`` (``max_size``) before the noise when it is given: ``min(x, K)``
+moves by at most one when ``x`` does, so no sensitivity below grows.
 
-* naive (Section 4.1): ``H'`` (sizes capped at the public ``K``) has L1 sensitivity 2 (Lemma 3);
-  double-geometric noise of scale ``2 / epsilon`` on all ``K + 1`` cells.
+* naive (Section 4.1): ``H'`` (sizes capped at ``K``) has L1 sensitivity 2 (Lemma 3);
+  noise of scale ``2 / epsilon`` (rounded up) on all ``K + 1`` cells.
 * ``Hg`` (Section 4.2): the sorted sizes have sensitivity 1; noise of scale ``1 / epsilon`` on
   each of the ``G`` entries (``G`` is public).
 * ``Hc`` (Section 4.3): the cumulative histogram has sensitivity 1 (Lemma 4.2); noise of scale
@@ -19,7 +27,9 @@ tables and differ in one row of Entities, so exactly one group's size changes by
   released without noise, which is what the paper's constraint ``Hc[K] = G`` amounts to.
 
 Everything after the noise (isotonic regression, projection, rounding, variance estimates) is
-post-processing.
+post-processing.  The exact guarantee holds only with :class:`~dpstream.noise.sampler.ExactNoise`
+(the default of the mechanisms); :class:`~dpstream.noise.sampler.FloatNoise` draws the same law
+with numpy's float geometric sampler, for studies.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -39,14 +50,69 @@ from dpstream.count_of_counts.histograms import (
     largest_remainder_round,
     project_to_simplex,
 )
-from dpstream.noise import double_geometric_noise
+from dpstream.noise.geometric import discrete_laplace_scale
+from dpstream.noise.sampler import NoiseSampler
 
-__all__ = ["METHODS", "LevelEstimate", "estimate_level", "estimate_max_size"]
+__all__ = [
+    "BYTES_PER_CELL",
+    "METHODS",
+    "LevelEstimate",
+    "dense_memory",
+    "estimate_level",
+    "estimate_max_size",
+    "format_bytes",
+    "noise_scale",
+]
 
 METHODS = ("hc", "hg", "naive")
 ISOTONIC = ("l1", "l2")
 #: Dense K-length rows handled at once by the naive and Hc methods (bounds memory to ~ this * 40 bytes).
 CHUNK_CELLS = 4_000_000
+#: Peak bytes of working memory per dense cell of the naive and Hc methods (int64 rows, their
+#: cumulative sums, the noise, the isotonic regression's index and work arrays): measured with
+#: tracemalloc at 89 for Hc with L1 isotonic regression (the most), 72 for naive, 48 for Hc-L2.
+BYTES_PER_CELL = 96
+#: L1 sensitivity of each method's noisy query (Section 4).
+SENSITIVITY = {"hc": 1, "hg": 1, "naive": 2}
+
+
+def noise_scale(method: str, epsilon: float | Fraction) -> Fraction:
+    """The exact discrete Laplace scale of ``method`` at budget ``epsilon``: sensitivity / epsilon,
+    rounded up to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`).
+
+    >>> noise_scale("naive", 0.5), noise_scale("hc", Fraction(1, 3))
+    (Fraction(4, 1), Fraction(3, 1))
+    """
+    return discrete_laplace_scale(SENSITIVITY[check_choice(method, "method", METHODS)], epsilon)
+
+
+def dense_memory(n_regions: int, max_size: int) -> int:
+    """Peak bytes the naive and Hc methods allocate for a level of ``n_regions`` regions at bound ``K``.
+
+    They work through dense rows of ``K + 1`` cells, as many regions at a time as fit in
+    :data:`CHUNK_CELLS` cells and at least one: ``min(n_regions, max(1, CHUNK_CELLS // (K + 1)))``
+    rows of :data:`BYTES_PER_CELL` bytes per cell.  The Hg method keeps no dense rows.
+
+    >>> format_bytes(dense_memory(3000, 100_000)), format_bytes(dense_memory(10, 10**9))
+    ('357 MiB', '89.4 GiB')
+    """
+    width = check_positive_int(max_size, "max_size") + 1
+    rows = min(check_positive_int(n_regions, "n_regions"), max(1, CHUNK_CELLS // width))
+    return rows * width * BYTES_PER_CELL
+
+
+def format_bytes(count: int) -> str:
+    """A byte count in binary units, three significant digits.
+
+    >>> format_bytes(512), format_bytes(3 * 2**30), format_bytes(1536 * 2**40)
+    ('512 B', '3 GiB', '1.5 PiB')
+    """
+    value, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{value:.3g} {unit}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,42 +130,59 @@ def estimate_level(
     truth: LevelHistograms,
     *,
     method: str,
-    epsilon: float,
-    rng: np.random.Generator,
+    epsilon: float | Fraction,
+    noise: NoiseSampler,
     max_size: int | None = None,
     isotonic: str | None = None,
     progress: Progress | None = None,
 ) -> LevelEstimate:
     """Run ``method`` ("hc", "hg" or "naive") on every region of a level with budget ``epsilon``.
 
-    ``max_size`` is the public bound ``K`` (needed by "hc" and "naive"); ``isotonic`` is
-    "l1" or "l2" (default: "l1" for "hc", the paper's choice, and "l2" for "hg").
-    ``progress`` is called with the regions done out of the level's regions (the protocol of
-    :mod:`dpstream._progress`).  The estimate of every region is integral, non-negative and has
-    the region's ``G`` groups.
+    ``noise`` draws the discrete Laplace noise (:class:`~dpstream.noise.sampler.ExactNoise` for
+    a release); its scale is :func:`noise_scale` of ``epsilon`` (a float, or a ``Fraction`` for
+    an exact share of a budget).  ``max_size`` is the public bound ``K``: needed by "hc" and
+    "naive", optional for "hg"; when given, every method counts groups larger than ``K`` as
+    size ``K`` ("K or more").  ``isotonic`` is "l1" or "l2" (default: "l1" for "hc", the paper's
+    choice, and "l2" for "hg").  ``progress`` is called with the regions done out of the level's
+    regions (the protocol of :mod:`dpstream._progress`).  The estimate of every region is
+    integral, non-negative, at most ``K`` and has the region's ``G`` groups.
 
+    >>> from dpstream.noise import ExactNoise
     >>> truth = LevelHistograms.from_groups(np.zeros(5), np.array([1, 1, 2, 3, 3]), 1)
-    >>> est = estimate_level(truth, method="hc", epsilon=1e6, rng=np.random.default_rng(0), max_size=5)
+    >>> est = estimate_level(truth, method="hc", epsilon=1e6, noise=ExactNoise(bits=0), max_size=5)
     >>> est.histograms.size.tolist(), est.histograms.count.tolist()
     ([1, 2, 3], [2, 1, 2])
     """
     method = check_choice(method, "method", METHODS)
-    epsilon = check_epsilon(epsilon)
+    epsilon = _exact_epsilon(epsilon)
+    if not isinstance(noise, NoiseSampler):
+        raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise), got {noise!r}.")
+    scale = noise_scale(method, epsilon)
     if isotonic is None:
         isotonic = "l2" if method == "hg" else "l1"
     isotonic = check_choice(isotonic, "isotonic", ISOTONIC)
+    if max_size is not None:
+        max_size = check_positive_int(max_size, "max_size")
     if method == "hg":
         notify(progress, 0, truth.n_nodes)
-        estimate = _estimate_hg(truth, epsilon, rng, isotonic)
+        estimate = _estimate_hg(truth, float(epsilon), noise, scale, isotonic, max_size)
         notify(progress, truth.n_nodes, truth.n_nodes)
         return estimate
     if max_size is None:
         raise ValueError(f"method {method!r} needs the public maximum group size max_size (K), got None.")
-    max_size = check_positive_int(max_size, "max_size")
     notify(progress, 0, truth.n_nodes)
     if method == "hc":
-        return _estimate_hc(truth, epsilon, rng, max_size, isotonic, progress)
-    return _estimate_naive(truth, epsilon, rng, max_size, progress)
+        return _estimate_hc(truth, float(epsilon), noise, scale, max_size, isotonic, progress)
+    return _estimate_naive(truth, float(epsilon), noise, scale, max_size, progress)
+
+
+def _exact_epsilon(epsilon: object) -> Fraction:
+    """``epsilon`` checked, as an exact rational (a Fraction is kept as it is)."""
+    if isinstance(epsilon, Fraction):
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be a finite number > 0, got {epsilon}.")
+        return epsilon
+    return Fraction(check_epsilon(epsilon))
 
 
 def _chunks(n_nodes: int, width: int, progress: Progress | None) -> Iterator[tuple[int, int]]:
@@ -132,14 +215,14 @@ def _finish(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_nodes: int
 
 
 def _estimate_hc(
-    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, isotonic: str,
+    truth: LevelHistograms, epsilon: float, noise: NoiseSampler, scale: Fraction, max_size: int, isotonic: str,
     progress: Progress | None,
 ) -> LevelEstimate:
     groups = truth.groups()
     parts = []
     for lo, hi in _chunks(truth.n_nodes, max_size, progress):
         cumulative = np.cumsum(_dense_rows(truth, lo, hi, max_size), axis=1)[:, :max_size]
-        noisy = cumulative + double_geometric_noise(rng, 1.0 / epsilon, cumulative.shape)
+        noisy = cumulative + noise.laplace_units(scale, cumulative.shape)
         bounds = groups[lo:hi]
         if isotonic == "l1":
             starts = np.arange(hi - lo, dtype=np.int64) * max_size
@@ -154,13 +237,14 @@ def _estimate_hc(
 
 
 def _estimate_naive(
-    truth: LevelHistograms, epsilon: float, rng: np.random.Generator, max_size: int, progress: Progress | None
+    truth: LevelHistograms, epsilon: float, noise: NoiseSampler, scale: Fraction, max_size: int,
+    progress: Progress | None,
 ) -> LevelEstimate:
     groups = truth.groups()
     parts = []
     for lo, hi in _chunks(truth.n_nodes, max_size + 1, progress):
         dense = _dense_rows(truth, lo, hi, max_size)
-        noisy = dense + double_geometric_noise(rng, 2.0 / epsilon, dense.shape)
+        noisy = dense + noise.laplace_units(scale, dense.shape)
         projected = project_to_simplex(noisy, groups[lo:hi])
         parts.append(_sparse_rows(largest_remainder_round(projected, groups[lo:hi]), lo))
     # Not in the paper (Section 5.1 covers Hg and Hc): each cell carries noise of variance
@@ -168,43 +252,54 @@ def _estimate_naive(
     return _finish(parts, truth.n_nodes, 8.0 / epsilon**2)
 
 
-def _estimate_hg(truth: LevelHistograms, epsilon: float, rng: np.random.Generator, isotonic: str) -> LevelEstimate:
+def _estimate_hg(
+    truth: LevelHistograms, epsilon: float, noise: NoiseSampler, scale: Fraction, isotonic: str, max_size: int | None
+) -> LevelEstimate:
     groups = truth.groups()
     starts = np.concatenate(([0], np.cumsum(groups)[:-1]))
-    noisy = np.repeat(truth.size, truth.count) + double_geometric_noise(rng, 1.0 / epsilon, int(groups.sum()))
+    sizes = truth.size if max_size is None else np.minimum(truth.size, max_size)
+    noisy = np.repeat(sizes, truth.count) + noise.laplace_units(scale, int(groups.sum()))
+    ceiling = np.inf if max_size is None else max_size
     if isotonic == "l1":
-        upper = np.maximum(np.maximum.reduceat(noisy, starts[groups > 0]), 0) if noisy.size else np.zeros(0)
+        upper = np.maximum(np.maximum.reduceat(noisy, starts[groups > 0]), 0) if noisy.size else np.zeros(0, np.int64)
+        if max_size is not None:
+            upper = np.minimum(upper, max_size)
         fitted = isotonic_l1(noisy, 0, upper, starts=starts[groups > 0])
     else:
         fitted = np.empty(noisy.size, dtype=np.int64)
         for start, size in zip(starts[groups > 0], groups[groups > 0]):
-            fitted[start : start + size] = np.rint(isotonic_l2(noisy[start : start + size], 0.0))
+            fitted[start : start + size] = np.rint(isotonic_l2(noisy[start : start + size], 0.0, ceiling))
     node = np.repeat(np.arange(truth.n_nodes), groups)
     histograms = LevelHistograms.from_sorted(node, fitted, np.ones(fitted.size, dtype=np.int64), truth.n_nodes)
     # Section 5.1.1: 2 / (|S_i| eps^2), S_i the run of equal estimated sizes containing group i
     return LevelEstimate(histograms=histograms, variance=2.0 / (epsilon**2 * histograms.count))
 
 
-def estimate_max_size(largest_group: int, epsilon: float, rng: np.random.Generator) -> int:
+def estimate_max_size(largest_group: int, epsilon: float | Fraction, noise: NoiseSampler) -> int:
     """A public bound ``K`` from a tiny budget (the footnote of Section 4.3).
 
-    ``K = max(1, X + N + ceil(5 sqrt(2) / epsilon))`` for ``X`` the size of the largest group,
-    which has sensitivity 1, and ``N ~ DGeom(1/epsilon)``: the footnote's ``Lap(1/epsilon)`` is
-    replaced by its integer counterpart, the geometric mechanism the paper uses throughout
-    (Section 3.2) to avoid floating-point Laplace noise, so ``K`` is computed exactly in integers.
-    The margin keeps the footnote's guarantee ``Pr[K >= X] > 0.9995``: with
-    ``a = exp(-epsilon)`` and ``m`` the margin, ``Pr[N < -m] = a^(m+1) / (1 + a)
-    <= exp(-5 sqrt 2) e^-epsilon / (1 + e^-epsilon) < exp(-5 sqrt 2) / 2 < 4.3e-4``
-    for every ``epsilon > 0`` (the Laplace bound of the footnote is the same ``exp(-5 sqrt 2) / 2``).
+    ``K = max(1, X + N + ceil(5 sqrt(2) b))`` for ``X`` the size of the largest group, which has
+    sensitivity 1, and ``N`` discrete Laplace of scale ``b``, ``1 / epsilon`` rounded up
+    (:func:`noise_scale`): the footnote's ``Lap(1/epsilon)`` is replaced by its integer
+    counterpart, the geometric mechanism the paper uses throughout (Section 3.2), drawn exactly
+    by ``noise`` (:class:`~dpstream.noise.sampler.ExactNoise`), so ``K`` is computed exactly in
+    integers.  The margin keeps the footnote's guarantee ``Pr[K >= X] > 0.9995``: with
+    ``a = exp(-1/b)`` and ``m`` the margin, ``Pr[N < -m] = a^(m+1) / (1 + a)
+    <= exp(-5 sqrt 2) a / (1 + a) < exp(-5 sqrt 2) / 2 < 4.3e-4`` for every scale (the Laplace
+    bound of the footnote is the same ``exp(-5 sqrt 2) / 2``).
 
     Privacy
     -------
-    epsilon-DP at the entity level (one entity moves ``X`` by at most one).  It composes
-    sequentially with the release that uses ``K``.
+    ``1 / b``-DP at the entity level, and ``1 / b <= epsilon`` (one entity moves ``X`` by at
+    most one).  It composes sequentially with the release that uses ``K``.
 
-    >>> estimate_max_size(10_000, 1e-4, np.random.default_rng(0)) > 10_000
+    >>> from dpstream.noise import ExactNoise
+    >>> estimate_max_size(10_000, 1e-4, ExactNoise(bits=0)) > 10_000
     True
     """
-    epsilon = check_epsilon(epsilon, "max_size_epsilon")
-    noise = int(double_geometric_noise(rng, 1.0 / epsilon, 1)[0])
-    return max(1, int(largest_group) + noise + math.ceil(5.0 * math.sqrt(2.0) / epsilon))
+    if not isinstance(epsilon, Fraction):
+        epsilon = check_epsilon(epsilon, "max_size_epsilon")
+    epsilon = _exact_epsilon(epsilon)
+    scale = noise_scale("hg", epsilon)  # sensitivity 1
+    draw = int(noise.laplace_units(scale, 1)[0])
+    return max(1, int(largest_group) + draw + math.ceil(5.0 * math.sqrt(2.0) * float(scale)))

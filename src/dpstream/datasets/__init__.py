@@ -18,7 +18,7 @@ from dpstream.io import read_values
 __all__ = ["BUILTIN", "Dataset", "load_dataset"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Dataset:
     """A stream with its public upper bound B."""
 
@@ -34,11 +34,14 @@ BUILTIN: dict[str, tuple[str, float, str]] = {
 }
 
 
-def load_dataset(name_or_path: str | Path, *, upper_bound: float | None = None, column: str | None = None) -> Dataset:
+def load_dataset(
+    name_or_path: str | Path, *, upper_bound: float | None = None, column: str | None = None, clip: bool = False
+) -> Dataset:
     """Load a built-in dataset by name, or a stream file by path.
 
     For a file without ``upper_bound`` the bound is the data's maximum: fine for experiments,
-    but a bound read off the data is not private, so a release needs a public B.
+    but a bound read off the data is not private, so a release needs a public B.  A value
+    outside [0, B] is an error naming its position, or, with ``clip=True``, clipped into it.
 
     >>> pos = load_dataset("pos")
     >>> pos.values.size, pos.upper_bound
@@ -49,7 +52,11 @@ def load_dataset(name_or_path: str | Path, *, upper_bound: float | None = None, 
         filename, bound, description = BUILTIN[key]
         with resources.as_file(resources.files(__name__) / filename) as path:
             values = read_values(path)
-        return Dataset(key, values, bound if upper_bound is None else float(upper_bound), description)
+        if upper_bound is None:
+            return Dataset(name=key, values=values, upper_bound=bound, description=description)
+        bound = check_bound(upper_bound, "upper bound")
+        values = check_stream_values(values, bound, clip=clip)
+        return Dataset(name=key, values=values, upper_bound=bound, description=description)
     path = Path(key)
     if not path.exists():
         raise ValueError(
@@ -61,5 +68,5 @@ def load_dataset(name_or_path: str | Path, *, upper_bound: float | None = None, 
     if upper_bound is None and not values.max() > 0:
         raise ValueError(f"dataset file {key!r} has no positive value to take as its bound; give the upper bound.")
     bound = float(values.max()) if upper_bound is None else check_bound(upper_bound, "upper bound")
-    check_stream_values(values, bound, clip=None)  # no hint: experiments do not clip
-    return Dataset(path.stem, values, bound, f"stream read from {key}")
+    values = check_stream_values(values, bound, clip=clip)
+    return Dataset(name=path.stem, values=values, upper_bound=bound, description=f"stream read from {key}")

@@ -29,9 +29,9 @@ Run from the shell (writes CSV and JSON to ``--out``; see ``--help``)::
 
     python -m dpstream.evaluation.accuracy --dataset pos --rounds 100 --out results/accuracy
 
-Noise: the studies run the float path (numpy's Laplace via the round's generator) for the
-hierarchy, as every study of the project does; the model's private steps use the exact
-samplers on bits of the same generator.  The synthetic streams of
+Noise: the studies run the float path (``noise=FloatNoise(rng)``: numpy's Laplace from the round's
+generator, NOT for publication) for the hierarchy and NM-E, as every study of the project does;
+the model's private steps use the exact samplers on bits of the same generator.  The synthetic streams of
 :mod:`dpstream.datasets.synthetic` were not used to choose anything in the model.
 """
 
@@ -49,6 +49,7 @@ from dpstream.datasets.synthetic import SYNTHETIC
 from dpstream.evaluation.metrics import random_queries
 from dpstream.evaluation.plots import Panel, Series, save_figure
 from dpstream.evaluation.streams import extend_stream
+from dpstream.noise.sampler import FloatNoise
 from dpstream.release import ToPS
 from dpstream.rng import Seed, make_rng
 
@@ -89,8 +90,8 @@ def _tops(**options: Any) -> Method:
         extra = dict(options)
         if extra.pop("window_length", False):
             extra["query_length"] = config.window
-        tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range, seed=rng,
-                    **extra)
+        tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range,
+                    noise=FloatNoise(rng=rng), **extra)
         tops.release(values[: config.hold])
         released = tops.release(values[config.hold :])
         info = {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -270,7 +271,7 @@ def window_curves(
                 if released is None or per_length:
                     kwargs = dict(options, query_length=length) if per_length else dict(options)
                     tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range,
-                                seed=rng, **kwargs)
+                                noise=FloatNoise(rng=rng), **kwargs)
                     tops.release(values[: config.hold])
                     released = tops.release(values[config.hold :])
                 prefix = np.concatenate(([0.0], np.cumsum(released - truth)))

@@ -5,7 +5,8 @@
   :func:`time_lag_second_criterion` and :func:`heuristic_time_lag`.
 * Its Section VII-A experiment: the error of the running sum at the last step, PAK against the
   plain binary tree with bound B, and their improvement factor (ratio of mean absolute errors):
-  :func:`last_step_errors` and :func:`plot_last_step_errors`.
+  :func:`last_step_errors`, its table :func:`last_step_summary` and its figure
+  :func:`plot_last_step_errors`, all in the stream's own units.
 
 The optimizer tunes on the data, as PAK's Tables I-II do: it is NOT PRIVATE and serves analysis
 only.  The mechanism itself, with its public defaults, is :class:`~dpstream.release.pak.PAK`.
@@ -21,10 +22,11 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
-from tqdm import tqdm
 
 from dpstream._checks import check_epsilon, check_probability
+from dpstream._progress import Progress, notify
 from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.noise import FloatNoise
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, PAK_BETA, PAK_MULTIPLIER, PAK_PERCENTILE, PAK_THRESHOLD_FRACTION
 from dpstream.rng import Seed, make_rng
@@ -40,6 +42,7 @@ __all__ = [
     "PAKParameters",
     "heuristic_time_lag",
     "last_step_errors",
+    "last_step_summary",
     "optimize_pak",
     "plot_last_step_errors",
     "time_lag_first_criterion",
@@ -50,7 +53,7 @@ __all__ = [
 # -- PAK's optimizer of its local parameters (Section VI-A) and its heuristics for m (VI-B) ----
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PAKParameters:
     """Local parameters chosen by :func:`optimize_pak` and the error bounds they give.
 
@@ -163,7 +166,8 @@ def optimize_pak(
     if unpacked is None:
         raise ValueError(f"no feasible parameters: g(lambda, p, m) >= beta = {beta!r} for m = {m}; raise m.")
     p, lam, r, fraction, betas = unpacked
-    return PAKParameters(p, lam, r, fraction, betas, float(alpha(x)), alpha_bt)
+    return PAKParameters(p=p, lam=lam, multiplier=r, threshold_fraction=fraction, betas=betas, alpha=float(alpha(x)),
+                         alpha_bt=alpha_bt)
 
 
 def time_lag_first_criterion(*, beta: float = 0.02, p_max: float = 0.005, lam: float = 0.5) -> int:
@@ -220,7 +224,7 @@ def last_step_errors(
     beta: float = 0.02,
     rounds: int = 1000,
     seed: Seed = 0,
-    progress: bool = True,
+    progress: Progress | None = None,
     log: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     """Signed errors ``c^(n) - c(n)`` of PAK (optimized and default parameters) and of the binary
@@ -228,7 +232,9 @@ def last_step_errors(
 
     ``optimized`` uses the local parameters of :func:`optimize_pak` on the
     first ``hold`` values (NOT PRIVATE: PAK's own experimental protocol, Tables I-II); ``default``
-    uses the ToPS paper's settings (Appendix B) with PAK's split and r.
+    uses the ToPS paper's settings (Appendix B) with PAK's split and r.  Errors are in the
+    stream's units.  ``progress`` is called with the rounds done out of ``rounds`` (the protocol
+    of :mod:`dpstream._progress`); ``log`` receives the optimized parameters.
     """
     values = np.asarray(values, dtype=np.float64)
     n, truth = values.size, float(values.sum())
@@ -247,17 +253,20 @@ def last_step_errors(
     rng = make_rng(seed)
     errors: dict[str, list[float]] = {"BT-bound": [], **{f"PAK-{name}": [] for name in settings}}
     thresholds: dict[str, list[float]] = {f"PAK-{name}": [] for name in settings}
-    for _ in tqdm(range(rounds), desc="last-step errors", disable=not progress, unit="round"):
-        counter = BinaryTreeCounter(upper_bound=upper_bound, epsilon=epsilon, max_range=n, seed=rng)
+    notify(progress, 0, rounds)
+    for done in range(1, rounds + 1):
+        counter = BinaryTreeCounter(upper_bound=upper_bound, epsilon=epsilon, max_range=n,
+                                    noise=FloatNoise(rng=rng))
         counter.release(values)
         errors["BT-bound"].append(counter.count - truth)
         for name, options in settings.items():
-            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta, seed=rng,
-                      **options)
+            pak = PAK(epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=n - hold, delta=delta,
+                      noise=FloatNoise(rng=rng), **options)
             released = pak.release(values)
             assert pak.held_sum is not None and pak.threshold is not None
             errors[f"PAK-{name}"].append(pak.held_sum + float(released.sum()) - truth)
             thresholds[f"PAK-{name}"].append(pak.threshold)
+        notify(progress, done, rounds)
     mean_abs = {name: float(np.mean(np.abs(e))) for name, e in errors.items()}
     return {
         "n": n,
@@ -278,11 +287,45 @@ def last_step_errors(
     }
 
 
-def plot_last_step_errors(errors: dict[str, list[float]], upper_bound: float, path: Path, *, title: str = "") -> Path:
-    """Empirical densities of the errors normalized by B, one outline per method (PAK's Figures 8 and 10)."""
-    series = []
+def last_step_summary(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per method of a :func:`last_step_errors` result: its mean threshold, mean and
+    median absolute error at the last step (in the stream's units) and improvement factor.
+
+    >>> result = {"rounds": 2, "errors": {"BT-bound": [-4.0, 2.0], "PAK-default": [1.0, -1.0]},
+    ...           "mean_threshold": {"PAK-default": 5.0}}
+    >>> [(row["method"], row["mean_abs_error"], row["improvement_factor"]) for row in last_step_summary(result)]
+    [('BT-bound', 3.0, 1.0), ('PAK-default', 1.0, 3.0)]
+    """
+    mean_abs = {name: float(np.mean(np.abs(errors))) for name, errors in result["errors"].items()}
+    return [
+        {
+            "method": name,
+            "rounds": result["rounds"],
+            "mean_threshold": result["mean_threshold"].get(name),
+            "mean_error": float(np.mean(errors)),
+            "mean_abs_error": mean_abs[name],
+            "median_abs_error": float(np.median(np.abs(errors))),
+            "improvement_factor": mean_abs["BT-bound"] / mean_abs[name],
+        }
+        for name, errors in result["errors"].items()
+    ]
+
+
+def plot_last_step_errors(errors: dict[str, list[float]], path: Path, *, title: str = "") -> Path:
+    """The errors at the last step, in the stream's units, one line per method: their empirical
+    densities (PAK's Figures 8 and 10) and, on a log axis where all methods can be told apart,
+    the share of rounds whose absolute error is at most x; the legend gives each mean."""
+    densities, shares = [], []
     for name, values in errors.items():
-        density, edges = np.histogram(np.asarray(values, dtype=np.float64) / upper_bound, bins=60, density=True)
-        series.append(Series(label=name, x=edges, y=density, steps=True))
-    panel = Panel(series=series, xlabel="error / B", ylabel="density", title=title)
-    return save_figure(path, [panel], panel_size=(6.4, 4.2))
+        array = np.asarray(values, dtype=np.float64)
+        density, edges = np.histogram(array, bins=60, density=True)
+        densities.append(Series(label=name, x=edges, y=density, steps=True))
+        absolute = np.sort(np.abs(array))
+        shares.append(Series(label=f"{name} (mean |error| {absolute.mean():,.0f})", x=absolute,
+                             y=np.arange(1, absolute.size + 1) / absolute.size, marker=None))
+    return save_figure(path, [
+        Panel(series=densities, xlabel="error of the released sum at the last step, c^(n) - c(n)",
+              ylabel="density (share of rounds per unit of error)", title=title),
+        Panel(series=shares, xlabel="absolute error at the last step, |c^(n) - c(n)| (log scale)",
+              ylabel="share of rounds with an error at most x", xlog=True, title="the same errors, cumulated"),
+    ])

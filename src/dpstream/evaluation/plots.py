@@ -3,17 +3,24 @@
 Every plot of the project -- the stream studies and the demos' moving averages
 (:mod:`~dpstream.evaluation.streams`), PAK's errors at the last step
 (:mod:`~dpstream.evaluation.pak_analysis`), the count-of-counts levels
-(:mod:`~dpstream.evaluation.count_of_counts`) and the post-processing studies
-(:mod:`~dpstream.evaluation.postprocess`) -- says what to draw as :class:`Series` on
-:class:`Panel` objects and hands them to :func:`save_figure`, which alone decides how.
+(:mod:`~dpstream.evaluation.count_of_counts`), the post-processing studies and the cleaned
+counts over time (:mod:`~dpstream.evaluation.postprocess`) -- says what to draw as
+:class:`Series` on :class:`Panel` objects and hands them to :func:`save_figure`, which alone
+decides how.
+
+A spread over rounds is drawn as a shaded ``band`` between two curves the caller computes
+(say the 10th and 90th percentiles over rounds): unlike ``mean +- sd``, such a band never
+leaves the data's range, so it stays meaningful on a log axis.  The panel's ``legend_title``
+says what the band (or the error bars) is.
 
 Figures are drawn with matplotlib's object interface on the Agg canvas: no pyplot, no global
 backend switch, nothing left open after saving.
 
 >>> import tempfile
->>> line = Series(label="a", x=[1, 2, 3], y=[1.0, 10.0, 100.0], spread=[0.5, 5.0, 50.0])
+>>> line = Series(label="a", x=[1, 2, 3], y=[1.0, 10.0, 100.0], band=([0.5, 4.0, 30.0], [3.0, 20.0, 400.0]))
 >>> base = Series(label="base", x=[1, 3], y=[200.0, 200.0], reference=True)
->>> panel = Panel(series=(line, base), xlabel="epsilon", ylabel="MSE", ylog=True)
+>>> panel = Panel(series=(line, base), xlabel="epsilon", ylabel="MSE", ylog=True,
+...               legend_title="shaded: 10-90% of rounds")
 >>> with tempfile.TemporaryDirectory() as folder:
 ...     path = save_figure(Path(folder) / "figure.png", [panel])
 ...     path.read_bytes()[:4] == b"\\x89PNG"
@@ -29,17 +36,28 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["Panel", "Series", "save_figure"]
+__all__ = ["LEGEND_PLACES", "Panel", "Series", "counted", "save_figure"]
 
 #: Resolution of every saved figure, in dots per inch.
 DPI = 120
 #: Width and height of one panel, in inches.
 PANEL_SIZE = (6.4, 4.4)
-#: Lowest point of a shaded band on a log axis, as a fraction of the line (a band must stay > 0).
-_LOG_BAND_FLOOR = 1e-3
+#: Where a panel's legend goes: ``inside`` the axes where it covers the fewest points,
+#: ``outside``, to the right of the axes (the axes shrink to make room), or ``none`` (for
+#: side-by-side panels of the same series, whose legend another panel shows).
+LEGEND_PLACES = ("inside", "outside", "none")
 
 
-@dataclass(frozen=True, eq=False)  # arrays do not compare as one truth value
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless one: how legends and titles count rounds and runs.
+
+    >>> counted(1, "round"), counted(50, "round")
+    ('1 round', '50 rounds')
+    """
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)  # arrays do not compare as one truth value
 class Series:
     """One labelled line of a panel.
 
@@ -50,16 +68,16 @@ class Series:
     x, y : array-like
         Coordinates of the same length; with ``steps=True``, ``x`` holds the ``len(y) + 1``
         edges of histogram bins and ``y`` their heights.
+    band : (array-like, array-like), optional
+        Lower and upper edge of a shaded band around the line (for instance the 10th and 90th
+        percentiles over rounds), each of the shape of ``y``.
     spread : array-like, optional
-        Half-width around ``y`` (one standard deviation, one standard error): a shaded band,
-        or error bars with ``bars=True``.
-    bars : bool
-        Draw ``spread`` as error bars instead of a band.
+        Half-width of symmetric error bars (for instance one standard error of the mean).
     steps : bool
         Draw the outline of a histogram (bin edges ``x``, heights ``y``).
     reference : bool
-        A reference to compare with (``Base``, the raw release, the omniscient bound):
-        dashed grey, without markers.
+        A reference to compare with (``Base``, the raw release, a rule of thumb): dashed,
+        grey unless ``color`` says otherwise, without markers.
     marker : str or None
         Marker of the points (default ``"o"``); None draws a plain line.
     markersize, linewidth : float, optional
@@ -71,8 +89,8 @@ class Series:
     label: str
     x: ArrayLike
     y: ArrayLike
+    band: tuple[ArrayLike, ArrayLike] | None = None
     spread: ArrayLike | None = None
-    bars: bool = False
     steps: bool = False
     reference: bool = False
     marker: str | None = "o"
@@ -89,25 +107,43 @@ class Series:
         if self.spread is not None and np.asarray(self.spread).shape != y.shape:
             raise ValueError(f"series {self.label!r}: spread must have the shape of y {y.shape}, "
                              f"got {np.asarray(self.spread).shape}.")
-        if self.steps and (self.bars or self.spread is not None):
-            raise ValueError(f"series {self.label!r}: a histogram outline takes no spread.")
+        if self.band is not None:
+            if len(self.band) != 2:
+                raise ValueError(f"series {self.label!r}: band must be a pair (low, high), got {len(self.band)} items.")
+            low, high = (np.asarray(edge, dtype=np.float64) for edge in self.band)
+            if low.shape != y.shape or high.shape != y.shape:
+                raise ValueError(f"series {self.label!r}: both edges of band must have the shape of y {y.shape}, "
+                                 f"got {low.shape} and {high.shape}.")
+            if np.any(low > high):
+                index = int(np.argmax(low > high))
+                raise ValueError(f"series {self.label!r}: band must have low <= high, got {low[index]:g} > "
+                                 f"{high[index]:g} at point {index}.")
+        if self.steps and (self.band is not None or self.spread is not None):
+            raise ValueError(f"series {self.label!r}: a histogram outline takes no band and no spread.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Panel:
-    """One set of axes: its series, axis labels and scales.
+    """One set of axes: its series, axis labels, scales and legend.
 
     Parameters
     ----------
     series : sequence of Series
         Drawn in order; the legend lists them in the same order.
-    xlabel, ylabel, title : str
+    xlabel, ylabel : str
+        What each axis shows, with its unit or the budget it is.
+    title : str
     xlog, ylog : bool
         Logarithmic axes.
     xticks : sequence of float, optional
         Ticks of the x axis (matplotlib chooses them when None).
+    legend : {"inside", "outside", "none"}
+        Inside the axes where it covers the fewest points, to the right of them (for many
+        or long labels, which would hide the curves), or none.
     legend_columns : int
         Columns of the legend.
+    legend_title : str
+        A line atop the legend: what the bands or the error bars are.
     """
 
     series: Sequence[Series]
@@ -117,14 +153,21 @@ class Panel:
     xlog: bool = False
     ylog: bool = False
     xticks: Sequence[float] | None = None
+    legend: str = "inside"
     legend_columns: int = 1
+    legend_title: str = ""
+
+    def __post_init__(self) -> None:
+        if self.legend not in LEGEND_PLACES:
+            raise ValueError(f"legend must be one of {', '.join(LEGEND_PLACES)}, got {self.legend!r}.")
 
 
-def _draw(ax, series: Series, ylog: bool) -> None:
+def _draw(ax, series: Series):
+    """Draw ``series`` on ``ax``; return the artist its legend entry shows."""
     x, y = np.asarray(series.x, dtype=np.float64), np.asarray(series.y, dtype=np.float64)
     style: dict[str, object] = {"label": series.label}
     if series.reference:
-        style.update(linestyle="--", color="grey")
+        style.update(linestyle="--", color=series.color or "grey")
     else:
         options = {"marker": series.marker, "markersize": series.markersize, "color": series.color}
         style.update((key, value) for key, value in options.items() if value is not None)
@@ -136,21 +179,23 @@ def _draw(ax, series: Series, ylog: bool) -> None:
         style.setdefault("linewidth", 1.0)
         (outline,) = ax.plot(np.repeat(x, 2), np.concatenate(([0.0], np.repeat(y, 2), [0.0])), **style)
         outline.sticky_edges.y.append(0.0)  # the bars stand on the x axis, without a margin below
-        return
-    if series.bars and series.spread is not None:
-        ax.errorbar(x, y, yerr=np.asarray(series.spread, dtype=np.float64), capsize=3, **style)
-        return
-    (line,) = ax.plot(x, y, **style)
+        return outline
     if series.spread is not None:
-        spread = np.asarray(series.spread, dtype=np.float64)
-        low = np.maximum(y - spread, y * _LOG_BAND_FLOOR) if ylog else y - spread
-        ax.fill_between(x, low, y + spread, alpha=0.15, color=line.get_color())
+        return ax.errorbar(x, y, yerr=np.asarray(series.spread, dtype=np.float64), capsize=3, **style)
+    (line,) = ax.plot(x, y, **style)
+    if series.band is not None:
+        low, high = (np.asarray(edge, dtype=np.float64) for edge in series.band)
+        ax.fill_between(x, low, high, alpha=0.15, color=line.get_color(), linewidth=0)
+    return line
 
 
-def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float, float] = PANEL_SIZE) -> Path:
-    """Draw ``panels`` side by side and save them as a PNG at ``path``; return ``path``.
+def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float, float] = PANEL_SIZE,
+                stacked: bool = False) -> Path:
+    """Draw ``panels`` side by side (``stacked``: one above the other) and save them as a PNG at
+    ``path``; return ``path``.
 
-    Every panel gets a grid and a legend; ``panel_size`` is the size of one panel in inches.
+    Every panel gets a grid and its legend; ``panel_size`` is the size of one panel in inches
+    (legend included: an ``outside`` legend takes its room from the axes).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -158,12 +203,12 @@ def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float,
     if not panels:
         raise ValueError("save_figure needs at least one panel.")
     width, height = panel_size
-    fig = Figure(figsize=(width * len(panels), height))
+    count = len(panels)
+    fig = Figure(figsize=(width, height * count) if stacked else (width * count, height), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    axes = fig.subplots(count, 1, squeeze=False)[:, 0] if stacked else fig.subplots(1, count, squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
-        for series in panel.series:
-            _draw(ax, series, panel.ylog)
+        handles = [_draw(ax, series) for series in panel.series]
         if panel.xlog:
             ax.set_xscale("log")
         if panel.ylog:
@@ -174,7 +219,11 @@ def save_figure(path: Path, panels: Sequence[Panel], *, panel_size: tuple[float,
         ax.set_ylabel(panel.ylabel)
         ax.set_title(panel.title)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small", ncol=panel.legend_columns)
-    fig.tight_layout()
+        if panel.legend == "none":
+            continue
+        place = ({"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
+                 if panel.legend == "outside" else {"loc": "best"})
+        ax.legend(handles=handles, fontsize="small", ncol=panel.legend_columns, title=panel.legend_title or None,
+                  title_fontsize="small", alignment="left", **place)
     fig.savefig(path, dpi=DPI)
     return Path(path)

@@ -5,8 +5,12 @@ The synthetic experiments: MSE against epsilon (Fig. 4(a)), against the number o
 6.1 (Fig. 3(b)): the probability that the released counts of one step follow from those of the
 step before under the public model.
 
-Every round draws fresh users (uniform start, moving by the smoothed Fig. 3 matrix), one
-Laplace release of their counts, and post-processes that same release with every method.
+Every round draws fresh users (uniform start, moving by the Fig. 3 matrix -- or any public
+matrix given as ``transition`` -- smoothed with Eq. 11), one Laplace release of their counts,
+and post-processes that same release with every method.  :func:`summarize` gives the mean,
+standard deviation and 10th/90th percentiles over rounds; :func:`plot_study` draws the mean
+with the 10-90% band.  :func:`plot_counts` draws a post-processed release against the noisy one
+over time (``dpstream postprocess --plot``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dpstream._progress import Progress, notify
-from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.postprocess.estimators import map_estimate, mle_estimate, round_counts
 from dpstream.postprocess.markov import FIG3_MATRIX, check_transition, simulate_counts, smoothed_transition
 from dpstream.postprocess.mechanism import LaplaceCounts
@@ -31,6 +35,7 @@ __all__ = [
     "STUDIES",
     "Setting",
     "mse",
+    "plot_counts",
     "plot_study",
     "run_round",
     "run_study",
@@ -99,9 +104,21 @@ def transition_probability(previous: object, current: object, transition: object
 
 
 def step_probabilities(counts: object, transition: object) -> np.ndarray:
-    """:func:`transition_probability` of every step ``t >= 2`` of an integer ``T x m`` series."""
+    """:func:`transition_probability` of every step ``t >= 2`` of an integer ``T x m`` series.
+
+    A series of one user (every row a single 1) takes the matrix entries of its moves at once,
+    which is what :func:`transition_probability` gives for one user.
+
+    >>> step_probabilities([[0, 1, 0], [1, 0, 0], [0, 0, 1]], [[0, 0, 1], [.5, 0, .5], [0, 1, 0]]).tolist()
+    [0.5, 1.0]
+    """
     series = np.asarray(counts)
-    return np.array([transition_probability(series[t - 1], series[t], transition) for t in range(1, len(series))])
+    matrix = check_transition(transition)
+    if (series.ndim == 2 and series.shape[1] == matrix.shape[0] and np.issubdtype(series.dtype, np.integer)
+            and np.all(series >= 0) and np.all(series.sum(axis=1) == 1)):
+        where = series.argmax(axis=1)
+        return matrix[where[:-1], where[1:]]
+    return np.array([transition_probability(series[t - 1], series[t], matrix) for t in range(1, len(series))])
 
 
 # -- the studies ---------------------------------------------------------------------------
@@ -120,9 +137,13 @@ METHOD_NAMES: dict[str, tuple[str, str | None, str | None] | None] = {
 STUDIES = ("epsilon", "steps", "correlation", "probability")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Setting:
-    """One point of a study: what varies (``x``) and the full parameters of its rounds."""
+    """One point of a study: what varies (``x``) and the full parameters of its rounds.
+
+    >>> Setting(study="epsilon", x=0.5, epsilon=0.5, steps=100, users=200, s=0.0).x
+    0.5
+    """
 
     study: str
     x: float
@@ -137,21 +158,30 @@ def study_settings(study: str, *, epsilons: Sequence[float], steps: Sequence[int
                    default_s: dict[str, float]) -> list[Setting]:
     """The points of ``study``; ``default_s`` gives each study's smoothing level (paper: 0 / 0.01)."""
     if study == "epsilon":
-        return [Setting(study, e, e, default_steps, users, default_s["epsilon"]) for e in epsilons]
+        return [Setting(study=study, x=e, epsilon=e, steps=default_steps, users=users, s=default_s["epsilon"])
+                for e in epsilons]
     if study == "steps":
-        return [Setting(study, t, default_epsilon, int(t), users, default_s["steps"]) for t in steps]
+        return [Setting(study=study, x=t, epsilon=default_epsilon, steps=int(t), users=users, s=default_s["steps"])
+                for t in steps]
     if study == "correlation":
-        return [Setting(study, s, e, default_steps, users, s) for e in epsilons for s in levels]
-    if study == "probability":  # Section 6.1: one user, three locations
-        return [Setting(study, e, e, default_steps, 1, default_s["probability"]) for e in epsilons]
+        return [Setting(study=study, x=s, epsilon=e, steps=default_steps, users=users, s=s)
+                for e in epsilons for s in levels]
+    if study == "probability":  # Section 6.1: one user
+        return [Setting(study=study, x=e, epsilon=e, steps=default_steps, users=1, s=default_s["probability"])
+                for e in epsilons]
     raise ValueError(f"study must be one of {', '.join(STUDIES)}; got {study!r}.")
 
 
-def run_round(setting: Setting, seed: np.random.SeedSequence) -> list[dict[str, Any]]:
+def run_round(setting: Setting, seed: np.random.SeedSequence, *, transition: object = FIG3_MATRIX
+              ) -> list[dict[str, Any]]:
     """One round of ``setting``: a record per method with its MSE (and, for the probability
-    study, the share of rounded steps whose transition is less likely than 1e-10)."""
+    study, the share of rounded steps whose transition is less likely than 1e-10).
+
+    The users move by ``transition`` (public, ``m x m``: ``m`` locations) smoothed with Eq. 11
+    at the setting's ``s``.
+    """
     data_seed, noise_seed = seed.spawn(2)
-    transition = smoothed_transition(FIG3_MATRIX, setting.s)
+    transition = smoothed_transition(transition, setting.s)
     truth = simulate_counts(transition, users=setting.users, steps=setting.steps,
                             seed=np.random.default_rng(data_seed))
     noisy = LaplaceCounts(epsilon=setting.epsilon, seed=np.random.default_rng(noise_seed)).release(truth)
@@ -180,20 +210,22 @@ def run_round(setting: Setting, seed: np.random.SeedSequence) -> list[dict[str, 
     return records
 
 
-def run_study(settings: Iterable[Setting], rounds: int, seed: int,
-              progress: Progress | None = None) -> list[dict[str, Any]]:
+def run_study(settings: Iterable[Setting], rounds: int, seed: int, progress: Progress | None = None, *,
+              transition: object = FIG3_MATRIX) -> list[dict[str, Any]]:
     """All rounds of all settings; round ``k`` of setting ``i`` is seeded by ``(seed, i, k)``.
 
+    ``transition`` is the public matrix the users move by (default: Fig. 3's, 3 locations).
     ``progress`` is called with the rounds done out of all rounds of all settings (the protocol
     of :mod:`dpstream._progress`).
     """
+    transition = check_transition(transition)
     settings = list(settings)
     total = len(settings) * rounds
     notify(progress, 0, total)
     records = []
     for index, setting in enumerate(settings):
         for k in range(rounds):
-            for record in run_round(setting, np.random.SeedSequence([seed, index, k])):
+            for record in run_round(setting, np.random.SeedSequence([seed, index, k]), transition=transition):
                 record["round"] = k
                 records.append(record)
             notify(progress, index * rounds + k + 1, total)
@@ -201,7 +233,8 @@ def run_study(settings: Iterable[Setting], rounds: int, seed: int,
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and standard deviation of the MSE (and impossible share) per study point and method."""
+    """Mean, standard deviation and 10th/90th percentiles over rounds of the MSE (and the mean
+    impossible share) per study point and method."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for record in records:
         key = (record["study"], record["x"], record["epsilon"], record["steps"], record["users"], record["s"],
@@ -213,6 +246,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row = {"study": study, "x": x, "epsilon": epsilon, "steps": steps, "users": users, "s": s,
                "method": method, "rounds": len(group), "mse_mean": float(values.mean()),
                "mse_std": float(values.std(ddof=1)) if len(group) > 1 else 0.0,
+               "mse_q10": float(np.quantile(values, 0.1)), "mse_q90": float(np.quantile(values, 0.9)),
                "kkt_residual_max": float(max(g["kkt_residual"] for g in group)),
                "seconds_mean": float(np.mean([g["seconds"] for g in group]))}
         if "impossible_share" in group[0]:
@@ -222,23 +256,62 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plot_study(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
-    """MSE (log scale, band of one standard deviation) against the study's variable, one line
-    per method; the correlation study gets one panel per epsilon."""
+    """MSE (log scale, shaded between the 10th and 90th percentiles over rounds) against the
+    study's variable, one line per method; the correlation study gets one panel per epsilon,
+    with the legend beside the last."""
     study = rows[0]["study"]
     metric = "impossible_share" if study == "probability" else "mse"
-    label = {"epsilon": "epsilon (per step)", "steps": "total release time T", "correlation": "smoothing level s",
-             "probability": "epsilon (per step)"}[study]
+    label = {"epsilon": "ε of each step's release", "steps": "total release time T (steps)",
+             "correlation": "smoothing level s of Eq. 11 (smaller: stronger correlation)",
+             "probability": "ε of each step's release"}[study]
+    ylabel = ("MSE per cell (users at a location at a step)" if metric == "mse"
+              else "share of steps with transition probability < 1e-10")
+    rounds = max(row["rounds"] for row in rows)
+    groups = sorted({row["epsilon"] for row in rows}) if study == "correlation" else [None]
     panels = []
-    for epsilon in sorted({row["epsilon"] for row in rows}) if study == "correlation" else [None]:
+    for index, epsilon in enumerate(groups):
         mine = [row for row in rows if epsilon is None or row["epsilon"] == epsilon]
         series = []
         for method in dict.fromkeys(row["method"] for row in mine):
             line = sorted((row for row in mine if row["method"] == method), key=lambda row: row["x"])
-            spread = [row["mse_std"] for row in line] if metric == "mse" else None
+            band = ([row["mse_q10"] for row in line], [row["mse_q90"] for row in line]) if metric == "mse" else None
             series.append(Series(label=method, x=[row["x"] for row in line], y=[row[f"{metric}_mean"] for row in line],
-                                 spread=spread, reference=method == "Laplace (raw)", markersize=3))
-        panels.append(Panel(series=series, xlabel=label,
-                            ylabel="MSE" if metric == "mse" else "share of steps with probability < 1e-10",
-                            title=title if epsilon is None else f"{title}, epsilon = {epsilon:g}",
-                            xlog=study in ("epsilon", "correlation", "probability"), ylog=metric == "mse"))
-    return save_figure(path, panels)
+                                 band=band, reference=method == "Laplace (raw)", markersize=3))
+        last = index == len(groups) - 1
+        panels.append(Panel(series=series, xlabel=label, ylabel=ylabel,
+                            title=title if epsilon is None else f"{title}, ε = {epsilon:g}",
+                            xlog=study in ("epsilon", "correlation", "probability"), ylog=metric == "mse",
+                            legend="outside" if last else "none",
+                            legend_title=(f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile"
+                                          if metric == "mse" else f"mean of {counted(rounds, 'round')}")))
+    return save_figure(path, panels, panel_size=(6.4, 4.6) if len(panels) > 1 else (9.6, 4.6))
+
+
+def plot_counts(noisy: object, cleaned: object, path: Path, *, locations: Sequence[int] | None = None,
+                names: Sequence[str] | None = None, cleaned_label: str = "post-processed", title: str = "") -> Path:
+    """The noisy and the post-processed counts of a few locations over time, one panel per
+    location, stacked (``dpstream postprocess --plot``).
+
+    ``noisy`` and ``cleaned`` are ``T x m``; ``locations`` are column numbers (default: the
+    first three), ``names`` the columns' names (default: ``location <number>``).
+    """
+    noisy, cleaned = np.asarray(noisy, dtype=np.float64), np.asarray(cleaned, dtype=np.float64)
+    if noisy.ndim != 2 or noisy.shape != cleaned.shape:
+        raise ValueError(f"noisy and cleaned counts must be two T x m arrays of one shape, got {noisy.shape} "
+                         f"and {cleaned.shape}.")
+    m = noisy.shape[1]
+    chosen = list(range(min(m, 3))) if locations is None else [int(j) for j in locations]
+    if not chosen or any(not 0 <= j < m for j in chosen):
+        raise ValueError(f"locations must be column numbers from 0 to {m - 1}, got {chosen}.")
+    steps = np.arange(1, noisy.shape[0] + 1)
+    panels = []
+    for j in chosen:
+        name = f"location {j}" if names is None else f"{names[j]} (column {j})"
+        panels.append(Panel(
+            series=[Series(label="noisy (as released)", x=steps, y=noisy[:, j], marker=None, linewidth=0.8,
+                           color="tab:grey"),
+                    Series(label=cleaned_label, x=steps, y=cleaned[:, j], marker=None, linewidth=1.4,
+                           color="tab:blue")],
+            xlabel="time step", ylabel="users at the location", title=f"{title}: {name}" if title else name,
+            legend="outside"))
+    return save_figure(path, panels, panel_size=(10.0, 2.8), stacked=True)

@@ -21,6 +21,16 @@ round draws fresh noise and fresh queries; all methods of a round answer the sam
   0.05.  Like ``percentiles``, it runs on the held-out values (Section 5.4).
 
 ``Base`` always answers 0; every method must beat it.
+
+Queries are random ranges (:func:`~dpstream.evaluation.metrics.random_queries`), or all of one
+length with ``ExperimentConfig(query_length=L)``.  :func:`summarize` gives the mean, standard
+deviation and 10th/90th percentiles over rounds; :func:`plot_metric` draws the mean with the
+10-90% band, which unlike ``mean +- sd`` stays meaningful on the log axis.
+
+Every method runs the float algorithm of its mechanism (``noise=FloatNoise(rng)``: no grid,
+numpy's float Laplace), so the studies reproduce the float implementation's numbers and stay
+fast.  Their outputs are NOT private releases; ``dpstream release`` and the mechanisms' defaults
+use exact noise.
 """
 
 from __future__ import annotations
@@ -32,12 +42,20 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from dpstream._checks import check_epsilon
-from dpstream.evaluation.metrics import METRICS, RangeQueries, error_metrics, prefix_range_sums, random_queries
-from dpstream.evaluation.plots import Panel, Series, save_figure
+from dpstream._progress import Progress, notify
+from dpstream.evaluation.metrics import (
+    METRICS,
+    RangeQueries,
+    error_metrics,
+    fixed_length_queries,
+    prefix_range_sums,
+    random_queries,
+)
+from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.hierarchy import PlainHierarchy
+from dpstream.noise import FloatNoise
 from dpstream.release import HierarchicalPerturber, ToPL, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, cap_threshold
@@ -52,6 +70,7 @@ __all__ = [
     "ExperimentConfig",
     "Scenario",
     "Study",
+    "axis_label",
     "extend_stream",
     "interval_means",
     "plot_metric",
@@ -70,20 +89,37 @@ FIXED_EPSILON = 0.05
 #: The true percentiles of Figure 6 (NON-PRIVATE oracle thresholds).
 ORACLE_PERCENTILES = (85.0, 90.0, 95.0, 99.5, 99.9)
 
+#: The quantiles over rounds that :func:`summarize` reports and :func:`plot_metric` shades.
+BAND = (0.1, 0.9)
 
-@dataclass(frozen=True)
+#: What ``Base`` is, as the legends say.
+BASE_LABEL = "Base (answers 0 to every query)"
+
+#: A plot whose legend has more entries than this puts it beside the axes, not over the curves.
+_LEGEND_INSIDE_MAX = 4
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
-    """The paper's settings as defaults: m = 65,536, r = 2^20, 200 queries."""
+    """The paper's settings as defaults: m = 65,536, r = 2^20, 200 random range queries.
+
+    ``query_length`` fixes the length of every query (None: random ranges, as the paper draws
+    them); ``stream_epsilon`` is the ``topl`` study's budget of the stream reports (Figure 8: 1).
+
+    >>> ExperimentConfig(rounds=3).hold
+    65536
+    """
 
     hold: int = 65536
     max_range: int = 2**20
     rounds: int = 10
     queries: int = 200
     percentile: float = 95.0
-    stream_epsilon: float = 1.0  # the ``topl`` study's budget of the stream reports (Figure 8: 1)
+    stream_epsilon: float = 1.0
+    query_length: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scenario:
     """One dataset prepared for a study."""
 
@@ -124,7 +160,8 @@ def _private_threshold(source: str) -> ScenarioBuilder:
 
     def build(values: np.ndarray, upper_bound: float, config: ExperimentConfig) -> Scenario:
         held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
-        return Scenario(held, stream, stream, upper_bound, None, source)
+        return Scenario(held=held, stream=stream, truth=stream, upper_bound=upper_bound, threshold=None,
+                        threshold_source=source)
 
     return build
 
@@ -134,7 +171,8 @@ def _oracle_threshold(values: np.ndarray, upper_bound: float, config: Experiment
     held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
     theta = true_percentile(held, config.percentile)
     source = f"true p{config.percentile:g} of the first {config.hold:,} values (NON-PRIVATE oracle)"
-    return Scenario(held, stream, np.minimum(stream, theta), upper_bound, theta, source)
+    return Scenario(held=held, stream=stream, truth=np.minimum(stream, theta), upper_bound=upper_bound,
+                    threshold=theta, threshold_source=source)
 
 
 def _held_out(values: np.ndarray, upper_bound: float, config: ExperimentConfig) -> Scenario:
@@ -142,7 +180,8 @@ def _held_out(values: np.ndarray, upper_bound: float, config: ExperimentConfig) 
     the ground truth is those values, untruncated."""
     held = values[: config.hold]
     source = "per method (true percentiles are NON-PRIVATE oracles; NM-E, S-PAK and S-P are private)"
-    return Scenario(held, held, held, upper_bound, None, source)
+    return Scenario(held=held, stream=held, truth=held, upper_bound=upper_bound, threshold=None,
+                    threshold_source=source)
 
 
 def _delta(config: ExperimentConfig) -> float:
@@ -174,7 +213,7 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
-                threshold_method="nm-e", seed=rng)
+                threshold_method="nm-e", noise=FloatNoise(rng=rng))
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -190,7 +229,7 @@ def _plain(*, fanout: int) -> MethodFn:
             epsilon=epsilon,
             max_range=config.max_range,
             fanout=fanout,
-            rng=rng,
+            noise=FloatNoise(rng=rng),
         )
         return (lambda queries: tree.range_sums(queries.starts, queries.stops)), {"smoothed_levels": 0}
 
@@ -208,7 +247,7 @@ def _consistent(*, smoother: str | None) -> MethodFn:
             fanout=16,
             smoothed_levels=0 if smoother is None else None,
             smoother=smoother or "recent",
-            seed=rng,
+            noise=FloatNoise(rng=rng),
         )
         released = perturber.release(scenario.truth)
         return _released(released), {"smoothed_levels": perturber.smoothed_levels}
@@ -255,7 +294,7 @@ def _hierarchy_release(
         fanout=16,
         smoothed_levels=0 if smoother is None else None,
         smoother=smoother or "recent",
-        seed=rng,
+        noise=FloatNoise(rng=rng),
     )
     return _released(perturber.release(np.minimum(values, theta)))
 
@@ -271,7 +310,7 @@ def _pak(*, capped: bool) -> MethodFn:
             max_range=config.max_range,
             capped=capped,
             delta=_delta(config),
-            seed=rng,
+            noise=FloatNoise(rng=rng),
         )
         pak.release(scenario.held)
         released = pak.release(scenario.stream)
@@ -282,7 +321,8 @@ def _pak(*, capped: bool) -> MethodFn:
 
 def _binary_tree_bound(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     """The plain binary tree with the public bound B (no threshold)."""
-    counter = BinaryTreeCounter(upper_bound=scenario.upper_bound, epsilon=epsilon, max_range=config.max_range, seed=rng)
+    counter = BinaryTreeCounter(upper_bound=scenario.upper_bound, epsilon=epsilon, max_range=config.max_range,
+                                noise=FloatNoise(rng=rng))
     return _released(counter.release(scenario.stream)), {"threshold": scenario.upper_bound}
 
 
@@ -294,9 +334,11 @@ def _nm_e_binary_tree(scenario: Scenario, epsilon: float, config: ExperimentConf
     noise and favour a smaller theta; that variant is not what Figure 3 shows.
     """
     theta = noisy_max_threshold(
-        scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16, rng=rng
+        scenario.held, epsilon=epsilon, upper_bound=scenario.upper_bound, max_range=config.max_range, fanout=16,
+        noise=FloatNoise(rng=rng),
     )
-    counter = BinaryTreeCounter(upper_bound=theta, epsilon=epsilon, max_range=config.max_range, seed=rng)
+    counter = BinaryTreeCounter(upper_bound=theta, epsilon=epsilon, max_range=config.max_range,
+                                noise=FloatNoise(rng=rng))
     return _released(counter.release(np.minimum(scenario.stream, theta))), {"threshold": theta}
 
 
@@ -309,7 +351,8 @@ def _smooth_hierarchy(*, threshold: str, capped: bool, smoother: str | None, str
     """
 
     def method(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
-        common = dict(epsilon=epsilon, delta=_delta(config), upper_bound=scenario.upper_bound, rng=rng)
+        common = dict(epsilon=epsilon, delta=_delta(config), upper_bound=scenario.upper_bound,
+                      sampler=FloatNoise(rng=rng))
         if threshold == "S-PAK":
             raw = pak_threshold(scenario.held, **common)
         else:
@@ -339,7 +382,7 @@ def _nm_e_hierarchy(*, threshold_epsilon: float | None, stream_epsilon: float | 
             upper_bound=scenario.upper_bound,
             max_range=_query_range(scenario, config),
             fanout=16,
-            rng=rng,
+            noise=FloatNoise(rng=rng),
         )
         answer = _hierarchy_release(scenario.stream, theta, stream_budget, config, rng, smoother="recent")
         return answer, {"threshold": theta}
@@ -360,12 +403,14 @@ def _oracle_percentile(*, percentile: float) -> MethodFn:
 # -- the studies ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Study:
-    """A study: its methods, in the order they run and are reported, and its scenario."""
+    """A study: its methods, in the order they run and are reported, its scenario, and what its
+    epsilon is (``xlabel``: the x axis of its plot, formatted with the :class:`ExperimentConfig`)."""
 
     methods: Mapping[str, MethodFn]
     scenario: ScenarioBuilder
+    xlabel: str = "ε"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", MappingProxyType(dict(self.methods)))
@@ -374,9 +419,13 @@ class Study:
 #: Every stream study, by name (read-only).
 STUDIES: Mapping[str, Study] = MappingProxyType(
     {
-        "end-to-end": Study({"ToPS": _tops, "Base": _base}, _private_threshold("NM-E (private)")),
+        "end-to-end": Study(
+            methods={"ToPS": _tops, "Base": _base},
+            scenario=_private_threshold("NM-E (private)"),
+            xlabel="ε of the whole release (the NM-E threshold and the hierarchy each get ε)",
+        ),
         "hierarchy": Study(
-            {
+            methods={
                 "H2": _plain(fanout=2),
                 "H16": _plain(fanout=16),
                 "H16c": _consistent(smoother=None),
@@ -387,14 +436,16 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 "H16c+exponential": _consistent(smoother="exponential"),
                 "Base": _base,
             },
-            _oracle_threshold,
+            scenario=_oracle_threshold,
+            xlabel="ε of the hierarchy (θ = true p{percentile:g} of the held-out values: a non-private oracle)",
         ),
         "topl": Study(
-            {"SW-W": _topl(variant="SW-W"), "SW": _topl(variant="SW"), "Base": _base},
-            _private_threshold("Square Wave + Eq. 8 (LDP)"),
+            methods={"SW-W": _topl(variant="SW-W"), "SW": _topl(variant="SW"), "Base": _base},
+            scenario=_private_threshold("Square Wave + Eq. 8 (LDP)"),
+            xlabel="ε of each threshold report (each stream report: ε = {stream_epsilon:g})",
         ),
         "baselines": Study(
-            {
+            methods={
                 "PAK": _pak(capped=True),
                 "PAK-uncapped": _pak(capped=False),
                 "BT-bound": _binary_tree_bound,
@@ -408,18 +459,20 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 "ToPS": _tops,
                 "Base": _base,
             },
-            _private_threshold("NM-E (private)"),
+            scenario=_private_threshold("NM-E (private)"),
+            xlabel="ε of the whole release (each method is ε-DP, or (ε, δ)-DP with a smooth-sensitivity threshold)",
         ),
         "percentiles": Study(
-            {
+            methods={
                 **{f"true-p{p:g}-ORACLE": _oracle_percentile(percentile=p) for p in ORACLE_PERCENTILES},
                 "NM-E@0.05": _nm_e_hierarchy(threshold_epsilon=FIXED_EPSILON, stream_epsilon=None),
                 "Base": _base,
             },
-            _held_out,
+            scenario=_held_out,
+            xlabel=f"ε of the hierarchy (NM-E's threshold: ε = {FIXED_EPSILON:g}; true percentiles: non-private)",
         ),
         "threshold-methods": Study(
-            {
+            methods={
                 "NM-E+H16c+recent": _nm_e_hierarchy(threshold_epsilon=None, stream_epsilon=FIXED_EPSILON),
                 "S-PAK+H16c+recent": _smooth_hierarchy(
                     threshold="S-PAK", capped=True, smoother="recent", stream_epsilon=FIXED_EPSILON
@@ -441,10 +494,20 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 ),
                 "Base": _base,
             },
-            _held_out,
+            scenario=_held_out,
+            xlabel=f"ε of the threshold (the hierarchy: ε = {FIXED_EPSILON:g})",
         ),
     }
 )
+
+
+def axis_label(study: str, config: ExperimentConfig) -> str:
+    """What the epsilon of ``study`` is, as its plot's x axis says.
+
+    >>> axis_label("topl", ExperimentConfig(stream_epsilon=0.5))
+    'ε of each threshold report (each stream report: ε = 0.5)'
+    """
+    return STUDIES[study].xlabel.format(**config.__dict__)
 
 
 def prepare(values: np.ndarray, upper_bound: float, study: str, config: ExperimentConfig) -> Scenario:
@@ -462,12 +525,15 @@ def run_study(
     config: ExperimentConfig = ExperimentConfig(),
     seed: Seed = 0,
     dataset: str = "data",
-    progress: bool = True,
+    progress: Progress | None = None,
     log: Callable[[str], None] = lambda message: None,
 ) -> list[dict[str, Any]]:
     """Run a study; return one record per (round, epsilon, method) with every metric.
 
     ``values`` is extended (see :func:`extend_stream`) or cut to ``hold + max_range`` values.
+    ``progress`` is called with the runs done (one run: one method at one epsilon in one round)
+    out of ``rounds * len(epsilons) * len(methods)``, the protocol of :mod:`dpstream._progress`;
+    ``log`` receives what was done to the data and where the threshold comes from.
     """
     if study not in STUDIES:
         raise ValueError(f"study must be one of {', '.join(STUDIES)}; got {study!r}.")
@@ -483,34 +549,41 @@ def run_study(
         f"{dataset}: threshold {scenario.threshold_source}"
         + (f" = {scenario.threshold:g}" if scenario.threshold is not None else "")
     )
+    if config.query_length is not None and not 1 <= config.query_length <= scenario.truth.size:
+        raise ValueError(f"query_length must be between 1 and the {scenario.truth.size:,} positions the study "
+                         f"{study!r} answers queries over, got {config.query_length!r}.")
     rng = make_rng(seed)
     records: list[dict[str, Any]] = []
     total = config.rounds * len(epsilons) * len(names)
-    with tqdm(total=total, desc=f"{study} on {dataset}", disable=not progress, unit="run") as bar:
-        for round_index in range(config.rounds):
+    notify(progress, 0, total)
+    for round_index in range(config.rounds):
+        if config.query_length is None:
             queries = random_queries(rng, scenario.truth.size, config.queries)
-            truth = prefix_range_sums(scenario.truth, queries)
-            for epsilon in epsilons:
-                for name in names:
-                    answer, info = table[name](scenario, float(epsilon), config, rng)
-                    record = {
-                        "study": study,
-                        "dataset": dataset,
-                        "method": name,
-                        "epsilon": float(epsilon),
-                        "round": round_index,
-                        "threshold_source": scenario.threshold_source,
-                        "threshold": info.get("threshold", scenario.threshold),
-                        "smoothed_levels": info.get("smoothed_levels"),
-                    }
-                    record.update(error_metrics(answer(queries), truth, queries))
-                    records.append(record)
-                    bar.update()
+        else:
+            queries = fixed_length_queries(rng, scenario.truth.size, config.queries, config.query_length)
+        truth = prefix_range_sums(scenario.truth, queries)
+        for epsilon in epsilons:
+            for name in names:
+                answer, info = table[name](scenario, float(epsilon), config, rng)
+                record = {
+                    "study": study,
+                    "dataset": dataset,
+                    "method": name,
+                    "epsilon": float(epsilon),
+                    "round": round_index,
+                    "threshold_source": scenario.threshold_source,
+                    "threshold": info.get("threshold", scenario.threshold),
+                    "smoothed_levels": info.get("smoothed_levels"),
+                }
+                record.update(error_metrics(answer(queries), truth, queries))
+                records.append(record)
+                notify(progress, len(records), total)
     return records
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and standard deviation over rounds of every metric, per (method, epsilon)."""
+    """Mean, standard deviation and 10th/90th percentiles over rounds of every metric, per
+    (method, epsilon): columns ``<metric>_mean``, ``_std``, ``_q10`` and ``_q90``."""
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault((record["method"], record["epsilon"]), []).append(record)
@@ -531,6 +604,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             column = np.array([r[metric] for r in group])
             row[f"{metric}_mean"] = float(column.mean())
             row[f"{metric}_std"] = float(column.std(ddof=1)) if column.size > 1 else 0.0
+            row[f"{metric}_q10"], row[f"{metric}_q90"] = (float(q) for q in np.quantile(column, BAND))
         rows.append(row)
     return rows
 
@@ -538,23 +612,49 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- figures -------------------------------------------------------------------------------
 
 
-def plot_metric(rows: Sequence[dict[str, Any]], path: Path, *, metric: str = "mse", title: str = "") -> Path:
-    """One line per method: mean ``metric`` (with a band of one standard deviation) against
-    epsilon, on a log scale (Figures 4-7); ``Base`` is the dashed reference."""
+def plot_metric(
+    rows: Sequence[dict[str, Any]],
+    path: Path,
+    *,
+    config: ExperimentConfig = ExperimentConfig(),
+    metric: str = "mse",
+    title: str = "",
+) -> Path:
+    """One line per method: the mean ``metric`` over rounds against the study's epsilon, on a
+    log scale (Figures 3-8), shaded between the 10th and 90th percentiles over rounds.
+
+    ``rows`` come from :func:`summarize`; the x axis says what the study's epsilon is
+    (:func:`axis_label`, with ``config``), the legend what the band and ``Base`` are.  A legend
+    of more than four entries goes beside the axes.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}.")
     series = []
     for method in dict.fromkeys(row["method"] for row in rows):
         mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["epsilon"])
         series.append(
             Series(
-                label=method,
+                label=BASE_LABEL if method == "Base" else method,
                 x=[row["epsilon"] for row in mine],
                 y=[row[f"{metric}_mean"] for row in mine],
-                spread=[row[f"{metric}_std"] for row in mine],
+                band=([row[f"{metric}_q10"] for row in mine], [row[f"{metric}_q90"] for row in mine]),
                 reference=method == "Base",
             )
         )
-    panel = Panel(series=series, xlabel="epsilon", ylabel=metric.upper(), title=title, ylog=True, legend_columns=2)
-    return save_figure(path, [panel])
+    rounds = max(row["rounds"] for row in rows)
+    queries = "random range queries" if config.query_length is None else f"queries of {config.query_length:,} values"
+    study = rows[0].get("study")
+    outside = len(series) > _LEGEND_INSIDE_MAX
+    panel = Panel(
+        series=series,
+        xlabel=axis_label(study, config) if study in STUDIES else "ε",
+        ylabel=f"{metric.upper()} of {queries} (mean over rounds)",
+        title=title,
+        ylog=True,
+        legend="outside" if outside else "inside",
+        legend_title=f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile",
+    )
+    return save_figure(path, [panel], panel_size=(10.0, 4.8) if outside else (7.2, 4.8))
 
 
 def interval_means(values: np.ndarray, intervals: int) -> np.ndarray:
@@ -575,9 +675,10 @@ def plot_moving_average(
     x = np.arange(intervals)
     panel = Panel(
         series=[
-            Series(label="true", x=x, y=interval_means(truth, intervals), marker=None, color="black", linewidth=1.5),
+            Series(label="true stream", x=x, y=interval_means(truth, intervals), marker=None, color="black",
+                   linewidth=1.5),
             Series(
-                label="released",
+                label="released stream",
                 x=x,
                 y=interval_means(released, intervals),
                 marker=None,
@@ -585,8 +686,8 @@ def plot_moving_average(
                 linewidth=1.0,
             ),
         ],
-        xlabel=f"time (each point: the mean of ~{truth.size // intervals:,} values)",
-        ylabel="moving average",
+        xlabel=f"time: interval of the released stream ({intervals} intervals of ~{truth.size // intervals:,} values)",
+        ylabel="mean value in the interval",
         title=title,
     )
     return save_figure(path, [panel], panel_size=(8.0, 3.6))

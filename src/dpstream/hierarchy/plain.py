@@ -5,19 +5,37 @@ noise, and a range query is answered from the fewest nodes that tile it.  This i
 binary tree PAK uses) and H16 of the ToPS paper's Section 5.3.  It is a baseline: it releases
 nodes, not a per-value stream, and it is offline (the whole stream is given at once).
 
+Exact noise on a public grid (the default): values (already in ``[0, theta]``) are rounded to
+multiples of ``g`` (default the largest power of two at most ``theta / 2^20``), theta is rounded
+up to ``theta_units`` steps, and every node is its integer sum plus discrete Laplace noise of
+scale ``theta_units h / eps`` grid units (rounded up); a range sum is an integer times ``g``.
+``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).
+
 Privacy
 -------
-epsilon-DP at event level for values in [0, theta]: one value changes one node per level by at
-most theta, each of the h levels is eps/h-DP, and chunks are disjoint.
+epsilon'-DP at event level for values in [0, theta], ``epsilon' = theta_units h / beta`` for the
+rounded-up scale ``beta`` (at most epsilon): one value changes one node per level by at most
+``theta_units`` grid units, each of the h levels is eps'/h-DP, and chunks are disjoint.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
-from dpstream.hierarchy.tree import aggregate_levels, decomposed_range_sums, draw_noise_levels, num_levels
-from dpstream.noise.sampler import NoiseSampler, make_noise
+from dpstream.hierarchy.tree import (
+    aggregate_levels,
+    decomposed_range_sums,
+    draw_noise_levels,
+    draw_noise_units,
+    num_levels,
+)
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
+from dpstream.noise.sampler import NoiseSampler
+from dpstream.noise.source import make_source
 
 __all__ = ["PlainHierarchy"]
 
@@ -25,11 +43,11 @@ __all__ = ["PlainHierarchy"]
 class PlainHierarchy:
     """Noisy, unconsistent hierarchies over consecutive chunks of ``max_range`` values.
 
-    The node noise is ``noise.laplace`` of a :class:`~dpstream.noise.sampler.NoiseSampler`,
-    by default numpy's float Laplace on ``rng``.
+    ``seed`` (bits of the exact samplers; None is the OS CSPRNG), ``noise`` (``ZeroNoise()``,
+    or ``FloatNoise(rng)`` for the float algorithm of the studies) and ``granularity`` as in
+    :class:`~dpstream.release.perturber.HierarchicalPerturber`.
 
-    >>> tree = PlainHierarchy(np.ones(100), threshold=1.0, epsilon=1e9, max_range=64, fanout=2,
-    ...                       rng=np.random.default_rng(0))
+    >>> tree = PlainHierarchy(np.ones(100), threshold=1.0, epsilon=1e9, max_range=64, fanout=2, seed=0)
     >>> np.round(tree.range_sums(np.array([0, 10]), np.array([100, 70])), 3).tolist()
     [100.0, 60.0]
     """
@@ -42,7 +60,8 @@ class PlainHierarchy:
         epsilon: float,
         max_range: int,
         fanout: int,
-        rng: np.random.Generator,
+        granularity: float | None = None,
+        seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
     ) -> None:
         threshold = check_bound(threshold, "threshold")
@@ -50,14 +69,29 @@ class PlainHierarchy:
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.fanout = check_positive_int(fanout, "fanout", minimum=2)
         self.levels = num_levels(self.max_range, self.fanout)
-        scale = threshold * self.levels / epsilon
         values = np.asarray(values, dtype=np.float64)
-        noise = make_noise(noise, rng)
+        source = make_source(seed=seed, noise=noise, identity=("plain-hierarchy",))
+        sampler = source.sampler()
+        self.granularity: float | None = None
+        self.spent_epsilon = epsilon
+        if source.exact:
+            factor = Fraction(self.levels) / Fraction(epsilon)
+            self.granularity = choose_granularity(granularity, threshold, units_factor=factor)
+            theta_units = ceil_units(threshold, self.granularity)
+            scale_units = round_up_scale(theta_units * factor)
+            self.spent_epsilon = epsilon_of_scale(theta_units * self.levels, scale_units)
+            values = to_units(np.minimum(values, theta_units * self.granularity), self.granularity, theta_units)
+        elif granularity is not None:
+            raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
+        scale = threshold * self.levels / epsilon
         self._chunks = []
         for start in range(0, values.size, self.max_range):
             chunk = values[start : start + self.max_range]
             truth = aggregate_levels(chunk, self.fanout, self.levels)
-            node_noise = draw_noise_levels(rng, chunk.size, self.fanout, self.levels, scale, noise=noise)
+            if source.exact:
+                node_noise = draw_noise_units(sampler, chunk.size, self.fanout, self.levels, scale_units)
+            else:
+                node_noise = draw_noise_levels(None, chunk.size, self.fanout, self.levels, scale, noise=sampler)
             self._chunks.append((start, chunk.size, [t + n for t, n in zip(truth, node_noise, strict=True)]))
 
     def range_sums(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -69,4 +103,4 @@ class PlainHierarchy:
             lo = np.clip(starts - offset, 0, length)
             hi = np.clip(stops - offset, 0, length)
             total += decomposed_range_sums(levels, self.fanout, lo, np.maximum(hi, lo))
-        return total
+        return total if self.granularity is None else total * self.granularity

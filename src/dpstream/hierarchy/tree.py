@@ -9,11 +9,22 @@ chunk) is never measured, i.e. a forest of ``b`` trees.  When ``n_leaves`` is no
 never released; they receive noise like every other node, which keeps all trees full and the
 consistency step exact.
 
-Every level is a flat float64 array; a level's node ``j`` has children ``b j .. b j + b - 1`` in
-the level below, so ``level[k-1].reshape(-1, b)`` lines the children up under their parents.
+Every level is a flat array (float64, or int64 grid units on the exact path); a level's node
+``j`` has children ``b j .. b j + b - 1`` in the level below, so ``level[k-1].reshape(-1, b)``
+lines the children up under their parents.
+
+Exact consistency (:func:`consistent_leaves`).  The least-squares leaves of integer
+measurements are rationals with a denominator ``q`` that depends only on ``b`` and the number
+of levels; they are computed exactly, as an integer part and a remainder, so that a released
+value is a deterministic function of the exact measurements (see that function).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -21,9 +32,13 @@ from dpstream._checks import check_positive_int
 from dpstream.noise.sampler import NoiseSampler, make_noise
 
 __all__ = [
+    "ExactLeaves",
     "aggregate_levels",
+    "consistency_weights",
+    "consistent_leaves",
     "decomposed_range_sums",
     "draw_noise_levels",
+    "draw_noise_units",
     "level_sizes",
     "make_consistent",
     "num_levels",
@@ -62,7 +77,8 @@ def aggregate_levels(leaves: np.ndarray, fanout: int, n_levels: int) -> list[np.
     [[1.0, 2.0, 3.0, 4.0], [3.0, 7.0], [10.0]]
     """
     sizes = level_sizes(leaves.size, fanout, n_levels)
-    padded = np.zeros(sizes[0])
+    leaves = np.asarray(leaves)
+    padded = np.zeros(sizes[0], dtype=np.int64 if leaves.dtype.kind in "iu" else np.float64)  # grid units stay ints
     padded[: leaves.size] = leaves
     levels = [padded]
     for _ in range(1, n_levels):
@@ -92,6 +108,127 @@ def draw_noise_levels(
     """
     sampler = make_noise(noise, rng)
     return [sampler.laplace(scale, size) for size in level_sizes(n_leaves, fanout, n_levels)]
+
+
+def draw_noise_units(
+    noise: NoiseSampler, n_leaves: int, fanout: int, n_levels: int, scale: Fraction
+) -> list[np.ndarray]:
+    """Discrete Laplace noise of rational ``scale`` (grid units) for every node, bottom level first.
+
+    All levels come from one ``noise.laplace_units`` call of ``sum(level_sizes(...))`` draws,
+    split leaves first, then each level up; the order is fixed, so a bit source always gives the
+    same tree however the stream is fed.
+
+    >>> from dpstream.noise import ZeroNoise
+    >>> [level.tolist() for level in draw_noise_units(ZeroNoise(), 4, 2, 2, Fraction(3, 2))]
+    [[0, 0, 0, 0], [0, 0]]
+    """
+    sizes = level_sizes(n_leaves, fanout, n_levels)
+    draws = noise.laplace_units(scale, sum(sizes))
+    return np.split(np.asarray(draws, dtype=np.int64), np.cumsum(sizes)[:-1])
+
+
+@lru_cache(maxsize=256)
+def consistency_weights(fanout: int, n_levels: int) -> tuple[int, tuple[int, ...]]:
+    """``(q, alpha)``: the exact weights of :func:`consistent_leaves` for ``b`` and ``L`` levels.
+
+    The least-squares leaf is ``S_j + sum_{m=1}^{L-1} w_m A_m(j)`` with
+    ``w_m = -(b - 1)^2 / ((b^m - 1)(b^(m+1) - 1))``; ``q`` is the least common denominator of the
+    ``w_m`` and ``alpha[m] = q w_m`` (an integer; ``alpha[0] = 0``).
+
+    >>> consistency_weights(2, 2), consistency_weights(16, 3)
+    ((3, (0, -1)), (4641, (0, -273, -1)))
+    """
+    weights = [Fraction(-((fanout - 1) ** 2), (fanout**m - 1) * (fanout ** (m + 1) - 1)) for m in range(1, n_levels)]
+    q = math.lcm(1, *(w.denominator for w in weights))
+    return q, (0, *(int(w * q) for w in weights))
+
+
+@dataclass(frozen=True)
+class ExactLeaves:
+    """Exact rational leaves ``integer + remainder / denominator`` with ``0 <= remainder < denominator``.
+
+    ``fraction()`` is ``remainder / denominator`` correctly rounded to float64.
+    """
+
+    integer: np.ndarray
+    remainder: np.ndarray
+    denominator: int
+
+    def fraction(self) -> np.ndarray:
+        """``remainder / denominator`` as float64, correctly rounded (Python int division if needed)."""
+        if self.denominator < 1 << 53:
+            return self.remainder.astype(np.float64) / float(self.denominator)  # both exact: IEEE rounds once
+        return np.array([int(r) / self.denominator for r in self.remainder.tolist()], dtype=np.float64)
+
+    def exact(self, index: int) -> Fraction:
+        """Leaf ``index`` as a Fraction (tests)."""
+        return int(self.integer[index]) + Fraction(int(self.remainder[index]), self.denominator)
+
+
+def consistent_leaves(levels: list[np.ndarray], fanout: int) -> ExactLeaves:
+    """The least-squares consistent leaves of integer node measurements, computed exactly.
+
+    For a forest of full trees of ``L`` levels with equal-variance measurements ``M`` (level 0 the
+    leaves), ``X^T X = sum_k J_k`` where ``J_k`` is block-diagonal with all-ones blocks of
+    ``b^k`` leaves.  These commute; on the components ``E_m`` (constant on blocks of ``b^m``,
+    summing to zero on blocks of ``b^(m+1)``) ``X^T X`` is ``(b^(m+1) - 1) / (b - 1)``, and
+    inverting it gives the estimate
+
+        x_j = S_j + sum_{m=1}^{L-1} w_m A_m(j),   w_m = -(b - 1)^2 / ((b^m - 1)(b^(m+1) - 1)),
+
+    where ``S_j = (X^T M)_j`` is the sum of the measurements on the path from leaf ``j`` to its
+    top node and ``A_m(j)`` the sum of ``S`` over the ``b^m`` leaves under ``j``'s level-``m``
+    ancestor: integers.  It equals Hay et al.'s two passes (:func:`make_consistent`), e.g. for
+    ``b = 2`` and leaves (1, 2, 3, 4) under parents (4, 6): ``S = (5, 6, 9, 10)``,
+    ``A_1 = (11, 11, 19, 19)`` and ``x = S - A_1 / 3``.
+
+    With ``q`` the common denominator of the ``w_m`` (:func:`consistency_weights`), ``q x_j`` is
+    an integer; it is split into ``x_j = integer_j + remainder_j / q``, ``0 <= remainder < q``.
+    Products of the weights with ``A_m`` can exceed 64 bits, so they are formed in Python ints,
+    on the level-1 blocks only (``b`` times fewer than the leaves); the rest is int64.
+
+    Returns
+    -------
+    ExactLeaves
+        For the online algorithm (Theorem 3.1): consistent leaves of ``T + N`` are
+        ``T + consistent(N)``, so with true (integer) block sums ``T_j`` a released block is
+        ``T_j + integer_j + remainder_j / q`` exactly: its floor is ``T_j + integer_j`` and its
+        remainder ``remainder_j``, whatever ``T``.  Any fixed function of those two numbers --
+        ``ExactLeaves.to_float`` -- is a deterministic function of the exact measurements.
+
+    >>> leaves = consistent_leaves([np.array([1, 2, 3, 4]), np.array([4, 6])], 2)
+    >>> [str(leaves.exact(j)) for j in range(4)]
+    ['4/3', '7/3', '8/3', '11/3']
+    """
+    n_levels = len(levels)
+    q, alpha = consistency_weights(fanout, n_levels)
+    largest = max((int(np.max(np.abs(level))) if level.size else 0) for level in levels)
+    if largest * n_levels * fanout ** (n_levels - 1) >= 1 << 62:  # path and block sums might overflow int64
+        levels = [np.asarray(level, dtype=object) for level in levels]
+        dtype = object
+    else:
+        levels = [np.asarray(level, dtype=np.int64) for level in levels]
+        dtype = np.int64
+    path = levels[-1]
+    for k in range(n_levels - 2, -1, -1):
+        path = levels[k] + np.repeat(path, fanout)
+    if n_levels == 1:
+        return ExactLeaves(integer=path.astype(np.int64), remainder=np.zeros(path.size, dtype=np.int64), denominator=1)
+    blocks = [path]
+    for _ in range(1, n_levels):
+        blocks.append(blocks[-1].reshape(-1, fanout).sum(axis=1))
+    correction = blocks[-1].astype(object) * alpha[n_levels - 1]
+    for m in range(n_levels - 2, 0, -1):
+        correction = np.repeat(correction, fanout) + blocks[m].astype(object) * alpha[m]
+    whole = correction // q  # floor division of Python ints: remainder in [0, q)
+    remainder = correction - whole * q
+    integer = path + np.repeat(whole.astype(dtype), fanout)
+    if q < 1 << 62:
+        remainder = remainder.astype(np.int64)
+    return ExactLeaves(
+        integer=np.asarray(integer, dtype=np.int64), remainder=np.repeat(remainder, fanout), denominator=q
+    )
 
 
 def make_consistent(levels: list[np.ndarray], fanout: int) -> list[np.ndarray]:

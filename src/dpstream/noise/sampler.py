@@ -18,7 +18,7 @@ Three implementations:
 * :class:`FloatNoise` wraps a ``numpy.random.Generator``: ``laplace`` is numpy's float Laplace
   (bit for bit what :func:`~dpstream.noise.laplace.laplace_noise` draws), and ``laplace_units``
   the double-geometric law of the same scale drawn by numpy's float geometric sampler
-  (:func:`~dpstream.noise.geometric.double_geometric_noise`) -- the same law as
+  (:func:`~dpstream.noise.float_geometric.double_geometric_noise`) -- the same law as
   :class:`ExactNoise`, not exactly sampled: for studies.
 * :class:`ZeroNoise` returns zeros of the right shape and dtype (after checking the scale), so
   tests can check a mechanism's arithmetic exactly.
@@ -40,8 +40,8 @@ import numpy as np
 
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.noise.exact import discrete_laplace
-from dpstream.noise.geometric import double_geometric_noise
-from dpstream.noise.laplace import laplace_noise
+from dpstream.noise.float_continuous import laplace_noise
+from dpstream.noise.float_geometric import double_geometric_noise
 from dpstream.rng import Seed, make_rng
 
 __all__ = ["ExactNoise", "FloatNoise", "NoiseSampler", "ZeroNoise", "make_noise"]

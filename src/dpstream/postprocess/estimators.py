@@ -6,9 +6,14 @@ Given the noisy counts ``R~`` (``T x m``), the number of users ``n`` and the mar
     ``f_t(r) = c * sum_l |r_l - r~_l|  +  sum_l [ G(r_l) - r_l ln P^t_l ]``
     subject to ``sum_l r_l = n`` and ``r >= 0``,
 
-with ``c = 1 / lambda = epsilon / Delta`` (Eq. 6): the likelihood assumes noise
-``Lap(Delta / epsilon)`` in every cell, ``Delta = sensitivity`` (default 2, one user moving to
-another location; 1 for add/remove-one-user neighbours), and ``G(r) = ln r!`` from the multinomial
+with ``c = 1 / lambda`` (Eq. 6), ``lambda = Delta / epsilon`` rounded up as
+:class:`~dpstream.postprocess.mechanism.LaplaceCounts` rounds it
+(:func:`~dpstream.postprocess.mechanism.laplace_scale`), ``Delta = sensitivity`` (default 2, one
+user moving to another location; 1 for add/remove-one-user neighbours).  The likelihood term is
+that of the discrete Laplace noise the release draws, ``P[r~ | r]`` proportional to
+``exp(-|r~ - r| / lambda)`` per cell for integer counts -- the same expression as the density of
+``Lap(lambda)``, so the objective is unchanged and its minimisation over real ``r`` is the usual
+relaxation of the integer problem.  ``G(r) = ln r!`` comes from the multinomial
 prior of Eq. 8 (the constant ``ln n!`` dropped).  ``form="exact"`` uses ``G = lnGamma(r + 1)``,
 which is strictly convex; ``form="stirling"`` uses the paper's Stirling form (Eqs. 9-10),
 ``G(r) = ln(2 pi r)/2 + r ln(r / e)``.  Taken literally that function tends to ``-infinity`` as
@@ -63,7 +68,9 @@ __all__ = [
 
 FORMS = ("exact", "stirling")
 PRIORS = ("frequency", "uniform")
-METHODS = ("map", "mle")
+#: ``map`` / ``mle`` (this module), ``mean`` (:mod:`~dpstream.postprocess.posterior`), ``kalman`` and
+#: ``smooth`` (:mod:`~dpstream.postprocess.temporal`).
+METHODS = ("map", "mle", "mean", "kalman", "smooth")
 
 _EULER = 0.5772156649015329
 #: Stirling form: the inflection point of Eq. 10's ``G`` and ``G'`` there, ``1 - ln 2``.
@@ -81,10 +88,12 @@ class Estimate:
     counts : ndarray
         ``T x m`` estimates, ``>= 0``, every row summing to ``n`` (to rounding).
     multipliers : ndarray or None
-        MAP: the ``T`` Lagrange multipliers ``mu`` of the sum constraints; MLE: None.
+        MAP: the ``T`` Lagrange multipliers ``mu`` of the sum constraints; posterior mean: the
+        ``T`` tilts ``theta`` (the multiplier's counterpart); MLE and temporal: None.
     kkt_residual : float
         MAP: largest violation of the stationarity conditions (in units of the objective's
         slope, nats per count).  MLE: ``||r - r~||_1`` minus its lower bound (the optimality gap).
+        Posterior mean: the tilt search's largest ``|sum - n|``.  Temporal: 0 (no optimisation).
     sum_residual : float
         Largest ``|sum_l r_l - n|`` over the steps.
     iterations : int
@@ -516,25 +525,32 @@ def round_counts(counts: object, users: int) -> np.ndarray:
     return (floor + (rank < short[:, None])).astype(np.int64)
 
 
-def postprocess(
-    noisy: object,
-    transition: object,
-    *,
-    users: int,
-    epsilon: float,
-    method: str = "map",
-    prior: str = "frequency",
-    form: str = "exact",
-    sensitivity: float = COUNT_SENSITIVITY,
-) -> Estimate:
-    """One entry point for the CLI and the experiments: ``method`` is ``map`` or ``mle``.
+def postprocess(noisy: object, transition: object, *, users: int, epsilon: float, method: str = "map",
+                prior: str = "frequency", form: str = "exact", sensitivity: float = COUNT_SENSITIVITY,
+                likelihood: str | None = None) -> Estimate:
+    """One entry point for the CLI and the experiments; ``method`` is one of :data:`METHODS`:
+    ``map`` (Cao et al.), ``mle`` (no prior), ``mean`` (posterior mean per step), ``kalman``
+    (linear smoother over all steps), ``smooth`` (exact per step with the other steps' evidence).
 
-    ``epsilon`` and ``sensitivity`` describe the release (``Lap(sensitivity / epsilon)`` per
-    cell); the MLE does not depend on them."""
+    ``epsilon`` and ``sensitivity`` describe the release (noise of scale ``sensitivity / epsilon``
+    per cell); the MLE does not depend on them.  ``likelihood`` (``laplace`` or
+    ``discrete_laplace``; None: what ``LaplaceCounts`` declares) is the release's noise law; the
+    posterior-mean methods use it, the MAP's continuous relaxation is the same for both and ``form``
+    is the MAP's only."""
     method = check_choice(method, "method", METHODS)
     laplace_scale(epsilon, sensitivity)  # validates both
     if method == "mle":
         return mle_estimate(noisy, users=users)
-    return map_estimate(
-        noisy, transition, users=users, epsilon=epsilon, prior=prior, form=form, sensitivity=sensitivity
-    )
+    if method == "mean":
+        from dpstream.postprocess.posterior import posterior_mean
+
+        return posterior_mean(noisy, transition, users=users, epsilon=epsilon, prior=prior, sensitivity=sensitivity,
+                              likelihood=likelihood)
+    if method in ("kalman", "smooth"):
+        from dpstream.postprocess.temporal import kalman_smooth, temporal_mean
+
+        function = kalman_smooth if method == "kalman" else temporal_mean
+        return function(noisy, transition, users=users, epsilon=epsilon, prior=prior, sensitivity=sensitivity,
+                        likelihood=likelihood)
+    return map_estimate(noisy, transition, users=users, epsilon=epsilon, prior=prior, form=form,
+                        sensitivity=sensitivity)

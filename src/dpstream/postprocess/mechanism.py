@@ -1,14 +1,17 @@
 """The release of Section 4 of Cao et al.: the location-count vector of every time step with
-Laplace noise (Theorem 3.1)."""
+discrete Laplace noise (the integer counterpart of Theorem 3.1's Laplace noise)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
-from dpstream._checks import check_bound, check_epsilon
-from dpstream.noise import laplace_noise
+from dpstream._checks import check_bound, check_epsilon, check_positive_int
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.geometric import discrete_laplace_scale
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
 from dpstream.privacy import USER_STEP, PrivacyGuarantee
-from dpstream.rng import Seed, make_rng
 
 __all__ = ["COUNT_SENSITIVITY", "LaplaceCounts", "laplace_scale"]
 
@@ -17,24 +20,53 @@ COUNT_SENSITIVITY = 2.0
 
 
 def laplace_scale(epsilon: float, sensitivity: float = COUNT_SENSITIVITY) -> float:
-    """Scale ``lambda = Delta / epsilon`` of the per-step noise; ``Delta = sensitivity``, by
-    default 2 (one user moves; 1 for add/remove-one-user neighbours).
+    """Scale ``lambda`` of the per-step noise: ``Delta / epsilon`` rounded **up** to a multiple of
+    ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`), the scale
+    :class:`LaplaceCounts` draws with; ``Delta = sensitivity``, by default 2 (one user moves; 1
+    for add/remove-one-user neighbours).  The float is exact (at most 40 significant bits).
 
     >>> laplace_scale(0.5), laplace_scale(0.5, sensitivity=1)
     (4.0, 2.0)
+    >>> laplace_scale(0.3) >= 2 / 0.3, laplace_scale(0.3) - 2 / 0.3 < 2**-20
+    (True, True)
     """
-    return check_bound(sensitivity, "sensitivity") / check_epsilon(epsilon)
+    return float(discrete_laplace_scale(check_bound(sensitivity, "sensitivity"), check_epsilon(epsilon)))
+
+
+def _noise_name(noise: NoiseSampler) -> str:
+    if isinstance(noise, ExactNoise):
+        return "exact discrete Laplace noise"
+    if isinstance(noise, FloatNoise):
+        return "double-geometric noise from numpy's float sampler (not exact: not for publication)"
+    return f"noise from {type(noise).__name__}"
 
 
 class LaplaceCounts:
-    """Add ``Lap(2 / epsilon)`` to every cell of a ``T x m`` count stream.
+    """Add discrete Laplace noise of scale ``sensitivity / epsilon`` (rounded up) to every cell of
+    a ``T x m`` integer count stream.
 
     Parameters
     ----------
     epsilon : float
         Budget of each time step's release.
-    seed : int, Generator or None
-        Source of the noise (see :mod:`dpstream.rng`; never publish a seeded release).
+    sensitivity : int
+        L1 sensitivity of one step's count vector: 2 (default) when a neighbour moves one user,
+        1 for add/remove-one-user neighbours.
+    seed : None, int, numpy Generator or bit source
+        Where the noise's random bits come from (:func:`~dpstream.noise.bits.make_bits`): None
+        (default) reads the operating system's CSPRNG, an int replays a seeded PCG64 (tests;
+        never publish a seeded release), a Generator is used as a bit source (studies).
+    noise : NoiseSampler, optional
+        Instead of ``seed``: the sampler itself (``ZeroNoise()`` for tests, ``FloatNoise`` for a
+        study that must be fast; neither is for publication).
+
+    Attributes
+    ----------
+    noise_scale : Fraction
+        The exact scale ``b`` of the noise, ``sensitivity / epsilon`` rounded up to a multiple of
+        ``2^-20``; ``scale`` is the same number as a float.
+    granularity : int
+        1: the released counts are integers.
 
     Privacy
     -------
@@ -42,27 +74,61 @@ class LaplaceCounts:
     neighbouring databases differ in the location of one user at one time step, which moves
     one unit of count from one location to another, so the count vector changes by 1 in two
     cells: L1 sensitivity ``Delta = 2``.  (The paper writes ``Lap(Delta / epsilon)`` without
-    fixing ``Delta``; 2 is what its bounded-database neighbour requires.)  Over ``T`` steps the
-    releases compose sequentially: a user's whole trajectory is protected at ``T epsilon``.
-    Post-processing (:mod:`dpstream.postprocess.estimators`) uses only the released counts
-    and public knowledge, so it costs nothing more.
+    fixing ``Delta``; 2 is what its bounded-database neighbour requires.)  The noise is exact
+    discrete Laplace, ``P[X = x]`` proportional to ``exp(-|x| / b)`` on the integers, drawn from
+    random bits by :class:`~dpstream.noise.sampler.ExactNoise`, with ``b >= Delta / epsilon``: the
+    ratio of the probabilities of any released vector under neighbours is at most
+    ``exp(Delta / b) <= exp(epsilon)``, for the numbers the computer produces.  Over ``T``
+    steps the releases compose sequentially: a user's whole trajectory is protected at
+    ``T epsilon``.  Post-processing (:mod:`dpstream.postprocess.estimators`) uses only the
+    released counts and public knowledge, so it costs nothing more.
 
     >>> noisy = LaplaceCounts(epsilon=1.0, seed=0).release(np.array([[3, 2], [1, 4]]))
-    >>> noisy.shape
-    (2, 2)
+    >>> noisy.shape, noisy.dtype
+    ((2, 2), dtype('int64'))
     """
 
-    def __init__(self, *, epsilon: float, seed: Seed = None) -> None:
+    granularity = 1
+    #: The noise law of the release, the likelihood post-processing assumes by default: the
+    #: two-sided geometric law of scale ``noise_scale``.
+    likelihood = "discrete_laplace"
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        sensitivity: int = int(COUNT_SENSITIVITY),
+        seed: BitsSeed = None,
+        noise: NoiseSampler | None = None,
+    ) -> None:
         self.epsilon = check_epsilon(epsilon)
-        self.scale = laplace_scale(self.epsilon)
-        self._rng = make_rng(seed)
+        self.sensitivity = check_positive_int(sensitivity, "sensitivity")
+        self.noise_scale: Fraction = discrete_laplace_scale(self.sensitivity, self.epsilon)
+        self.scale = float(self.noise_scale)
+        if noise is None:
+            self.noise: NoiseSampler = ExactNoise(bits=seed)
+        elif seed is not None:
+            raise ValueError(f"give seed or noise, not both, got seed={seed!r} and noise={noise!r}.")
+        elif not isinstance(noise, NoiseSampler):
+            raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}.")
+        else:
+            self.noise = noise
 
     def release(self, counts: np.ndarray) -> np.ndarray:
-        """Noisy counts ``R~ = R + Lap(2 / epsilon)``, same shape as ``counts``."""
-        counts = np.asarray(counts, dtype=np.float64)
-        if counts.ndim != 2 or counts.size == 0:
-            raise ValueError(f"counts must be a non-empty T x m array, got shape {counts.shape}.")
-        return counts + laplace_noise(self._rng, self.scale, counts.shape)
+        """Noisy counts ``R~ = R + X`` as int64, same shape as ``counts`` (which must hold integers)."""
+        array = np.asarray(counts)
+        if array.ndim != 2 or array.size == 0:
+            raise ValueError(f"counts must be a non-empty T x m array, got shape {array.shape}.")
+        if not np.issubdtype(array.dtype, np.integer):
+            if not np.issubdtype(array.dtype, np.floating):
+                raise ValueError(f"counts must hold integers, got dtype {array.dtype}.")
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.isfinite(array) & (array == np.rint(array)) & (np.abs(array) < 2.0**62))
+            if bad.any():
+                row, column = (int(i) for i in np.argwhere(bad)[0])
+                value = array[row, column].item()
+                raise ValueError(f"counts must hold integers, got counts[{row}, {column}] = {value!r}.")
+        return array.astype(np.int64) + self.noise.laplace_units(self.noise_scale, array.shape)
 
     def privacy(self) -> PrivacyGuarantee:
         """What one step's release spends."""
@@ -70,6 +136,9 @@ class LaplaceCounts:
             epsilon=self.epsilon,
             delta=0.0,
             neighbours=USER_STEP,
-            composition=f"Lap(2/epsilon) = Lap({self.scale:g}) per cell (count-vector L1 sensitivity 2); epsilon per "
-            "time step; T steps of one user's trajectory compose to T * epsilon",
+            composition=(
+                f"{_noise_name(self.noise)} of scale sensitivity/epsilon rounded up = {self.scale!r} per cell "
+                f"(count-vector L1 sensitivity {self.sensitivity}, so {self.sensitivity}/scale <= epsilon); "
+                "epsilon per time step; T steps of one user's trajectory compose to T * epsilon"
+            ),
         )

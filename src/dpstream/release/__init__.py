@@ -3,7 +3,7 @@
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState, optimal_smoothed_levels
-from dpstream.release.topl import Report, ToPL, ToPLClient, ToPLCollector
+from dpstream.release.topl import Report, ReportBatch, ToPL, ToPLClient, ToPLCollector
 from dpstream.release.tops import ToPS, ToPSState
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "HierarchicalPerturber",
     "PerturberState",
     "Report",
+    "ReportBatch",
     "ToPL",
     "ToPLClient",
     "ToPLCollector",

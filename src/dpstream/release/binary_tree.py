@@ -22,27 +22,63 @@ Outputs.  Each released value is the increment ``c^(i) - c^(i-1)`` of the noisy 
 sum of the outputs at positions ``[0, i)`` is exactly ``c^(i)`` and a range sum ``[i, j)`` is
 ``c^(j) - c^(i)``; the increments are post-processing of the noisy counts.
 
+Exact noise on a public grid (the default).  Values are rounded to the nearest multiple of a
+public granularity ``g`` (default: the largest power of two at most ``tau / 2^20``; PAK passes
+the one of its bound B) and held as int64 grid units; tau is rounded **up** to ``tau_units``
+steps.  Every node is its integer sum plus discrete Laplace noise of scale ``tau_units h / eps``
+grid units, rounded up to a multiple of ``2^-k``.  Noisy counts and their increments are then
+integers times ``g``: with a power-of-two ``g`` they are exact floats as long as they stay
+below ``2^53`` grid units, which the constructor checks up front (``n tau_units`` plus 40 noise
+scales per node on a prefix must stay below ``2^53``; a prefix's noise exceeds that with
+probability below ``h e^-40``, and a count that would reach ``2^53`` units raises rather than
+rounds).  ``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for
+publication).
+
 Privacy
 -------
-epsilon-DP at event level for values in ``[0, tau]`` (neighbours differ in the value at one
-position): one value changes one node per measured level by at most ``tau``, each of the ``h``
-levels is ``eps / h``-DP with ``Lap(tau h / eps)`` (sequential composition over levels), and
-the trees of successive blocks of ``n`` values read disjoint positions (parallel composition).
+epsilon'-DP at event level for values in ``[0, tau]`` (neighbours differ in the value at one
+position), with ``epsilon' = tau_units h / beta <= epsilon`` for the rounded-up scale ``beta``:
+one value changes one node per measured level by at most ``tau_units`` grid units, each of the
+``h`` levels is ``tau_units / beta``-DP (sequential composition over levels), and the trees of
+successive blocks of ``n`` values read disjoint positions (parallel composition).  Every node
+is an exact integer and every output a function of the nodes, so the guarantee holds for the
+numbers produced.  With ``key=``, tree ``i`` draws from ``KeyedBits(key, ("binary-tree", i))``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from dpstream._checks import check_bool, check_bound, check_epsilon, check_positive_int, check_stream_values
+from dpstream._checks import (
+    check_bool,
+    check_bound,
+    check_epsilon,
+    check_magnitude,
+    check_positive_int,
+    check_stream_values,
+)
 from dpstream.hierarchy import num_levels
-from dpstream.noise import laplace_noise
+from dpstream.hierarchy.tree import draw_noise_levels
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.grid import (
+    ceil_units,
+    choose_granularity,
+    epsilon_of_scale,
+    float_up,
+    round_up_scale,
+    to_units,
+)
+from dpstream.noise.sampler import NoiseSampler
+from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
-from dpstream.rng import Seed, make_rng
 
-__all__ = ["BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
+__all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
+
+#: Noisy counts stay exact multiples of a power-of-two grid below this many grid units.
+MAX_EXACT_UNITS = 1 << 53
 
 
 def prefix_nodes(count: int, levels: int) -> list[tuple[int, int]]:
@@ -69,14 +105,16 @@ def noise_prefix_sums(noise: list[np.ndarray]) -> np.ndarray:
 
     Vectorized in O(2^h): the top level contributes a running sum; a lower level ``l`` adds its
     node ``2k`` to the second half of every block of ``2^(l+1)`` prefixes (the prefixes whose
-    bit ``l`` is set).
+    bit ``l`` is set).  Integer noise gives integer (int64) sums, exactly.
 
     >>> noise_prefix_sums([np.array([1., 2, 3, 4]), np.array([10., 20])]).tolist()
     [0.0, 1.0, 10.0, 13.0, 30.0]
+    >>> noise_prefix_sums([np.array([1, 2, 3, 4]), np.array([10, 20])]).tolist()
+    [0, 1, 10, 13, 30]
     """
     levels = len(noise)
     size = noise[0].size  # 2^h leaves
-    prefix = np.zeros(size + 1)
+    prefix = np.zeros(size + 1, dtype=np.result_type(*noise))
     top = noise[-1]
     width = size // top.size
     prefix[width::width] = np.cumsum(top)
@@ -97,13 +135,14 @@ class BinaryTreeState:
 
     ``released`` counts values released; ``running`` is the true sum of the current tree's
     values; ``increments`` the precomputed noise of every output of the current tree (None
-    between trees); ``count`` the noisy count of all values released so far.
+    between trees); ``count`` the noisy count of all values released so far.  On the exact path
+    ``running``, ``increments`` and ``count`` are in grid units (ints), on the float path reals.
     """
 
     released: int
-    running: float
+    running: int | float
     increments: np.ndarray | None
-    count: float
+    count: int | float
 
 
 class BinaryTreeCounter:
@@ -122,40 +161,86 @@ class BinaryTreeCounter:
     clip : bool
         Clip values outside ``[0, upper_bound]`` instead of raising (only sensible when the
         bound is the public B).
-    seed : int, Generator or None
-        Source of all noise.
+    granularity : float, optional
+        g, the public grid (exact path); default the largest power of two at most
+        ``upper_bound / 2^20``.
+    seed : None, int, numpy Generator or bit source
+        Bits of the exact samplers: None (default) is the OS CSPRNG, an int a replayable PCG64.
+    noise : NoiseSampler or NoiseSource, optional
+        Instead of ``seed``: ``ZeroNoise()`` (tests) or ``FloatNoise(rng)`` (the studies' float
+        algorithm, NOT for publication).
+    key : bytes, optional
+        Instead of ``seed``: tree ``i`` draws from ``KeyedBits(key, ("binary-tree", i))``.
 
     Privacy
     -------
-    epsilon-DP at event level (neighbours: streams differing in the value at one position),
-    values in ``[0, upper_bound]``; ``Lap(tau h / eps)`` on each of ``h = ceil(log2 n)`` levels
+    ``privacy().epsilon`` (at most epsilon) -DP at event level (neighbours: streams differing
+    in the value at one position), values in ``[0, upper_bound]``; discrete Laplace of scale
+    ``tau h / eps`` (grid units, rounded up) on each of ``h = ceil(log2 n)`` levels
     (sequential), disjoint trees in parallel.  See the module docstring.
 
     Examples
     --------
-    >>> bt = BinaryTreeCounter(epsilon=1e9, upper_bound=1.0, max_range=8, seed=0)
+    >>> bt = BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=8, seed=0)
     >>> out = bt.release(np.ones(10))
-    >>> np.round(np.cumsum(out), 6).tolist()
-    [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
-    >>> bt.levels, bt.noise_scale == 3e-9
-    (3, True)
+    >>> bool(np.all(out / bt.granularity == np.rint(out / bt.granularity)))  # multiples of g
+    True
+    >>> bt.levels, bt.granularity == 2.0**-20, bt.noise_scale == 3.0
+    (3, True, True)
     """
 
     #: Values held out before the release starts: none (the interface of the release pipelines).
     hold = 0
 
     def __init__(
-        self, *, epsilon: float, upper_bound: float, max_range: int = 2**20, clip: bool = False, seed: Seed = None
+        self,
+        *,
+        epsilon: float,
+        upper_bound: float,
+        max_range: int = 2**20,
+        clip: bool = False,
+        granularity: float | None = None,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | NoiseSource | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
-        self.upper_bound = check_bound(upper_bound)
+        bound = check_bound(upper_bound)
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.clip = check_bool(clip, "clip")
         self.levels = num_levels(self.max_range, 2)
-        self.noise_scale = self.upper_bound * self.levels / self.epsilon
-        self._rng = make_rng(seed)
-        self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET)
-        self.state = BinaryTreeState(released=0, running=0.0, increments=None, count=0.0)
+        check_magnitude(bound * self.levels / self.epsilon, "the noise scale upper_bound * levels / epsilon")
+        check_magnitude(bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=("binary-tree",))
+        self.exact = self._source.exact
+        if self.exact:
+            self._set_grid(bound, granularity)
+        else:
+            if granularity is not None:
+                raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
+            self.granularity = None
+            self.upper_bound = bound
+            self.noise_scale = self.upper_bound * self.levels / self.epsilon
+            self.spent_epsilon = self.epsilon
+        self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET; grid units if exact)
+        zero = 0 if self.exact else 0.0
+        self.state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)
+
+    def _set_grid(self, bound: float, granularity: float | None) -> None:
+        factor = Fraction(self.levels) / Fraction(self.epsilon)
+        g = choose_granularity(granularity, bound, units_factor=factor)
+        self.granularity = g
+        self.bound_units = ceil_units(bound, g)
+        self.upper_bound = float_up(Fraction(self.bound_units) * Fraction(g))
+        self.noise_scale_units = round_up_scale(self.bound_units * factor)
+        self.noise_scale = float(self.noise_scale_units) * g
+        self.spent_epsilon = epsilon_of_scale(self.bound_units * self.levels, self.noise_scale_units)
+        worst = 2**self.levels * self.bound_units + 40 * self.levels * self.noise_scale_units
+        if worst >= MAX_EXACT_UNITS:
+            raise ValueError(
+                f"max_range * upper_bound / granularity plus the noise must stay below 2^53 grid units so that "
+                f"counts are exact, got {float(worst):.4g} units; use a coarser granularity or a smaller max_range."
+            )
 
     @property
     def threshold(self) -> float:
@@ -170,24 +255,40 @@ class BinaryTreeCounter:
 
     @property
     def count(self) -> float:
-        """The noisy count of every value released so far."""
+        """The noisy count of every value released so far (grid units times g, correctly rounded)."""
+        if self.exact:
+            return float(self.state.count * Fraction(self.granularity))
         return self.state.count
 
     def privacy(self) -> PrivacyGuarantee:
-        """epsilon-DP at event level for values in [0, upper_bound]."""
+        """``spent_epsilon``-DP (at most epsilon) at event level for values in [0, upper_bound]."""
+        if self.exact:
+            scale = self.noise_scale_units
+            noise = (
+                f"discrete Laplace of scale tau*h/eps = {scale.numerator}/{scale.denominator} grid units "
+                f"(= {self.noise_scale:g}; g = {self.granularity:g}, tau = {self.bound_units} units)"
+            )
+        else:
+            noise = f"Lap(tau*h/eps) = Lap({self.noise_scale:g})"
         return PrivacyGuarantee(
-            epsilon=self.epsilon,
+            epsilon=self.spent_epsilon,
             delta=0.0,
             neighbours=EVENT_LEVEL,
             composition=(
-                f"Lap(tau*h/eps) = Lap({self.noise_scale:g}) on every node of h = {self.levels} levels "
+                f"{noise} on every node of h = {self.levels} levels "
                 f"(eps/{self.levels} each, sequential); a fresh tree per {self.max_range} values (parallel)"
             ),
+            noise=self._source.describe(),
         )
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels
-        self.noise = [laplace_noise(self._rng, self.noise_scale, size >> level) for level in range(self.levels)]
+        sampler = self._source.sampler(self.state.released // self.max_range)
+        if self.exact:
+            draws = sampler.laplace_units(self.noise_scale_units, 2 * size - 2)  # leaves first, then up
+            self.noise = np.split(draws, np.cumsum([size >> level for level in range(self.levels)])[:-1])
+        else:
+            self.noise = draw_noise_levels(None, size, 2, self.levels, self.noise_scale, noise=sampler)
         increments = np.diff(noise_prefix_sums(self.noise))[: self.max_range]
         self.state.increments = increments
         return increments
@@ -199,6 +300,9 @@ class BinaryTreeCounter:
         return self._release(values)
 
     def _release(self, values: np.ndarray) -> np.ndarray:
+        if self.exact:
+            units = to_units(values, self.granularity, self.bound_units)
+            return self._scale(self._release_units(units))
         st = self.state
         out = np.empty(values.size)
         done = 0
@@ -215,6 +319,31 @@ class BinaryTreeCounter:
             if position + take == self.max_range:
                 st.increments, st.running = None, 0.0
         return out
+
+    def _release_units(self, units: np.ndarray) -> np.ndarray:
+        """The exact path: released increments in grid units (int64)."""
+        st = self.state
+        out = np.empty(units.size, dtype=np.int64)
+        done = 0
+        while done < units.size:
+            position = st.released % self.max_range
+            increments = st.increments if st.increments is not None else self._start_tree()
+            take = min(units.size - done, self.max_range - position)
+            segment = units[done : done + take]
+            out[done : done + take] = segment + increments[position : position + take]
+            st.running += int(segment.sum())
+            st.count += int(out[done : done + take].sum())
+            st.released += take
+            done += take
+            if position + take == self.max_range:
+                st.increments, st.running = None, 0
+        return out
+
+    def _scale(self, units: np.ndarray) -> np.ndarray:
+        """Grid units to values: ``units g``, exact for a power-of-two g and ``|units| < 2^53``."""
+        if np.any(np.abs(units) >= MAX_EXACT_UNITS):
+            raise OverflowError("a noisy increment reached 2^53 grid units and cannot be released exactly.")
+        return units * self.granularity
 
     def release_one(self, value: float) -> float:
         """Release one value; equals the batch path for the same seed."""

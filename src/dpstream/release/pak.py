@@ -12,19 +12,34 @@ falls back to B, since no truncation threshold can be <= 0.
 Step 2's ``Lap(tau / eps2)`` has sensitivity tau only if the first m values are truncated at
 tau too; PAK does not say so, and we truncate them (post-processing of the private tau).
 
+Exact noise on a public grid (the default; ``g`` the largest power of two at most
+``B / 2^20``).  tau is S-PAK's continuous mechanism rounded up to the grid, sampled exactly
+(:mod:`dpstream.thresholds.smooth_sensitivity` says what that covers: its center and scale are
+float64 evaluations); the held-out sum is the integer sum of the truncated values in grid units
+plus discrete Laplace noise of scale ``tau_units / eps2`` (rounded up); the tree is the exact
+binary tree on the same grid (for an uncapped tau so far above B that the noise scale would
+leave the sampler's range, the grid of the sum and the tree is doubled until it fits: a function
+of the public tau).  S-PAK with Gaussian noise is float-only and refused there.
+``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).  With
+``key=``, S-PAK draws from the identity ``("pak", "threshold")``, the sum from
+``("pak", "sum")`` and tree ``i`` from ``("pak", "tree", i)``.
+
 PAK's optimizer of its local parameters (Eq. 16) and its heuristics for m tune on the data:
 they are analysis, not part of the mechanism, and live in :mod:`dpstream.evaluation.pak_analysis`.
 
 Privacy
 -------
 (eps, delta)-DP at event level (neighbours: streams differing in the value at one position;
-values in [0, B]).  Steps 1-2 read the first m values: (eps1, delta) + (eps2, 0) compose
-sequentially to (eps1 + eps2, delta).  Steps 3-6 read the rest: eps-DP given the public tau.
-The two parts read disjoint positions (parallel composition), so the whole is
-``(max(eps1 + eps2, eps), delta) = (eps, delta)``.
+values in [0, B]).  Steps 1-2 read the first m values: (eps1, delta) + (eps2', 0) compose
+sequentially to (eps1 + eps2', delta).  Steps 3-6 read the rest: eps'-DP given the public tau.
+The primes are the budgets recomputed from the rounded-up scales, at most those asked.  The
+two parts read disjoint positions (parallel composition), so the whole is
+``(max(eps1 + eps2', eps'), delta) <= (eps, delta)``.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 
@@ -33,15 +48,21 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_magnitude,
     check_percentile,
     check_positive_int,
     check_probability,
 )
-from dpstream.noise import laplace_noise
+from dpstream.hierarchy import num_levels
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
+from dpstream.noise.float_continuous import float_laplace
+from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
+from dpstream.noise.sampler import NoiseSampler
+from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.holdout import HoldOutRelease
-from dpstream.rng import Seed, make_rng
 from dpstream.thresholds.smooth_sensitivity import NOISES, pak_parameters, pak_threshold
 
 __all__ = [
@@ -93,13 +114,24 @@ class PAK(HoldOutRelease):
         eps1 / eps (default 0.85, PAK Section VI-B).
     delta : float, optional
         Default ``1 / n^2`` with ``n = hold + max_range`` (ToPS Appendix B).
-    percentile, beta, multiplier, noise
+    percentile, beta, multiplier
         Of S-PAK (:func:`~dpstream.thresholds.smooth_sensitivity.pak_threshold`).
+    threshold_noise : str
+        S-PAK's noise, "laplace" (default) or "gaussian" (float-only: needs ``noise=FloatNoise``).
     capped : bool
         True: tau >= B falls back to B (Mechanism 1).  False: the ToPS paper's uncapped variant.
     clip : bool
         Clip values outside [0, B] instead of raising.
-    seed : int, Generator or None
+    granularity : float, optional
+        g, the public grid of tau, the held-out sum and the tree (exact path); default the
+        largest power of two at most ``B / 2^20``.
+    seed : None, int, numpy Generator or bit source
+        Bits of the exact samplers: None (default) is the OS CSPRNG, an int a replayable PCG64.
+    noise : NoiseSampler, optional
+        Instead of ``seed``: ``ZeroNoise()`` (tests) or ``FloatNoise(rng)`` (the studies' float
+        algorithm, NOT for publication).
+    key : bytes, optional
+        Instead of ``seed``: a secret key; each part draws from its own keyed stream.
 
     Privacy
     -------
@@ -111,8 +143,8 @@ class PAK(HoldOutRelease):
     >>> stream = rng.integers(0, 20, size=3000).astype(float)
     >>> pak = PAK(epsilon=5.0, upper_bound=1000, hold=1000, max_range=2048, seed=1)
     >>> out = pak.release(stream)
-    >>> out.shape, pak.threshold <= 1000, pak.privacy().delta == 1 / 3048**2
-    ((2000,), True, True)
+    >>> out.shape, pak.threshold <= 1000, pak.privacy().delta == 1 / 3048**2, pak.privacy().epsilon <= 5
+    ((2000,), True, True, True)
     """
 
     def __init__(
@@ -127,10 +159,13 @@ class PAK(HoldOutRelease):
         percentile: float = PAK_PERCENTILE,
         beta: float = PAK_BETA,
         multiplier: float = PAK_MULTIPLIER,
-        noise: str = "laplace",
+        threshold_noise: str = "laplace",
         capped: bool = True,
         clip: bool = False,
-        seed: Seed = None,
+        granularity: float | None = None,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
@@ -146,42 +181,92 @@ class PAK(HoldOutRelease):
         self.percentile = check_percentile(percentile)
         self.beta = beta
         self.multiplier = multiplier
-        self.noise = check_choice(noise, "noise", NOISES)
+        self.threshold_noise = check_choice(threshold_noise, "threshold_noise", NOISES)
         self.capped = check_bool(capped, "capped")
         self.clip = check_bool(clip, "clip")
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=("pak",))
+        if self._source.exact and self.threshold_noise == "gaussian":
+            raise ValueError(
+                "threshold_noise='gaussian' is float-only (S-PAK's Gaussian threshold has no exact sampler); "
+                "use threshold_noise='laplace', or noise=FloatNoise(rng) for a study (NOT for publication)."
+            )
         pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
-                       noise=self.noise)  # validates the threshold's parameters now, not after the hold-out
-        self._rng = make_rng(seed)
+                       noise=self.threshold_noise)  # validates the threshold's parameters now, not after the hold-out
+        # tau <= B when capped: refuse now the parameters whose noise would overflow float64 after the hold-out
+        check_magnitude(self.upper_bound * num_levels(self.max_range, 2) / self.epsilon,
+                        "the binary tree's largest noise scale upper_bound * levels / epsilon")
+        check_magnitude(self.upper_bound / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
+        check_magnitude(self.upper_bound * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
+        self.granularity: float | None = None
+        if self._source.exact:
+            factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon),
+                         1 / Fraction(self.sum_epsilon))
+            self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
+            round_up_scale(ceil_units(self.upper_bound, self.granularity) * factor)  # a grid too fine: refused now
+        elif granularity is not None:
+            raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
         self._start_hold_out()
         self.raw_threshold: float | None = None
         self.held_sum: float | None = None
+        self._sum_epsilon_spent: float | None = None
 
     def privacy(self) -> PrivacyGuarantee:
-        """(epsilon, delta) for any split: eps1 + eps2 on the hold-out, eps on the rest, in parallel."""
+        """(epsilon, delta) for any split: eps1 + eps2' on the hold-out, eps' on the rest, in parallel.
+
+        eps2' and eps' are recomputed from the rounded-up scales once tau is known (they depend
+        on tau in grid units); before, they are stated as eps2 and eps, upper bounds.
+        """
+        exact = self._source.exact
+        sum_epsilon = self.sum_epsilon if self._sum_epsilon_spent is None else self._sum_epsilon_spent
+        tree_epsilon = self.epsilon if self._stream is None else self._stream.spent_epsilon
+        source = self._source.describe()
+        if exact:
+            threshold_noise = ("S-PAK's Laplace threshold sampled exactly and rounded up to the grid (its center and "
+                               f"scale are float64 evaluations, not covered exactly) + {source}")
+        else:
+            threshold_noise = source
         threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=self.delta, neighbours=EVENT_LEVEL,
-                                     composition="S-PAK threshold")
-        held_sum = PrivacyGuarantee(epsilon=self.sum_epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+                                     composition="S-PAK threshold", noise=threshold_noise)
+        held_sum = PrivacyGuarantee(epsilon=sum_epsilon, delta=0.0, neighbours=EVENT_LEVEL, noise=source,
                                     composition="Lap(tau/eps2) sum of the held-out values")
-        tree = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+        tree = PrivacyGuarantee(epsilon=tree_epsilon, delta=0.0, neighbours=EVENT_LEVEL, noise=source,
                                 composition="binary tree on the rest")
+        grid = "" if self.granularity is None else f" (grid g = {self.granularity:g})"
         return threshold.compose_sequential(held_sum).compose_parallel(tree, composition=(
-            f"S-PAK threshold ({self.threshold_epsilon:g}, {self.delta:g})-DP and Lap(tau/{self.sum_epsilon:g}) "
-            f"sum, sequential, on the first {self.hold} values; binary tree {self.epsilon:g}-DP on the "
-            "rest; parallel composition"
+            f"S-PAK threshold ({self.threshold_epsilon:g}, {self.delta:g})-DP and Lap(tau/{sum_epsilon:g}) "
+            f"sum, sequential, on the first {self.hold} values; binary tree {tree_epsilon:g}-DP on the "
+            f"rest; parallel composition{grid}"
         ))
 
     def _choose_threshold(self) -> None:
+        sampler = self._source.sampler("threshold")
         self.raw_threshold = pak_threshold(
             self._held, epsilon=self.threshold_epsilon, delta=self.delta, upper_bound=self.upper_bound,
-            rng=self._rng, percentile=self.percentile, beta=self.beta, multiplier=self.multiplier,
-            noise=self.noise,
+            sampler=sampler, granularity=self.granularity, percentile=self.percentile, beta=self.beta,
+            multiplier=self.multiplier, noise=self.threshold_noise,
         )
         tau = cap_threshold(self.raw_threshold, self.upper_bound, capped=self.capped)
-        truncated_sum = float(np.minimum(self._held, tau).sum())
-        self.held_sum = truncated_sum + float(laplace_noise(self._rng, tau / self.sum_epsilon, 1)[0])
-        self._threshold = tau
+        if not self._source.exact:
+            truncated_sum = float(np.minimum(self._held, tau).sum())
+            self.held_sum = truncated_sum + float(float_laplace(sampler, tau / self.sum_epsilon, 1)[0])
+            self._threshold = tau
+            self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
+                                             noise=self._source.child("tree"))
+            return
+        g = self.granularity
+        factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon), 1 / Fraction(self.sum_epsilon))
+        while ceil_units(tau, g) * factor > MAX_LAPLACE_NUMERATOR // 2 and 2 * g <= tau:
+            g *= 2.0  # an uncapped tau far above B: a coarser grid, a function of the public tau
+        self.granularity = g
         self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
-                                         seed=self._rng)
+                                         granularity=g, noise=self._source.child("tree"))
+        tau_units = self._stream.bound_units
+        self._threshold = self._stream.upper_bound  # tau rounded up to the grid
+        scale = round_up_scale(Fraction(tau_units) / Fraction(self.sum_epsilon), what="held-out sum's noise scale")
+        total = int(to_units(np.minimum(self._held, self._threshold), g, tau_units).sum())
+        noisy = total + int(self._source.sampler("sum").laplace_units(scale, 1)[0])
+        self.held_sum = float(noisy * Fraction(g))
+        self._sum_epsilon_spent = epsilon_of_scale(tau_units, scale)
 
     def release(self, values: object) -> np.ndarray:
         """Consume a batch; return the increments of the noisy running sum after the hold-out.

@@ -19,23 +19,44 @@ Algorithm 1 prints the last output as ``cur_node - u x (16^s - 1)``; since the o
 were ``u / 16^s`` each, the sum property the algorithm relies on needs
 ``cur_node - (16^s - 1) u / 16^s``, which is what we release.
 
+Exact noise on a public grid (the default).  Values are rounded to the nearest multiple of a
+public granularity ``g`` (default: the largest power of two at most ``theta / 2^20``; ToPS
+passes the one of its bound B) and held as int64 grid units; theta is rounded **up** to
+``theta_units = ceil(theta / g)`` steps.  A node's measurement is its integer sum plus discrete
+Laplace noise of scale ``theta_units (h - s) / eps`` grid units, rounded up to a multiple of
+``2^-k`` (:func:`~dpstream.noise.grid.round_up_scale`).  Consistency is computed exactly
+(:func:`~dpstream.hierarchy.tree.consistent_leaves`): a block's estimate is the rational
+``u = T + integer + remainder / q``, and the released float ``(float(T + integer) +
+remainder / q) g`` is a deterministic function of the exact measurements (not of ``T`` and the
+noise separately, which float sums would make it).  The smoother and the last-value rule are
+float post-processing of these estimates.  ``noise=FloatNoise(rng)`` runs the float algorithm
+of the studies instead (no grid, float Laplace; NOT for publication).
+
 Privacy
 -------
 epsilon-DP at event level for streams with values in [0, theta] (neighbours differ in one
 value; theta must not depend on the stream after the hold-out).  One value changes one node per
-measured level by at most theta, so ``Lap(theta (h - s) / eps)`` is ``eps / (h - s)``-DP per
-level and eps-DP over the ``h - s`` levels (sequential composition).  Chunks are disjoint
-(parallel composition), and consistency and smoothing are post-processing.
+measured level by at most ``theta_units`` grid units, so discrete Laplace noise of scale
+``beta >= theta_units (h - s) / eps`` is ``theta_units / beta``-DP per level, and the ``h - s``
+levels compose sequentially to ``theta_units (h - s) / beta <= eps``: the budget
+:meth:`HierarchicalPerturber.privacy` states, recomputed from the rounded scale.  It holds for
+the numbers the computer produces: every measurement is an exact integer, every output a
+deterministic function of the measurements.  Chunks are disjoint (parallel composition), and
+rounding to the grid (a function of each value alone), consistency and smoothing are
+post-processing.
 
 The streaming state is explicit (:class:`PerturberState`): noise is drawn once per chunk and
-kept until the chunk ends, so saving and restoring the state (with the generator's state)
-never re-draws noise for a released position.
+kept until the chunk ends, so saving and restoring the state (with the noise source) never
+re-draws noise for a released position.  With ``key=``, the noise of chunk ``c`` is drawn from
+``KeyedBits(key, ("tops", c))``: it depends on nothing but the key and ``c``, so a restarted
+release recomputes it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -43,15 +64,27 @@ import numpy as np
 from dpstream._checks import (
     check_bound,
     check_epsilon,
+    check_magnitude,
     check_nonnegative,
     check_nonnegative_int,
     check_positive_int,
     check_stream_values,
 )
 from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
-from dpstream.noise.sampler import NoiseSampler, make_noise
+from dpstream.hierarchy.tree import consistency_weights, consistent_leaves, draw_noise_units
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.grid import (
+    ceil_units,
+    choose_granularity,
+    epsilon_of_scale,
+    float_up,
+    is_power_of_two,
+    round_up_scale,
+    to_units,
+)
+from dpstream.noise.sampler import NoiseSampler
+from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
-from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
 
 __all__ = ["HierarchicalPerturber", "PerturberState", "optimal_smoothed_levels"]
@@ -83,16 +116,20 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
 
 @dataclass(kw_only=True)
 class PerturberState:
-    """Everything the perturber needs to continue a stream (the generator aside).
+    """Everything the perturber needs to continue a stream (the noise source aside).
 
     Attributes
     ----------
     released : int
         Values released so far.
     noise : ndarray or None
-        Consistent noise of the current chunk's leaves (blocks); None between chunks.
-    chunk_total, block_start_total : float
-        Running sum of the chunk's values, and its value where the current block started.
+        The current chunk's consistent leaf noise: on the exact path its integer part (int64
+        grid units), on the float path the noise itself (float64); None between chunks.
+    noise_fraction : ndarray or None
+        Exact path: ``remainder / q`` of each leaf's consistent noise, as float64.
+    chunk_total, block_start_total : int or float
+        Running sum of the chunk's values (grid units on the exact path), and its value where
+        the current block started.
     block_end : int
         Position in the chunk of the current block's last value.
     prediction : float
@@ -103,11 +140,12 @@ class PerturberState:
 
     released: int
     noise: np.ndarray | None
-    chunk_total: float
-    block_start_total: float
+    chunk_total: int | float
+    block_start_total: int | float
     block_end: int
     prediction: float
     smoother_state: Any
+    noise_fraction: np.ndarray | None = None
 
 
 class HierarchicalPerturber:
@@ -116,7 +154,8 @@ class HierarchicalPerturber:
     Parameters
     ----------
     threshold : float
-        theta: values must already be truncated to [0, theta].  Public.
+        theta: values must already be truncated to [0, theta].  Public.  On the exact path it
+        is rounded up to the grid (:attr:`threshold` is the rounded value).
     epsilon : float
         Budget of the hierarchy.
     max_range : int
@@ -127,23 +166,35 @@ class HierarchicalPerturber:
         s; None chooses it by Eq. 7.  ``0`` releases every leaf (no smoothing).
     smoother : str or Smoother
         recent (default), mean, median, moving_average or exponential.
-    seed : int, Generator or None
-        Source of all noise.
-    noise : NoiseSampler or None
-        Where the node noise comes from; None (default) is numpy's float Laplace on the
-        generator of ``seed``.  ``ZeroNoise()`` makes the arithmetic exact for tests.
+    granularity : float, optional
+        g, the public grid step (exact path); default the largest power of two at most
+        ``threshold / 2^20`` (coarser only for tiny budgets, see
+        :func:`~dpstream.noise.grid.choose_granularity`).
+    seed : None, int, numpy Generator or bit source
+        Bits of the exact samplers: None (default) is the OS CSPRNG, an int a replayable PCG64
+        (tests; not secret).
+    noise : NoiseSampler or NoiseSource, optional
+        Instead of ``seed``: ``ZeroNoise()`` makes the arithmetic exact for tests;
+        ``FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).
+    key : bytes, optional
+        Instead of ``seed``: a secret key; chunk ``c`` draws from ``KeyedBits(key, ("tops", c))``.
     prior : float, optional
         The smoother's start, a_0: the prediction for every value of the first block.  None
         (default) is Algorithm 1's ``theta / 2``; a private estimate of the level (e.g. the
         noisy mean of the hold-out, :func:`~dpstream.thresholds.model.noisy_mean`) is better.
         It must not depend on the values this perturber releases; clipped to [0, theta].
 
+    Privacy
+    -------
+    ``privacy().epsilon`` (at most ``epsilon``) -DP at event level for values in [0, threshold]:
+    discrete Laplace on each of the ``h - s`` measured levels; see the module docstring.
+
     Examples
     --------
     >>> p = HierarchicalPerturber(threshold=10, epsilon=1.0, max_range=256, fanout=16, seed=1)
     >>> out = p.release(np.full(512, 5.0))
-    >>> out.shape, p.smoothed_levels
-    ((512,), 1)
+    >>> out.shape, p.smoothed_levels, p.granularity == 2.0**-17, p.privacy().epsilon <= 1.0
+    ((512,), 1, True, True)
     """
 
     def __init__(
@@ -155,11 +206,13 @@ class HierarchicalPerturber:
         fanout: int = 16,
         smoothed_levels: int | None = None,
         smoother: str | Smoother = "recent",
-        seed: Seed = None,
-        noise: NoiseSampler | None = None,
+        granularity: float | None = None,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | NoiseSource | None = None,
+        key: bytes | None = None,
         prior: float | None = None,
     ) -> None:
-        self.threshold = check_bound(threshold, "threshold")
+        threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.fanout = check_positive_int(fanout, "fanout", minimum=2)
@@ -175,51 +228,112 @@ class HierarchicalPerturber:
         self.smoother = make_smoother(smoother)
         self.block_size = self.fanout**self.smoothed_levels
         self.measured_levels = self.levels - self.smoothed_levels
-        self.noise_scale = self.threshold * self.measured_levels / self.epsilon
+        check_magnitude(threshold * self.measured_levels / self.epsilon,
+                        "the noise scale threshold * (h - s) / epsilon")
+        check_magnitude(threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
         self.blocks_per_chunk = -(-self.max_range // self.block_size)
-        self._rng = make_rng(seed)
-        self._noise = make_noise(noise, self._rng)
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
+        self.exact = self._source.exact
+        if self.exact:
+            self._set_grid(threshold, granularity)
+        else:
+            if granularity is not None:
+                raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
+            self.granularity = None
+            self.threshold = threshold
+            self.noise_scale = self.threshold * self.measured_levels / self.epsilon
+            self.spent_epsilon = self.epsilon
         prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
         self.prior = prior
         self.state = PerturberState(
             released=0,
             noise=None,
-            chunk_total=0.0,
-            block_start_total=0.0,
+            chunk_total=0 if self.exact else 0.0,
+            block_start_total=0 if self.exact else 0.0,
             block_end=min(self.block_size, self.max_range) - 1,
             prediction=prior,
             smoother_state=self.smoother.init(prior),
         )
 
+    def _set_grid(self, threshold: float, granularity: float | None) -> None:
+        factor = Fraction(self.measured_levels) / Fraction(self.epsilon)
+        g = choose_granularity(granularity, threshold, units_factor=factor)
+        self.granularity = g
+        self.threshold_units = ceil_units(threshold, g)
+        self.threshold = float_up(Fraction(self.threshold_units) * Fraction(g))
+        if self.max_range * self.threshold_units >= 1 << 52:
+            raise ValueError(
+                f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
+                f"float64), got {self.max_range} * {self.threshold_units}; use a coarser granularity."
+            )
+        sensitivity = self.threshold_units * self.measured_levels
+        self.noise_scale_units = round_up_scale(Fraction(sensitivity) / Fraction(self.epsilon))
+        self.noise_scale = float(self.noise_scale_units) * g
+        self.spent_epsilon = epsilon_of_scale(sensitivity, self.noise_scale_units)
+        self._inverse = 1.0 / g if is_power_of_two(g) else None
+        self.consistency_denominator = consistency_weights(self.fanout, self.measured_levels)[0]
+
+    @property
+    def leaf_granularity(self) -> float | None:
+        """Exact path: the block estimates ``u`` lie on the lattice ``g / q`` (q the consistency
+        denominator) around the block's true sum; at ``s = 0`` every released value does."""
+        return None if not self.exact else self.granularity / self.consistency_denominator
+
     def privacy(self) -> PrivacyGuarantee:
-        """The guarantee: epsilon-DP at event level for values in [0, threshold]."""
+        """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]."""
+        h_s = self.measured_levels
+        if self.exact:
+            noise = (
+                f"discrete Laplace of scale {self.noise_scale_units.numerator}/{self.noise_scale_units.denominator} "
+                f"grid units (= {self.noise_scale:g}; g = {self.granularity:g}, theta = {self.threshold_units} units) "
+            )
+        else:
+            noise = f"Laplace noise of scale theta*(h-s)/eps = {self.noise_scale:g} "
         return PrivacyGuarantee(
-            epsilon=self.epsilon,
+            epsilon=self.spent_epsilon,
             delta=0.0,
             neighbours=EVENT_LEVEL,
             composition=(
-                f"Laplace noise of scale theta*(h-s)/eps = {self.noise_scale:g} on each of "
-                f"h-s = {self.measured_levels} levels (eps/{self.measured_levels} each, sequential); "
+                f"{noise}on each of h-s = {h_s} levels (eps/{h_s} each, sequential); "
                 f"a fresh hierarchy per {self.max_range} values (parallel)"
             ),
+            noise=self._source.describe(),
         )
 
     # -- noise ---------------------------------------------------------------------------
 
     def _draw_chunk(self) -> np.ndarray:
-        levels = draw_noise_levels(
-            self._rng, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale, noise=self._noise
-        )
-        noise = make_consistent(levels, self.fanout)[0][: self.blocks_per_chunk].copy()
-        self.state.noise = noise
-        return noise
+        st = self.state
+        sampler = self._source.sampler(st.released // self.max_range)
+        if self.exact:
+            levels = draw_noise_units(
+                sampler, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale_units
+            )
+            leaves = consistent_leaves(levels, self.fanout)
+            st.noise = leaves.integer[: self.blocks_per_chunk].copy()
+            st.noise_fraction = leaves.fraction()[: self.blocks_per_chunk].copy()
+        else:
+            levels = draw_noise_levels(
+                None, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale, noise=sampler
+            )
+            st.noise = make_consistent(levels, self.fanout)[0][: self.blocks_per_chunk].copy()
+        return st.noise
 
     def _end_chunk(self) -> None:
         st = self.state
         st.noise = None
-        st.chunk_total = 0.0
-        st.block_start_total = 0.0
+        st.noise_fraction = None
+        st.chunk_total = 0 if self.exact else 0.0
+        st.block_start_total = 0 if self.exact else 0.0
         st.block_end = min(self.block_size, self.max_range) - 1
+
+    def _block_values(self, totals: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """Block estimates ``u`` (real units) from true block totals and the chunk's noise."""
+        st = self.state
+        if not self.exact:
+            return totals + st.noise[blocks]
+        units = (totals + st.noise[blocks]) + st.noise_fraction[blocks]  # the first sum is an exact integer
+        return units * self.granularity
 
     # -- batch -----------------------------------------------------------------------------
 
@@ -239,6 +353,8 @@ class HierarchicalPerturber:
 
     def _release(self, values: np.ndarray) -> np.ndarray:
         """The batch path, for values already checked and truncated."""
+        if self.exact:
+            values = self._units(values)
         out = np.empty(values.size, dtype=np.float64)
         done = 0
         while done < values.size:
@@ -248,33 +364,57 @@ class HierarchicalPerturber:
             done += take
         return out
 
+    def _units(self, values: np.ndarray) -> np.ndarray:
+        """Values rounded to the grid, in grid units, as integral float64 (exact: below 2^53).
+
+        Equal to :func:`~dpstream.noise.grid.to_units` as floats; kept as float64 so that block
+        sums need no int64 conversion (sums of integers below 2^53 are exact in float64, and the
+        constructor keeps ``max_range * threshold_units`` below 2^52).
+        """
+        if self._inverse is not None:
+            units = np.multiply(values, self._inverse)
+            return np.rint(units, out=units)
+        return to_units(values, self.granularity, self.threshold_units).astype(np.float64)
+
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
         st, bs, n = self.state, self.block_size, segment.size
-        noise = st.noise if st.noise is not None else self._draw_chunk()
-        totals = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # totals[i+1]: after segment[i]
+        if st.noise is None:
+            self._draw_chunk()
         first_block = position // bs
         blocks = np.arange(first_block, (position + n - 1) // bs + 1)
+        starts = blocks[1:] * bs - position  # where each later block starts in the segment
         ends = np.minimum((blocks + 1) * bs, self.max_range) - 1
         done_blocks = blocks[ends <= position + n - 1]
         done_ends = ends[: done_blocks.size] - position  # indices into segment
         counts = ends[: done_blocks.size] - done_blocks * bs + 1
-        end_totals = totals[done_ends + 1]
-        start_totals = np.concatenate(([st.block_start_total], end_totals[:-1]))
-        sums = (end_totals - start_totals) + noise[done_blocks]
+        if self.exact:  # integers in float64: any order of summation is exact
+            pieces = np.add.reduceat(segment, np.concatenate(([0], starts))) if n else np.zeros(1)
+            totals = pieces[: done_blocks.size].copy()
+            if totals.size:
+                totals[0] += st.chunk_total - st.block_start_total  # the part of the block before this call
+            chunk_total = st.chunk_total + int(pieces.sum())
+            block_start_total = chunk_total - (0 if done_blocks.size == blocks.size else int(pieces[-1]))
+        else:
+            cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]
+            end_totals = cumulative[done_ends + 1]
+            totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
+            chunk_total = cumulative[-1].item()
+            block_start_total = end_totals[-1].item() if done_blocks.size else st.block_start_total
+        sums = self._block_values(totals, done_blocks)
         if bs == 1:
             predictions = np.full(done_blocks.size + 1, st.prediction)  # never used: count is 1
             new_smoother_state = st.smoother_state
         else:
             after, new_smoother_state = self.smoother.step(st.smoother_state, sums / counts)
             predictions = np.concatenate(([st.prediction], after))
-        out = predictions[(position + np.arange(n)) // bs - first_block]
+        out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
         out[done_ends] = sums - (counts - 1) * predictions[: done_blocks.size]
         st.released += n
-        st.chunk_total = float(totals[-1])
+        st.chunk_total = chunk_total
         st.prediction = float(predictions[done_blocks.size])
         st.smoother_state = new_smoother_state
         if done_blocks.size:
-            st.block_start_total = float(end_totals[-1])
+            st.block_start_total = block_start_total
             st.block_end = int(min((done_blocks[-1] + 2) * bs, self.max_range) - 1)
         if position + n == self.max_range:
             self._end_chunk()
@@ -282,18 +422,29 @@ class HierarchicalPerturber:
 
     # -- one value -------------------------------------------------------------------------
 
+    def _unit(self, value: float) -> int:
+        """One value in grid units, exactly as :func:`~dpstream.noise.grid.to_units` rounds a batch."""
+        if self._inverse is not None:
+            return round(value * self._inverse)  # round half to even, as numpy's rint
+        return min(round(value / self.granularity), self.threshold_units)
+
     def _release_one(self, value: float) -> float:
         """The one-value path, for a value already checked and truncated."""
         st = self.state
-        noise = st.noise if st.noise is not None else self._draw_chunk()
+        if st.noise is None:
+            self._draw_chunk()
         position = st.released % self.max_range
-        st.chunk_total += value
+        st.chunk_total += self._unit(value) if self.exact else value
         st.released += 1
         if position != st.block_end:
             return st.prediction
         bs = self.block_size
         block = position // bs
-        block_sum = (st.chunk_total - st.block_start_total) + float(noise[block])
+        total = st.chunk_total - st.block_start_total
+        if self.exact:
+            block_sum = (float(total + int(st.noise[block])) + float(st.noise_fraction[block])) * self.granularity
+        else:
+            block_sum = total + float(st.noise[block])
         count = position - block * bs + 1
         out = block_sum - (count - 1) * st.prediction
         if bs > 1:

@@ -1,34 +1,41 @@
 """ToPL: continual release under local differential privacy (Section 4).
 
 No trusted curator.  Each value is perturbed by the client that holds it; the collector sees
-only reports, which are plain data -- a :class:`Report` is a mechanism code and one float, a
-batch is two arrays -- and can be sent over a network as they are.
+only reports, which are plain data -- a :class:`Report` is a mechanism code and one grid index, a
+:class:`ReportBatch` two integer arrays -- with one JSON form, the wire format of
+:mod:`dpstream.release.topl_wire`, for the reports and for the parameters the collector publishes.
 
 1. Threshold (Section 4.1).  While no theta is published, a client reports ``v / B`` with
-   Square Wave at ``threshold_epsilon``.  After ``hold`` (m) such reports the collector
-   estimates their distribution (EM, or EMS for plain SW) and publishes the theta that
+   Square Wave at ``threshold_epsilon``, on the grid of the collector's ``buckets``.  After
+   ``hold`` (m) such reports the collector estimates their distribution (EM, or EMS for plain SW,
+   with the discretized mechanism's exact transition matrix) and publishes the theta that
    minimizes Eq. 8 (:func:`dpstream.thresholds.square_wave.square_wave_threshold`).
 2. Perturber (Section 4.2).  Once theta is public, a client truncates its value at theta, maps
-   [0, theta] to [-1, 1] and reports with the Hybrid mechanism at ``epsilon``.  The collector
-   turns each report into ``theta (y~ + 1) / 2``, an unbiased estimate of ``min(v, theta)``, so a
-   range query is a plain sum of released values.  There is no smoother.
+   [0, theta] to [-1, 1] and reports with the Hybrid mechanism at ``epsilon`` (on the PM grid
+   ``stream_grid``).  The collector turns each report into ``theta (y~ + 1) / 2``, an unbiased
+   estimate of ``min(v, theta)``, so a range query is a plain sum of released values.
+
+Every report is drawn exactly (:mod:`dpstream.ldp.grid`): from the operating system's CSPRNG
+unless a seed or a bit source is given.
 
 Privacy
 -------
 Every report is epsilon-LDP (Definition 2.2) for the one value it carries, i.e. event level:
 a threshold report is ``threshold_epsilon``-LDP (SW), a stream report ``epsilon``-LDP (HM, with
-theta public and independent of that value).  The threshold reports and the stream reports
-come from different values (the first m values versus the rest), and each value is reported
-exactly once, so nothing composes across reports: every value of the stream is protected at
-``max(epsilon, threshold_epsilon)``.  theta and the released estimates are post-processing of
-reports.  A user who contributes several values gets one guarantee per value (event level);
-protecting a user's whole series would need sequential composition over that user's reports.
+theta public and independent of that value), each with an exact probability ratio at most
+``e^eps``.  The threshold reports and the stream reports come from different values (the first m
+values versus the rest), and each value is reported exactly once, so nothing composes across
+reports: every value of the stream is protected at ``max(epsilon, threshold_epsilon)``.  theta
+and the released estimates are post-processing of reports.  A user who contributes several
+values gets one guarantee per value (event level); protecting a user's whole series would need
+sequential composition over that user's reports.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,27 +43,77 @@ from dpstream._checks import (
     check_bool,
     check_bound,
     check_choice,
+    check_client_values,
     check_epsilon,
+    check_magnitude,
     check_positive_int,
     check_stream_values,
-    check_unit_values,
+    plain_number,
 )
 from dpstream.ldp import HybridMechanism, SquareWave
+from dpstream.ldp.grid import DENOMINATOR_BITS, WindowRandomizer, as_bits, draw_words
+from dpstream.ldp.mean import MAX_PM_GRID
+from dpstream.ldp.square_wave import MAX_SW_GRID
+from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
-from dpstream.rng import Seed, make_rng
+from dpstream.release.topl_wire import (
+    PM_REPORT,
+    SR_REPORT,
+    SW_REPORT,
+    dump_parameters,
+    dump_reports,
+    load_parameters,
+    load_reports,
+)
 from dpstream.thresholds.square_wave import SW_VARIANTS, square_wave_threshold
 
-__all__ = ["SW_REPORT", "SR_REPORT", "PM_REPORT", "Report", "ToPL", "ToPLClient", "ToPLCollector"]
-
-#: Mechanism codes of a report.
-SW_REPORT, SR_REPORT, PM_REPORT = 0, 1, 2
+__all__ = ["PM_REPORT", "SR_REPORT", "SW_REPORT", "Report", "ReportBatch", "ToPL", "ToPLClient", "ToPLCollector"]
 
 
 class Report(NamedTuple):
-    """One client's report: the mechanism code (SW_REPORT, SR_REPORT or PM_REPORT) and its output."""
+    """One client's report: the mechanism code (SW_REPORT, SR_REPORT or PM_REPORT) and its grid index."""
 
     mechanism: int
-    value: float
+    index: int
+
+
+@dataclass(frozen=True, eq=False)
+class ReportBatch:
+    """Reports of many clients: mechanism codes (int8) and grid indices (int64), and the id of the
+    parameters they were made with.  It unpacks as ``(mechanism, report)``.
+
+    >>> batch = ReportBatch(np.array([0, 0], dtype=np.int8), np.array([5, 9]), "0123456789abcdef")
+    >>> codes, indices = batch
+    >>> print(batch.to_json())
+    {"format":"dpstream.topl.reports/1","mechanism":[0,0],"parameters":"0123456789abcdef","report":[5,9]}
+    >>> ReportBatch.from_json(batch.to_json()).report.tolist()
+    [5, 9]
+    """
+
+    mechanism: np.ndarray
+    report: np.ndarray
+    parameters: str = field(default="")
+
+    def __iter__(self):
+        yield self.mechanism
+        yield self.report
+
+    def __len__(self) -> int:
+        return int(self.mechanism.size)
+
+    def to_json(self) -> str:
+        """The batch in the wire format (one line of JSON)."""
+        return dump_reports(self.mechanism, self.report, self.parameters)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ReportBatch:
+        """A batch from the wire format (checked: format, fields, integer codes and indices)."""
+        codes, reports, made_with = load_reports(text)
+        return cls(codes, reports, made_with)
+
+
+def _core_fields(core: WindowRandomizer) -> dict[str, int]:
+    return {"grid": core.grid, "window": core.window, "p": core.p, "q": core.q, "extra": core.extra}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,48 +130,148 @@ class ToPLClient:
         Budget of a threshold report (SW); defaults to ``epsilon``.
     threshold : float, optional
         theta as published by the collector; None while the threshold is being chosen.
+    buckets : int
+        d, the Square Wave grid (the collector's histogram; paper: 1024).
+    stream_grid : int, optional
+        n, the PM grid of HM (default :func:`~dpstream.ldp.default_pm_grid` of ``epsilon``).
+    clip : bool
+        Clip values outside [0, B] into it instead of raising (the client's own policy: not a
+        public parameter).
 
     Privacy
     -------
     Each report is epsilon-LDP (Definition 2.2): ``threshold_epsilon`` for an SW report,
-    ``epsilon`` for an HM report.
+    ``epsilon`` for an HM report, with exact probabilities.
 
     >>> client = ToPLClient(epsilon=1.0, upper_bound=100.0, threshold=20.0)
-    >>> report = client.report(35.0, np.random.default_rng(0))
-    >>> report.mechanism in (SR_REPORT, PM_REPORT), isinstance(report.value, float)
+    >>> report = client.report(35.0, 0)
+    >>> report.mechanism in (SR_REPORT, PM_REPORT), isinstance(report.index, int)
     (True, True)
+    >>> ToPLClient.from_json(client.to_json()) == client
+    True
     """
 
     epsilon: float
     upper_bound: float
     threshold_epsilon: float | None = None
     threshold: float | None = None
+    buckets: int = 1024
+    stream_grid: int | None = None
+    clip: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "upper_bound", check_bound(self.upper_bound))
-        if self.threshold_epsilon is not None:
-            object.__setattr__(self, "threshold_epsilon", check_epsilon(self.threshold_epsilon, "threshold_epsilon"))
+        threshold_epsilon = self.epsilon if self.threshold_epsilon is None else self.threshold_epsilon
+        object.__setattr__(self, "threshold_epsilon", check_epsilon(threshold_epsilon, "threshold_epsilon"))
         if self.threshold is not None:
             theta = check_bound(self.threshold, "threshold")
             if theta > self.upper_bound:
-                raise ValueError(f"threshold must be <= upper_bound {self.upper_bound:g}, got {theta!r}.")
+                raise ValueError(f"threshold must be <= upper_bound {plain_number(self.upper_bound)}, "
+                                 f"got {plain_number(theta)}.")
             object.__setattr__(self, "threshold", theta)
+        check_bool(self.clip, "clip")
+        for name, value, low, high in (("buckets", self.buckets, 2, MAX_SW_GRID),
+                                       ("stream_grid", self.stream_grid, 1, MAX_PM_GRID)):
+            if value is not None and not low <= check_positive_int(value, name, minimum=low) <= high:
+                raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value}.")
+        # the mechanisms check the budgets (at most 30), the grids' upper limits and their combination
+        object.__setattr__(self, "stream_grid", self.hm.grid)
+        object.__setattr__(self, "buckets", self.sw.grid)
 
-    def report_batch(self, values: object, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Reports of many clients at once: ``(mechanism codes, outputs)``, two arrays."""
-        values = check_unit_values(values, 0.0, self.upper_bound)
+    @cached_property
+    def sw(self) -> SquareWave:
+        """The threshold reports' randomizer."""
+        return SquareWave(epsilon=self.threshold_epsilon, grid=self.buckets)  # type: ignore[arg-type]
+
+    @cached_property
+    def hm(self) -> HybridMechanism:
+        """The stream reports' randomizer."""
+        return HybridMechanism(epsilon=self.epsilon, grid=self.stream_grid)
+
+    # -- the wire format -------------------------------------------------------------------
+
+    def parameters(self) -> dict[str, Any]:
+        """The public parameters as the wire format has them (without ``format`` and ``id``)."""
+        return {
+            "epsilon": self.epsilon,
+            "threshold_epsilon": self.threshold_epsilon,
+            "upper_bound": self.upper_bound,
+            "threshold": self.threshold,
+            "buckets": self.buckets,
+            "stream_grid": self.stream_grid,
+            "mechanisms": {
+                "square_wave": _core_fields(self.sw.core),
+                "stochastic_rounding": _core_fields(self.hm.sr.core),
+                "piecewise": _core_fields(self.hm.pm.core),
+                "hybrid_alpha": self.hm.alpha_units,
+                "denominator_bits": DENOMINATOR_BITS,
+            },
+        }
+
+    @cached_property
+    def parameters_id(self) -> str:
+        """The id reports carry (see :mod:`dpstream.release.topl_wire`)."""
+        return load_parameters(self.to_json())["id"]
+
+    def to_json(self) -> str:
+        """The parameters document of the wire format (what the collector publishes)."""
+        return dump_parameters(self.parameters())
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, clip: bool = False) -> ToPLClient:
+        """A client from a parameters document, after checking it (format, fields, values, and that the
+        mechanisms' integers are those this version derives from the parameters).
+
+        >>> ToPLClient.from_json('{"format": "dpstream.topl.parameters/1", "epsilon": 1}')
+        Traceback (most recent call last):
+        ValueError: ToPL parameters miss the field(s) threshold_epsilon, upper_bound, threshold, buckets, \
+stream_grid, mechanisms, id.
+        """
+        document = load_parameters(text)
+        try:
+            client = cls(epsilon=document["epsilon"], upper_bound=document["upper_bound"],
+                         threshold_epsilon=document["threshold_epsilon"], threshold=document["threshold"],
+                         buckets=document["buckets"], stream_grid=document["stream_grid"], clip=clip)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"ToPL parameters: {error}") from None
+        expected = client.parameters()["mechanisms"]
+        if document["mechanisms"] != expected:
+            differing = _first_difference(document["mechanisms"], expected)
+            raise ValueError(
+                f"ToPL parameters: mechanisms.{differing[0]} is {differing[1]}, but the parameters give "
+                f"{differing[2]} here (the document was made by another version of the mechanisms).")
+        return client
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def report_batch(self, values: object, bits: BitsSeed = None) -> ReportBatch:
+        """Reports of many clients at once (vectorized): a :class:`ReportBatch`.
+
+        ``bits``: a bit source, or a seed for one (None: the OS CSPRNG; an int: replayable, not private).
+        A batch draws from it exactly as a loop of :meth:`report` calls does.
+        """
+        values = check_client_values(values, self.upper_bound, clip=self.clip)
+        source = as_bits(bits)
         if self.threshold is None:
-            sw = SquareWave(epsilon=self.threshold_epsilon or self.epsilon)
-            return np.full(values.size, SW_REPORT, dtype=np.int8), sw.perturb(values / self.upper_bound, rng)
-        unit = 2.0 * np.minimum(values, self.threshold) / self.threshold - 1.0
-        uses_pm, y = HybridMechanism(epsilon=self.epsilon).perturb(np.clip(unit, -1.0, 1.0), rng)
-        return np.where(uses_pm, PM_REPORT, SR_REPORT).astype(np.int8), y
+            reports = self.sw.perturb_draws(values / self.upper_bound, draw_words(source, values.size, self.sw.draws))
+            return ReportBatch(np.full(values.size, SW_REPORT, dtype=np.int8), reports, self.parameters_id)
+        unit = np.clip(2.0 * np.minimum(values, self.threshold) / self.threshold - 1.0, -1.0, 1.0)
+        uses_pm, reports = self.hm.perturb_draws(unit, draw_words(source, values.size, self.hm.draws))
+        return ReportBatch(np.where(uses_pm, PM_REPORT, SR_REPORT).astype(np.int8), reports, self.parameters_id)
 
-    def report(self, value: float, rng: np.random.Generator) -> Report:
+    def report(self, value: float, bits: BitsSeed = None) -> Report:
         """This client's report of its ``value``."""
-        codes, outputs = self.report_batch([value], rng)
-        return Report(int(codes[0]), float(outputs[0]))
+        codes, reports = self.report_batch([value], bits)
+        return Report(int(codes[0]), int(reports[0]))
+
+
+def _first_difference(found: Any, expected: Any, path: str = "") -> tuple[str, str, str]:
+    if isinstance(found, dict) and isinstance(expected, dict):
+        for key in sorted(set(found) | set(expected)):
+            if found.get(key) != expected.get(key):
+                return _first_difference(found.get(key), expected.get(key), f"{path}.{key}" if path else key)
+    return path, repr(found), repr(expected)
 
 
 class ToPLCollector:
@@ -122,14 +279,15 @@ class ToPLCollector:
 
     Parameters
     ----------
-    epsilon, upper_bound, threshold_epsilon
+    epsilon, upper_bound, threshold_epsilon, stream_grid
         The public parameters, as for :class:`ToPLClient`.
     hold : int
         m: the first m reports (Square Wave) choose theta (paper: 65,536).
     max_range : int
         r of Eq. 8 (paper: 2^20).
     buckets : int
-        d, the candidates of the density estimate and of theta (paper: 1024).
+        d, the Square Wave grid: the points of the density estimate and the candidates of theta
+        (paper: 1024).
     variant : str
         ``SW-W`` (the paper's threshold optimizer) or ``SW``.
 
@@ -152,26 +310,31 @@ class ToPLCollector:
         max_range: int = 2**20,
         buckets: int = 1024,
         variant: str = "SW-W",
+        stream_grid: int | None = None,
     ) -> None:
-        self.epsilon = check_epsilon(epsilon)
-        self.upper_bound = check_bound(upper_bound)
-        self.threshold_epsilon = (
-            self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
-        )
         self.hold = check_positive_int(hold, "hold")
         self.max_range = check_positive_int(max_range, "max_range")
-        self.buckets = check_positive_int(buckets, "buckets", minimum=2)
+        buckets = check_positive_int(buckets, "buckets", minimum=2)
         self.variant = check_choice(variant, "variant", SW_VARIANTS)
-        self._sw = SquareWave(epsilon=self.threshold_epsilon)
-        self._hm = HybridMechanism(epsilon=self.epsilon)
-        self._held = np.empty(self.hold, dtype=np.float64)
+        self._parameters = ToPLClient(epsilon=epsilon, upper_bound=upper_bound, threshold_epsilon=threshold_epsilon,
+                                      buckets=buckets, stream_grid=stream_grid)
+        hm = self._parameters.hm
+        # an estimate is theta (unit + 1) / 2 with theta <= B and |unit| <= the larger HM output bound
+        check_magnitude(self.upper_bound * (max(hm.pm.s, hm.sr.scale) + 1.0) / 2.0,
+                        "the largest estimate upper_bound * (C + 1) / 2 (C: the Hybrid mechanism's output bound)")
+        self._held = np.empty(self.hold, dtype=np.int64)
         self._received = 0
-        self._threshold: float | None = None
+
+    epsilon = property(lambda self: self._parameters.epsilon)
+    threshold_epsilon = property(lambda self: self._parameters.threshold_epsilon)
+    upper_bound = property(lambda self: self._parameters.upper_bound)
+    buckets = property(lambda self: self._parameters.buckets)
+    stream_grid = property(lambda self: self._parameters.stream_grid)
 
     @property
     def threshold(self) -> float | None:
         """theta, published after ``hold`` threshold reports (None before)."""
-        return self._threshold
+        return self._parameters.threshold
 
     @property
     def received(self) -> int:
@@ -180,68 +343,96 @@ class ToPLCollector:
 
     def client(self) -> ToPLClient:
         """The public parameters a client needs now (theta once it is published)."""
-        return ToPLClient(epsilon=self.epsilon, upper_bound=self.upper_bound,
-                          threshold_epsilon=self.threshold_epsilon, threshold=self._threshold)
+        return self._parameters
 
-    def receive(self, report: Report | tuple[int, float]) -> float | None:
+    def parameters_json(self) -> str:
+        """The parameters document clients need now (the wire format); it changes once, when theta is out."""
+        return self._parameters.to_json()
+
+    def receive(self, report: Report | tuple[int, int]) -> float | None:
         """Take one report; return its value's estimate, or None for a threshold report."""
-        mechanism, value = report
-        out = self.receive_batch(np.array([mechanism]), np.array([value], dtype=np.float64))
+        mechanism, index = report
+        out = self.receive_batch(np.array([mechanism]), np.array([index]))
         return None if out.size == 0 else float(out[0])
 
-    def receive_batch(self, mechanisms: object, values: object) -> np.ndarray:
-        """Take reports in arrival order; return the estimates of the stream reports among them."""
-        codes, outputs = self._check_reports(mechanisms, values)
+    def receive_json(self, text: str | bytes) -> np.ndarray:
+        """Take a batch in the wire format; return the estimates of its stream reports.
+
+        Reports made with other parameters than the current ones (another theta or budget) are
+        refused with a ValueError, as are malformed documents and indices off their grid.
+        """
+        batch = ReportBatch.from_json(text)
+        if batch.parameters != self._parameters.parameters_id:
+            state = "theta is not yet published" if self.threshold is None else f"theta = {self.threshold:g}"
+            raise ValueError(f"ToPL reports were made with parameters {batch.parameters!r}, but the collector's are "
+                             f"{self._parameters.parameters_id!r} ({state}): fetch the current parameters.")
+        return self.receive_batch(batch.mechanism, batch.report)
+
+    def receive_batch(self, mechanisms: object, reports: object = None) -> np.ndarray:
+        """Take reports in arrival order (two arrays, or a :class:`ReportBatch`); return the estimates of
+        the stream reports among them."""
+        if reports is None and isinstance(mechanisms, ReportBatch):
+            mechanisms, reports = mechanisms
+        codes, indices = self._check_reports(mechanisms, reports)
         start = 0
-        if self._threshold is None:
+        if self.threshold is None:
             start = min(codes.size, self.hold - self._received)
             if np.any(codes[:start] != SW_REPORT):
                 index = int(np.argmax(codes[:start] != SW_REPORT))
                 raise ValueError(f"report {self._received + index} must be a Square Wave threshold report "
                                  f"(mechanism {SW_REPORT}) until theta is published, got mechanism {codes[index]}.")
-            low, high = -self._sw.b, 1.0 + self._sw.b
-            check_unit_values(outputs[:start], low - 1e-12, high + 1e-12, name="Square Wave reports")
-            self._held[self._received : self._received + start] = outputs[:start]
+            try:
+                held = self._parameters.sw.check_reports(indices[:start])
+            except ValueError as error:  # positions are within the batch: say where the batch starts
+                raise ValueError(f"{error} (this batch starts at report {self._received} of the stream)") from None
+            self._held[self._received : self._received + start] = held
             self._received += start
             if self._received < self.hold:
                 return np.empty(0)
             self._publish()
-        return self._estimate(codes[start:], outputs[start:])
+        return self._estimate(codes[start:], indices[start:])
 
     def _publish(self) -> None:
-        self._threshold = square_wave_threshold(
-            self._held, epsilon=self.threshold_epsilon, stream_epsilon=self.epsilon,
-            upper_bound=self.upper_bound, max_range=self.max_range, buckets=self.buckets, variant=self.variant,
+        theta = square_wave_threshold(
+            self._held, epsilon=self.threshold_epsilon, stream_epsilon=self.epsilon, upper_bound=self.upper_bound,
+            max_range=self.max_range, buckets=self.buckets, variant=self.variant, stream_grid=self.stream_grid,
         )
-        self._held = np.empty(0)
+        current = self._parameters
+        self._parameters = ToPLClient(epsilon=current.epsilon, upper_bound=current.upper_bound,
+                                      threshold_epsilon=current.threshold_epsilon, threshold=theta,
+                                      buckets=current.buckets, stream_grid=current.stream_grid)
+        self._held = np.empty(0, dtype=np.int64)
 
-    def _estimate(self, codes: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-        bad = (codes == SW_REPORT) | ((codes == SR_REPORT) & (np.abs(outputs) != 1.0)) | (
-            (codes == PM_REPORT) & ~(np.abs(outputs) <= self._hm.pm.s))
-        if bad.any():
-            index = int(np.argmax(bad))
-            raise ValueError(f"report {self._received + index} must be an HM report (mechanism {SR_REPORT} "
-                             f"with value ±1, or {PM_REPORT} with |value| <= {self._hm.pm.s:g}) once theta is "
-                             f"published, got ({codes[index]}, {outputs[index]!r}).")
+    def _estimate(self, codes: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        if np.any(codes == SW_REPORT):
+            index = int(np.argmax(codes == SW_REPORT))
+            raise ValueError(f"report {self._received + index} must be an HM report (mechanism {SR_REPORT} or "
+                             f"{PM_REPORT}) once theta is published, got a Square Wave report.")
+        hm = self._parameters.hm
+        uses_pm = codes == PM_REPORT
+        try:
+            indices = hm.check_reports(uses_pm, indices)
+        except ValueError as error:  # positions are within the batch: say where the batch starts
+            raise ValueError(f"{error} (this batch starts at report {self._received} of the stream)") from None
         self._received += codes.size
-        assert self._threshold is not None
-        unit = self._hm.estimate(codes == PM_REPORT, outputs)
-        return self._threshold * (unit + 1.0) / 2.0
+        theta = self.threshold
+        assert theta is not None
+        return theta * (hm.estimate(uses_pm, indices) + 1.0) / 2.0
 
     @staticmethod
-    def _check_reports(mechanisms: object, values: object) -> tuple[np.ndarray, np.ndarray]:
+    def _check_reports(mechanisms: object, reports: object) -> tuple[np.ndarray, np.ndarray]:
         codes = np.atleast_1d(np.asarray(mechanisms))
         if codes.dtype.kind not in "iu":
             raise TypeError(f"report mechanisms must be integer codes, got {mechanisms!r:.80}.")
-        outputs = np.atleast_1d(np.asarray(values, dtype=np.float64))
-        if codes.shape != outputs.shape or codes.ndim != 1:
-            raise ValueError(f"report mechanisms and values must be 1-D of one length, got shapes "
-                             f"{codes.shape} and {outputs.shape}.")
-        unknown = ~np.isin(codes, (SW_REPORT, SR_REPORT, PM_REPORT))
+        indices = np.atleast_1d(np.asarray(reports))
+        if codes.shape != indices.shape or codes.ndim != 1:
+            raise ValueError(f"report mechanisms and indices must be 1-D of one length, got shapes "
+                             f"{codes.shape} and {indices.shape}.")
+        unknown = (codes < SW_REPORT) | (codes > PM_REPORT)
         if unknown.any():
             raise ValueError(f"report mechanism must be one of {SW_REPORT}, {SR_REPORT}, {PM_REPORT}, "
                              f"got {codes[int(np.argmax(unknown))]}.")
-        return codes, outputs
+        return codes, indices
 
     def privacy(self) -> PrivacyGuarantee:
         """What each report spends (the collector adds nothing)."""
@@ -255,8 +446,9 @@ def _guarantee(epsilon: float, threshold_epsilon: float, hold: int) -> PrivacyGu
                               composition="one Hybrid-mechanism report from every later value", local=True)
     return threshold.compose_parallel(stream, composition=(
         f"LDP: the first {hold} values each send one Square Wave report ({threshold_epsilon:g}-LDP), every "
-        f"later value one Hybrid-mechanism report ({epsilon:g}-LDP); disjoint values, one report each, so "
-        "nothing composes; theta and the released stream are post-processing"
+        f"later value one Hybrid-mechanism report ({epsilon:g}-LDP), each on a finite grid with exact "
+        "probabilities; disjoint values, one report each, so nothing composes; theta and the released stream "
+        "are post-processing"
     ))
 
 
@@ -273,13 +465,16 @@ class ToPL:
     hold : int
         m: leading values that send threshold reports and are not released (paper: 65,536).
     max_range, buckets, variant
-        r of Eq. 8, d, and the threshold optimizer (``SW-W`` or ``SW``).
+        r of Eq. 8, d (the Square Wave grid), and the threshold optimizer (``SW-W`` or ``SW``).
     threshold_epsilon : float, optional
         Budget of the Square Wave reports.
+    stream_grid : int, optional
+        The PM grid of HM (default from ``epsilon``).
     clip : bool
         Clip values outside [0, B] instead of raising an error.
-    seed : int, Generator or None
-        Drives the simulated clients' randomness (the collector has none).
+    seed : int, Generator, bit source or None
+        The simulated clients' bits: None reads the OS CSPRNG; an int replays a seeded PCG64
+        (tests; not private against whoever knows the seed).  The collector has no randomness.
 
     Privacy
     -------
@@ -288,13 +483,12 @@ class ToPL:
 
     Examples
     --------
-    >>> rng = np.random.default_rng(0)
-    >>> stream = np.minimum(rng.geometric(0.2, 6000), 100).astype(float)
-    >>> topl = ToPL(epsilon=1.0, upper_bound=100, hold=4000, max_range=4096, seed=7)
+    >>> stream = (np.arange(3000) % 37).astype(float)
+    >>> topl = ToPL(epsilon=1.0, upper_bound=100, hold=2000, max_range=4096, seed=7)
     >>> released = topl.release(stream)
     >>> released.shape, 5 <= topl.threshold <= 60
-    ((2000,), True)
-    >>> replay = ToPL(epsilon=1.0, upper_bound=100, hold=4000, max_range=4096, seed=7)
+    ((1000,), True)
+    >>> replay = ToPL(epsilon=1.0, upper_bound=100, hold=2000, max_range=4096, seed=7)
     >>> streamed = [replay.release_one(v) for v in stream]
     >>> bool(np.array_equal(released, [v for v in streamed if v is not None]))
     True
@@ -310,14 +504,15 @@ class ToPL:
         buckets: int = 1024,
         variant: str = "SW-W",
         threshold_epsilon: float | None = None,
+        stream_grid: int | None = None,
         clip: bool = False,
-        seed: Seed = None,
+        seed: BitsSeed = None,
     ) -> None:
         self.collector = ToPLCollector(epsilon=epsilon, upper_bound=upper_bound, threshold_epsilon=threshold_epsilon,
-                                       hold=hold, max_range=max_range, buckets=buckets, variant=variant)
+                                       hold=hold, max_range=max_range, buckets=buckets, variant=variant,
+                                       stream_grid=stream_grid)
         self.clip = check_bool(clip, "clip")
-        self._rng = make_rng(seed)
-        self._client = self.collector.client()
+        self.bits = make_bits(seed)
 
     epsilon = property(lambda self: self.collector.epsilon)
     threshold_epsilon = property(lambda self: self.collector.threshold_epsilon)
@@ -345,11 +540,10 @@ class ToPL:
         start = 0
         if self.threshold is None:
             start = min(values.size, self.hold - self.position)
-            self.collector.receive_batch(*self._client.report_batch(values[:start], self._rng))
+            self.collector.receive_batch(self.collector.client().report_batch(values[:start], self.bits))
             if self.threshold is None:
                 return np.empty(0)
-            self._client = self.collector.client()
-        return self.collector.receive_batch(*self._client.report_batch(values[start:], self._rng))
+        return self.collector.receive_batch(self.collector.client().report_batch(values[start:], self.bits))
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released estimate, or None while it is held out."""

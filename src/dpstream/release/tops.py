@@ -8,6 +8,13 @@ which chooses theta by NM-E, s by Eq. 7 and starts at theta / 2; ``threshold_met
 runs the paper's choice).  Every later value is truncated at theta, perturbed by the online consistent hierarchy and
 smoothed, and released the moment it arrives.  Data flows one way:
 :mod:`dpstream.thresholds` -> :mod:`dpstream.release.perturber` -> :mod:`dpstream.smoothers`.
+
+By default every noisy measurement is exact: NM-E adds discrete Laplace noise to integer counts,
+and the hierarchy measures integer sums on a public grid (see
+:mod:`dpstream.release.perturber`).  One noise source serves both: ``seed`` (None: the OS
+CSPRNG), ``key`` (NM-E draws from the identity ``("tops", "nm-e")`` and chunk ``c`` of the
+hierarchy from ``("tops", c)``) or an explicit ``noise`` sampler (``FloatNoise(rng)`` for the
+studies' float path, NOT for publication).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -23,16 +31,19 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_magnitude,
     check_positive_int,
     check_stream_values,
 )
-from dpstream.noise.bits import make_bits
+from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
+from dpstream.noise.grid import ceil_units, choose_granularity, round_up_scale
+from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
+from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
-from dpstream.rng import Seed, make_rng
 from dpstream.smoothers import Smoother, make_smoother
-from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
+from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
@@ -47,11 +58,11 @@ THRESHOLD_METHODS = ("nm-e", "model")
 @dataclass(kw_only=True)
 class ToPSState:
     """A snapshot of the stream so far.  SECRET: it holds raw held-out values, the current
-    hierarchy's noise and the generator's state; never publish it.
+    hierarchy's noise and the noise source (its key or its bits' state); never publish it.
 
     ``position`` counts every value consumed, held or released.  ``held`` is the hold-out
-    buffer until theta is chosen; ``perturber`` the perturber's state after that; ``rng_state``
-    is ``rng.bit_generator.state``.  Together they are everything needed to continue the stream
+    buffer until theta is chosen; ``perturber`` the perturber's state after that; ``noise`` a
+    copy of the noise source.  Together they are everything needed to continue the stream
     without re-drawing noise for a released position.
     """
 
@@ -59,7 +70,7 @@ class ToPSState:
     held: np.ndarray | None
     threshold: float | None
     perturber: PerturberState | None
-    rng_state: dict
+    noise: NoiseSource
 
 
 class ToPS(HoldOutRelease):
@@ -104,17 +115,31 @@ class ToPS(HoldOutRelease):
     selection : str
         With ``model``: ``permute-and-flip`` (default), ``report-noisy-max`` or
         ``exponential`` (:mod:`dpstream.thresholds.select`).
-    seed : int, Generator or None
-        One generator drives all noise; the same seed replays the same release.
+    granularity : float, optional
+        g, the public grid of the hierarchy's measurements (exact path); default the largest
+        power of two at most ``B / 2^20``.  Values are rounded to the nearest multiple of g
+        (ties to even) after truncation; theta is rounded up to the grid.
+    seed : None, int, numpy Generator or bit source
+        Bits of the exact samplers for all noise: None (default) is the OS CSPRNG; an int
+        replays a PCG64 (tests; anyone who knows it can remove the noise).
+    noise : NoiseSampler, optional
+        Instead of ``seed``: ``ZeroNoise()`` (tests) or ``FloatNoise(rng)``, the float algorithm
+        of the studies (no grid, numpy's float Laplace: NOT for publication).
+    key : bytes, optional
+        Instead of ``seed``: a secret key; NM-E and each chunk draw from their own keyed stream,
+        so the same key and stream give the same release (a restart recomputes its noise).
 
     Privacy
     -------
-    ``max(epsilon, threshold_epsilon)``-DP at event level (Definition 2.1): two streams are
-    neighbours when they differ in the value at one position.  NM-E (or the model's four
-    steps, together) is ``threshold_epsilon``-DP on the hold-out, the perturber is ``epsilon``-DP on the rest
+    ``max(epsilon', threshold_epsilon')``-DP at event level (Definition 2.1), where the primes
+    are the budgets recomputed from the rounded-up noise scales (at most those asked): two
+    streams are neighbours when they differ in the value at one position.  NM-E (or the model's
+    four steps together) is ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
-    for infinite streams.  Truncation, consistency and smoothing add no cost.
+    for infinite streams.  Truncation, rounding to the grid, consistency and smoothing add no
+    cost.  The guarantee holds for the numbers produced: every noisy measurement is an exact
+    integer drawn by exact samplers.
 
     Examples
     --------
@@ -149,7 +174,10 @@ class ToPS(HoldOutRelease):
         threshold_method: str = "model",
         query_length: int | None = None,
         selection: str = "permute-and-flip",
-        seed: Seed = None,
+        granularity: float | None = None,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
@@ -171,7 +199,7 @@ class ToPS(HoldOutRelease):
         self._forced_levels = smoothed_levels
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother(smoother, **params)
-        self._rng = make_rng(seed)
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         # A perturber with a placeholder theta checks r, b and s now rather than after the hold;
         # s does not depend on theta (Eq. 7), so its levels are the real ones.
         self._perturber_args = dict(
@@ -181,9 +209,24 @@ class ToPS(HoldOutRelease):
             smoothed_levels=smoothed_levels,
             smoother=self._smoother,
         )
-        probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, seed=self._rng)
+        probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, noise=ZeroNoise())
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
+        # with the model, s is chosen after the hold-out: check and size the grid for the most levels
+        measured = probe.levels if self.threshold_method == "model" and smoothed_levels is None else (
+            probe.measured_levels)
+        # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
+        check_magnitude(self.upper_bound * measured / self.epsilon,
+                        "the largest noise scale upper_bound * (h - s) / epsilon")
+        check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
+        self.granularity: float | None = None
+        if self._source.exact:
+            factor = Fraction(measured) / Fraction(self.epsilon)
+            self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
+            # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
+            round_up_scale(ceil_units(self.upper_bound, self.granularity) * factor)
+        elif granularity is not None:
+            raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
         if self.threshold_method == "model" and smoothed_levels is None:
             self.smoothed_levels = None  # chosen with theta when the hold-out ends
         self._start_hold_out()
@@ -199,30 +242,43 @@ class ToPS(HoldOutRelease):
                 held=None if self._stream is not None else self._held[: self._position],
                 threshold=self.threshold,
                 perturber=None if self._stream is None else self._stream.state,
-                rng_state=self._rng.bit_generator.state,
+                noise=self._source,
             )
         )
 
     def privacy(self) -> PrivacyGuarantee:
-        """What the whole release spends: the threshold choice and the hierarchy, in parallel."""
+        """What the whole release spends: the threshold choice and the hierarchy, in parallel.
+
+        The budgets are those recomputed from the rounded-up noise scales.  The hierarchy's
+        depends on theta (in grid units), so before the hold-out ends it is stated as
+        ``epsilon``, an upper bound on what it will be.
+        """
+        stream = self.epsilon if self._stream is None else self._stream.spent_epsilon
+        noise = self._source.describe()
         if self.threshold_method == "model":
             spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
-            threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, composition=(
+            threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
                 f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
-            hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+            hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
                                          composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
+            grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
             return threshold.compose_parallel(hierarchy, composition=(
                 f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior); hierarchy "
-                f"{self.epsilon:g}-DP on the rest (eps / ({levels}) on each measured level); parallel composition"))
+                f"{stream:g}-DP on the rest{grid} (eps / ({levels}) on each measured level); parallel composition"))
         measured = self.levels - self.smoothed_levels
-        threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=0.0, neighbours=EVENT_LEVEL,
-                                     composition=f"NM-E threshold on the first {self.hold} values")
-        hierarchy = PrivacyGuarantee(epsilon=self.epsilon, delta=0.0, neighbours=EVENT_LEVEL,
+        if self._source.exact:
+            nm_e = noisy_max_epsilon(self.threshold_epsilon, monotone=True)
+        else:
+            nm_e = self.threshold_epsilon
+        threshold = PrivacyGuarantee(epsilon=nm_e, delta=0.0, neighbours=EVENT_LEVEL,
+                                     composition=f"NM-E threshold on the first {self.hold} values", noise=noise)
+        hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
                                      composition=f"hierarchy on the rest, eps/{measured} on each of {measured} levels")
+        grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
         return threshold.compose_parallel(hierarchy, composition=(
-            f"NM-E threshold {self.threshold_epsilon:g}-DP on the first {self.hold} values; "
-            f"hierarchy {self.epsilon:g}-DP on the rest (eps/{measured} on "
+            f"NM-E threshold {nm_e:g}-DP on the first {self.hold} values; "
+            f"hierarchy {stream:g}-DP on the rest{grid} (eps/{measured} on "
             f"each of h - s = {measured} measured levels); parallel composition"
         ))
 
@@ -239,11 +295,13 @@ class ToPS(HoldOutRelease):
             upper_bound=self.upper_bound,
             max_range=self.max_range,
             fanout=self.fanout,
-            rng=self._rng,
+            noise=self._source.sampler("nm-e"),
             c=self.c,
             step=self.threshold_step,
         )
-        self._stream = HierarchicalPerturber(threshold=theta, **self._perturber_args, seed=self._rng)
+        self._stream = HierarchicalPerturber(
+            threshold=theta, **self._perturber_args, granularity=self.granularity, noise=self._source
+        )
         self._threshold = self._stream.threshold
 
     def _choose_by_model(self) -> None:
@@ -260,11 +318,12 @@ class ToPS(HoldOutRelease):
             levels=levels,
             selection=self.selection,
             step=self.threshold_step,
-            seed=make_bits(self._rng),
+            seed=_bits_of(self._source.sampler("model")),
         )
         self.model_choice = choice
         args = dict(self._perturber_args, smoothed_levels=choice.smoothed_levels)
-        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, seed=self._rng, prior=choice.prior)
+        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, granularity=self.granularity,
+                                             noise=self._source, prior=choice.prior)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
 
@@ -300,3 +359,14 @@ class ToPS(HoldOutRelease):
             return min(max(value, 0.0), self.upper_bound)
         check_stream_values([value], self.upper_bound, clip=self.clip, offset=self._position)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _bits_of(sampler: NoiseSampler):
+    """Random bits for the model's exact samplers from one part of a noise source: the bits of an
+    exact sampler, the generator of the studies' ``FloatNoise``, and for ``ZeroNoise`` (tests of
+    the arithmetic) a fixed seed, so the choice is replayable."""
+    if isinstance(sampler, FloatNoise):
+        return make_bits(sampler.rng)
+    if isinstance(sampler, ZeroNoise):
+        return SeededBits(seed=0)
+    return sampler.bits

@@ -8,7 +8,14 @@ For each candidate theta the score (Eq. 6) is
 The first term is a data-independent stand-in for the standard deviation of a range query's
 noise in a fan-out ``b`` hierarchy over ranges up to ``r`` with budget ``eps'`` (the budget of
 the *stream*, whose noise the term models); the second, scaled, stands in for the truncation
-bias.  Report-noisy-max with ``Lap(1 / eps)`` picks theta.
+bias.  Report-noisy-max with noise of scale ``1 / eps`` picks theta.
+
+Exact path (the default).  The data enter the score only through the integer counts
+``m_theta``; report-noisy-max adds discrete Laplace noise of scale ``1 / eps`` (rounded up,
+:func:`~dpstream.noise.laplace.noisy_max_scale`) to ``-m_theta`` and subtracts the public first
+term, a float, comparing the noisy scores exactly
+(:func:`~dpstream.noise.laplace.report_noisy_max`).  ``noise=FloatNoise(rng)`` computes the float
+scores and adds numpy's float Laplace, as the studies do (NOT for publication).
 
 Algorithm 1 writes ``m_theta <- |{i | v_i <= theta}|``.  That contradicts Eq. 5 and the
 derivation (m_theta approximates the mass *above* theta, which causes the bias) and would make
@@ -23,9 +30,19 @@ import math
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
-from dpstream.noise import report_noisy_max
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.laplace import noisy_max_epsilon, report_noisy_max
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
 
-__all__ = ["NM_E_CONSTANT", "nm_e_scores", "noisy_max_threshold", "threshold_candidates"]
+__all__ = [
+    "NM_E_CONSTANT",
+    "nm_e_counts",
+    "nm_e_scores",
+    "nm_e_slope",
+    "noisy_max_epsilon",
+    "noisy_max_threshold",
+    "threshold_candidates",
+]
 
 #: The constant c of Eq. 6; the paper uses 60 for all datasets and settings.
 NM_E_CONSTANT = 60.0
@@ -56,6 +73,34 @@ def threshold_candidates(upper_bound: float, step: float = 1.0) -> np.ndarray:
     return step * np.arange(1, count + 1, dtype=np.float64)
 
 
+def nm_e_counts(values: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """``m_theta = |{i : v_i >= theta}|`` (Eq. 5) for every candidate, as int64, from one sort.
+
+    Changing one value changes every count by at most 1 and all in the same direction.
+
+    >>> nm_e_counts(np.array([1.0, 2.0, 5.0]), np.array([1.0, 2.0, 3.0])).tolist()
+    [3, 2, 1]
+    """
+    values = np.sort(np.asarray(values, dtype=np.float64))
+    return (values.size - np.searchsorted(values, candidates, side="left")).astype(np.int64)
+
+
+def nm_e_slope(m: int, *, stream_epsilon: float, max_range: int, fanout: int, c: float = NM_E_CONSTANT) -> float:
+    """The factor of theta in Eq. 6's first term, ``(3 m / (c r eps')) sqrt(2 (b - 1) log_b(r)^3)``.
+
+    Public: it depends on the number of held-out values, not on them.
+
+    >>> round(nm_e_slope(65536, stream_epsilon=1.0, max_range=2**20, fanout=16), 6)
+    0.191366
+    """
+    stream_epsilon = check_epsilon(stream_epsilon, "stream_epsilon")
+    max_range = check_positive_int(max_range, "max_range", minimum=2)
+    fanout = check_positive_int(fanout, "fanout", minimum=2)
+    c = check_bound(c, "c")
+    log_r = math.log(max_range) / math.log(fanout)
+    return 3.0 * m / (c * max_range * stream_epsilon) * math.sqrt(2.0 * (fanout - 1) * log_r**3)
+
+
 def nm_e_scores(
     values: np.ndarray,
     candidates: np.ndarray,
@@ -75,16 +120,9 @@ def nm_e_scores(
     ...             stream_epsilon=1e9, max_range=16, fanout=16)
     array([-3., -2., -1.])
     """
-    stream_epsilon = check_epsilon(stream_epsilon, "stream_epsilon")
-    max_range = check_positive_int(max_range, "max_range", minimum=2)
-    fanout = check_positive_int(fanout, "fanout", minimum=2)
-    c = check_bound(c, "c")
-    values = np.sort(np.asarray(values, dtype=np.float64))
-    m = values.size
-    m_theta = m - np.searchsorted(values, candidates, side="left")  # |{v_i >= theta}|
-    log_r = math.log(max_range) / math.log(fanout)
-    slope = 3.0 * m / (c * max_range * stream_epsilon) * math.sqrt(2.0 * (fanout - 1) * log_r**3)
-    return -slope * candidates - m_theta
+    slope = nm_e_slope(np.asarray(values).size, stream_epsilon=stream_epsilon, max_range=max_range, fanout=fanout,
+                       c=c)
+    return -slope * candidates - nm_e_counts(values, candidates)
 
 
 def noisy_max_threshold(
@@ -94,7 +132,8 @@ def noisy_max_threshold(
     upper_bound: float,
     max_range: int,
     fanout: int,
-    rng: np.random.Generator,
+    seed: BitsSeed = None,
+    noise: NoiseSampler | None = None,
     stream_epsilon: float | None = None,
     c: float = NM_E_CONSTANT,
     step: float = 1.0,
@@ -107,6 +146,11 @@ def noisy_max_threshold(
         The held-out first m values of the stream, in [0, upper_bound].
     epsilon : float
         Budget of this selection.
+    seed : None, int, numpy Generator or bit source
+        Bits of the exact sampler (None: the OS CSPRNG).
+    noise : NoiseSampler, optional
+        Instead of ``seed``: ``FloatNoise(rng)`` for the studies' float path, ``ZeroNoise()``
+        for tests, or a part of a mechanism's noise source.
     stream_epsilon : float, optional
         Budget of the perturber whose noise the score models (Eq. 6's epsilon); defaults to
         ``epsilon``, the paper's setting.
@@ -115,21 +159,31 @@ def noisy_max_threshold(
 
     Privacy
     -------
-    epsilon-DP with respect to the held-out values, event level (neighbours differ in one
-    value).  The scores have sensitivity 1 and are monotone, so ``Lap(1/epsilon)`` suffices
-    (Section 2.3).  Only theta is released.
+    ``noisy_max_epsilon(epsilon, monotone=True)`` (at most epsilon) -DP with respect to the
+    held-out values, event level (neighbours differ in one value).  The counts ``-m_theta``
+    have sensitivity 1 and are monotone, so discrete Laplace of scale ``1/epsilon`` suffices;
+    the first term of Eq. 6 is public and compared exactly (see
+    :func:`~dpstream.noise.laplace.report_noisy_max`).  Only theta is released.
 
-    >>> rng = np.random.default_rng(3)
-    >>> data = np.minimum(rng.geometric(0.2, 65536), 1000).astype(float)
+    >>> data = np.minimum(np.random.default_rng(3).geometric(0.2, 65536), 1000).astype(float)
     >>> theta = noisy_max_threshold(data, epsilon=1.0, upper_bound=1000, max_range=2**20,
-    ...                             fanout=16, rng=rng)
+    ...                             fanout=16, seed=3)
     >>> 10 <= theta <= 60
     True
     """
     epsilon = check_epsilon(epsilon)
     stream_epsilon = epsilon if stream_epsilon is None else check_epsilon(stream_epsilon, "stream_epsilon")
+    if noise is not None and seed is not None:
+        raise ValueError("give at most one of seed and noise, got both.")
+    sampler = ExactNoise(bits=seed) if noise is None else noise
     candidates = threshold_candidates(upper_bound, step)
-    scores = nm_e_scores(
-        values, candidates, stream_epsilon=stream_epsilon, max_range=max_range, fanout=fanout, c=c
-    )
-    return float(candidates[report_noisy_max(rng, scores, epsilon, sensitivity=1.0, monotone=True)])
+    if isinstance(sampler, FloatNoise):
+        scores = nm_e_scores(
+            values, candidates, stream_epsilon=stream_epsilon, max_range=max_range, fanout=fanout, c=c
+        )
+        return float(candidates[report_noisy_max(sampler, scores, epsilon, monotone=True)])
+    slope = nm_e_slope(np.asarray(values).size, stream_epsilon=stream_epsilon, max_range=max_range, fanout=fanout,
+                       c=c)
+    counts = -nm_e_counts(values, candidates)
+    index = report_noisy_max(sampler, counts, epsilon, offsets=slope * candidates, monotone=True)
+    return float(candidates[index])

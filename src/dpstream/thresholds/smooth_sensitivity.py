@@ -27,17 +27,35 @@ proves (epsilon, delta)-DP for Laplace noise with ``a = eps / 2``.  For standard
 PAK states ``a = eps / sqrt(-ln delta)``, which NRS's lemma does not cover; we use the values
 it proves, ``a = eps / (5 sqrt(2 ln(2 / delta)))`` and ``b = eps / (4 (1 + ln(2 / delta)))``
 (Lemma 2.10), so that the reported (epsilon, delta) holds.
+
+Exact sampling on a grid (the default).  The proofs above need *continuous* noise: the
+dilation property of the Laplace density has no integer counterpart.  So the threshold is
+released rounded **up** to a public grid of step ``g`` (post-processing, which keeps the
+guarantee), and that rounded value, ``ceil((center + scale Z) / g) g`` with ``Z ~ Laplace(1)``,
+is sampled exactly from random bits (:func:`~dpstream.noise.continuous.rounded_laplace`).  What
+this covers: the law of the released threshold is exactly that of the continuous mechanism
+rounded to the grid, for the ``center`` and ``scale`` the code computes.  What it does not
+cover: ``center`` and ``scale`` are float64 evaluations of the formulas (the smooth
+sensitivity takes ``exp``); the smoothness of the computed ``SS`` can be off by their rounding
+(relative ``~1e-15``), which the proof does not account for.  Gaussian noise has no exact
+sampler here: ``noise="gaussian"`` is float-only and needs an explicit
+``sampler=FloatNoise(rng)`` (studies, NOT for publication).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 from scipy import stats
 
 from dpstream._checks import check_bound, check_choice, check_epsilon, check_percentile, check_probability
-from dpstream.noise import laplace_noise
+from dpstream.noise.bits import BitsSeed
+from dpstream.noise.continuous import rounded_laplace
+from dpstream.noise.float_continuous import float_gaussian, float_laplace
+from dpstream.noise.grid import check_granularity, default_granularity
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise
 
 __all__ = [
     "NOISES",
@@ -176,8 +194,32 @@ def pak_kappa(a: float, b: float, offset: float) -> float:
     return 1.0 / denominator
 
 
-def _draw(noise: str, rng: np.random.Generator) -> float:
-    return float(laplace_noise(rng, 1.0, 1)[0] if noise == "laplace" else rng.standard_normal())
+def _sampler(seed: BitsSeed, sampler: NoiseSampler | None, noise: str) -> NoiseSampler:
+    if sampler is not None and seed is not None:
+        raise ValueError("give at most one of seed and sampler, got both.")
+    chosen = ExactNoise(bits=seed) if sampler is None else sampler
+    if noise == "gaussian" and not isinstance(chosen, FloatNoise):
+        raise ValueError(
+            "noise='gaussian' is float-only (no exact sampler for the smooth-sensitivity Gaussian threshold); "
+            "use noise='laplace', or sampler=FloatNoise(rng) for a study (NOT for publication)."
+        )
+    return chosen
+
+
+def _released(sampler: NoiseSampler, center: float, scale: float, granularity: float) -> float:
+    """``ceil((center + scale Z) / g) g`` for ``Z ~ Laplace(1)``, exactly (ZeroNoise: ``Z = 0``)."""
+    if isinstance(sampler, ZeroNoise):
+        k = math.ceil(Fraction(center) / Fraction(granularity))
+    else:
+        bits = getattr(sampler, "bits", None)
+        if bits is None:
+            raise TypeError(f"an exact threshold needs a sampler with a bit source (ExactNoise), got {sampler!r}.")
+        k = rounded_laplace(bits, Fraction(center), Fraction(scale), Fraction(granularity))
+    return float(k * Fraction(granularity))
+
+
+def _grid(granularity: float | None, upper_bound: float) -> float:
+    return default_granularity(upper_bound) if granularity is None else check_granularity(granularity, upper_bound)
 
 
 def smooth_quantile_threshold(
@@ -186,28 +228,41 @@ def smooth_quantile_threshold(
     epsilon: float,
     delta: float,
     upper_bound: float,
-    rng: np.random.Generator,
+    seed: BitsSeed = None,
+    sampler: NoiseSampler | None = None,
+    granularity: float | None = None,
     percentile: float = 99.5,
     noise: str = "laplace",
 ) -> float:
     """S-P (ToPS Appendix A): the empirical percentile plus ``SS / a * Z``, uncapped.
 
+    ``seed`` (bits of the exact sampler; None is the OS CSPRNG) or ``sampler`` (a
+    :class:`~dpstream.noise.sampler.NoiseSampler`: ``FloatNoise(rng)`` for the studies' float
+    draw, ``ZeroNoise()`` for ``Z = 0``) give the noise.  On the exact path the result is
+    rounded up to the grid of step ``granularity`` (default: the largest power of two at most
+    ``upper_bound / 2^20``); see the module docstring for what that covers.
+
     Privacy
     -------
     (epsilon, delta)-DP at event level with respect to ``values`` (neighbours differ in one
-    value in [0, B]).  The result may lie outside (0, B]; callers cap it (post-processing).
+    value in [0, B]), for the real-valued mechanism; see the module docstring for the float64
+    evaluation of its center and scale.  The result may lie outside (0, B]; callers cap it
+    (post-processing).
 
-    >>> rng = np.random.default_rng(0)
     >>> theta = smooth_quantile_threshold(np.arange(1000.0) % 50, epsilon=1e6, delta=1e-6,
-    ...                                   upper_bound=1000, rng=rng)
+    ...                                   upper_bound=1000, seed=0)
     >>> bool(abs(theta - 49) < 1)
     True
     """
     a, b = admissible_parameters(noise, epsilon, delta)
-    check_bound(upper_bound)
+    upper_bound = check_bound(upper_bound)
+    chosen = _sampler(seed, sampler, noise)
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
-    return estimate + ss / a * _draw(noise, rng)
+    if isinstance(chosen, FloatNoise):
+        draw = float_laplace(chosen, 1.0, 1)[0] if noise == "laplace" else float_gaussian(chosen)
+        return estimate + ss / a * float(draw)
+    return _released(chosen, estimate, ss / a, _grid(granularity, upper_bound))
 
 
 def pak_parameters(
@@ -235,7 +290,9 @@ def pak_threshold(
     epsilon: float,
     delta: float,
     upper_bound: float,
-    rng: np.random.Generator,
+    seed: BitsSeed = None,
+    sampler: NoiseSampler | None = None,
+    granularity: float | None = None,
     percentile: float = 99.575,
     beta: float = 0.3 * 0.02,
     multiplier: float = 1.5,
@@ -245,22 +302,30 @@ def pak_threshold(
 
     ``percentile`` is that of the lambda p-quantile (ToPS Appendix B: 99.575, i.e. PAK's
     p = 0.5 % with lambda = 0.85), ``beta`` is beta_lt, ``multiplier`` is r (PAK Section VI-B:
-    "an r between 1 and 2 suffices"; 1.5 by default).
+    "an r between 1 and 2 suffices"; 1.5 by default).  ``seed``, ``sampler`` and
+    ``granularity`` as in :func:`smooth_quantile_threshold`: on the exact path the threshold
+    ``center + scale Z`` (``center = r (x^ + kappa SS / a G^{-1}(1 - beta))``,
+    ``scale = r kappa SS / a``) is rounded up to the grid, sampled exactly.
 
     Privacy
     -------
     (epsilon, delta)-DP at event level on ``values``: ``kappa SS`` is a b-smooth upper bound on
     the local sensitivity of ``tau'`` of Eq. 6 (Eq. 8-10), kappa depends on public parameters
-    only, and multiplying by r and capping are post-processing.
+    only, and multiplying by r, rounding to the grid and capping are post-processing.  The
+    float64 evaluation of ``SS`` is not covered exactly (module docstring).
 
-    >>> rng = np.random.default_rng(0)
     >>> tau = pak_threshold(np.arange(1000.0) % 50, epsilon=5.0, delta=1e-6, upper_bound=50,
-    ...                     rng=rng, multiplier=1.0)
+    ...                     seed=0, multiplier=1.0)
     >>> bool(49 < tau < 60)
     True
     """
     a, b, offset, kappa = pak_parameters(epsilon=epsilon, delta=delta, beta=beta, multiplier=multiplier, noise=noise)
-    check_bound(upper_bound)
+    upper_bound = check_bound(upper_bound)
+    chosen = _sampler(seed, sampler, noise)
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
-    return multiplier * (estimate + kappa * ss / a * (_draw(noise, rng) + offset))
+    if isinstance(chosen, FloatNoise):
+        draw = float_laplace(chosen, 1.0, 1)[0] if noise == "laplace" else float_gaussian(chosen)
+        return multiplier * (estimate + kappa * ss / a * (float(draw) + offset))
+    center = multiplier * (estimate + kappa * ss / a * offset)
+    return _released(chosen, center, multiplier * kappa * ss / a, _grid(granularity, upper_bound))

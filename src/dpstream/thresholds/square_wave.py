@@ -1,8 +1,8 @@
 """The threshold optimizer of ToPL (Section 4.1): Square Wave density, then the minimum of Eq. 8.
 
 The collector estimates the distribution of the first m values from their Square Wave reports
-(:func:`dpstream.ldp.estimate_density`, ``d`` buckets over [0, B]) and picks the candidate theta
-minimizing
+(:func:`dpstream.ldp.estimate_density`, over the ``d + 1`` grid points ``k B / d`` of [0, B]) and
+picks the candidate theta minimizing
 
     (r / 3) Var[v~](theta) + (r^2 / 6) (sum_{t > theta} f~_t (t - theta))^2        (Eq. 8)
 
@@ -16,14 +16,17 @@ minimizing
   would under-weight the bias fourfold (it is E[j^2] for queries no longer than r / 2).
 * **Var[v~].**  Clients report ``2 min(v, theta) / theta - 1`` with HM, and the collector
   answers ``theta (y~ + 1) / 2``, so the variance in value units is ``theta^2 / 4`` times HM's
-  worst-case variance of Eq. 22 (which is for [-1, 1]).  The paper says Eq. 22 "can be plugged
-  into Eq. 8"; the factor theta^2/4 is what the change of scale requires, and without it the
-  variance would not depend on theta and the minimum would always be theta = B.
-* **Candidates and bias.**  theta ranges over the bucket edges ``k B / d`` (k = 1..d), the
-  paper's 1024 values spread over [0, B]; the mass of a bucket sits at its centre, so the bias
-  at the edge ``k B / d`` is ``sum_{i >= k} f_i (centre_i - theta)``.
+  worst-case variance on [-1, 1] (:meth:`~dpstream.ldp.HybridMechanism.worst_case_variance`, the
+  discretized mechanism's counterpart of Eq. 22).  The paper says Eq. 22 "can be plugged into
+  Eq. 8"; the factor theta^2/4 is what the change of scale requires, and without it the variance
+  would not depend on theta and the minimum would always be theta = B.
+* **Candidates and bias.**  theta ranges over the grid points ``k B / d`` (k = 1..d), the paper's
+  1024 values spread over [0, B].  The estimate ``f`` is the distribution of the values rounded
+  at random to these points, and for a grid point theta ``E[(x - theta)^+] = (v - theta)^+``
+  exactly, so ``sum_{i > k} f_i (i - k) B / d`` is the bias of the true values (up to the
+  estimation error of ``f``), with no bucket-centre approximation.
 * **SW-W** (the paper's variant): plain EM without smoothing, then the estimate after the first
-  bucket ``w`` whose next five estimates are all below 0.01% is set to 0 (and the rest
+  point ``w`` whose next five estimates are all below 0.01% is set to 0 (and the rest
   renormalized to a distribution).  **SW** is EMS used as a black box.
 
 Privacy
@@ -82,28 +85,40 @@ def prune_tail(frequencies: np.ndarray, run: int = PRUNE_RUN, floor: float = PRU
 
 
 def eq8_errors(
-    frequencies: np.ndarray, upper_bound: float, *, stream_epsilon: float, max_range: int
+    frequencies: np.ndarray,
+    upper_bound: float,
+    *,
+    stream_epsilon: float,
+    max_range: int,
+    stream_grid: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eq. 8 for every candidate theta = k B / d, k = 1..d.  Returns (candidates, errors).
 
-    >>> cands, errs = eq8_errors(np.array([0.5, 0.5, 0.0, 0.0]), 4.0, stream_epsilon=1.0, max_range=1000)
+    ``frequencies`` holds the estimated shares of the ``d + 1`` grid points ``k B / d``, k = 0..d;
+    ``stream_grid`` is the PM grid of the stream reports (HM's, default for ``stream_epsilon``).
+
+    >>> cands, errs = eq8_errors(np.array([0.0, 0.5, 0.5, 0.0, 0.0]), 4.0, stream_epsilon=1.0, max_range=1000)
     >>> cands.tolist(), int(np.argmin(errs))
     ([1.0, 2.0, 3.0, 4.0], 1)
     """
     f = np.asarray(frequencies, dtype=np.float64)
     upper_bound = check_bound(upper_bound)
     max_range = check_positive_int(max_range, "max_range")
-    d = f.size
+    if f.ndim != 1 or f.size < 3:
+        raise ValueError(f"frequencies must hold the shares of d + 1 >= 3 grid points, got shape {f.shape}.")
+    d = f.size - 1
     width = upper_bound / d
-    candidates = width * np.arange(1, d + 1, dtype=np.float64)
-    centres = width * (np.arange(d) + 0.5)
-    # bias(theta_k) = sum_{i >= k} f_i centre_i - theta_k sum_{i >= k} f_i, from suffix sums.
+    k = np.arange(1, d + 1, dtype=np.float64)
+    candidates = width * k
+    # bias(theta_k) = width sum_{i > k} f_i (i - k), from suffix sums of f_i and i f_i.
+    index = np.arange(d + 1, dtype=np.float64)
     tail_mass = np.cumsum(f[::-1])[::-1]
-    tail_moment = np.cumsum((f * centres)[::-1])[::-1]
-    tail_mass = np.append(tail_mass[1:], 0.0)  # buckets i >= k, with theta_k the left edge of k
-    tail_moment = np.append(tail_moment[1:], 0.0)
-    bias = np.maximum(tail_moment - candidates * tail_mass, 0.0)
-    variance = candidates**2 / 4.0 * HybridMechanism(epsilon=stream_epsilon).worst_case_variance()
+    tail_moment = np.cumsum((f * index)[::-1])[::-1]
+    tail_mass = np.append(tail_mass[2:], 0.0)  # points i > k for k = 1..d
+    tail_moment = np.append(tail_moment[2:], 0.0)
+    bias = width * np.maximum(tail_moment - k * tail_mass, 0.0)
+    hm = HybridMechanism(epsilon=stream_epsilon, grid=stream_grid)
+    variance = candidates**2 / 4.0 * hm.worst_case_variance()
     return candidates, max_range / 3.0 * variance + max_range**2 / 6.0 * bias**2
 
 
@@ -116,13 +131,14 @@ def square_wave_threshold(
     max_range: int,
     buckets: int = 1024,
     variant: str = "SW-W",
+    stream_grid: int | None = None,
 ) -> float:
     """Choose theta from Square Wave reports of the first m values (normalized to [0, 1] by B).
 
     Parameters
     ----------
-    reports : array of float
-        SW reports made with ``epsilon`` of the values ``v / B``.
+    reports : array of int
+        SW report indices made by ``SquareWave(epsilon=epsilon, grid=buckets)`` of the values ``v / B``.
     epsilon : float
         Budget of the reports.
     stream_epsilon : float
@@ -131,11 +147,13 @@ def square_wave_threshold(
         B, r and d (paper: 2^20 and 1024).
     variant : str
         ``SW-W`` (default, the paper's) or ``SW``.
+    stream_grid : int, optional
+        The PM grid of the stream reports (HM's variance enters Eq. 8).
 
     >>> from dpstream.ldp import SquareWave
-    >>> rng = np.random.default_rng(0)
-    >>> values = np.minimum(rng.geometric(0.15, 65536), 100) / 100
-    >>> reports = SquareWave(epsilon=2.0).perturb(values, rng)
+    >>> k = np.arange(1, 101)
+    >>> values = np.repeat(k, np.round(9000 * 0.85**k).astype(int)) / 100  # geometric-like, mean ~ 6.6
+    >>> reports = SquareWave(epsilon=2.0).perturb(values, 0)
     >>> theta = square_wave_threshold(reports, epsilon=2.0, stream_epsilon=1.0, upper_bound=100,
     ...                               max_range=2**20)
     >>> 10 <= theta <= 60
@@ -145,5 +163,6 @@ def square_wave_threshold(
     check_epsilon(stream_epsilon, "stream_epsilon")
     estimate = estimate_density(reports, epsilon, buckets=buckets, smoothing=variant == "SW")
     f = prune_tail(estimate.frequencies) if variant == "SW-W" else estimate.frequencies
-    candidates, errors = eq8_errors(f, upper_bound, stream_epsilon=stream_epsilon, max_range=max_range)
+    candidates, errors = eq8_errors(f, upper_bound, stream_epsilon=stream_epsilon, max_range=max_range,
+                                    stream_grid=stream_grid)
     return float(candidates[int(np.argmin(errors))])

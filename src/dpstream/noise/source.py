@@ -1,0 +1,251 @@
+"""Where a stream mechanism's noise comes from: ``seed=``, ``noise=`` or ``key=``, in one object.
+
+Every release mechanism (ToPS, its perturber, the binary tree, PAK) takes at most one of
+
+* ``seed`` -- None (default): exact samplers on the operating system's CSPRNG
+  (:class:`~dpstream.noise.bits.SystemBits`); an int: the same exact samplers on a replayable
+  PCG64 (:class:`~dpstream.noise.bits.SeededBits`, for tests: not secret); a numpy
+  ``Generator``: exact samplers on its bits (:class:`~dpstream.noise.bits.GeneratorBits`);
+* ``noise`` -- a :class:`~dpstream.noise.sampler.NoiseSampler` used as it is: ``ZeroNoise()``
+  for tests of the arithmetic, ``FloatNoise(rng)`` for the studies' float path (NOT for
+  publication: the mechanisms then run their old float algorithm);
+* ``key`` -- a secret key (bytes): every part of the release draws from its own keyed stream
+  ``KeyedBits(key, identity)``, e.g. chunk ``c`` of ToPS from the identity ``("tops", c)``, so
+  a restarted release *recomputes* rather than re-draws the noise of what it already released.
+
+:class:`NoiseSource` turns these into one object.  ``source.sampler(*parts)`` is the sampler of
+one part: with a key, a fresh :class:`~dpstream.noise.sampler.ExactNoise` on
+``KeyedBits(key, identity + parts)``, which depends on nothing but the key and the identity;
+otherwise the one shared sampler, whose draws follow each other in the order the parts ask.
+
+Exact samplers are wrapped in :class:`PooledNoise`: a discrete Laplace draw costs about a
+millisecond of fixed overhead whatever its size, so small requests (one selection of NM-E, the
+few hundred nodes of a chunk's hierarchy) are served from blocks drawn ahead.  The values are
+the same law; which values a request gets is a deterministic function of the sequence of
+requests, so the same seed still replays the same release.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from fractions import Fraction
+
+import numpy as np
+
+from dpstream.noise.bits import BitsSeed, GeneratorBits, KeyedBits, SeededBits, SystemBits, make_bits
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise
+
+__all__ = ["NoiseSource", "PooledNoise", "describe_noise", "make_source"]
+
+Size = int | tuple[int, ...]
+
+
+class PooledNoise:
+    """An :class:`~dpstream.noise.sampler.ExactNoise` that draws small requests in blocks.
+
+    A request of ``n < block`` values is served from a pool of that scale's draws, refilled
+    when it runs short with one call of ``min(block, max(8 n, 1024))`` draws; larger requests
+    go straight to the sampler.  At most 8 scales keep a pool (the oldest is dropped), and the
+    pools are dropped in a forked child, so two processes never share noise.
+
+    Parameters
+    ----------
+    sampler : ExactNoise
+    block : int
+        Largest refill (default 2^14 draws).
+
+    >>> noise = PooledNoise(ExactNoise(bits=0))
+    >>> a = noise.laplace_units(Fraction(3), 5)
+    >>> b = PooledNoise(ExactNoise(bits=0)).laplace_units(Fraction(3), 5)
+    >>> bool((a == b).all()), a.dtype
+    (True, dtype('int64'))
+    """
+
+    def __init__(self, sampler: ExactNoise, *, block: int = 1 << 14) -> None:
+        if not isinstance(sampler, ExactNoise):
+            raise TypeError(f"sampler must be an ExactNoise, got {sampler!r}.")
+        self.sampler = sampler
+        self.block = int(block)
+        self._pools: dict[Fraction, np.ndarray] = {}
+        self._pid = os.getpid()
+
+    @property
+    def bits(self):
+        """The bit source of the wrapped sampler."""
+        return self.sampler.bits
+
+    def laplace_units(self, scale: Fraction, size: Size) -> np.ndarray:
+        """Discrete Laplace draws of rational ``scale`` in grid units, int64 (see ExactNoise)."""
+        shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+        n = math.prod(shape)
+        if n >= self.block:
+            return self.sampler.laplace_units(scale, shape)
+        if os.getpid() != self._pid:
+            self._pools, self._pid = {}, os.getpid()
+        key = Fraction(scale)
+        pool = self._pools.pop(key, np.empty(0, dtype=np.int64))
+        if pool.size < n:
+            refill = min(self.block, max(8 * n, 1024))
+            pool = np.concatenate((pool, self.sampler.laplace_units(key, refill)))
+        self._pools[key] = pool[n:]  # now the most recent
+        if len(self._pools) > 8:
+            del self._pools[next(iter(self._pools))]
+        return pool[:n].reshape(shape)
+
+    def laplace(self, scale: float, size: Size) -> np.ndarray:
+        """Not available: exact noise lives on a grid (see ExactNoise.laplace)."""
+        return self.sampler.laplace(scale, size)
+
+    def __repr__(self) -> str:
+        return f"PooledNoise({self.sampler!r})"
+
+
+_LAPLACE = "exact discrete Laplace in grid units"
+
+
+def _describe_bits(bits: object) -> str:
+    if isinstance(bits, SystemBits):
+        return "OS CSPRNG bits (os.urandom)"
+    if isinstance(bits, KeyedBits):
+        return "keyed ChaCha20 bits (recomputable from the secret key)"
+    if isinstance(bits, SeededBits):
+        return f"seeded PCG64 bits (seed {bits.seed}: replayable, NOT secret)"
+    if isinstance(bits, GeneratorBits):
+        return "bits of a numpy Generator (NOT secret)"
+    return f"bits of {bits!r}"
+
+
+def describe_noise(noise: object) -> str:
+    """One line naming a sampler and its randomness source, for a privacy statement.
+
+    >>> describe_noise(ExactNoise(bits=3))
+    'exact discrete Laplace in grid units, seeded PCG64 bits (seed 3: replayable, NOT secret)'
+    >>> describe_noise(ZeroNoise())
+    'NO noise (ZeroNoise: tests only, NOT private)'
+    """
+    if isinstance(noise, PooledNoise):
+        noise = noise.sampler
+    if isinstance(noise, ExactNoise):
+        return f"{_LAPLACE}, {_describe_bits(noise.bits)}"
+    if isinstance(noise, FloatNoise):
+        return "FLOAT Laplace from numpy (studies only: NOT for publication)"
+    if isinstance(noise, ZeroNoise):
+        return "NO noise (ZeroNoise: tests only, NOT private)"
+    return f"noise from {noise!r}"
+
+
+class NoiseSource:
+    """The noise of a release, from ``seed``, ``noise`` or ``key`` (see the module docstring).
+
+    Parameters
+    ----------
+    seed : None, int, numpy Generator or bit source
+        Bits for exact samplers (None: the OS CSPRNG).
+    noise : NoiseSampler, optional
+        A sampler used as it is (``ZeroNoise``, ``FloatNoise`` for studies, ``ExactNoise``).
+    key : bytes, optional
+        A secret key (at least 16 bytes): one keyed stream per part of the release.
+    identity : tuple
+        Prefix of the identities of the parts, e.g. ``("tops",)``.
+
+    Examples
+    --------
+    >>> key = bytes(range(32))
+    >>> a = NoiseSource(key=key, identity=("tops",)).sampler(3).laplace_units(Fraction(5), 4)
+    >>> b = NoiseSource(key=key, identity=("tops",)).sampler(3).laplace_units(Fraction(5), 4)
+    >>> bool((a == b).all()), NoiseSource(seed=1).exact, NoiseSource(noise=FloatNoise(rng=1)).exact
+    (True, True, False)
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: BitsSeed = None,
+        noise: NoiseSampler | None = None,
+        key: bytes | None = None,
+        identity: tuple = (),
+    ) -> None:
+        self.identity = identity
+        self._key: bytes | None = None
+        self._shared: NoiseSampler | None = None
+        given = [name for name, value in (("seed", seed), ("noise", noise), ("key", key)) if value is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of seed, noise and key, got {' and '.join(given)}.")
+        if not isinstance(identity, tuple):
+            raise TypeError(f"identity must be a tuple, got {identity!r}.")
+        if key is not None:
+            KeyedBits(key=key, identity=identity)  # checks the key (type, length) now
+            self._key = bytes(key)
+        elif noise is not None:
+            if not isinstance(noise, NoiseSampler):
+                raise TypeError(
+                    f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}."
+                )
+            self._shared = PooledNoise(noise) if type(noise) is ExactNoise else noise
+        else:  # unseeded: the OS CSPRNG, read 128 KiB at a time (a release draws a few thousand values)
+            if seed is None:
+                try:
+                    bits = SystemBits(block_words=1 << 14)
+                except RuntimeError as error:  # an OS error: the command line reports it in one line
+                    raise OSError(f"no secure source of randomness: {error}") from error
+            else:
+                bits = make_bits(seed)
+            self._shared = PooledNoise(ExactNoise(bits=bits))
+
+    @property
+    def keyed(self) -> bool:
+        """True when every part draws from its own keyed stream."""
+        return self._key is not None
+
+    @property
+    def exact(self) -> bool:
+        """False only for the studies' float path (an explicit ``FloatNoise``)."""
+        return not isinstance(self._shared, FloatNoise)
+
+    @property
+    def shared(self) -> NoiseSampler | None:
+        """The one sampler of an unkeyed source (None for a keyed one)."""
+        return self._shared
+
+    def sampler(self, *parts: object) -> NoiseSampler:
+        """The sampler of the part ``identity + parts`` (the shared one unless keyed)."""
+        if self._key is not None:
+            return ExactNoise(bits=KeyedBits(key=self._key, identity=self.identity + parts))
+        assert self._shared is not None
+        return self._shared
+
+    def child(self, *parts: object) -> NoiseSource:
+        """The same source for a sub-mechanism whose identities start with ``identity + parts``."""
+        other = object.__new__(NoiseSource)
+        other.identity, other._key, other._shared = self.identity + parts, self._key, self._shared
+        return other
+
+    def describe(self) -> str:
+        """The sampler and its randomness source, in words (for :class:`~dpstream.privacy.PrivacyGuarantee`)."""
+        if self._key is not None:
+            return f"{_LAPLACE}, keyed ChaCha20 bits per part (recomputable from the secret key)"
+        return describe_noise(self._shared)
+
+    def __repr__(self) -> str:
+        inner = "key=<secret>" if self._key is not None else f"noise={self._shared!r}"
+        return f"NoiseSource({inner}, identity={self.identity!r})"
+
+
+def make_source(
+    *, seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None, key: bytes | None = None,
+    identity: tuple = (),
+) -> NoiseSource:
+    """A :class:`NoiseSource` from a mechanism's ``seed``, ``noise`` and ``key`` arguments.
+
+    ``noise`` may already be a source (a mechanism sharing its source with a part): it is used
+    as it is, and ``seed`` and ``key`` must then be None.
+
+    >>> make_source(seed=0).exact, make_source(noise=ZeroNoise()).describe()
+    (True, 'NO noise (ZeroNoise: tests only, NOT private)')
+    """
+    if isinstance(noise, NoiseSource):
+        if seed is not None or key is not None:
+            raise ValueError("give at most one of seed, noise and key, got a noise source and a seed or key.")
+        return noise
+    return NoiseSource(seed=seed, noise=noise, key=key, identity=identity)
