@@ -25,7 +25,8 @@ HOLD = 200
 
 
 def tops(epsilon=1.0, upper_bound=B, **kwargs) -> ToPS:
-    base = dict(hold=HOLD, max_range=1000, fanout=16, smoothed_levels=1, seed=2024)
+    """The paper's ToPS (NM-E); the default model threshold is tested in test_tops_model.py."""
+    base = dict(hold=HOLD, max_range=1000, fanout=16, smoothed_levels=1, seed=2024, threshold_method="nm-e")
     base.update(kwargs)
     return ToPS(epsilon=epsilon, upper_bound=upper_bound, **base)
 
@@ -120,7 +121,8 @@ def test_threshold_is_nm_e_on_the_hold_out_with_the_right_budgets():
     epsilon as Eq. 6's stream budget, drawn first from the one noise source; then the perturber
     (same source, the grid of B) releases min(v, theta).  Re-built here from the public parts."""
     values = stream(HOLD + 2500, seed=6)
-    kwargs = dict(epsilon=0.3, threshold_epsilon=0.9, c=45.0, threshold_step=0.5, smoothed_levels=1, seed=99)
+    kwargs = dict(epsilon=0.3, threshold_epsilon=0.9, c=45.0, threshold_step=0.5, smoothed_levels=1, seed=99,
+                  threshold_method="nm-e")
     t = tops(**kwargs)
     out = t.release(values)
     source = NoiseSource(seed=99)
@@ -208,9 +210,13 @@ def test_granularity_and_noise_options():
 
 
 def test_smoothed_levels_default_and_structure():
-    t = ToPS(epsilon=0.05, upper_bound=B, hold=10, max_range=2**20, fanout=16, seed=0)
+    t = ToPS(epsilon=0.05, upper_bound=B, hold=10, max_range=2**20, fanout=16, seed=0, threshold_method="nm-e")
     assert t.levels == 5
     assert t.smoothed_levels == optimal_smoothed_levels(0.05, 2**20, 16)
+    t = ToPS(epsilon=0.05, upper_bound=B, hold=10, max_range=2**20, fanout=16, seed=0)  # the model chooses s
+    assert t.levels == 5 and t.smoothed_levels is None
+    t.release(np.full(20, 3.0))
+    assert t.smoothed_levels == t.model_choice.smoothed_levels in range(5)
     t = tops(smoothed_levels=0)
     assert (t.levels, t.smoothed_levels, t.max_range, t.fanout) == (3, 0, 1000, 16)
 

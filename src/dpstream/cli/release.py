@@ -28,6 +28,7 @@ from dpstream.cli._common import (
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
+from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
 
 __all__ = ["RELEASE_METHODS", "announce"]
@@ -41,12 +42,17 @@ def _build_tops(options: dict[str, Any]) -> ToPS:
                 max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
                 window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
                 threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
-                seed=options["seed"])
+                seed=options["seed"], threshold_method=options["threshold_method"],
+                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"])
 
 
 def _describe_tops(tops: ToPS) -> str:
-    return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
-            f"of h = {tops.levels}")
+    if tops.model_choice is None:
+        return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
+                f"of h = {tops.levels}")
+    windows = "random queries" if tops.query_length is None else f"windows of {tops.query_length} values"
+    return (f"threshold theta = {tops.threshold:g}, smoothed levels s = {tops.smoothed_levels} of h = {tops.levels}, "
+            f"prior {tops.model_choice.prior:.6g} (error model for {windows})")
 
 
 def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
@@ -98,7 +104,8 @@ class _Method:
 
 
 _TOPS_OPTIONS = frozenset(
-    {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity"}
+    {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity",
+     "threshold_method", "query_length", "smoothed_levels"}
 )
 _PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise", "granularity"})
 
@@ -130,6 +137,12 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
 @click.option("--threshold-epsilon", type=float, default=None,
               help="Budget of the threshold optimizer (default: --epsilon).")
+@click.option("--threshold-method", type=click.Choice(list(THRESHOLD_METHODS)), default="model", show_default=True,
+              help="tops: model (theta, s and the prior chosen for the error model) or nm-e (the paper's).")
+@click.option("--query-length", type=int, default=None,
+              help="tops, model: the window length to serve best (e.g. 1440 for daily sums of minutes).")
+@click.option("--smoothed-levels", type=int, default=None,
+              help="tops: force s, the lowest levels left to the smoother (default: chosen).")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
               help="Empty fields, NA, NaN, null: error; zero (positions kept); skip (shifts later positions).")

@@ -65,6 +65,7 @@ from dpstream._checks import (
     check_bound,
     check_epsilon,
     check_magnitude,
+    check_nonnegative,
     check_nonnegative_int,
     check_positive_int,
     check_stream_values,
@@ -177,6 +178,11 @@ class HierarchicalPerturber:
         ``FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).
     key : bytes, optional
         Instead of ``seed``: a secret key; chunk ``c`` draws from ``KeyedBits(key, ("tops", c))``.
+    prior : float, optional
+        The smoother's start, a_0: the prediction for every value of the first block.  None
+        (default) is Algorithm 1's ``theta / 2``; a private estimate of the level (e.g. the
+        noisy mean of the hold-out, :func:`~dpstream.thresholds.model.noisy_mean`) is better.
+        It must not depend on the values this perturber releases; clipped to [0, theta].
 
     Privacy
     -------
@@ -204,6 +210,7 @@ class HierarchicalPerturber:
         seed: BitsSeed = None,
         noise: NoiseSampler | NoiseSource | None = None,
         key: bytes | None = None,
+        prior: float | None = None,
     ) -> None:
         threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
@@ -236,7 +243,8 @@ class HierarchicalPerturber:
             self.threshold = threshold
             self.noise_scale = self.threshold * self.measured_levels / self.epsilon
             self.spent_epsilon = self.epsilon
-        prior = self.threshold / 2.0
+        prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
+        self.prior = prior
         self.state = PerturberState(
             released=0,
             noise=None,

@@ -1,7 +1,11 @@
 """ToPS: Threshold optimizer, Perturber, Smoother (Section 3, Algorithm 1).
 
-The first ``hold`` values choose theta by NM-E and are not released (the paper's setting).
-Every later value is truncated at theta, perturbed by the online consistent hierarchy and
+The first ``hold`` values choose the threshold theta and are not released (the paper's
+setting).  By default theta, the smoothed levels s and the smoother's prior are chosen together,
+privately, for the error model of this pipeline and the windows named by ``query_length``
+(``threshold_method="model"``, :mod:`dpstream.thresholds.model`: a departure from the paper,
+which chooses theta by NM-E, s by Eq. 7 and starts at theta / 2; ``threshold_method="nm-e"``
+runs the paper's choice).  Every later value is truncated at theta, perturbed by the online consistent hierarchy and
 smoothed, and released the moment it arrives.  Data flows one way:
 :mod:`dpstream.thresholds` -> :mod:`dpstream.release.perturber` -> :mod:`dpstream.smoothers`.
 
@@ -25,23 +29,30 @@ import numpy as np
 from dpstream._checks import (
     check_bool,
     check_bound,
+    check_choice,
     check_epsilon,
     check_magnitude,
     check_positive_int,
     check_stream_values,
 )
-from dpstream.noise.bits import BitsSeed
+from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import ceil_units, choose_granularity, round_up_scale
-from dpstream.noise.sampler import NoiseSampler, ZeroNoise
+from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.smoothers import Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
+from dpstream.thresholds.error_model import QueryLengths
+from dpstream.thresholds.model import ModelChoice, model_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
+from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["ToPS", "ToPSState"]
+__all__ = ["THRESHOLD_METHODS", "ToPS", "ToPSState"]
+
+#: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
+THRESHOLD_METHODS = ("nm-e", "model")
 
 
 @dataclass(kw_only=True)
@@ -83,15 +94,27 @@ class ToPS(HoldOutRelease):
     window, alpha : optional
         Parameters of the moving_average and exponential smoothers.
     threshold_epsilon : float, optional
-        Budget of NM-E, when it should differ from ``epsilon``.
+        Budget of the threshold choice (NM-E or the model), when it should differ from ``epsilon``.
     smoothed_levels : int, optional
-        Force s instead of Eq. 7 (0 disables smoothing).
+        Force s (0 disables smoothing) instead of the model's choice or Eq. 7.  With the model
+        and no forced s, :attr:`smoothed_levels` is None until the hold-out ends.
     c : float
         The constant of Eq. 6 (paper: 60).
     threshold_step : float
         Spacing of NM-E's candidates ``step, 2 step, ..., B`` (paper: 1).
     clip : bool
         Clip values outside [0, B] instead of raising an error.
+    threshold_method : str
+        ``model`` (default): theta, s and the prior chosen privately for the error model of
+        this pipeline (:func:`~dpstream.thresholds.model.model_threshold`); ``smoothed_levels``,
+        if given, is kept and only theta and the prior are chosen.  ``nm-e``: the paper's NM-E,
+        s by Eq. 7 and the prior ``theta / 2`` (Algorithm 1).
+    query_length : int, optional
+        With ``model``: the window length the release should serve best (e.g. 1440 for daily
+        sums of minute readings); default the paper's random queries over ``max_range``.
+    selection : str
+        With ``model``: ``permute-and-flip`` (default), ``report-noisy-max`` or
+        ``exponential`` (:mod:`dpstream.thresholds.select`).
     granularity : float, optional
         g, the public grid of the hierarchy's measurements (exact path); default the largest
         power of two at most ``B / 2^20``.  Values are rounded to the nearest multiple of g
@@ -110,8 +133,8 @@ class ToPS(HoldOutRelease):
     -------
     ``max(epsilon', threshold_epsilon')``-DP at event level (Definition 2.1), where the primes
     are the budgets recomputed from the rounded-up noise scales (at most those asked): two
-    streams are neighbours when they differ in the value at one position.  NM-E is
-    ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
+    streams are neighbours when they differ in the value at one position.  NM-E (or the model's
+    four steps together) is ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
     for infinite streams.  Truncation, rounding to the grid, consistency and smoothing add no
@@ -124,8 +147,8 @@ class ToPS(HoldOutRelease):
     >>> stream = rng.integers(0, 20, size=5000).astype(float)
     >>> tops = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
     >>> released = tops.release(stream)
-    >>> released.shape, tops.threshold is not None, tops.smoothed_levels
-    ((4000,), True, 1)
+    >>> released.shape, tops.threshold is not None, tops.smoothed_levels in range(tops.levels)
+    ((4000,), True, True)
     >>> replay = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
     >>> streamed = [replay.release_one(v) for v in stream]
     >>> bool(np.array_equal(released, [v for v in streamed if v is not None]))
@@ -148,6 +171,9 @@ class ToPS(HoldOutRelease):
         c: float = NM_E_CONSTANT,
         threshold_step: float = 1.0,
         clip: bool = False,
+        threshold_method: str = "model",
+        query_length: int | None = None,
+        selection: str = "permute-and-flip",
         granularity: float | None = None,
         seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
@@ -163,6 +189,14 @@ class ToPS(HoldOutRelease):
         self.threshold_step = check_bound(threshold_step, "threshold_step")
         threshold_candidates(self.upper_bound, self.threshold_step)  # validates the grid now
         self.clip = check_bool(clip, "clip")
+        self.threshold_method = check_choice(threshold_method, "threshold_method", THRESHOLD_METHODS)
+        self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
+        self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
+        if self.threshold_method == "nm-e" and (query_length is not None or selection != "permute-and-flip"):
+            raise ValueError("query_length and selection apply to threshold_method='model' only, got threshold_method="
+                             "'nm-e' with them.")
+        self.model_choice: ModelChoice | None = None
+        self._forced_levels = smoothed_levels
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother(smoother, **params)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
@@ -178,18 +212,23 @@ class ToPS(HoldOutRelease):
         probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, noise=ZeroNoise())
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
+        # with the model, s is chosen after the hold-out: check and size the grid for the most levels
+        measured = probe.levels if self.threshold_method == "model" and smoothed_levels is None else (
+            probe.measured_levels)
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
-        check_magnitude(self.upper_bound * (self.levels - self.smoothed_levels) / self.epsilon,
+        check_magnitude(self.upper_bound * measured / self.epsilon,
                         "the largest noise scale upper_bound * (h - s) / epsilon")
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
         self.granularity: float | None = None
         if self._source.exact:
-            factor = Fraction(probe.measured_levels) / Fraction(self.epsilon)
+            factor = Fraction(measured) / Fraction(self.epsilon)
             self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
             round_up_scale(ceil_units(self.upper_bound, self.granularity) * factor)
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
+        if self.threshold_method == "model" and smoothed_levels is None:
+            self.smoothed_levels = None  # chosen with theta when the hold-out ends
         self._start_hold_out()
 
     # -- what the release has chosen, and its state ---------------------------------------
@@ -208,19 +247,30 @@ class ToPS(HoldOutRelease):
         )
 
     def privacy(self) -> PrivacyGuarantee:
-        """What the whole release spends: NM-E and the hierarchy, in parallel.
+        """What the whole release spends: the threshold choice and the hierarchy, in parallel.
 
         The budgets are those recomputed from the rounded-up noise scales.  The hierarchy's
         depends on theta (in grid units), so before the hold-out ends it is stated as
         ``epsilon``, an upper bound on what it will be.
         """
+        stream = self.epsilon if self._stream is None else self._stream.spent_epsilon
+        noise = self._source.describe()
+        if self.threshold_method == "model":
+            spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
+            levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
+            threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
+                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
+            hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
+                                         composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
+            grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
+            return threshold.compose_parallel(hierarchy, composition=(
+                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior); hierarchy "
+                f"{stream:g}-DP on the rest{grid} (eps / ({levels}) on each measured level); parallel composition"))
         measured = self.levels - self.smoothed_levels
         if self._source.exact:
             nm_e = noisy_max_epsilon(self.threshold_epsilon, monotone=True)
         else:
             nm_e = self.threshold_epsilon
-        stream = self.epsilon if self._stream is None else self._stream.spent_epsilon
-        noise = self._source.describe()
         threshold = PrivacyGuarantee(epsilon=nm_e, delta=0.0, neighbours=EVENT_LEVEL,
                                      composition=f"NM-E threshold on the first {self.hold} values", noise=noise)
         hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
@@ -235,6 +285,9 @@ class ToPS(HoldOutRelease):
     # -- releasing ---------------------------------------------------------------------
 
     def _choose_threshold(self) -> None:
+        if self.threshold_method == "model":
+            self._choose_by_model()
+            return
         theta = noisy_max_threshold(
             self._held,
             epsilon=self.threshold_epsilon,
@@ -250,6 +303,29 @@ class ToPS(HoldOutRelease):
             threshold=theta, **self._perturber_args, granularity=self.granularity, noise=self._source
         )
         self._threshold = self._stream.threshold
+
+    def _choose_by_model(self) -> None:
+        queries = None if self.query_length is None else QueryLengths.fixed(self.query_length)
+        levels = None if self._forced_levels is None else (self.smoothed_levels,)
+        choice = model_threshold(
+            self._held,
+            epsilon=self.threshold_epsilon,
+            stream_epsilon=self.epsilon,
+            upper_bound=self.upper_bound,
+            max_range=self.max_range,
+            fanout=self.fanout,
+            queries=queries,
+            levels=levels,
+            selection=self.selection,
+            step=self.threshold_step,
+            seed=_bits_of(self._source.sampler("model")),
+        )
+        self.model_choice = choice
+        args = dict(self._perturber_args, smoothed_levels=choice.smoothed_levels)
+        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, granularity=self.granularity,
+                                             noise=self._source, prior=choice.prior)
+        self._threshold = self._stream.threshold
+        self.smoothed_levels = self._stream.smoothed_levels
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
@@ -283,3 +359,14 @@ class ToPS(HoldOutRelease):
             return min(max(value, 0.0), self.upper_bound)
         check_stream_values([value], self.upper_bound, clip=self.clip, offset=self._position)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _bits_of(sampler: NoiseSampler):
+    """Random bits for the model's exact samplers from one part of a noise source: the bits of an
+    exact sampler, the generator of the studies' ``FloatNoise``, and for ``ZeroNoise`` (tests of
+    the arithmetic) a fixed seed, so the choice is replayable."""
+    if isinstance(sampler, FloatNoise):
+        return make_bits(sampler.rng)
+    if isinstance(sampler, ZeroNoise):
+        return SeededBits(seed=0)
+    return sampler.bits

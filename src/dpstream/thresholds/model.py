@@ -1,0 +1,349 @@
+"""Choosing theta and s together for the error model of the actual pipeline, privately.
+
+``threshold="model"`` in :class:`~dpstream.release.ToPS`.  NM-E (Eq. 6) scores a threshold by a
+fixed stand-in for the noise of a tree it does not model (no consistency, no smoother, s from
+Eq. 7) and a constant ``c = 60`` that turns counts into bias; this method scores every pair
+``(theta, s)`` with :class:`~dpstream.thresholds.error_model.ErrorModel` for the windows the
+user cares about (:class:`~dpstream.thresholds.error_model.QueryLengths`), and also releases
+the first block's prior.  On the held-out values it runs four private steps, with the budget
+``epsilon`` of the threshold split in fixed shares (:data:`SHARES`):
+
+1. **Scale** (1/8): the median ``q50`` by permute-and-flip on the rank score
+   ``-|#{v <= t} - m/2|`` (sensitivity 1) over the candidate grid.  The model then treats the
+   values as exponential with that median: scale ``lam = q50 / ln 2``, spread
+   ``Var(min(v, theta))`` of that exponential, and excess above ``theta`` of ``lam`` per value
+   above it.  This is the model's one shape assumption; the data enter the threshold choice
+   through exact counts (step 3), the assumption only through ``lam``.
+2. **Drift** (1/4): the hold-out cut into 4 blocks; the number of values above ``q50`` in each
+   (one change moves one count by 1: L1 sensitivity 1, discrete Laplace of scale
+   ``1 / eps``).  The spread of the block fractions beyond their sampling and privacy noise
+   (both known) measures how much the level moves between blocks of ``m / 4`` values; it is
+   converted to values with the exponential's density at its median, and extrapolated to
+   other block sizes as a random walk (``delta^2(bs)`` proportional to ``bs``).  A negative
+   estimate counts as no drift.
+3. **Selection** (3/8): every pair ``(theta, s)`` scores
+   ``U = -sqrt(R_s(theta)^2 / lam^2 + m_theta^2 + ...)``: the model's noise, smoothing and
+   prior errors (public after steps 1-2) in units of one value's excess, and the exact count
+   ``m_theta`` of held-out values above theta standing for the truncation bias
+   ``lam m_theta`` (with its variance term for short windows).  The count is the same for
+   every s, so the best s for each theta is the one with the least public error, and only
+   theta is selected: U is 1-Lipschitz and decreasing in every count, so it has sensitivity 1
+   and is monotone, and a private selection (:mod:`dpstream.thresholds.select`,
+   permute-and-flip by default) picks theta; s follows from it.
+4. **Prior** (1/4): the mean of ``min(v, theta)`` over the hold-out, with discrete Laplace noise
+   on a grid (sensitivity ``theta``), starts the smoother instead of ``theta / 2``.
+
+Candidates are ``step * 1.02^j`` rounded up to multiples of ``step``, and the largest multiple
+of ``step`` up to B: a 2% grid, where
+the paper scores every multiple of ``step``.  The fewer candidates a private selection has to
+beat, the less its noise favours the many useless large thresholds.
+
+Privacy
+-------
+``epsilon``-DP (the sum of the four steps' spent budgets, each at most its share) at event
+level on the held-out values, by sequential composition; only ``theta``, ``s`` and the prior
+leave.  The stream after the hold-out is untouched (parallel composition with the perturber).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from dpstream._checks import check_bound, check_choice, check_epsilon, check_positive_int
+from dpstream.hierarchy import num_levels
+from dpstream.noise.bits import BitsSeed, make_bits
+from dpstream.noise.exact import discrete_laplace
+from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths
+from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon
+
+__all__ = [
+    "DRIFT_MARGIN",
+    "GRID_RATIO",
+    "SHARES",
+    "ModelChoice",
+    "model_candidates",
+    "model_threshold",
+    "noisy_mean",
+    "selection_scores",
+]
+
+#: Budget shares of the four steps (they sum to 1).
+SHARES = {"scale": 0.125, "drift": 0.25, "selection": 0.375, "prior": 0.25}
+
+#: Drift counts only beyond this many standard errors of its estimate for stationary values.
+DRIFT_MARGIN = 1.0
+
+#: Ratio of consecutive candidate thresholds.
+GRID_RATIO = 1.02
+
+_DRIFT_BLOCKS = 4
+_LN2 = math.log(2.0)
+_DENSITY_AT_MEDIAN = 0.5 * _LN2  # t f(t) at the median t of any exponential: ln(2) / 2
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What :func:`model_threshold` chose, and the private estimates it used (all public).
+
+    Attributes
+    ----------
+    threshold, smoothed_levels, prior : float, int, float
+        theta, s and the smoother's start a_0.
+    predicted_error : float
+        The model's expected squared error of a query at this choice, with the exponential
+        stand-in for the tail and the held-out count (for information: it is not private).
+    scale : float
+        ``lam = q50 / ln 2`` from the private median.
+    drift : float
+        The private drift rate ``q`` (``delta^2(bs) = q bs``).
+    epsilon_spent : float
+        What the four steps spent together (at most ``epsilon``).
+    details : dict
+        The private median, the selection mechanism and the noisy block fractions.
+    """
+
+    threshold: float
+    smoothed_levels: int
+    prior: float
+    predicted_error: float
+    scale: float
+    drift: float
+    epsilon_spent: float
+    details: dict = field(default_factory=dict)
+
+
+def model_candidates(upper_bound: float, step: float = 1.0) -> np.ndarray:
+    """Candidate thresholds: ``step * 1.02^j`` rounded up to multiples of ``step``, and B's multiple.
+
+    >>> model_candidates(10.0).tolist()
+    [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    >>> c = model_candidates(1657.0); c.size < 400, float(c[-1]) <= 1657
+    (True, True)
+    """
+    upper_bound = check_bound(upper_bound)
+    step = check_bound(step, "threshold_step")
+    top = math.floor(upper_bound / step + 1e-9)
+    if top < 1:
+        raise ValueError(
+            f"threshold_step must be <= upper_bound so that there is a candidate threshold, "
+            f"got threshold_step={step!r} with upper_bound={upper_bound!r}."
+        )
+    count = int(math.log(top) / math.log(GRID_RATIO)) + 2
+    units = np.unique(np.ceil(GRID_RATIO ** np.arange(count) - 1e-9).astype(np.int64))
+    return step * np.append(units[units < top], top).astype(np.float64)
+
+
+def _exponential_summary(candidates: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Excess mean, excess second moment and truncated variance of an exponential of ``scale``."""
+    tail = np.exp(-candidates / scale)
+    mean = scale * (1.0 - tail)
+    square = 2.0 * scale**2 * (1.0 - tail * (1.0 + candidates / scale))
+    return scale * tail, 2.0 * scale**2 * tail, np.maximum(square - mean**2, 0.0)
+
+
+def noisy_mean(values: np.ndarray, bound: float, *, epsilon: float, seed: BitsSeed = None) -> float:
+    """Mean of ``min(v, bound)``, epsilon-DP with exact discrete Laplace noise on a grid.
+
+    Values are rounded to the grid ``g = 2^(floor(log2 bound) - 20)`` (ties to even), their
+    integer sum gets discrete Laplace noise of scale ``ceil(bound / g) / epsilon`` grid units
+    (rounded up), and the result is clipped to ``[0, bound]``.
+
+    Privacy
+    -------
+    epsilon-DP at event level: one value moves the integer sum by at most ``ceil(bound / g)``.
+
+    >>> round(noisy_mean(np.full(10_000, 3.0), 10.0, epsilon=10.0, seed=0), 2)
+    3.0
+    """
+    bound = check_bound(bound, "bound")
+    epsilon = check_epsilon(epsilon)
+    g = 2.0 ** (math.floor(math.log2(bound)) - 20)
+    top = math.ceil(bound / g)
+    units = np.minimum(np.rint(np.minimum(np.asarray(values, dtype=np.float64), bound) / g), top).astype(np.int64)
+    scale = _round_up(Fraction(top) / Fraction(epsilon))
+    noise = int(discrete_laplace(make_bits(seed), scale.numerator, scale.denominator, 1)[0])
+    total = int(units.sum()) + noise
+    return float(min(max(total * g / max(units.size, 1), 0.0), bound))
+
+
+def _round_up(value: Fraction) -> Fraction:
+    """``value`` rounded up to a dyadic rational whose numerator stays below 2^40."""
+    shift = max(0, 39 - value.numerator.bit_length() + value.denominator.bit_length())
+    return Fraction(math.ceil(value * (1 << shift)), 1 << shift)
+
+
+def _spent_laplace(sensitivity: int, scale: Fraction) -> float:
+    return float(Fraction(sensitivity) / scale)
+
+
+def model_threshold(
+    values: np.ndarray,
+    *,
+    epsilon: float,
+    stream_epsilon: float,
+    upper_bound: float,
+    max_range: int,
+    fanout: int,
+    queries: QueryLengths | None = None,
+    levels: tuple[int, ...] | None = None,
+    selection: str = "permute-and-flip",
+    step: float = 1.0,
+    seed: BitsSeed = None,
+) -> ModelChoice:
+    """Choose theta, s and the prior privately from the held-out values (see the module docstring).
+
+    Parameters
+    ----------
+    values : array of float
+        The held-out values, in [0, upper_bound].
+    epsilon : float
+        Budget of the whole choice (split by :data:`SHARES`).
+    stream_epsilon : float
+        Budget of the perturber that will release the stream (the model's noise).
+    upper_bound, max_range, fanout, step
+        B, r, b and the candidate grid's step.
+    queries : QueryLengths, optional
+        The windows that matter; default the paper's random queries over ``max_range`` values.
+    levels : tuple of int, optional
+        The values of s allowed (default every ``0 .. h - 1``).
+    selection : str
+        ``permute-and-flip`` (default), ``report-noisy-max`` or ``exponential``.
+    seed : None, int, Generator or bit source
+        Random bits of every step (None: the operating system's CSPRNG).
+
+    Returns
+    -------
+    ModelChoice
+
+    Privacy
+    -------
+    ``epsilon``-DP at event level on ``values``; see the module docstring.
+
+    >>> rng = np.random.default_rng(3)
+    >>> held = np.minimum(rng.geometric(0.15, 65536), 1000).astype(float)
+    >>> choice = model_threshold(held, epsilon=0.1, stream_epsilon=0.1, upper_bound=1000,
+    ...                          max_range=2**20, fanout=16, seed=1)
+    >>> 20 <= choice.threshold <= 120, choice.smoothed_levels in range(5), choice.epsilon_spent <= 0.1
+    (True, True, True)
+    """
+    epsilon = check_epsilon(epsilon)
+    stream_epsilon = check_epsilon(stream_epsilon, "stream_epsilon")
+    selection = check_choice(selection, "selection", tuple(SELECTIONS))
+    max_range = check_positive_int(max_range, "max_range", minimum=2)
+    fanout = check_positive_int(fanout, "fanout", minimum=2)
+    values = np.asarray(values, dtype=np.float64)
+    m = values.size
+    if m < 1:
+        raise ValueError("the model threshold needs at least 1 held-out value, got 0.")
+    h = num_levels(max_range, fanout)
+    levels = tuple(range(h)) if levels is None else tuple(int(s) for s in levels)
+    queries = QueryLengths.random(max_range) if queries is None else queries
+    bits = make_bits(seed)
+    candidates = model_candidates(upper_bound, step)
+    ordered = np.sort(values)
+
+    # 1. scale: the median by permute-and-flip on ranks
+    eps_scale = epsilon * SHARES["scale"]
+    at_most = np.searchsorted(ordered, candidates, side="right")
+    median = float(candidates[select("permute-and-flip", -np.abs(at_most - m / 2.0), epsilon=eps_scale, seed=bits)])
+    scale = median / _LN2
+    spent = selection_epsilon("permute-and-flip", eps_scale)
+
+    # 2. drift: counts above the median in 4 blocks
+    eps_drift = epsilon * SHARES["drift"]
+    drift, drift_details, drift_spent = _drift(values, median, scale, eps_drift, bits)
+    spent += drift_spent
+
+    # 3. selection of (theta, s)
+    eps_prior = epsilon * SHARES["prior"]
+    excess, excess_square, spread = _exponential_summary(candidates, scale)
+    prior_noise = 2.0 * (candidates / (m * eps_prior)) ** 2  # variance of the noisy mean of step 4
+    model = ErrorModel(epsilon=stream_epsilon, max_range=max_range, fanout=fanout, queries=queries)
+    above = m - np.searchsorted(ordered, candidates, side="left")  # m_theta = |{v >= theta}|
+    kappa = queries.mean / queries.mean_square  # weight of the truncation's variance term
+    rows = []
+    for s in levels:
+        bs = fanout**s
+        summary = DataSummary(candidates, excess, excess_square, spread, drift,
+                              prior_noise + drift * (m + bs) / 2.0)
+        parts = model.components(summary, s)
+        public = (parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2 / (queries.mean_square * scale**2)
+        rows.append(public)
+    # The counts enter every s alike, so the best s for a theta is the one with the least public
+    # error: a public function of theta.  Only theta is selected privately.
+    rows = np.array(rows)
+    best_level = np.argmin(rows, axis=0)
+    public = rows[best_level, np.arange(candidates.size)]
+    scores = selection_scores(above, public, kappa=kappa, m=m)
+    eps_select = epsilon * SHARES["selection"]
+    index = select(selection, scores, epsilon=eps_select, monotone=True, seed=bits)
+    spent += selection_epsilon(selection, eps_select, monotone=True)
+    s = levels[int(best_level[index])]
+    theta = float(candidates[index])
+
+    # 4. the prior
+    prior = noisy_mean(values, theta, epsilon=eps_prior, seed=bits)
+    spent += _prior_spent(theta, eps_prior)
+
+    return ModelChoice(
+        threshold=theta,
+        smoothed_levels=s,
+        prior=prior,
+        predicted_error=float(scores[index]) ** 2 * queries.mean_square * scale**2 / m**2,
+        scale=scale,
+        drift=drift,
+        epsilon_spent=spent,
+        details={"median": median, "selection": selection, **drift_details},
+    )
+
+
+def selection_scores(counts: np.ndarray, public: np.ndarray, *, kappa: float, m: int) -> np.ndarray:
+    """The scores of step 3: ``-sqrt(P + (kappa m)^2 + (1 - kappa) c^2 + 2 kappa m c)`` for counts ``c``.
+
+    ``P`` is the public part of the error (noise, smoothing, prior) in units of one value's
+    excess; ``c^2 + kappa (2 m c - c^2)`` is the truncation error of the exponential stand-in
+    (``E[L^2] mu^2 + E[L] tau^2`` with ``mu = lam c / m`` and ``E[((v - theta)^+)^2] = 2 lam^2 c / m``)
+    in the same units, ``kappa = E[L] / E[L^2] <= 1``.  The constant ``(kappa m)^2`` makes the
+    score 1-Lipschitz in ``c``: the derivative ``((1 - kappa) c + kappa m) / sqrt(...)`` is at
+    most 1 when ``P + (kappa m)^2 >= (kappa m)^2``.  So a change of one value, which moves every
+    count by at most 1 and all the same way, moves every score by at most 1, the same way.
+
+    >>> selection_scores(np.array([0, 3]), np.array([16.0, 16.0]), kappa=0.0, m=10).tolist()
+    [-4.0, -5.0]
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    return -np.sqrt(public + (kappa * m) ** 2 + (1.0 - kappa) * counts**2 + 2.0 * kappa * m * counts)
+
+
+def _prior_spent(theta: float, epsilon: float) -> float:
+    g = 2.0 ** (math.floor(math.log2(theta)) - 20)
+    top = math.ceil(theta / g)
+    return _spent_laplace(top, _round_up(Fraction(top) / Fraction(epsilon)))
+
+
+def _drift(values: np.ndarray, median: float, scale: float, epsilon: float, bits) -> tuple[float, dict, float]:
+    """Random-walk drift rate ``q`` (``delta^2(bs) = q bs``) from noisy block counts above the median."""
+    m = values.size
+    block = m // _DRIFT_BLOCKS
+    noise_scale = _round_up(Fraction(1) / Fraction(epsilon))
+    noise = discrete_laplace(bits, noise_scale.numerator, noise_scale.denominator, _DRIFT_BLOCKS)
+    spent = _spent_laplace(1, noise_scale)
+    if block < 16:
+        return 0.0, {"drift_fractions": None}, spent
+    blocks = values[: block * _DRIFT_BLOCKS].reshape(_DRIFT_BLOCKS, block)
+    counts = (blocks > median).sum(axis=1) + noise
+    fractions = counts / block
+    f = float(np.clip(fractions.mean(), 0.05, 0.95))
+    # per block: variance of the privacy noise (discrete Laplace, below 2 t^2) and of the sampling
+    variance = 2.0 * float(noise_scale) ** 2 / block**2 + f * (1.0 - f) / block
+    excess = float(np.mean(np.diff(fractions) ** 2)) - 2.0 * variance
+    # count only drift beyond DRIFT_MARGIN standard errors of that estimate for stationary values
+    # (three correlated differences: sd of their mean square ~ (4 sqrt(2) / 3) variance)
+    margin = DRIFT_MARGIN * 4.0 * math.sqrt(2.0) / 3.0 * variance
+    rho2 = max(excess - margin, 0.0) / _DENSITY_AT_MEDIAN**2  # squared relative change of the level per block
+    drift = rho2 * scale**2 / block
+    return drift, {"drift_fractions": fractions.tolist()}, spent
