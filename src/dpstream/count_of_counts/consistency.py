@@ -50,7 +50,7 @@ from dpstream.count_of_counts.estimators import (
 )
 from dpstream.count_of_counts.histograms import LevelHistograms
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, exact_noise
 from dpstream.privacy import ENTITY_ROW, PrivacyGuarantee
 
 __all__ = [
@@ -239,14 +239,7 @@ class _Mechanism:
         )
         self.isotonic = None if isotonic is None else check_choice(isotonic, "isotonic", ISOTONIC)
         self.memory_limit = None if memory_limit is None else check_positive_int(memory_limit, "memory_limit")
-        if noise is None:
-            self.noise: NoiseSampler = ExactNoise(bits=seed)
-        elif seed is not None:
-            raise ValueError(f"give seed or noise, not both, got seed={seed!r} and noise={noise!r}.")
-        elif not isinstance(noise, NoiseSampler):
-            raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}.")
-        else:
-            self.noise = noise
+        self.noise: NoiseSampler = exact_noise(seed, noise)
 
     def _needs_max_size(self) -> bool:
         raise NotImplementedError

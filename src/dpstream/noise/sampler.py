@@ -44,7 +44,7 @@ from dpstream.noise.float_continuous import laplace_noise
 from dpstream.noise.float_geometric import double_geometric_noise
 from dpstream.rng import Seed, make_rng
 
-__all__ = ["ExactNoise", "FloatNoise", "NoiseSampler", "ZeroNoise", "make_noise"]
+__all__ = ["ExactNoise", "FloatNoise", "NoiseSampler", "ZeroNoise", "exact_noise", "make_noise"]
 
 Size = int | tuple[int, ...]
 
@@ -187,3 +187,16 @@ def make_noise(noise: NoiseSampler | None, rng: np.random.Generator | None) -> N
     if not isinstance(noise, NoiseSampler):
         raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}.")
     return noise
+
+
+def exact_noise(seed: BitsSeed, noise: NoiseSampler | None) -> NoiseSampler:
+    """A mechanism's sampler: ``noise`` itself, or exact noise from the bits of ``seed``; not both.
+
+    >>> exact_noise(None, ZeroNoise()), type(exact_noise(3, None)).__name__
+    (ZeroNoise(), 'ExactNoise')
+    """
+    if noise is None:
+        return ExactNoise(bits=seed)
+    if seed is not None:
+        raise ValueError(f"give seed or noise, not both, got seed={seed!r} and noise={noise!r}.")
+    return make_noise(noise, None)

@@ -10,7 +10,7 @@ import numpy as np
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.geometric import discrete_laplace_scale
-from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, exact_noise
 from dpstream.privacy import USER_STEP, PrivacyGuarantee
 
 __all__ = ["COUNT_SENSITIVITY", "LaplaceCounts", "laplace_scale"]
@@ -105,14 +105,7 @@ class LaplaceCounts:
         self.sensitivity = check_positive_int(sensitivity, "sensitivity")
         self.noise_scale: Fraction = discrete_laplace_scale(self.sensitivity, self.epsilon)
         self.scale = float(self.noise_scale)
-        if noise is None:
-            self.noise: NoiseSampler = ExactNoise(bits=seed)
-        elif seed is not None:
-            raise ValueError(f"give seed or noise, not both, got seed={seed!r} and noise={noise!r}.")
-        elif not isinstance(noise, NoiseSampler):
-            raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or None, got {noise!r}.")
-        else:
-            self.noise = noise
+        self.noise: NoiseSampler = exact_noise(seed, noise)
 
     def release(self, counts: np.ndarray) -> np.ndarray:
         """Noisy counts ``R~ = R + X`` as int64, same shape as ``counts`` (which must hold integers)."""
