@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 
 import numpy as np
 
@@ -271,6 +272,20 @@ def plain_number(x: object) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
+def _number_vector(values: object, name: str, preview: Callable[[object], str]) -> np.ndarray:
+    """``values`` as a 1-D float64 array (a scalar becomes one value); ``preview(values)`` shows bad input."""
+    try:
+        array = np.asarray(values)
+        if array.dtype.kind not in "iuf":  # no strings, booleans, objects or complex numbers
+            raise TypeError
+        array = np.atleast_1d(array.astype(np.float64, copy=False))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be numbers, got {preview(values)}.") from error
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got an array of shape {array.shape}.")
+    return array
+
+
 def check_client_values(values: object, upper_bound: float, *, clip: bool = False) -> np.ndarray:
     """A client's values as a 1-D float64 array in [0, upper_bound]; an error names the first bad one plainly.
 
@@ -282,15 +297,7 @@ def check_client_values(values: object, upper_bound: float, *, clip: bool = Fals
     >>> check_client_values([1, 900], 100.0, clip=True).tolist()
     [1.0, 100.0]
     """
-    try:
-        array = np.asarray(values)
-        if array.dtype.kind not in "iuf":
-            raise TypeError
-        array = np.atleast_1d(array.astype(np.float64, copy=False))
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"values must be numbers, got {_preview(values)}.") from error
-    if array.ndim != 1:
-        raise ValueError(f"values must be one-dimensional, got an array of shape {array.shape}.")
+    array = _number_vector(values, "values", _preview)
     bad = ~np.isfinite(array)
     if bad.any():
         index = int(np.argmax(bad))
@@ -312,15 +319,7 @@ def check_unit_values(values: object, low: float = -1.0, high: float = 1.0, name
     Traceback (most recent call last):
     ValueError: values[1] must be in [-1, 1], got 1.5.
     """
-    try:
-        array = np.asarray(values)
-        if array.dtype.kind not in "iuf":
-            raise TypeError
-        array = np.atleast_1d(array.astype(np.float64, copy=False))
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{name} must be numbers, got {values!r:.80}.") from error
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got an array of shape {array.shape}.")
+    array = _number_vector(values, name, lambda bad: f"{bad!r:.80}")
     bad = ~((array >= low) & (array <= high))  # NaN fails too
     if bad.any():
         index = int(np.argmax(bad))
