@@ -6,10 +6,11 @@ progress and the budget ledger) and the output.  The mechanism is built with ``k
 noise of every tree node is a function of the key and the node's identity, so a resumed run
 recomputes exactly the noise it had, whatever the run that drew it.
 
-Checkpoints.  After each batch of released values (file input: every batch of 65,536 values;
-stdin: every 65,536 values or every second, whichever comes first) the output is flushed and
-fsync'ed FIRST, and only then is the state saved with the output's new byte length, the input
-values consumed and a ledger entry for the input positions released.  So the output is never
+Checkpoints.  At most once per batch of released values (file input: a batch of 65,536
+values; stdin: one value) and at most once every ``--checkpoint-seconds`` (default 1 second),
+the output is flushed and fsync'ed FIRST, and only then is the state saved with the output's
+new byte length, the input values consumed and a ledger entry for the input positions released;
+and once more at the end.  So the output is never
 behind the state: a run killed at any moment leaves an output that holds at least what the
 state records.
 
@@ -41,11 +42,10 @@ import click
 from dpstream.cli._common import Stopped, is_stream, prepare_output, say, usage_errors
 from dpstream.durable import Progress, StateMismatchError, StreamState
 
-__all__ = ["CHECKPOINT_SECONDS", "CHECKPOINT_VALUES", "DurableRelease", "seed_key"]
+__all__ = ["CHECKPOINT_SECONDS", "DurableRelease", "seed_key"]
 
-#: A checkpoint after at most this many consumed values (one batch of file input) ...
-CHECKPOINT_VALUES = 65536
-#: ... or, reading stdin value by value, after this many seconds since the last one.
+#: Default least time between two checkpoints (``--checkpoint-seconds``); file input also checkpoints
+#: at most once per batch of values read, stdin at most once per value.
 CHECKPOINT_SECONDS = 1.0
 _SEED_DOMAIN = b"dpstream release --seed key/v1\x00"
 
@@ -82,7 +82,7 @@ class DurableRelease:
     """
 
     def __init__(self, *, state: StreamState, releaser: Any, method: str, output: Path, resumed: bool,
-                 from_stdin: bool) -> None:
+                 from_stdin: bool, checkpoint_seconds: float = CHECKPOINT_SECONDS) -> None:
         self.state, self.releaser, self.method = state, releaser, method
         self.output_path, self.resumed, self.from_stdin = output, resumed, from_stdin
         progress = state.progress
@@ -90,12 +90,14 @@ class DurableRelease:
         self._start = progress
         self._last_time = time.monotonic()
         self._descriptor: int | None = None
+        self.checkpoint_seconds = checkpoint_seconds
 
     # -- starting ---------------------------------------------------------------------------
 
     @classmethod
     def start(cls, state_path: str, *, method: str, params: dict[str, Any], seed: int | None,
-              build: Callable[[bytes], Any], input_path: str, output_path: str, force: bool) -> DurableRelease:
+              build: Callable[[bytes], Any], input_path: str, output_path: str, force: bool,
+              checkpoint_seconds: float = CHECKPOINT_SECONDS) -> DurableRelease:
         """Create or open FILE, check it against the command, and build or restore the mechanism.
 
         ``build(key)`` builds the command's mechanism with ``key=`` (its errors are usage errors).
@@ -118,7 +120,7 @@ class DurableRelease:
                 if state.mechanism is not None:
                     releaser = _restore(state.mechanism, state.key)
                 run = cls(state=state, releaser=releaser, method=method, output=target, resumed=True,
-                          from_stdin=input_path == "-")
+                          from_stdin=input_path == "-", checkpoint_seconds=checkpoint_seconds)
                 run._open_output()
             except BaseException:
                 state.close()
@@ -133,7 +135,7 @@ class DurableRelease:
             with usage_errors():
                 releaser = build(state.key)
             run = cls(state=state, releaser=releaser, method=method, output=target, resumed=False,
-                      from_stdin=input_path == "-")
+                      from_stdin=input_path == "-", checkpoint_seconds=checkpoint_seconds)
             run._open_output()
         except BaseException:
             state.close()
@@ -185,13 +187,12 @@ class DurableRelease:
     def checkpoint(self, sink: TextIO, *, force: bool = False) -> None:
         """Flush and fsync the output, then save the state with the new output length, progress and ledger.
 
-        Without ``force``, only after :data:`CHECKPOINT_VALUES` consumed values or (stdin)
-        :data:`CHECKPOINT_SECONDS` since the last checkpoint.
+        Without ``force``, only when values were consumed since the last checkpoint and at least
+        ``checkpoint_seconds`` have passed.
         """
         consumed = self.releaser.position
         fresh = consumed - self._saved.consumed
-        if not force and fresh < CHECKPOINT_VALUES and not (
-                self.from_stdin and fresh and time.monotonic() - self._last_time >= CHECKPOINT_SECONDS):
+        if not force and (not fresh or time.monotonic() - self._last_time < self.checkpoint_seconds):
             return
         sink.flush()
         os.fsync(self._descriptor)  # the output first: it must never be behind the state

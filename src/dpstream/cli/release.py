@@ -169,8 +169,11 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (tops, pak, bt; -o FILE).")
+@click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="With --state: the least time between two saves of the state (at most one per batch read); "
+                   "a resumed run redoes what came after the last save.")
 def release(input_path: str, output_path: str, method: str, column: str | None, missing: str, seed: int | None,
-            hold: int, force: bool, state_path: str | None, **options: Any) -> None:
+            hold: int, force: bool, state_path: str | None, checkpoint_seconds: float, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
@@ -187,8 +190,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     describe = chosen.describe
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
-                         missing=missing, seed=seed, hold=hold, force=force, options=options)
+                         missing=missing, seed=seed, hold=hold, force=force, options=options,
+                         checkpoint_seconds=checkpoint_seconds)
         return
+    if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = chosen.build({**options, "hold": hold, "seed": seed})
     if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
@@ -232,7 +238,8 @@ def warn_if_released_before(target: Any) -> None:
 
 
 def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
-                     missing: str, seed: int | None, hold: int, force: bool, options: dict[str, Any]) -> None:
+                     missing: str, seed: int | None, hold: int, force: bool, options: dict[str, Any],
+                     checkpoint_seconds: float) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
     from dpstream.cli._durable import DurableRelease
 
@@ -244,7 +251,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
     run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
-                               output_path=output_path, force=force,
+                               output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
                                build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
     try:
         releaser = run.releaser
