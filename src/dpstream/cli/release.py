@@ -181,6 +181,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee, with the noise
     sampler and its source of randomness, is printed on stderr.  tops, pak and bt measure on a
     public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
+
+    With --state FILE (a secret file; tops, pak, bt) the release can be interrupted and
+    continued: the same command run again appends to OUTPUT from where the last checkpoint left
+    it, never re-drawing noise for a published position (see the README, "Long-running
+    releases").  From stdin, the producer continues from the consumed count the state records.
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()
