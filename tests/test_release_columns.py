@@ -195,6 +195,32 @@ def test_unseeded_keys_draw_from_a_secret_of_the_run(tmp_path):
     assert first.stdout != second.stdout  # fresh noise each run (equal with probability ~0)
 
 
+def test_parquet_keys_are_read_as_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(4)
+    meters = rng.integers(0, 3, 3 * HOLD + 60)
+    values = np.round(rng.uniform(0, BOUND, meters.size), 3)
+    pq.write_table(pa.table({"t": np.arange(meters.size), "meter": meters, "kWh": values}), tmp_path / "m.parquet")
+    result = _run("release", tmp_path / "m.parquet", "--time-column", "t", "--key-column", "meter", "-o", "-",
+                  *COMMON, *SIZES["tops"])
+    assert result.exit_code == 0, result.output
+    rows = [[str(t), str(m), repr(float(v))] for t, m, v in zip(range(meters.size), meters, values)]
+    assert _by_key(_csv(result.stdout)[1:]) == {key: got for key, got in _expected(rows, "tops", SEED).items() if got}
+
+
+def test_clip_counts_the_clipped_values_of_every_key(tmp_path):
+    rows = _meter(tmp_path / "m.tsv", {"m1": HOLD + 5, "m2": HOLD + 5})
+    rows[0][2], rows[-1][2] = "-1", "99"
+    (tmp_path / "m.tsv").write_text("time\tmeter\tkWh\n" + "".join("\t".join(row) + "\n" for row in rows))
+    args = ["--key-column", "meter", "--column", "kWh", "-o", "-", *COMMON, *SIZES["tops"]]
+    assert _run("release", tmp_path / "m.tsv", *args).exit_code == 1
+    clipped = _run("release", tmp_path / "m.tsv", *args, "--clip")
+    assert clipped.exit_code == 0
+    assert "--clip: 2 values outside [0, 5] were clipped into it." in clipped.stderr
+
+
 # -- missing values --------------------------------------------------------------------------
 
 
