@@ -278,8 +278,13 @@ def test_usage_errors_exit_2_in_one_line(tmp_path, args, message):
     ("time\tmeter\tkWh\n1\tm\t2\n1\tm\n", ["--key-column", "meter", "--column", "kWh"], "line 3 has 2 fields"),
     ("time\tmeter\tkWh\n1\ta\t2\n2\tb\t9\n", ["--key-column", "meter", "--column", "kWh", "--method", "bt"],
      "key 'b': stream value at position 0"),
-    ("time\tmeter\tkWh\n1\ta\t2\n2\tb\t1\n3\tc\t1\n", ["--key-column", "meter", "--column", "kWh", "--max-keys", 2],
+    ("time\tmeter\tkWh\n1\ta\t2\n2\tz\t1\n3\tc\t1\n", ["--key-column", "meter", "--column", "kWh", "--max-keys", 2],
      "key 'c' would be key number 3, more than the limit of 2 keys"),
+    # the first bad row in input order is named, whichever key sorts first
+    ("time\tmeter\tkWh\n1\tb\t2\n2\tb\t-1\n3\ta\t7\n", ["--key-column", "meter", "--column", "kWh"],
+     "key 'b': stream value at position 1 must be in [0, 5] (clip=True, or --clip, clips it), got -1.0."),
+    ("time\tmeter\tkWh\n1\ta\t2\n2\tb\t1\n3\tc\t9\n", ["--key-column", "meter", "--column", "kWh", "--max-keys", 2],
+     "key 'c' would be key number 3"),
 ])
 def test_input_errors_exit_1_in_one_line(tmp_path, content, args, message):
     (tmp_path / "m.tsv").write_text(content)
@@ -325,6 +330,9 @@ def test_by_key_long_keys_and_limits():
     assert out.keys == [long, "b", long] and out.positions.tolist() == [0, 0, 1]
     with pytest.raises(KeyLimitError, match="key 'c' would be key number 3, more than the limit of 2"):
         streams.release_one(1.0, "c")
+    with pytest.raises(KeyLimitError, match="key 'y' would be key number 3"):  # the first new key in input order
+        streams.release([1.0, 1.0, 1.0, 1.0], ["b", "y", long, "x"])
+    assert streams.streams["b"].position == 1  # refused before any row was consumed
     with pytest.raises(ValueError, match="two sequences of one length"):
         streams.release([1.0], ["a", "b"])
     assert sorted(built) == ["b", long]

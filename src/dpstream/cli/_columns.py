@@ -24,9 +24,10 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
+from dpstream._checks import check_stream_values
 from dpstream.cli._common import check_finite, output_file, quote, say
 from dpstream.io import Batch, Record, StreamReader
-from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret
+from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
 
 __all__ = ["ColumnsWriter", "check_columns", "header", "release_columns"]
 
@@ -145,6 +146,10 @@ class ColumnsWriter:
             self.released += released.size
 
     def _keyed_batch(self, batch: Batch, out: Any) -> None:
+        if not self.clip:  # name the first bad row in input order, as the live path does
+            outside = (batch.values < 0.0) | (batch.values > self.upper_bound)
+            if outside.any():
+                self._refuse(batch, int(np.argmax(outside)))
         got = self.streams.release(batch.values, batch.keys)
         if not self.announced:
             ready = next((stream for stream in self.streams.streams.values() if stream.threshold is not None), None)
@@ -162,6 +167,19 @@ class ColumnsWriter:
         columns.append(got.values.tolist())
         out.writerows(zip(*columns))
         self.released += got.values.size
+
+
+    def _refuse(self, batch: Batch, index: int) -> None:
+        """Raise the error of row ``index``'s value, outside [0, B], as its key's mechanism words it
+        (or the error of a new key beyond --max-keys in an earlier row, as the live path would)."""
+        key = batch.keys[index]
+        self.streams.check_room(batch.keys[: index + 1])
+        stream = self.streams.streams.get(key)
+        position = (0 if stream is None else stream.position) + batch.keys[:index].count(key)
+        try:
+            check_stream_values(batch.values[index : index + 1], self.upper_bound, clip=False, offset=position)
+        except ValueError as error:
+            raise ValueError(f"key {show_key(key)}: {error}") from None
 
 
 def summary(streams: ByKey, *, hold: int) -> str:

@@ -51,7 +51,7 @@ from dpstream._checks import check_positive_int
 from dpstream.noise.bits import KeyedBits
 
 __all__ = ["DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyedRelease", "KeyLimitError", "key_bits", "new_secret",
-           "seed_secret"]
+           "seed_secret", "show_key"]
 
 #: Most keys a :class:`ByKey` accepts unless told otherwise (each key holds a whole mechanism).
 DEFAULT_MAX_KEYS = 1000
@@ -113,6 +113,11 @@ class KeyedRelease(NamedTuple):
     values: np.ndarray
 
 
+def show_key(key: str) -> str:
+    """A key in a message: its repr, at most 80 characters of it."""
+    return repr(key) if len(key) <= 80 else f"{key[:80]!r}... ({len(key):,} characters)"
+
+
 def _empty() -> KeyedRelease:
     return KeyedRelease(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=np.int64), np.empty(0))
 
@@ -167,18 +172,18 @@ class ByKey:
             if not isinstance(key, str):
                 raise TypeError(f"a key must be a str, got {key!r}.")
             if len(self.streams) >= self.max_keys:
-                shown = key if len(key) <= 80 else key[:80] + "..."
-                raise KeyLimitError(f"key {shown!r} would be key number {len(self.streams) + 1:,}, more than the "
-                                    f"limit of {self.max_keys:,} keys (each key holds its own mechanism in memory).")
+                self._refuse(key)
             stream = self.streams[key] = self.build(key)
         return stream
 
     def release(self, values: object, keys: Sequence[str]) -> KeyedRelease:
         """Feed a batch of rows, ``values[i]`` under ``keys[i]``; return what was released, in row order.
 
-        Each key's mechanism gets its rows of the batch in one ``release`` call.  An error (a
-        value outside the mechanism's domain, a new key beyond ``max_keys``) names the key; the
-        keys served before it in this batch have then consumed their rows.
+        Each key's mechanism gets its rows of the batch in one ``release`` call, keys in sorted
+        order.  New keys beyond ``max_keys`` are refused before any row is consumed (naming the
+        first such key in input order); a value a mechanism refuses raises its error prefixed
+        with the key, and the keys served before it in this batch have then consumed their rows
+        (check the values first for an error about the first bad row in input order).
         """
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 1 or len(keys) != values.size:
@@ -190,15 +195,18 @@ class ByKey:
         unique, inverse = np.unique(np.array(keys, dtype=object if wide else None), return_inverse=True)
         order = np.argsort(inverse, kind="stable")  # the rows of each key, in input order
         bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=unique.size))))
+        names = unique.tolist()
+        if len(self.streams) + len(names) > self.max_keys:
+            self.check_room(keys)
         rows, codes, positions, released = [], [], [], []
-        for code, key in enumerate(unique.tolist()):
+        for code, key in enumerate(names):
             mine = order[bounds[code] : bounds[code + 1]]
             stream = self.stream(key)
             before = stream.position
             try:
                 out = stream.release(values[mine])
             except ValueError as error:
-                raise type(error)(f"key {key!r}: {error}") from None
+                raise type(error)(f"key {show_key(key)}: {error}") from None
             if out.size:
                 first = mine.size - out.size  # held-out rows come first and release nothing
                 rows.append(mine[first:])
@@ -212,13 +220,27 @@ class ByKey:
         return KeyedRelease(all_rows[back], unique[np.concatenate(codes)[back]].tolist(),
                             np.concatenate(positions)[back], np.concatenate(released)[back])
 
+    def check_room(self, keys: Sequence[str]) -> None:
+        """Raise :class:`KeyLimitError` if the new keys among ``keys`` (rows in input order) would exceed
+        ``max_keys``, naming the first key beyond the limit; nothing is built or consumed."""
+        room = self.max_keys - len(self.streams)
+        if room >= len(keys):
+            return
+        new = [key for key in dict.fromkeys(keys) if key not in self.streams]  # in order of first appearance
+        if len(new) > room:
+            self._refuse(new[room])
+
+    def _refuse(self, key: str) -> None:
+        raise KeyLimitError(f"key {show_key(key)} would be key number {self.max_keys + 1:,}, more than the limit of "
+                            f"{self.max_keys:,} keys (each key holds its own mechanism in memory).")
+
     def release_one(self, value: float, key: str) -> tuple[int, float] | None:
         """Feed one row; return ``(position, released value)``, or None while the key's hold-out lasts."""
         stream = self.stream(key)
         try:
             out = stream.release_one(value)
         except ValueError as error:
-            raise type(error)(f"key {key!r}: {error}") from None
+            raise type(error)(f"key {show_key(key)}: {error}") from None
         return None if out is None else (stream.position - 1, out)
 
     def held(self) -> int:
