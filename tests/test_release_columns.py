@@ -333,9 +333,17 @@ def test_by_key_long_keys_and_limits():
     with pytest.raises(KeyLimitError, match="key 'y' would be key number 3"):  # the first new key in input order
         streams.release([1.0, 1.0, 1.0, 1.0], ["b", "y", long, "x"])
     assert streams.streams["b"].position == 1  # refused before any row was consumed
+    with pytest.raises(TypeError, match="keys must be strings, got 3"):
+        streams.release([1.0], [3])
     with pytest.raises(ValueError, match="two sequences of one length"):
         streams.release([1.0], ["a", "b"])
     assert sorted(built) == ["b", long]
+
+
+def test_keys_differing_in_a_trailing_nul_are_two_keys():
+    streams = ByKey(build=lambda key: LIBRARY["bt"](key_bits(seed_secret(0), key)))
+    out = streams.release([1.0, 2.0], ["a", "a\x00"])
+    assert out.keys == ["a", "a\x00"] and out.positions.tolist() == [0, 0]
 
 
 # -- memory: a smart-meter stream through stdin to stdout -------------------------------------

@@ -191,8 +191,13 @@ class ByKey:
                              f"{len(keys)} keys.")
         if not values.size:
             return _empty()
-        wide = max(map(len, keys)) > _UNICODE_WIDTH
-        unique, inverse = np.unique(np.array(keys, dtype=object if wide else None), return_inverse=True)
+        try:
+            joined = "".join(keys)
+        except TypeError:
+            raise TypeError(f"keys must be strings, got {next(k for k in keys if not isinstance(k, str))!r}.") from None
+        # numpy's fixed-width strings would drop a key's trailing NUL characters: such keys go as objects
+        plain = "\x00" not in joined and max(map(len, keys)) <= _UNICODE_WIDTH
+        unique, inverse = np.unique(np.array(keys, dtype=None if plain else object), return_inverse=True)
         order = np.argsort(inverse, kind="stable")  # the rows of each key, in input order
         bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=unique.size))))
         names = unique.tolist()
