@@ -35,7 +35,7 @@ Memory
 ------
 Constant in the number of rows; one mechanism per key, so linear in the number of keys (at
 most ``max_keys``).  A key's mechanism holds ``8 * hold`` bytes while its hold-out lasts, then
-its own state (the README lists the sizes of each method).
+its own state (``docs/keys.md`` lists the sizes of each method).
 """
 
 from __future__ import annotations
