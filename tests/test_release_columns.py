@@ -277,12 +277,12 @@ def test_usage_errors_exit_2_in_one_line(tmp_path, args, message):
     ("time\tmeter\tkWh\n1\tm\t2\n", ["--key-column", "meter"], "choose one with a column name (--column)"),
     ("time\tmeter\tkWh\n1\tm\t2\n1\tm\n", ["--key-column", "meter", "--column", "kWh"], "line 3 has 2 fields"),
     ("time\tmeter\tkWh\n1\ta\t2\n2\tb\t9\n", ["--key-column", "meter", "--column", "kWh", "--method", "bt"],
-     "key 'b': stream value at position 0"),
+     "key 'b': stream value at position 0 (0-based)"),
     ("time\tmeter\tkWh\n1\ta\t2\n2\tz\t1\n3\tc\t1\n", ["--key-column", "meter", "--column", "kWh", "--max-keys", 2],
      "key 'c' would be key number 3, more than the limit of 2 keys"),
     # the first bad row in input order is named, whichever key sorts first
     ("time\tmeter\tkWh\n1\tb\t2\n2\tb\t-1\n3\ta\t7\n", ["--key-column", "meter", "--column", "kWh"],
-     "key 'b': stream value at position 1 must be in [0, 5] (clip=True, or --clip, clips it), got -1.0."),
+     "key 'b': stream value at position 1 (0-based) must be in [0, 5] (clip=True, or --clip, clips it), got -1."),
     ("time\tmeter\tkWh\n1\ta\t2\n2\tb\t1\n3\tc\t9\n", ["--key-column", "meter", "--column", "kWh", "--max-keys", 2],
      "key 'c' would be key number 3"),
 ])
