@@ -203,3 +203,22 @@ def test_a_stdin_release_resumes_when_the_producer_continues_from_the_consumed_c
                     final_size=reference.stat().st_size, duration=duration, rng=np.random.default_rng(5),
                     stdin_rest=rest)
     assert out.read_bytes() == reference.read_bytes()
+
+
+def test_sigterm_stops_at_once_and_the_same_command_continues(tmp_path, stream_file):
+    """SIGTERM (and SIGHUP) end the run with 128 + N after saying how to continue; nothing is saved past
+    the last checkpoint, and the next run ends the release as if it had not stopped."""
+    reference = tmp_path / "reference.txt"
+    timed_run(release_args(stream_file, reference, tmp_path / "reference.state", "tops", "--seed", "6"))
+    out = tmp_path / "out.txt"
+    args = release_args(stream_file, out, tmp_path / "state", "tops", "--seed", "6")
+    pid = spawn(args)
+    deadline = time.monotonic() + TIMEOUT
+    while not (out.exists() and out.stat().st_size > 0) and wait(pid) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) in (0, 128 + signal.SIGTERM)
+    assert run_to_end(args) == 0
+    assert out.read_bytes() == reference.read_bytes()
