@@ -241,3 +241,17 @@ def test_topl_collector_continues_from_its_snapshot():
         np.testing.assert_array_equal(run(split), want)
     collector = ToPLCollector(epsilon=1.0, upper_bound=80, hold=HOLD, max_range=4096)
     assert collector.release_one(collector.client().report(3.0, 1)) is None and collector.position == 1
+
+
+def test_topl_simulation_continues_from_its_snapshot():
+    from dpstream.release import ToPL
+
+    values = VALUES[:1200]
+    want = ToPL(epsilon=1.0, upper_bound=80, hold=HOLD, max_range=4096, seed=3).release(values)
+    for split in (100, HOLD, 700):
+        topl = ToPL(epsilon=1.0, upper_bound=80, hold=HOLD, max_range=4096, seed=3)
+        first = topl.release(values[:split])
+        twin = ToPL.from_state(through_json(topl.state))
+        assert twin.position == split and twin.threshold == topl.threshold
+        np.testing.assert_array_equal(np.concatenate([first, twin.release(values[split:])]), want)
+    assert twin.privacy() == topl.privacy()

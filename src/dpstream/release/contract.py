@@ -1,6 +1,7 @@
 """The streaming contract every release mechanism keeps, and the layout of its snapshots.
 
-ToPS, the binary-tree counter, PAK (capped and uncapped) and ToPL's collector all offer
+ToPS, the binary-tree counter, PAK (capped and uncapped), ToPL's collector and its simulation
+(:class:`~dpstream.release.topl.ToPL`) all offer
 
 * ``release(values) -> ndarray`` -- consume a batch, return what it releases (vectorized);
 * ``release_one(value)`` -- consume one value (ToPL's collector: one report), return its
@@ -49,6 +50,7 @@ __all__ = [
     "BINARY_TREE",
     "PAK_STATE",
     "STATE_VERSION",
+    "TOPL",
     "TOPL_COLLECTOR",
     "TOPS",
     "StreamRelease",
@@ -63,6 +65,7 @@ TOPS = "tops"
 BINARY_TREE = "binary-tree"
 PAK_STATE = "pak"
 TOPL_COLLECTOR = "topl-collector"
+TOPL = "topl"
 
 
 @runtime_checkable

@@ -56,7 +56,7 @@ from dpstream.ldp.mean import MAX_PM_GRID
 from dpstream.ldp.square_wave import MAX_SW_GRID
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
-from dpstream.release.contract import TOPL_COLLECTOR, read_header, snapshot_header
+from dpstream.release.contract import TOPL, TOPL_COLLECTOR, read_header, snapshot_header
 from dpstream.release.topl_wire import (
     PM_REPORT,
     SR_REPORT,
@@ -558,6 +558,26 @@ class ToPL:
                                        stream_grid=stream_grid)
         self.clip = check_bool(clip, "clip")
         self.bits = make_bits(seed)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """A snapshot as plain data: the collector's and the simulated clients' bits (their
+        generator's state, or nothing for the OS CSPRNG).  ``ToPL.from_state(state)`` continues
+        exactly (with a seed; the OS CSPRNG reads fresh bits)."""
+        from dpstream.noise.source import bits_state
+
+        return {**snapshot_header(TOPL, {"clip": self.clip}, None), "collector": self.collector.state,
+                "bits": bits_state(self.bits)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ToPL:
+        """The simulation a :attr:`state` snapshot describes, continuing where it was taken."""
+        from dpstream.noise.source import bits_from_state
+
+        params, _ = read_header(state, TOPL)
+        topl = cls(**state["collector"]["params"], clip=params["clip"], seed=bits_from_state(state["bits"]))
+        topl.collector = ToPLCollector.from_state(state["collector"])
+        return topl
 
     epsilon = property(lambda self: self.collector.epsilon)
     threshold_epsilon = property(lambda self: self.collector.threshold_epsilon)
