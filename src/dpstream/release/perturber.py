@@ -379,6 +379,8 @@ class HierarchicalPerturber:
 
     def release_one(self, value: float) -> float:
         """Release one value in [0, threshold]; bit-identical to the batch path for a seed."""
+        if type(value) is float and 0.0 <= value <= self.threshold:  # the common case, checked at once
+            return self._release_one(value)
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.threshold):
             check_stream_values([value], self.threshold, clip=None, offset=self.state.released)
         return self._release_one(float(value))
