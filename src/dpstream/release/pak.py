@@ -323,5 +323,9 @@ class PAK(HoldOutRelease):
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; None while it is held out."""
+        stream = self._stream
+        if stream is not None and type(value) is float and 0.0 <= value <= self.upper_bound:
+            self._position += 1  # the common case after the hold-out: the tree's own one-value path
+            return stream.release_one(value if value < self._threshold else self._threshold)
         out = self.release([value])
         return None if out.size == 0 else float(out[0])
