@@ -189,6 +189,9 @@ def test_what_state_refuses_up_front(tmp_path):
     (tmp_path / "out.txt").write_text("mine\n")
     exists = _release(tmp_path, "bt")
     assert exists.exit_code == 1 and "pass --force" in exists.output and not (tmp_path / "state").exists()
+    forced = _release(tmp_path, "bt", "--force")
+    assert forced.exit_code == 0 and "spends the privacy budget again" in forced.output
+    assert "mine" not in (tmp_path / "out.txt").read_text()
 
 
 def test_without_state_an_existing_output_warns_that_the_budget_is_spent_again(tmp_path):

@@ -127,6 +127,9 @@ class DurableRelease:
                 raise
             return run
         target = prepare_output(output_path, force=force, inputs=[input_path])
+        if target.exists():
+            say(f"warning: {target} exists and a new state starts a new release over it: if it held an earlier "
+                "release of this stream, publishing both spends the privacy budget again.")
         key = None if seed is None else seed_key(seed)
         with usage_errors():
             build(key or bytes(32))  # refuse bad parameters before the state file exists
