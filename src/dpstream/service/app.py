@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import html
 import json
 import logging
 import re
@@ -31,11 +30,12 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dpstream.release import ReportBatch, ToPLCollector
+from dpstream.service.dashboard import mount_dashboard
 from dpstream.service.mechanisms import (
     STREAM_METHODS,
     build_collector,
@@ -302,16 +302,7 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
         return {"status": "ok", "database": storage.describe().split(":")[0],
                 "schema_version": storage.schema_version()}
 
-    @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
-        def rows(kind: str) -> str:
-            items = [f"<li><a href=\"/{kind}s/{html.escape(s.name)}\">{html.escape(s.name)}</a> -- position "
-                     f"{s.position}, {html.escape(s.public['privacy']['statement'])}</li>"
-                     for s in storage.sources(kind)]
-            return "<ul>" + "".join(items) + "</ul>" if items else "<p>none</p>"
-        return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>dpstream</title></head><body>"
-                f"<h1>dpstream</h1><h2>Streams</h2>{rows('stream')}<h2>Collectors</h2>{rows('collector')}"
-                "<p>API: <a href=\"/docs\">/docs</a></p></body></html>")
+    mount_dashboard(app)
 
     # -- streams ---------------------------------------------------------------------------
 

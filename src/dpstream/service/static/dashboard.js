@@ -1,0 +1,363 @@
+/* The dashboard of dpstream serve.
+ *
+ * Lists the streams and collectors of this server and charts, for each, the moving average of its
+ * released values, updated live from the server-sent events of /streams/NAME/events (or by polling
+ * /streams/NAME/released for the sources beyond LIVE_AT_ONCE).  Plain JavaScript and SVG: no
+ * library and nothing from another host, so it works offline.  It reads public endpoints only, and
+ * every text that comes from the server is set as textContent, never parsed as HTML.
+ *
+ * The moving average is computed here from released values: post-processing, no privacy cost.
+ */
+"use strict";
+
+(() => {
+  const SVG = "http://www.w3.org/2000/svg";
+  /** Released values kept per source (the most recent ones). */
+  const KEEP = 20000;
+  /** Rows asked for per GET of released values (the server caps larger limits). */
+  const PAGE = 10000;
+  /** Event streams open at once: a browser opens about 6 connections per host, and the page needs some. */
+  const LIVE_AT_ONCE = 4;
+  /** Milliseconds between two refreshes of the facts (and polls of the sources without events). */
+  const REFRESH_MS = 2000;
+  /** The chart's coordinates (the SVG scales to the card's width). */
+  const WIDTH = 640;
+  const HEIGHT = 210;
+  const PAD = { left: 58, right: 14, top: 10, bottom: 26 };
+  const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL" };
+
+  /** "stream/NAME" or "collector/NAME" -> what the page knows of that source. */
+  const sources = new Map();
+  let liveCount = 0;
+  let windowSize = 100;
+  let drawScheduled = false;
+
+  // -- small helpers ----------------------------------------------------------------------------
+
+  function element(tag, attributes = {}, text = undefined, namespace = null) {
+    const node = namespace ? document.createElementNS(namespace, tag) : document.createElement(tag);
+    for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  const svg = (tag, attributes = {}, text = undefined) => element(tag, attributes, text, SVG);
+
+  function number(x, digits = 4) {
+    if (x === null || x === undefined) return "--";
+    if (Number.isInteger(x)) return x.toLocaleString("en-US");
+    return x.toLocaleString("en-US", { maximumSignificantDigits: digits });
+  }
+
+  function endpoint(source) {
+    return `${source.kind}s/${encodeURIComponent(source.name)}`;
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+    if (!response.ok) throw new Error(`GET ${url} answered ${response.status}`);
+    return response.json();
+  }
+
+  /** A step of 1, 2 or 5 times a power of ten, near span / count. */
+  function niceStep(span, count) {
+    const raw = span / count;
+    const power = 10 ** Math.floor(Math.log10(raw));
+    const multiple = [1, 2, 5, 10].find((m) => m * power >= raw);
+    return multiple * power;
+  }
+
+  function ticks(low, high, count) {
+    const step = niceStep(high - low, count);
+    const out = [];
+    for (let t = Math.ceil(low / step) * step; t <= high + step * 1e-9; t += step) out.push(Number(t.toPrecision(12)));
+    return out;
+  }
+
+  // -- the words of the guarantee -----------------------------------------------------------------
+
+  function inWords(kind, budget) {
+    const eps = budget.epsilon;
+    const factor = `e^${number(eps)} ≈ ${number(Math.exp(eps), 3)}`;
+    const delta = budget.delta > 0 ? `, except with probability at most δ = ${number(budget.delta, 3)}` : "";
+    if (kind === "collector") {
+      return `Local differential privacy, ε = ${number(eps)}${budget.delta > 0 ? `, δ = ${number(budget.delta, 3)}` : ""}: ` +
+        "every client randomizes its own value before sending it, so this server never sees a raw value; " +
+        `whatever a client's value, its report is at most ${factor} times as likely as it would be under any other ` +
+        `value${delta}. θ and the released values are computed from the reports alone (post-processing).`;
+    }
+    return `Event-level differential privacy, ε = ${number(eps)}${budget.delta > 0 ? `, δ = ${number(budget.delta, 3)}` : ""}: ` +
+      "replacing any single value of this stream changes the probability of anything it publishes, " +
+      `over its whole life, by at most a factor ${factor}${delta}. The budget covers every released value; ` +
+      "the averages drawn here are post-processing and cost nothing more.";
+  }
+
+  // -- one card per source ----------------------------------------------------------------------
+
+  function makeCard(kind, name) {
+    const card = element("section", { class: "source", "data-kind": kind, "data-name": name });
+    const title = element("h3");
+    const method = element("span", { class: "method" });
+    const live = element("span", { class: "live" }, "connecting");
+    title.append(element("span", { class: "name" }, name), method, live);
+    const facts = element("dl", { class: "facts" });
+    const fact = {};
+    const labels = [
+      ["threshold", "θ (threshold)"],
+      ["position", kind === "collector" ? "reports received" : "values received"],
+      ["released", "values released"],
+      ["budget", "budget spent"],
+    ];
+    for (const [key, label] of labels) {
+      facts.append(element("dt", {}, label));
+      fact[key] = facts.appendChild(element("dd", { "data-fact": key }, "--"));
+    }
+    const chart = svg("svg", {
+      class: "chart", viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: "img", "data-count": 0,
+      "aria-label": `moving average of the values released by ${name}`,
+    });
+    const caption = element("p", { class: "caption" });
+    const words = element("p", { class: "privacy" });
+    const details = element("details");
+    const statement = element("p", { class: "statement" });
+    details.append(element("summary", {}, "the exact guarantee"), statement);
+    card.append(title, facts, chart, caption, words, details);
+    return { card, method, live, fact, chart, caption, words, statement };
+  }
+
+  function showFacts(source) {
+    const { facts, view } = source;
+    view.method.textContent = METHODS[source.kind === "collector" ? "collector" : facts.method] || facts.method;
+    const hold = facts.parameters.hold ?? facts.hold;
+    view.fact.threshold.textContent = facts.threshold === null || facts.threshold === undefined
+      ? (hold ? `chosen after ${number(hold)} values` : "--") : number(facts.threshold, 6);
+    view.fact.position.textContent = number(facts.position);
+    view.fact.released.textContent = number(facts.released);
+    const budget = facts.budget;
+    let spent = `ε ${number(budget.epsilon_spent)} of ${number(budget.epsilon)}`;
+    if (budget.delta > 0) spent += `, δ ${number(budget.delta_spent, 3)} of ${number(budget.delta, 3)}`;
+    view.fact.budget.textContent = spent;
+    let words = inWords(source.kind, budget);
+    if (facts.seeded) words += " This stream was created with a seed: for tests only, its noise can be recomputed.";
+    view.words.textContent = words;
+    view.statement.textContent = facts.privacy;
+  }
+
+  function setLive(source, text, on) {
+    source.view.live.textContent = text;
+    source.view.live.classList.toggle("on", on);
+  }
+
+  // -- released values --------------------------------------------------------------------------
+
+  function add(source, rows) {
+    let added = false;
+    for (const row of rows) {
+      if (row.position <= source.last) continue;
+      source.positions.push(row.position);
+      source.values.push(row.value);
+      source.lastTime = row.time;
+      source.last = row.position;
+      added = true;
+    }
+    if (!added) return;
+    const extra = source.values.length - KEEP;
+    if (extra > 0) {
+      source.positions.splice(0, extra);
+      source.values.splice(0, extra);
+      source.trimmed = true;
+    }
+    source.dirty = true;
+    scheduleDraw();
+  }
+
+  /** Every released value after source.last, a page at a time, until the server answers an empty list. */
+  async function catchUp(source) {
+    for (;;) {
+      const page = await getJSON(`${endpoint(source)}/released?after=${source.last}&limit=${PAGE}`);
+      if (page.released.length === 0) return;
+      add(source, page.released);
+    }
+  }
+
+  function listen(source) {
+    const events = new EventSource(`${endpoint(source)}/events?after=${source.last}`);
+    events.addEventListener("released", (event) => add(source, [JSON.parse(event.data)]));
+    events.addEventListener("open", () => setLive(source, "live", true));
+    events.addEventListener("error", () => setLive(source, "reconnecting", false));
+    source.events = events;
+  }
+
+  async function start(source) {
+    source.busy = true;
+    try {
+      source.last = Math.max(-1, source.facts.position - 1 - KEEP);
+      await catchUp(source);
+      source.dirty = true;
+      scheduleDraw();
+      if (liveCount < LIVE_AT_ONCE) {
+        liveCount += 1;
+        listen(source);
+      } else {
+        setLive(source, `updated every ${REFRESH_MS / 1000} s`, true);
+      }
+    } finally {
+      source.busy = false;
+    }
+  }
+
+  async function poll(source) {
+    if (source.events || source.busy) return;
+    source.busy = true;
+    try {
+      await catchUp(source);
+    } finally {
+      source.busy = false;
+    }
+  }
+
+  // -- the chart --------------------------------------------------------------------------------
+
+  function scheduleDraw() {
+    if (drawScheduled) return;
+    drawScheduled = true;
+    requestAnimationFrame(() => {
+      drawScheduled = false;
+      for (const source of sources.values()) {
+        if (source.dirty) {
+          source.dirty = false;
+          draw(source);
+        }
+      }
+    });
+  }
+
+  /** The trailing mean of the last min(w, i + 1) values at every i (one pass, running sum). */
+  function movingAverage(values, w) {
+    const out = new Float64Array(values.length);
+    let sum = 0;
+    for (let i = 0; i < values.length; i += 1) {
+      sum += values[i];
+      if (i >= w) sum -= values[i - w];
+      out[i] = sum / Math.min(i + 1, w);
+    }
+    return out;
+  }
+
+  function draw(source) {
+    const { chart, caption } = source.view;
+    const n = source.values.length;
+    chart.replaceChildren();
+    chart.setAttribute("data-count", n);
+    chart.setAttribute("data-last", n ? source.last : "");
+    const left = PAD.left;
+    const right = WIDTH - PAD.right;
+    const top = PAD.top;
+    const bottom = HEIGHT - PAD.bottom;
+    chart.append(svg("line", { class: "axis", x1: left, y1: bottom, x2: right, y2: bottom }),
+      svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: bottom }));
+    if (n === 0) {
+      const hold = source.facts.parameters.hold ?? source.facts.hold;
+      const why = source.facts.threshold === null && hold ? ` (the first ${number(hold)} choose θ)` : "";
+      chart.append(svg("text", { class: "nodata", x: (left + right) / 2, y: (top + bottom) / 2, "text-anchor": "middle" },
+        `no released value yet${why}`));
+      caption.textContent = "";
+      return;
+    }
+    const average = movingAverage(source.values, windowSize);
+    const buckets = Math.min(n, 2 * (right - left));
+    const xs = new Float64Array(buckets);
+    const ys = new Float64Array(buckets);
+    for (let b = 0; b < buckets; b += 1) {
+      const from = Math.floor((b * n) / buckets);
+      const to = Math.max(from + 1, Math.floor(((b + 1) * n) / buckets));
+      let sum = 0;
+      for (let i = from; i < to; i += 1) sum += average[i];
+      ys[b] = sum / (to - from);
+      xs[b] = (source.positions[from] + source.positions[to - 1]) / 2;
+    }
+    let low = Math.min(...ys);
+    let high = Math.max(...ys);
+    if (high - low < 1e-9 * Math.max(1, Math.abs(high))) {
+      low -= 1;
+      high += 1;
+    }
+    const margin = (high - low) * 0.06;
+    low -= margin;
+    high += margin;
+    const first = source.positions[0];
+    const last = source.positions[n - 1];
+    const xSpan = Math.max(last - first, 1);
+    const px = (x) => left + ((x - first) / xSpan) * (right - left);
+    const py = (y) => bottom - ((y - low) / (high - low)) * (bottom - top);
+    for (const t of ticks(low, high, 4)) {
+      chart.append(svg("line", { class: "grid", x1: left, y1: py(t), x2: right, y2: py(t) }),
+        svg("text", { class: "label", x: left - 6, y: py(t) + 4, "text-anchor": "end" }, number(t, 4)));
+    }
+    for (const t of last > first ? ticks(first, last, 5) : [first]) {
+      chart.append(svg("text", { class: "label", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, number(t)));
+    }
+    let points = "";
+    for (let b = 0; b < buckets; b += 1) points += `${px(xs[b]).toFixed(1)},${py(ys[b]).toFixed(1)} `;
+    if (buckets === 1) points += `${(px(xs[0]) + 2).toFixed(1)},${py(ys[0]).toFixed(1)}`;
+    chart.append(svg("polyline", { class: "series", points: points.trim() }));
+    const span = source.trimmed ? `the last ${number(n)} released values` : `${number(n)} released values`;
+    const when = new Date(source.lastTime * 1000).toLocaleString("en-GB", { hour12: false });
+    caption.textContent = `Moving average over ${number(windowSize)} released values, by position; ${span} ` +
+      `(positions ${number(first)} to ${number(last)}); last release ${when}.`;
+  }
+
+  // -- the lists --------------------------------------------------------------------------------
+
+  function update(kind, list, container) {
+    if (list.length === 0) {
+      const how = kind === "collector" ? "POST /collectors" : "POST /streams";
+      container.replaceChildren(element("p", { class: "empty" }, `None yet: create one with ${how} (needs the token).`));
+      return;
+    }
+    container.querySelector(".empty")?.remove();
+    for (const facts of list) {
+      const key = `${kind}/${facts.name}`;
+      let source = sources.get(key);
+      if (!source) {
+        const view = makeCard(kind, facts.name);
+        source = { kind, name: facts.name, view, facts, positions: [], values: [], last: -1, lastTime: 0,
+          trimmed: false, events: null, busy: false, dirty: true };
+        sources.set(key, source);
+        container.append(view.card);
+        showFacts(source);
+        start(source).catch((error) => setLive(source, `not loaded: ${error.message}`, false));
+      } else {
+        const thresholdChanged = source.facts.threshold !== facts.threshold;
+        source.facts = facts;
+        showFacts(source);
+        if (thresholdChanged && source.values.length === 0) source.dirty = true;
+        poll(source).catch(() => setLive(source, "cannot reach the server", false));
+      }
+    }
+    scheduleDraw();
+  }
+
+  async function refresh() {
+    const status = document.getElementById("status");
+    try {
+      const [streams, collectors] = await Promise.all([getJSON("streams"), getJSON("collectors")]);
+      update("stream", streams.streams, document.getElementById("streams"));
+      update("collector", collectors.collectors, document.getElementById("collectors"));
+      status.textContent = `updated ${new Date().toLocaleTimeString("en-GB", { hour12: false })}`;
+      status.classList.remove("error");
+    } catch (error) {
+      status.textContent = `cannot reach the server (${error.message}); trying again`;
+      status.classList.add("error");
+    }
+    setTimeout(refresh, REFRESH_MS);
+  }
+
+  document.getElementById("window").addEventListener("change", (event) => {
+    windowSize = Number(event.target.value);
+    for (const source of sources.values()) source.dirty = true;
+    scheduleDraw();
+  });
+  windowSize = Number(document.getElementById("window").value);
+  refresh();
+})();
