@@ -12,7 +12,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dpstream needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres]'
+	@# the tests start their own PostgreSQL server: its Debian binaries, when missing
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql; }
 	touch $(STAMP)
 
 demo: $(STAMP)
