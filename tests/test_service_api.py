@@ -130,7 +130,7 @@ def test_lists_and_the_page_show_public_facts_only(http, app):
     assert [s["name"] for s in http.get("/streams").json()["streams"]] == ["a"]
     assert secret.key.hex() not in listed and secret.key.hex()[:16] not in listed
     assert "pickle" not in listed and "state" not in json.loads(http.get("/streams/a").text)
-    assert "<li>" in http.get("/").text
+    assert 'src="static/dashboard.js"' in http.get("/").text
     assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1}
 
 
