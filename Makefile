@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The dashboard's browser test drives Debian's headless Chromium (never a browser Playwright downloads).
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: demo test bench clean
 
@@ -20,7 +22,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/dpstream demo --out demo-output --force
 
-test: $(STAMP)
+$(CHROMIUM):
+	@[ "$$(id -u)" = 0 ] || { echo "the dashboard test needs Debian's chromium: sudo apt-get install chromium"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
 

@@ -98,7 +98,7 @@
     const card = element("section", { class: "source", "data-kind": kind, "data-name": name });
     const title = element("h3");
     const method = element("span", { class: "method" });
-    const live = element("span", { class: "live" }, "connecting");
+    const live = element("span", { class: "live" }, "loading");
     title.append(element("span", { class: "name" }, name), method, live);
     const facts = element("dl", { class: "facts" });
     const fact = {};
