@@ -46,6 +46,7 @@
   function number(x, digits = 4) {
     if (x === null || x === undefined) return "--";
     if (Number.isInteger(x)) return x.toLocaleString("en-US");
+    if (x !== 0 && Math.abs(x) < 1e-3) return x.toExponential(digits - 1).replace(/\.?0+e/, "e");
     return x.toLocaleString("en-US", { maximumSignificantDigits: digits });
   }
 
@@ -232,14 +233,18 @@
     });
   }
 
-  /** The trailing mean of the last min(w, i + 1) values at every i (one pass, running sum). */
+  /**
+   * The mean of every window of w consecutive values (one pass, running sum): n - w + 1 means, the
+   * first ending at index w - 1; with fewer than w values, the mean of all of them.
+   */
   function movingAverage(values, w) {
-    const out = new Float64Array(values.length);
+    const width = Math.min(w, values.length);
+    const out = new Float64Array(values.length - width + 1);
     let sum = 0;
     for (let i = 0; i < values.length; i += 1) {
       sum += values[i];
-      if (i >= w) sum -= values[i - w];
-      out[i] = sum / Math.min(i + 1, w);
+      if (i >= width) sum -= values[i - width];
+      if (i >= width - 1) out[i - width + 1] = sum / width;
     }
     return out;
   }
@@ -265,16 +270,18 @@
       return;
     }
     const average = movingAverage(source.values, windowSize);
-    const buckets = Math.min(n, 2 * (right - left));
+    const offset = n - average.length; // average[k] ends at source.positions[k + offset]
+    const m = average.length;
+    const buckets = Math.min(m, 2 * (right - left));
     const xs = new Float64Array(buckets);
     const ys = new Float64Array(buckets);
     for (let b = 0; b < buckets; b += 1) {
-      const from = Math.floor((b * n) / buckets);
-      const to = Math.max(from + 1, Math.floor(((b + 1) * n) / buckets));
+      const from = Math.floor((b * m) / buckets);
+      const to = Math.max(from + 1, Math.floor(((b + 1) * m) / buckets));
       let sum = 0;
       for (let i = from; i < to; i += 1) sum += average[i];
       ys[b] = sum / (to - from);
-      xs[b] = (source.positions[from] + source.positions[to - 1]) / 2;
+      xs[b] = (source.positions[from + offset] + source.positions[to - 1 + offset]) / 2;
     }
     let low = Math.min(...ys);
     let high = Math.max(...ys);
@@ -287,14 +294,15 @@
     high += margin;
     const first = source.positions[0];
     const last = source.positions[n - 1];
-    const xSpan = Math.max(last - first, 1);
-    const px = (x) => left + ((x - first) / xSpan) * (right - left);
+    const start = source.positions[offset]; // where the first window ends: the x axis starts there
+    const xSpan = Math.max(last - start, 1);
+    const px = (x) => left + ((x - start) / xSpan) * (right - left);
     const py = (y) => bottom - ((y - low) / (high - low)) * (bottom - top);
     for (const t of ticks(low, high, 4)) {
       chart.append(svg("line", { class: "grid", x1: left, y1: py(t), x2: right, y2: py(t) }),
         svg("text", { class: "label", x: left - 6, y: py(t) + 4, "text-anchor": "end" }, number(t, 4)));
     }
-    for (const t of last > first ? ticks(first, last, 5) : [first]) {
+    for (const t of last > start ? ticks(start, last, 5) : [start]) {
       chart.append(svg("text", { class: "label", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, number(t)));
     }
     let points = "";
@@ -303,7 +311,9 @@
     chart.append(svg("polyline", { class: "series", points: points.trim() }));
     const span = source.trimmed ? `the last ${number(n)} released values` : `${number(n)} released values`;
     const when = new Date(source.lastTime * 1000).toLocaleString("en-GB", { hour12: false });
-    caption.textContent = `Moving average over ${number(windowSize)} released values, by position; ${span} ` +
+    const over = n < windowSize ? `the mean of all ${number(n)} released values so far (fewer than ${number(windowSize)})`
+      : `moving average over ${number(windowSize)} released values, by the position where each window ends`;
+    caption.textContent = `${over[0].toUpperCase()}${over.slice(1)}; ${span} ` +
       `(positions ${number(first)} to ${number(last)}); last release ${when}.`;
   }
 
