@@ -109,11 +109,26 @@ def test_a_fed_stream_is_charted_and_follows_new_values_live(visit: Visit, clien
     assert visit.page.text_content(f'{visit.card("stream", "meters")} p.statement') == facts["privacy"]
     visit.page.wait_for_selector(f'{visit.card("stream", "meters")} .live.on', timeout=WAIT_MS)
 
+    window = int(visit.page.input_value("#window"))
+    released = [row["value"] for row in client.all_released("meters")]
+    _assert_last_average(visit, "stream", "meters", released, window, upper_bound=100.0)
+
     client.send("meters", _values(2, 300, 60.0))  # arrives by the events stream
     visit.wait_for_count("stream", "meters", facts["released"] + 300)
     last = visit.page.get_attribute(f'{visit.card("stream", "meters")} svg.chart', "data-last")
     assert int(last) == 1299
     assert visit.errors == []
+
+
+def _assert_last_average(visit: Visit, kind: str, name: str, released: list[float], window: int, *,
+                         upper_bound: float) -> None:
+    """The chart's last point is the mean of the last ``window`` released values.
+
+    The page keeps a running sum over up to 1.5 x 20,000 values: each addition or subtraction
+    rounds by at most 2^-53 of a partial sum bounded by window * B, hence the tolerance."""
+    shown = float(visit.page.get_attribute(f"{visit.card(kind, name)} svg.chart", "data-last-average"))
+    expected = float(np.mean(released[-window:]))
+    assert shown == pytest.approx(expected, rel=0, abs=2 * len(released) * 2**-53 * upper_bound)
 
 
 def test_streams_and_collectors_appear_without_reloading(visit: Visit, client: Client, server: ServeProcess) -> None:
@@ -173,4 +188,18 @@ def test_the_page_asks_only_its_own_server_and_shows_no_secret(visit: Visit, cli
         assert httpx.get(f"{server.url}/static/{asset}").status_code == 200
     text = visit.page.content()
     assert "pickle" not in text and '"state"' not in text
+    assert visit.errors == []
+
+
+def test_a_long_stream_shows_its_most_recent_values(visit: Visit, client: Client) -> None:
+    client.create_stream("long", method="bt", epsilon=1.0, upper_bound=10.0, seed=6)
+    client.send("long", _values(7, 25_000, 10.0))
+    visit.page.reload()
+    visit.wait_for_count("stream", "long", 20_000)  # the page keeps the last 20,000 released values at load
+    caption = visit.page.text_content(f'{visit.card("stream", "long")} p.caption')
+    assert "the last 20,000 of 25,000 released values (positions 5,000 to 24,999)" in caption
+    visit.page.select_option("#window", "1000")
+    visit.page.wait_for_selector(f'{visit.card("stream", "long")} p.caption:has-text("over 1,000 released")')
+    released = [row["value"] for row in client.all_released("long", after=4_999)]
+    _assert_last_average(visit, "stream", "long", released, 1000, upper_bound=10.0)
     assert visit.errors == []

@@ -12,7 +12,7 @@
 
 (() => {
   const SVG = "http://www.w3.org/2000/svg";
-  /** Released values kept per source (the most recent ones). */
+  /** Released values kept per source: the most recent KEEP to 1.5 KEEP. */
   const KEEP = 20000;
   /** Rows asked for per GET of released values (the server caps larger limits). */
   const PAGE = 10000;
@@ -24,6 +24,8 @@
   const WIDTH = 640;
   const HEIGHT = 210;
   const PAD = { left: 58, right: 14, top: 10, bottom: 26 };
+  /** The label of a source whose released values are polled rather than streamed. */
+  const POLLED = `updated every ${REFRESH_MS / 1000} s`;
   const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL" };
 
   /** "stream/NAME" or "collector/NAME" -> what the page knows of that source. */
@@ -163,10 +165,9 @@
     }
     if (!added) return;
     const extra = source.values.length - KEEP;
-    if (extra > 0) {
+    if (extra > KEEP / 2) { // trimmed in steps, so that a fast stream costs O(1) per value
       source.positions.splice(0, extra);
       source.values.splice(0, extra);
-      source.trimmed = true;
     }
     source.dirty = true;
     scheduleDraw();
@@ -191,8 +192,9 @@
 
   async function start(source) {
     source.busy = true;
+    source.started = true;
     try {
-      source.last = Math.max(-1, source.facts.position - 1 - KEEP);
+      source.last = Math.max(source.last, source.facts.position - 1 - KEEP);
       await catchUp(source);
       source.dirty = true;
       scheduleDraw();
@@ -200,7 +202,7 @@
         liveCount += 1;
         listen(source);
       } else {
-        setLive(source, `updated every ${REFRESH_MS / 1000} s`, true);
+        setLive(source, POLLED, true);
       }
     } finally {
       source.busy = false;
@@ -212,6 +214,7 @@
     source.busy = true;
     try {
       await catchUp(source);
+      setLive(source, POLLED, true);
     } finally {
       source.busy = false;
     }
@@ -255,6 +258,7 @@
     chart.replaceChildren();
     chart.setAttribute("data-count", n);
     chart.setAttribute("data-last", n ? source.last : "");
+    chart.setAttribute("data-last-average", "");
     const left = PAD.left;
     const right = WIDTH - PAD.right;
     const top = PAD.top;
@@ -272,6 +276,7 @@
     const average = movingAverage(source.values, windowSize);
     const offset = n - average.length; // average[k] ends at source.positions[k + offset]
     const m = average.length;
+    chart.setAttribute("data-last-average", average[m - 1]);
     const buckets = Math.min(m, 2 * (right - left));
     const xs = new Float64Array(buckets);
     const ys = new Float64Array(buckets);
@@ -309,7 +314,8 @@
     for (let b = 0; b < buckets; b += 1) points += `${px(xs[b]).toFixed(1)},${py(ys[b]).toFixed(1)} `;
     if (buckets === 1) points += `${(px(xs[0]) + 2).toFixed(1)},${py(ys[0]).toFixed(1)}`;
     chart.append(svg("polyline", { class: "series", points: points.trim() }));
-    const span = source.trimmed ? `the last ${number(n)} released values` : `${number(n)} released values`;
+    const total = Math.max(source.facts.released, n);
+    const span = total > n ? `the last ${number(n)} of ${number(total)} released values` : `${number(n)} released values`;
     const when = new Date(source.lastTime * 1000).toLocaleString("en-GB", { hour12: false });
     const over = n < windowSize ? `the mean of all ${number(n)} released values so far (fewer than ${number(windowSize)})`
       : `moving average over ${number(windowSize)} released values, by the position where each window ends`;
@@ -332,17 +338,23 @@
       if (!source) {
         const view = makeCard(kind, facts.name);
         source = { kind, name: facts.name, view, facts, positions: [], values: [], last: -1, lastTime: 0,
-          trimmed: false, events: null, busy: false, dirty: true };
+          events: null, busy: false, started: false, dirty: true };
         sources.set(key, source);
         container.append(view.card);
         showFacts(source);
-        start(source).catch((error) => setLive(source, `not loaded: ${error.message}`, false));
       } else {
         const thresholdChanged = source.facts.threshold !== facts.threshold;
         source.facts = facts;
         showFacts(source);
         if (thresholdChanged && source.values.length === 0) source.dirty = true;
-        poll(source).catch(() => setLive(source, "cannot reach the server", false));
+      }
+      if (!source.started) {
+        start(source).catch((error) => {
+          source.started = false; // tried again at the next refresh
+          setLive(source, `not loaded (${error.message}); trying again`, false);
+        });
+      } else {
+        poll(source).catch(() => setLive(source, "cannot reach the server; trying again", false));
       }
     }
     scheduleDraw();
