@@ -129,7 +129,7 @@ def test_lists_and_the_page_show_public_facts_only(http, app):
     listed = http.get("/streams").text + http.get("/streams/a").text + http.get("/").text
     assert [s["name"] for s in http.get("/streams").json()["streams"]] == ["a"]
     assert secret.key.hex() not in listed and secret.key.hex()[:16] not in listed
-    assert "pickle" not in listed and "state" not in json.loads(http.get("/streams/a").text)
+    assert "dpstream.state" not in listed and "state" not in json.loads(http.get("/streams/a").text)
     assert "<li>" in http.get("/").text
     assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1}
 

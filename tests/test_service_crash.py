@@ -63,12 +63,12 @@ def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.rand
 
 
 def test_sqlite_survives_sigkill(tmp_path):
-    crash_run(f"sqlite:///{tmp_path}/crash.db", total=200_000, batch=5_000, kills=10,
+    crash_run(f"sqlite:///{tmp_path}/crash.db", total=200_000, batch=10_000, kills=10,
               rng=np.random.default_rng(15))
 
 
 def test_postgresql_survives_sigkill(postgres_server):
-    crash_run(postgres_server.new_database(), total=200_000, batch=5_000, kills=10, rng=np.random.default_rng(16))
+    crash_run(postgres_server.new_database(), total=200_000, batch=10_000, kills=10, rng=np.random.default_rng(16))
 
 
 def test_events_stream_released_values_as_they_come(tmp_path):
