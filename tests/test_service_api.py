@@ -129,7 +129,7 @@ def test_lists_and_the_page_show_public_facts_only(http, app):
     listed = http.get("/streams").text + http.get("/streams/a").text + http.get("/").text
     assert [s["name"] for s in http.get("/streams").json()["streams"]] == ["a"]
     assert secret.key.hex() not in listed and secret.key.hex()[:16] not in listed
-    assert "pickle" not in listed and "state" not in json.loads(http.get("/streams/a").text)
+    assert "dpstream.state" not in listed and "state" not in json.loads(http.get("/streams/a").text)
     assert 'src="static/dashboard.js"' in http.get("/").text
     assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1}
 
@@ -225,6 +225,8 @@ def test_bad_query_parameters_are_422(http, query, message):
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "method": "magic"}, 422, "method must be one of"),
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "hold": 0}, 422, "hold"),
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "windowz": 3}, 422, "takes no parameter 'windowz'"),
+    ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "max_range": 2**30}, 422, "takes max_range up to 4194304"),
+    ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "hold": 10**9}, 422, "takes hold up to 4194304"),
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "smoother": {"x": 1}}, 422, "smoother must be a number"),
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "seed": "7"}, 422, "seed must be a non-negative integer"),
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "noise": "zero"}, 422, "takes no parameter 'noise'"),

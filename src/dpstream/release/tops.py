@@ -19,12 +19,9 @@ studies' float path, NOT for publication).
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
-from dataclasses import dataclass
 from fractions import Fraction
-
-import numpy as np
 
 from dpstream._checks import (
     check_bool,
@@ -38,39 +35,22 @@ from dpstream._checks import (
 from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import ceil_units, choose_granularity, round_up_scale
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
-from dpstream.noise.source import NoiseSource, make_source
+from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
-from dpstream.release.perturber import HierarchicalPerturber, PerturberState
-from dpstream.smoothers import Smoother, make_smoother
+from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
 from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["THRESHOLD_METHODS", "ToPS", "ToPSState"]
+__all__ = ["THRESHOLD_METHODS", "ToPS"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
-
-
-@dataclass(kw_only=True)
-class ToPSState:
-    """A snapshot of the stream so far.  SECRET: it holds raw held-out values, the current
-    hierarchy's noise and the noise source (its key or its bits' state); never publish it.
-
-    ``position`` counts every value consumed, held or released.  ``held`` is the hold-out
-    buffer until theta is chosen; ``perturber`` the perturber's state after that; ``noise`` a
-    copy of the noise source.  Together they are everything needed to continue the stream
-    without re-drawing noise for a released position.
-    """
-
-    position: int
-    held: np.ndarray | None
-    threshold: float | None
-    perturber: PerturberState | None
-    noise: NoiseSource
 
 
 class ToPS(HoldOutRelease):
@@ -143,6 +123,7 @@ class ToPS(HoldOutRelease):
 
     Examples
     --------
+    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> stream = rng.integers(0, 20, size=5000).astype(float)
     >>> tops = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
@@ -179,6 +160,12 @@ class ToPS(HoldOutRelease):
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
     ) -> None:
+        self._params = dict(
+            epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
+            smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
+            smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
+            threshold_method=threshold_method, query_length=query_length, selection=selection, granularity=granularity,
+        )
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_positive_int(hold, "hold")
@@ -196,6 +183,7 @@ class ToPS(HoldOutRelease):
             raise ValueError("query_length and selection apply to threshold_method='model' only, got threshold_method="
                              "'nm-e' with them.")
         self.model_choice: ModelChoice | None = None
+        self._chosen: dict | None = None  # what the hold-out chose: theta, s, the prior (public)
         self._forced_levels = smoothed_levels
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother(smoother, **params)
@@ -234,17 +222,32 @@ class ToPS(HoldOutRelease):
     # -- what the release has chosen, and its state ---------------------------------------
 
     @property
-    def state(self) -> ToPSState:
-        """A deep copy of the streaming state (SECRET: see :class:`ToPSState`)."""
-        return copy.deepcopy(
-            ToPSState(
-                position=self._position,
-                held=None if self._stream is not None else self._held[: self._position],
-                threshold=self.threshold,
-                perturber=None if self._stream is None else self._stream.state,
-                noise=self._source,
-            )
-        )
+    def state(self) -> dict:
+        """A snapshot of the release as plain data (SECRET: the held-out values, the key or the
+        noise; see :mod:`dpstream.release.contract`).
+
+        ``ToPS.from_state(state)`` continues exactly where it was taken: the hold-out so far (or
+        what it chose: theta, s, the prior and the model's choice), the current chunk's running
+        sums and smoother, and the noise source.
+        """
+        params = dict(self._params, **_smoother_params(self._smoother))
+        return {
+            **snapshot_header(TOPS, params, self._source),
+            **self._hold_out_state(),
+            "chosen": self._chosen,
+            "perturber": None if self._stream is None else self._stream.stream_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> ToPS:
+        """The release a :attr:`state` snapshot describes, continuing where it was taken."""
+        params, source = read_header(state, TOPS)
+        tops = cls(**params, noise=source)
+        tops._resume_hold_out(state)
+        if state["chosen"] is not None:
+            tops._start_stream(**state["chosen"])
+            tops._stream.resume_stream(state["perturber"])
+        return tops
 
     def privacy(self) -> PrivacyGuarantee:
         """What the whole release spends: the threshold choice and the hierarchy, in parallel.
@@ -299,10 +302,7 @@ class ToPS(HoldOutRelease):
             c=self.c,
             step=self.threshold_step,
         )
-        self._stream = HierarchicalPerturber(
-            threshold=theta, **self._perturber_args, granularity=self.granularity, noise=self._source
-        )
-        self._threshold = self._stream.threshold
+        self._start_stream(threshold=theta, smoothed_levels=self.smoothed_levels, prior=None, model_choice=None)
 
     def _choose_by_model(self) -> None:
         queries = None if self.query_length is None else QueryLengths.fixed(self.query_length)
@@ -320,10 +320,19 @@ class ToPS(HoldOutRelease):
             step=self.threshold_step,
             seed=_bits_of(self._source.sampler("model")),
         )
-        self.model_choice = choice
-        args = dict(self._perturber_args, smoothed_levels=choice.smoothed_levels)
-        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, granularity=self.granularity,
-                                             noise=self._source, prior=choice.prior)
+        self._start_stream(threshold=choice.threshold, smoothed_levels=choice.smoothed_levels, prior=choice.prior,
+                           model_choice=dataclasses.asdict(choice))
+
+    def _start_stream(self, *, threshold: float, smoothed_levels: int, prior: float | None,
+                      model_choice: dict | None) -> None:
+        """Start the perturber on what the hold-out chose (also when a snapshot is restored)."""
+        self._chosen = {"threshold": threshold, "smoothed_levels": smoothed_levels, "prior": prior,
+                        "model_choice": model_choice}
+        if model_choice is not None:
+            self.model_choice = ModelChoice(**model_choice)
+        args = dict(self._perturber_args, smoothed_levels=smoothed_levels)
+        self._stream = HierarchicalPerturber(threshold=threshold, **args, granularity=self.granularity,
+                                             noise=self._source, prior=prior)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
 
@@ -342,7 +351,7 @@ class ToPS(HoldOutRelease):
             return None
         self._position += 1
         theta = perturber.threshold
-        return perturber._release_one(value if value < theta else theta)
+        return perturber.release_one(value if value < theta else theta)
 
     def _coerce(self, value: object) -> float:
         if isinstance(value, (str, bytes, bool)) or value is None:
@@ -370,3 +379,12 @@ def _bits_of(sampler: NoiseSampler):
     if isinstance(sampler, ZeroNoise):
         return SeededBits(seed=0)
     return sampler.bits
+
+
+def _smoother_params(smoother: Smoother) -> dict:
+    """The smoother as constructor arguments (name, window, alpha), for a snapshot."""
+    name = getattr(smoother, "name", None)
+    if name not in SMOOTHERS or type(smoother) is not SMOOTHERS[name]:
+        raise TypeError(f"a ToPS with the custom smoother {smoother!r} cannot be snapshot; give the smoother by name.")
+    fields = {field.name: getattr(smoother, field.name) for field in dataclasses.fields(smoother)}
+    return {"smoother": name, "window": fields.get("window"), "alpha": fields.get("alpha")}

@@ -280,6 +280,13 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
                        error.status_code, str(error.detail))
         return _error(error.status_code, message)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        # the type and message only: no traceback, no local values, so no key or state reaches the log
+        logger.error("%s %s failed: %s: %s", request.method, request.url.path, type(error).__name__, error)
+        return _error(500, "the service failed on this request; see its log (a batch retried with the same "
+                           "first_position is never ingested twice).")
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {}
@@ -425,9 +432,8 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
         last_id = request.headers.get("last-event-id")
         if last_id is not None and re.fullmatch(r"[0-9]{1,18}", last_id):
             after = int(last_id)
-        if after is None:
-            rows = await run_in_threadpool(storage.released, source.id, after=source.position - 1, limit=1)
-            after = source.position - 1 if not rows else rows[0][0] - 1
+        if after is None:  # from now on: every value released so far has a position below the stream's
+            after = source.position - 1
 
         async def stream() -> AsyncIterator[str]:
             cursor, quiet = after, 0.0

@@ -11,10 +11,11 @@ of a fixed label and the seed, so two streams with the same parameters and seed 
 values for the same input.
 
 State.  :func:`snapshot` turns a mechanism into text that :func:`restore` turns back into a
-mechanism that continues exactly.  With the streaming contract (a JSON-safe ``state`` and a
-``from_state`` classmethod) the text is the state encoded by :mod:`dpstream.durable.encoding`;
-a mechanism without it is stored as a pickle, which the service only ever reads from its own
-database (format ``pickle/1``).
+mechanism that continues exactly, through the streaming contract
+(:mod:`dpstream.release.contract`): the mechanism's ``state``, encoded as JSON by
+:mod:`dpstream.durable.encoding`, and its ``from_state``.  A keyed snapshot leaves the current
+tree's noise out (``from_state`` recomputes it from the key), so it stays small; during the
+hold-out it holds the raw held-out values.  No pickle: reading the database never runs code.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import hashlib
 import inspect
 import json
 import os
-import pickle
 from typing import Any
 
 from dpstream._checks import check_choice, check_positive_int
@@ -48,6 +48,14 @@ STREAM_METHODS: dict[str, type] = {"tops": ToPS, "bt": BinaryTreeCounter, "pak":
 #: Parameters the service sets itself, never taken from a request.
 _RESERVED = ("noise", "key", "seed")
 
+#: The largest ``hold`` and ``max_range`` a request may ask for: a stream's memory grows with them (the
+#: binary tree keeps about 32 bytes per leaf of its current tree), and one request must not exhaust the service.
+MAX_HOLD = 1 << 22
+MAX_RANGE = 1 << 22
+
+#: The format of the text of :func:`snapshot` (the secret_state column).
+STATE_FORMAT = "dpstream.state/1"
+
 #: The label hashed with a test seed into a stream's key.
 _SEED_LABEL = b"dpstream.service stream key from a test seed\x00"
 
@@ -69,6 +77,10 @@ def _check_plain(params: dict[str, Any], allowed: tuple[str, ...], what: str) ->
     for name, value in params.items():
         if value is not None and not isinstance(value, (bool, int, float, str)):
             raise TypeError(f"{name} must be a number, a string or a boolean, got {json.dumps(value)[:80]}.")
+    for name, largest in (("hold", MAX_HOLD), ("max_range", MAX_RANGE)):
+        value = params.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > largest:
+            raise ValueError(f"the service takes {name} up to {largest}, got {value!r}.")
     return {name: value for name, value in params.items() if value is not None}
 
 
@@ -101,22 +113,16 @@ def check_limit(value: object, name: str, largest: int) -> int:
 
 def snapshot(mechanism: Any) -> str:
     """The mechanism's secret state as text (see the module docstring).  SECRET: never serve or log it."""
-    if hasattr(type(mechanism), "from_state"):
-        return json.dumps({"format": "state/1", "state": encode(mechanism.state, "state")}, allow_nan=False)
-    return json.dumps({"format": "pickle/1", "data": encode(pickle.dumps(mechanism), "data")})
+    return json.dumps({"format": STATE_FORMAT, "state": encode(mechanism.state, "state")}, allow_nan=False)
 
 
 def restore(cls: type, text: str) -> Any:
     """The mechanism of class ``cls`` continued from :func:`snapshot`'s text."""
     document = json.loads(text)
-    if document["format"] == "state/1":
-        return cls.from_state(decode(document["state"]))
-    if document["format"] == "pickle/1":
-        mechanism = pickle.loads(decode(document["data"]))
-        if not isinstance(mechanism, cls):
-            raise TypeError(f"the stored state is of a {type(mechanism).__name__}, not a {cls.__name__}.")
-        return mechanism
-    raise ValueError(f"unknown state format {document['format']!r}.")
+    if document.get("format") != STATE_FORMAT:
+        raise ValueError(f"a stored state of format {document.get('format')!r} cannot be read (this dpstream reads "
+                         f"{STATE_FORMAT!r}).")
+    return cls.from_state(decode(document["state"]))
 
 
 def _guarantee(mechanism: Any) -> dict[str, Any]:

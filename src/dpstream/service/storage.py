@@ -102,7 +102,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _schema(blob: str, real: str) -> tuple[str, ...]:
+def _schema(blob: str, real: str, clustered: str) -> tuple[str, ...]:
     return (
         "CREATE TABLE dpstream_schema (version INTEGER NOT NULL)",
         f"""CREATE TABLE sources (
@@ -113,7 +113,7 @@ def _schema(blob: str, real: str) -> tuple[str, ...]:
             created TEXT NOT NULL, updated TEXT NOT NULL, UNIQUE (kind, name))""",
         f"""CREATE TABLE released (
             source_id BIGINT NOT NULL, position BIGINT NOT NULL, time {real} NOT NULL, value {real} NOT NULL,
-            PRIMARY KEY (source_id, position))""",
+            PRIMARY KEY (source_id, position)){clustered}""",
         f"""CREATE TABLE ledger (
             source_id BIGINT NOT NULL, first_position BIGINT NOT NULL, count BIGINT NOT NULL, digest TEXT NOT NULL,
             epsilon {real} NOT NULL, delta {real} NOT NULL, recorded TEXT NOT NULL,
@@ -130,6 +130,8 @@ class Storage:
     placeholder = "?"
     blob_type = "BLOB"
     real_type = "DOUBLE PRECISION"
+    #: What follows the released table's definition: SQLite stores it in its primary key's order.
+    clustered = ""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -161,7 +163,7 @@ class Storage:
         with self._lock, self._transaction() as cursor:
             tables = self._tables(cursor)
             if not tables:
-                for statement in _schema(self.blob_type, self.real_type):
+                for statement in _schema(self.blob_type, self.real_type, self.clustered):
                     cursor.execute(statement)
                 cursor.execute(self._sql("INSERT INTO dpstream_schema (version) VALUES (?)"), (SCHEMA_VERSION,))
                 return
@@ -294,6 +296,8 @@ class SQLiteStorage(Storage):
     or write is refused: it holds the secret keys and states.  (SQLite gives its ``-wal`` and
     ``-shm`` files the database file's permissions.)
     """
+
+    clustered = " WITHOUT ROWID"
 
     def __init__(self, path: str) -> None:
         super().__init__()
