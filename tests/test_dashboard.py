@@ -8,6 +8,7 @@ browser downloads are never used.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def test_the_page_asks_only_its_own_server_and_shows_no_secret(visit: Visit, cli
 
 def test_a_long_stream_shows_its_most_recent_values(visit: Visit, client: Client) -> None:
     client.create_stream("long", method="bt", epsilon=1.0, upper_bound=10.0, seed=6)
-    client.send("long", _values(7, 25_000, 10.0))
+    client.send("long", _values(7, 25_000, 10.0), times=1.7e9 + np.arange(25_000.0))  # one value a second
     visit.page.reload()
     visit.wait_for_count("stream", "long", 20_000)  # the page keeps the last 20,000 released values at load
     caption = visit.page.text_content(f'{visit.card("stream", "long")} p.caption')
@@ -202,4 +203,9 @@ def test_a_long_stream_shows_its_most_recent_values(visit: Visit, client: Client
     visit.page.wait_for_selector(f'{visit.card("stream", "long")} p.caption:has-text("over 1,000 released")')
     released = [row["value"] for row in client.all_released("long", after=4_999)]
     _assert_last_average(visit, "stream", "long", released, 1000, upper_bound=10.0)
+    visit.page.select_option("#axis", "time")  # 20,000 s: ticks at round hours of the clock
+    visit.page.wait_for_selector(f'{visit.card("stream", "long")} p.caption:has-text("by the time")')
+    labels = visit.page.eval_on_selector_all(f'{visit.card("stream", "long")} text.label.x',
+                                             "labels => labels.map(label => label.textContent)")
+    assert len(labels) >= 3 and all(re.fullmatch(r"[0-2][0-9]:[0-5][0-9]", label) for label in labels), labels
     assert visit.errors == []

@@ -26,12 +26,16 @@
   const PAD = { left: 58, right: 14, top: 10, bottom: 26 };
   /** The label of a source whose released values are polled rather than streamed. */
   const POLLED = `updated every ${REFRESH_MS / 1000} s`;
+  /** Round steps of a time axis, in seconds. */
+  const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
   const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL" };
 
   /** "stream/NAME" or "collector/NAME" -> what the page knows of that source. */
   const sources = new Map();
   let liveCount = 0;
   let windowSize = 100;
+  /** What the x axis shows: "position" in the stream or "time" of release (or as sent with the values). */
+  let axis = "position";
   let drawScheduled = false;
 
   // -- small helpers ----------------------------------------------------------------------------
@@ -75,6 +79,24 @@
     const out = [];
     for (let t = Math.ceil(low / step) * step; t <= high + step * 1e-9; t += step) out.push(Number(t.toPrecision(12)));
     return out;
+  }
+
+  /** Ticks of a time axis (seconds since 1970) at round steps of clock time, and their labels. */
+  function timeTicks(low, high, count) {
+    const span = high - low;
+    if (span < 1) return { values: [low], label: (t) => clock(t, 1, 0) };
+    const raw = span / count;
+    const step = TIME_STEPS.find((candidate) => candidate >= raw) ?? Math.ceil(raw / 86400) * 86400;
+    const values = [];
+    for (let t = Math.ceil(low / step) * step; t <= high; t += step) values.push(t);
+    return { values, label: (t) => clock(t, step, span) };
+  }
+
+  function clock(t, step, span) {
+    const date = new Date(t * 1000);
+    const time = date.toLocaleTimeString("en-GB", { hour12: false, hour: "2-digit", minute: "2-digit",
+      second: step < 60 ? "2-digit" : undefined });
+    return span > 86400 ? `${date.getDate()}/${date.getMonth() + 1} ${time}` : time;
   }
 
   // -- the words of the guarantee -----------------------------------------------------------------
@@ -159,6 +181,7 @@
       if (row.position <= source.last) continue;
       source.positions.push(row.position);
       source.values.push(row.value);
+      source.times.push(row.time);
       source.lastTime = row.time;
       source.last = row.position;
       added = true;
@@ -168,6 +191,7 @@
     if (extra > KEEP / 2) { // trimmed in steps, so that a fast stream costs O(1) per value
       source.positions.splice(0, extra);
       source.values.splice(0, extra);
+      source.times.splice(0, extra);
     }
     source.dirty = true;
     scheduleDraw();
@@ -277,6 +301,7 @@
     const offset = n - average.length; // average[k] ends at source.positions[k + offset]
     const m = average.length;
     chart.setAttribute("data-last-average", average[m - 1]);
+    const along = axis === "time" ? source.times : source.positions;
     const buckets = Math.min(m, 2 * (right - left));
     const xs = new Float64Array(buckets);
     const ys = new Float64Array(buckets);
@@ -286,7 +311,7 @@
       let sum = 0;
       for (let i = from; i < to; i += 1) sum += average[i];
       ys[b] = sum / (to - from);
-      xs[b] = (source.positions[from + offset] + source.positions[to - 1 + offset]) / 2;
+      xs[b] = (along[from + offset] + along[to - 1 + offset]) / 2;
     }
     let low = Math.min(...ys);
     let high = Math.max(...ys);
@@ -299,16 +324,20 @@
     high += margin;
     const first = source.positions[0];
     const last = source.positions[n - 1];
-    const start = source.positions[offset]; // where the first window ends: the x axis starts there
-    const xSpan = Math.max(last - start, 1);
+    // The x axis runs from where the first window ends to where the last one does.
+    const start = Math.min(...xs);
+    const end = Math.max(...xs);
+    const xSpan = Math.max(end - start, axis === "time" ? 1e-3 : 1);
     const px = (x) => left + ((x - start) / xSpan) * (right - left);
     const py = (y) => bottom - ((y - low) / (high - low)) * (bottom - top);
     for (const t of ticks(low, high, 4)) {
       chart.append(svg("line", { class: "grid", x1: left, y1: py(t), x2: right, y2: py(t) }),
-        svg("text", { class: "label", x: left - 6, y: py(t) + 4, "text-anchor": "end" }, number(t, 4)));
+        svg("text", { class: "label y", x: left - 6, y: py(t) + 4, "text-anchor": "end" }, number(t, 4)));
     }
-    for (const t of last > start ? ticks(start, last, 5) : [start]) {
-      chart.append(svg("text", { class: "label", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, number(t)));
+    const xTicks = axis === "time" ? timeTicks(start, end, 5) : { values: end > start ? ticks(start, end, 5) : [start],
+      label: number };
+    for (const t of xTicks.values) {
+      chart.append(svg("text", { class: "label x", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, xTicks.label(t)));
     }
     let points = "";
     for (let b = 0; b < buckets; b += 1) points += `${px(xs[b]).toFixed(1)},${py(ys[b]).toFixed(1)} `;
@@ -318,7 +347,7 @@
     const span = total > n ? `the last ${number(n)} of ${number(total)} released values` : `${number(n)} released values`;
     const when = new Date(source.lastTime * 1000).toLocaleString("en-GB", { hour12: false });
     const over = n < windowSize ? `the mean of all ${number(n)} released values so far (fewer than ${number(windowSize)})`
-      : `moving average over ${number(windowSize)} released values, by the position where each window ends`;
+      : `moving average over ${number(windowSize)} released values, by the ${axis} of the value that ends each window`;
     caption.textContent = `${over[0].toUpperCase()}${over.slice(1)}; ${span} ` +
       `(positions ${number(first)} to ${number(last)}); last release ${when}.`;
   }
@@ -337,7 +366,7 @@
       let source = sources.get(key);
       if (!source) {
         const view = makeCard(kind, facts.name);
-        source = { kind, name: facts.name, view, facts, positions: [], values: [], last: -1, lastTime: 0,
+        source = { kind, name: facts.name, view, facts, positions: [], values: [], times: [], last: -1, lastTime: 0,
           events: null, busy: false, started: false, dirty: true };
         sources.set(key, source);
         container.append(view.card);
@@ -375,11 +404,15 @@
     setTimeout(refresh, REFRESH_MS);
   }
 
-  document.getElementById("window").addEventListener("change", (event) => {
-    windowSize = Number(event.target.value);
+  function redrawAll() {
+    windowSize = Number(document.getElementById("window").value);
+    axis = document.getElementById("axis").value;
     for (const source of sources.values()) source.dirty = true;
     scheduleDraw();
-  });
-  windowSize = Number(document.getElementById("window").value);
+  }
+
+  document.getElementById("window").addEventListener("change", redrawAll);
+  document.getElementById("axis").addEventListener("change", redrawAll);
+  redrawAll();
   refresh();
 })();
