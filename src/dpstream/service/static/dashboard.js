@@ -66,12 +66,12 @@
     return response.json();
   }
 
-  /** A step of 1, 2 or 5 times a power of ten, near span / count. */
+  /** The step of 1, 2 or 5 times a power of ten nearest to span / count (by ratio). */
   function niceStep(span, count) {
     const raw = span / count;
     const power = 10 ** Math.floor(Math.log10(raw));
-    const multiple = [1, 2, 5, 10].find((m) => m * power >= raw);
-    return multiple * power;
+    const distance = (m) => Math.abs(Math.log((m * power) / raw));
+    return [1, 2, 5, 10].reduce((best, m) => (distance(m) < distance(best) ? m : best)) * power;
   }
 
   function ticks(low, high, count) {
