@@ -333,3 +333,18 @@ def test_the_python_client_raises_service_errors(http):
     assert error.value.status == 409 and "gap" in error.value.message
     assert client.send("a", _values(250), first_position=0)[0]["position"] == 200
     assert len(list(client.all_released("a"))) == 50 and client.stream("a")["position"] == 250
+
+
+def test_a_retried_reports_batch_is_answered_once(http, app):
+    _collector(http)
+    local = ToPLClient("http://testserver", "c", TOKEN, bits=5, http=http)
+    local.send(_values(500))  # theta is published
+    document = local.parameters().report_batch(_values(20), bits=6).to_json()
+    first = http.post("/collectors/c/reports?first_position=500", content=document, headers=AUTH)
+    before = _everything(http, app, "collector", "c")
+    again = http.post("/collectors/c/reports?first_position=500", content=document, headers=AUTH)
+    assert first.status_code == again.status_code == 200 and again.json() == first.json()
+    assert [r["position"] for r in first.json()["released"]] == list(range(500, 520))
+    other = local.parameters().report_batch(_values(20, seed=9), bits=7).to_json()
+    assert http.post("/collectors/c/reports?first_position=500", content=other, headers=AUTH).status_code == 409
+    assert _everything(http, app, "collector", "c") == before

@@ -142,3 +142,18 @@ def test_the_sqlite_file_is_readable_by_its_owner_only(tmp_path):
 def test_bad_database_urls_are_one_clear_error(url, message):
     with pytest.raises(StorageError, match=message):
         open_storage(url)
+
+
+def test_an_older_database_is_migrated_or_refused(database_url, monkeypatch):
+    from dpstream.service import storage as module
+
+    opened = open_storage(database_url)
+    with opened._transaction() as cursor:
+        cursor.execute(opened._sql("UPDATE dpstream_schema SET version = ?"), (SCHEMA_VERSION - 1,))
+    opened.close()
+    with pytest.raises(SchemaError, match=f"cannot migrate to {SCHEMA_VERSION}"):
+        open_storage(database_url)
+    monkeypatch.setitem(module.MIGRATIONS, SCHEMA_VERSION - 1, ("CREATE TABLE migrated (x INTEGER)",))
+    migrated = open_storage(database_url)
+    assert migrated.schema_version() == SCHEMA_VERSION and migrated._query("SELECT COUNT(*) FROM migrated") == [(0,)]
+    migrated.close()

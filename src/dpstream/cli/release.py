@@ -16,6 +16,7 @@ import numpy as np
 
 from dpstream.cli._common import (
     SEED_HELP,
+    Stopped,
     check_finite,
     cli,
     is_stream,
@@ -42,7 +43,7 @@ def _build_tops(options: dict[str, Any]) -> ToPS:
                 max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
                 window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
                 threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
-                seed=options["seed"], threshold_method=options["threshold_method"],
+                seed=options["seed"], key=options.get("key"), threshold_method=options["threshold_method"],
                 query_length=options["query_length"], smoothed_levels=options["smoothed_levels"])
 
 
@@ -59,7 +60,7 @@ def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
     return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
                multiplier=options["multiplier"], threshold_noise=options["noise"], capped=capped, clip=options["clip"],
-               granularity=options["granularity"], seed=options["seed"])
+               granularity=options["granularity"], seed=options["seed"], key=options.get("key"))
 
 
 def _describe_pak(pak: PAK) -> str:
@@ -71,7 +72,7 @@ def _describe_pak(pak: PAK) -> str:
 def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
     return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
                              max_range=options["max_range"], clip=options["clip"], granularity=options["granularity"],
-                             seed=options["seed"])
+                             seed=options["seed"], key=options.get("key"))
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
@@ -117,6 +118,8 @@ RELEASE_METHODS: dict[str, _Method] = {
     "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
 }
 _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
+#: The methods ``--state`` continues (their mechanisms have the streaming contract and keyed noise).
+_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 
 
 @cli.command()
@@ -163,8 +166,14 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
+              help="A SECRET state file: the first run creates it, the same command run again continues the "
+                   "release after an interruption without re-spending the budget (tops, pak, bt; -o FILE).")
+@click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="With --state: the least time between two saves of the state (at most one per batch read); "
+                   "a resumed run redoes what came after the last save.")
 def release(input_path: str, output_path: str, method: str, column: str | None, missing: str, seed: int | None,
-            hold: int, force: bool, **options: Any) -> None:
+            hold: int, force: bool, state_path: str | None, checkpoint_seconds: float, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
@@ -179,12 +188,20 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
     describe = chosen.describe
+    if state_path is not None:
+        _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
+                         missing=missing, seed=seed, hold=hold, force=force, options=options,
+                         checkpoint_seconds=checkpoint_seconds)
+        return
+    if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = chosen.build({**options, "hold": hold, "seed": seed})
     if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
+    warn_if_released_before(target)
     reader = StreamReader(input_path, column=column, missing=missing)  # text, .gz, stdin or Parquet
     values = reader.values()
     name = "stdin" if input_path == "-" else input_path
@@ -213,6 +230,60 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
+def warn_if_released_before(target: Any) -> None:
+    """Without --state, replacing an existing output releases the stream afresh: say that it spends the budget again."""
+    if target is not None and not is_stream(target) and target.exists():
+        say(f"warning: {target} exists: releasing its stream again spends the privacy budget again (publishing both "
+            "releases costs twice the epsilon); use --state FILE to continue a release instead.")
+
+
+def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
+                     missing: str, seed: int | None, hold: int, force: bool, options: dict[str, Any],
+                     checkpoint_seconds: float) -> None:
+    """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
+    from dpstream.cli._durable import DurableRelease
+
+    chosen = RELEASE_METHODS[method]
+    if method not in _DURABLE_METHODS:
+        raise click.UsageError(f"--state applies to --method {', '.join(_DURABLE_METHODS)}, not {method}.")
+    applies = {name: value for name, value in options.items() if name not in _SPECIFIC_OPTIONS or name in
+               chosen.options}
+    params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
+              "column": column, "missing": missing}
+    run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
+                               output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                               build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+    try:
+        releaser = run.releaser
+        if releaser.threshold is not None:
+            announce(releaser, chosen.describe)
+        warn_if_seeded(seed)
+        reader = StreamReader(input_path, column=column, missing=missing)
+        writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
+                         written="the output keeps what was released before it")
+        writer.after = run.checkpoint
+        try:
+            with run.output() as sink:
+                values = run.skip_consumed(reader.values())
+                if input_path == "-":
+                    writer.live(values, sink)
+                else:
+                    writer.batches(iter_chunks(values, _CHUNK), sink)
+                message = run.finish(sink)
+        except (Stopped, KeyboardInterrupt) as error:
+            run.stopped(error)
+            raise
+        finally:
+            reader.close()
+        if reader.stats.missing:
+            say(reader.stats.summary())
+        if options["clip"]:
+            say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
+        say(message)
+    finally:
+        run.close()
+
+
 def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
     """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees."""
     say(describe(releaser))
@@ -228,6 +299,8 @@ class _Writer:
         self.upper_bound, self.clip, self.written = upper_bound, clip, written
         #: Values outside [0, B] that --clip clipped (NaN and infinities are never clipped: they are errors).
         self.clipped = 0
+        #: Called with the sink after each value (stdin) or batch (files) is written: --state's checkpoint.
+        self.after: Callable[[TextIO], None] | None = None
 
     def live(self, values: Iterator[float], sink: TextIO) -> int:
         """Release value by value, each written and flushed as soon as it is released."""
@@ -239,11 +312,13 @@ class _Writer:
             if out is None:
                 if releaser.threshold is not None:
                     announce(releaser, self.describe)
-                continue
-            check_finite(out, position=releaser.position - 1, written=self.written)
-            sink.write(f"{out!r}\n")
-            sink.flush()
-            released += 1
+            else:
+                check_finite(out, position=releaser.position - 1, written=self.written)
+                sink.write(f"{out!r}\n")
+                sink.flush()
+                released += 1
+            if self.after is not None:
+                self.after(sink)
         return released
 
     def batches(self, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
@@ -260,4 +335,6 @@ class _Writer:
                 check_finite(out, position=releaser.position - out.size, written=self.written)
                 sink.write("\n".join(map(repr, out.tolist())) + "\n")
                 released += out.size
+            if self.after is not None:
+                self.after(sink)
         return released

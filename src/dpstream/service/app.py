@@ -409,7 +409,6 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
         times = None if document.get("times") is None else _numbers(document["times"], "times", values.size)
         first = document.get("first_position")
         first = None if first is None else _integer(first, "first_position", minimum=0)
-        sources.public("stream", name)  # 404 before the work
         body = await run_in_threadpool(ingest, "stream", name, first, values, times,
                                        lambda mechanism: np.asarray(mechanism.release(values), dtype=np.float64))
         return Response(body, media_type="application/json")
@@ -510,7 +509,6 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
             raise ApiError(422, str(error)) from None
         if not 1 <= len(batch) <= MAX_BATCH:
             raise ApiError(422, f"a batch must hold 1 to {MAX_BATCH} reports, got {len(batch)}.")
-        sources.public("collector", name)
 
         def receive(collector: ToPLCollector) -> np.ndarray:
             current = collector.client().parameters_id

@@ -6,9 +6,9 @@ which the service sets), checked by the class itself, so the API validates exact
 
 Noise.  Every stream's mechanism is built with ``key=``: its noise is a deterministic function of
 a secret 32-byte key and the identity of each node (:class:`dpstream.noise.KeyedBits`), never of
-the stream's name.  The key is ``os.urandom(32)``; with ``seed`` (tests only) it is the SHA-256
-of a fixed label and the seed, so two streams with the same parameters and seed release the same
-values for the same input.
+the stream's name.  The key is ``os.urandom(32)``; with ``seed`` (tests only) it is the key
+``dpstream release --seed --state`` uses (:func:`dpstream.durable.keys.seed_key`), so two streams
+with the same parameters and seed release the same values for the same input.
 
 State.  :func:`snapshot` turns a mechanism into text that :func:`restore` turns back into a
 mechanism that continues exactly, through the streaming contract
@@ -20,7 +20,6 @@ hold-out it holds the raw held-out values.  No pickle: reading the database neve
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -28,6 +27,7 @@ from typing import Any
 
 from dpstream._checks import check_choice, check_positive_int
 from dpstream.durable.encoding import decode, encode
+from dpstream.durable.keys import seed_key
 from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
 
 __all__ = [
@@ -56,8 +56,6 @@ MAX_RANGE = 1 << 22
 #: The format of the text of :func:`snapshot` (the secret_state column).
 STATE_FORMAT = "dpstream.state/1"
 
-#: The label hashed with a test seed into a stream's key.
-_SEED_LABEL = b"dpstream.service stream key from a test seed\x00"
 
 
 def _keywords(cls: type) -> tuple[str, ...]:
@@ -85,12 +83,13 @@ def _check_plain(params: dict[str, Any], allowed: tuple[str, ...], what: str) ->
 
 
 def derive_key(seed: object) -> bytes:
-    """A stream's secret key: 32 random bytes, or (``seed``, tests only) SHA-256 of a fixed label and the seed."""
+    """A stream's secret key: 32 random bytes, or (``seed``, tests only) the key of ``release --seed --state``
+    (:func:`dpstream.durable.keys.seed_key`)."""
     if seed is None:
         return os.urandom(32)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise TypeError(f"seed must be a non-negative integer, got {seed!r}.")
-    return hashlib.sha256(_SEED_LABEL + str(seed).encode()).digest()
+    return seed_key(seed)
 
 
 def build_stream(method: object, params: dict[str, Any], key: bytes) -> Any:
