@@ -139,8 +139,8 @@ def test_streams_and_collectors_appear_without_reloading(visit: Visit, client: C
     client.create_collector("app", epsilon=2.0, upper_bound=100.0, hold=100)
     visit.wait_for_count("stream", "counts", 250)
     assert visit.page.text_content(f'{visit.card("stream", "counts")} .method') == "binary tree"
-    empty = visit.page.text_content(f'{visit.card("collector", "app")} svg.chart')
-    assert empty == "no released value yet (the first 100 choose θ)"
+    empty = visit.page.wait_for_selector(f'{visit.card("collector", "app")} svg.chart text.nodata', timeout=WAIT_MS)
+    assert empty.text_content() == "no released value yet (the first 100 choose θ)"
     assert visit.fact("collector", "app", "threshold") == "chosen after 100 values"
 
     reports = ToPLClient(server.url, "app", TOKEN, bits=5)
