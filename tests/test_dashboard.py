@@ -110,7 +110,6 @@ def test_a_fed_stream_is_charted_and_follows_new_values_live(visit: Visit, clien
     assert visit.page.text_content(f'{visit.card("stream", "meters")} p.statement') == facts["privacy"]
     visit.page.wait_for_selector(f'{visit.card("stream", "meters")} .live.on', timeout=WAIT_MS)
 
-    window = int(visit.page.input_value("#window"))
     released = [row["value"] for row in client.all_released("meters")]
     _assert_last_average(visit, "stream", "meters", released, window, upper_bound=100.0)
 
