@@ -104,7 +104,7 @@
   function inWords(kind, budget) {
     const eps = budget.epsilon;
     const factor = `e^${number(eps)} ≈ ${number(Math.exp(eps), 3)}`;
-    const delta = budget.delta > 0 ? `, except with probability at most δ = ${number(budget.delta, 3)}` : "";
+    const delta = budget.delta > 0 ? ` (plus at most δ = ${number(budget.delta, 3)} in absolute probability)` : "";
     if (kind === "collector") {
       return `Local differential privacy, ε = ${number(eps)}${budget.delta > 0 ? `, δ = ${number(budget.delta, 3)}` : ""}: ` +
         "every client randomizes its own value before sending it, so this server never sees a raw value; " +
