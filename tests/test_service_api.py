@@ -92,6 +92,9 @@ def test_a_retry_is_answered_with_the_same_values_and_ingested_once(http, app):
     again = http.post("/streams/a/values", json={"values": values, "first_position": 0}, headers=AUTH)
     assert again.status_code == 200 and again.json() == first.json()
     assert _everything(http, app) == before
+    ledger = http.get("/streams/a/ledger").json()["ledger"]
+    assert [(row["first_position"], row["count"]) for row in ledger] == [(0, 300)]
+    assert ledger[0]["epsilon"] == http.get("/streams/a").json()["budget"]["epsilon"] and "digest" not in ledger[0]
 
 
 def test_a_gap_and_a_different_batch_at_an_old_position_are_refused(http, app):

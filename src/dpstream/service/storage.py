@@ -10,7 +10,8 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
   them only when asked with ``secret=True``, for the mechanism's own use).
 * ``released`` -- every released value with its position and time.
 * ``ledger`` -- one row per ingested batch: its first position, length, a digest of its
-  content (an idempotent retry is recognized by it), the budget it was released under and when.
+  content (an HMAC under the source's key, by which an idempotent retry is recognized; not
+  served), the budget it was released under and when.
 
 :meth:`Storage.commit_batch` writes a batch's released values, its ledger row and the new
 secret state in ONE transaction, and only if the source is still at the position the batch
