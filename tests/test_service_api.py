@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from dpstream.client import Client, ServiceError, ToPLClient
 from dpstream.noise.bits import make_bits
-from dpstream.release import BinaryTreeCounter, ToPLCollector, ToPS
+from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
 from dpstream.service import create_app
 from dpstream.service.app import MAX_LIMIT
 from dpstream.service.mechanisms import derive_key
@@ -351,3 +351,24 @@ def test_a_retried_reports_batch_is_answered_once(http, app):
     other = local.parameters().report_batch(_values(20, seed=9), bits=7).to_json()
     assert http.post("/collectors/c/reports?first_position=500", content=other, headers=AUTH).status_code == 409
     assert _everything(http, app, "collector", "c") == before
+
+
+def test_a_pak_stream_restarted_between_batches_releases_the_library_s_increments(tmp_path):
+    params = {"epsilon": 1.0, "upper_bound": 50.0, "hold": 300, "max_range": 1024}
+    url = f"sqlite:///{tmp_path}/pak.db"
+    values = _values(800) * (50 / 60)
+    released = []
+    for start in range(0, 800, 250):  # a new service each batch: the mechanism comes back from its stored state
+        service = create_app(database=url, token=TOKEN)
+        http = TestClient(service)
+        if start == 0:
+            answer = http.post("/streams", json={"name": "p", "method": "pak", **params, "seed": 4}, headers=AUTH)
+            assert answer.status_code == 201, answer.text
+        answer = http.post("/streams/p/values", json={"values": values[start:start + 250].tolist()}, headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        released += answer.json()["released"]
+        facts = http.get("/streams/p").json()
+        service.state.storage.close()
+    expected = PAK(**params, key=derive_key(4))
+    assert [r["value"] for r in released] == expected.release(values).tolist()
+    assert facts["held_sum"] == expected.held_sum and facts["position"] == 800

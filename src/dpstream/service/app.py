@@ -376,8 +376,11 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
                 raise ApiError(409, f"{kind} {name!r} is at position {position}; a batch at first_position {start} "
                                     f"would leave a gap (send positions {position}..{start - 1} first).")
             try:
-                released = release(live.mechanism)
-                held = count - released.size
+                try:  # the mechanism checks the batch first and refuses it whole
+                    released = release(live.mechanism)
+                except (TypeError, ValueError) as error:
+                    raise ApiError(422, str(error)) from None
+                held = count - released.size  # the released positions are the batch's last ones
                 positions = np.arange(position + held, position + count)
                 stamps = np.full(released.size, time.time()) if times is None else times[held:]
                 facts = stream_facts(live.mechanism) if kind == "stream" else collector_facts(live.mechanism)
@@ -386,9 +389,6 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
                                      state=snapshot(live.mechanism), public=public,
                                      epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
                                      positions=positions, times=stamps, values=released)
-            except (TypeError, ValueError) as error:
-                sources.drop(kind, name)
-                raise ApiError(422, str(error)) from None
             except ConflictError as error:
                 sources.drop(kind, name)
                 raise ApiError(409, f"{kind} {name!r}: {error} Retry the batch.") from None

@@ -130,9 +130,10 @@ def _guarantee(mechanism: Any) -> dict[str, Any]:
 
 
 def stream_facts(mechanism: Any) -> dict[str, Any]:
-    """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, the guarantee."""
+    """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, PAK's noisy sum of the
+    hold-out (its running sums start there), the guarantee."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
-    for name in ("smoothed_levels", "levels", "granularity"):
+    for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
     return facts
