@@ -25,7 +25,7 @@ import json
 import os
 from typing import Any
 
-from dpstream._checks import check_choice, check_positive_int
+from dpstream._checks import check_choice
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
 from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
@@ -55,7 +55,6 @@ MAX_RANGE = 1 << 22
 
 #: The format of the text of :func:`snapshot` (the secret_state column).
 STATE_FORMAT = "dpstream.state/1"
-
 
 
 def _keywords(cls: type) -> tuple[str, ...]:
@@ -103,11 +102,6 @@ def build_stream(method: object, params: dict[str, Any], key: bytes) -> Any:
 def build_collector(params: dict[str, Any]) -> ToPLCollector:
     """A fresh ToPL collector with ``params`` (checked by the class; it has no randomness)."""
     return ToPLCollector(**_check_plain(params, COLLECTOR_PARAMETERS, "a ToPL collector"))
-
-
-def check_limit(value: object, name: str, largest: int) -> int:
-    """A positive integer, capped at ``largest`` (a larger one is not an error)."""
-    return min(check_positive_int(value, name), largest)
 
 
 def snapshot(mechanism: Any) -> str:
