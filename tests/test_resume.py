@@ -177,7 +177,8 @@ def test_a_stdin_release_resumes_when_the_producer_continues_from_the_consumed_c
     reference = tmp_path / "reference.txt"
     whole = tmp_path / "whole.txt"
     whole.write_text("\n".join(values) + "\n")
-    assert run_to_end(release_args("-", reference, tmp_path / "reference.state", "bt", "--seed", "4"), whole) == 0
+    assert run_to_end(release_args("-", reference, tmp_path / "reference.state", "bt", "--seed", "4",
+                                   "--checkpoint-seconds", "0.2"), whole) == 0
     out, state = tmp_path / "out.txt", tmp_path / "state"
 
     def rest() -> Path:  # the producer asks the state how far the release came, and sends the rest
@@ -186,6 +187,7 @@ def test_a_stdin_release_resumes_when_the_producer_continues_from_the_consumed_c
         path.write_text("".join(f"{v}\n" for v in values[consumed:]))
         return path
 
-    kill_and_resume(release_args("-", out, state, "bt", "--seed", "4"), out, kills=5,
+    # stdin checkpoints at most once a value: every 0.2 s here, not after every value
+    kill_and_resume(release_args("-", out, state, "bt", "--seed", "4", "--checkpoint-seconds", "0.2"), out, kills=5,
                     final_size=reference.stat().st_size, rng=np.random.default_rng(5), stdin_rest=rest)
     assert out.read_bytes() == reference.read_bytes()

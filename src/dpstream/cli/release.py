@@ -250,15 +250,19 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                chosen.options}
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
-    run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
-                               output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                               build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+    reader = StreamReader(input_path, column=column, missing=missing)  # a missing input: no state is made
+    try:
+        run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
+                                   output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+    except BaseException:
+        reader.close()
+        raise
     try:
         releaser = run.releaser
         if releaser.threshold is not None:
             announce(releaser, chosen.describe)
         warn_if_seeded(seed)
-        reader = StreamReader(input_path, column=column, missing=missing)
         writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
                          written="the output keeps what was released before it")
         writer.after = run.checkpoint
