@@ -111,3 +111,20 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path, args, env, message):
                                  "PYTHONPATH": str(SOURCE), **env},
                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode in (1, 2) and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from service_helpers import SOURCE
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "dpstream.cli", "serve", "--port", str(port)],
+                                env={**os.environ, "PYTHONPATH": str(SOURCE), "DPSTREAM_TOKEN": TOKEN},
+                                cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and f"cannot listen on 127.0.0.1:{port}: address already in use" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import click
 
 from dpstream.cli._common import cli, say
@@ -51,7 +53,13 @@ def serve(database: str, host: str, port: int, token: str | None, max_body_bytes
         raise click.UsageError(str(error)) from None
     except StorageError as error:
         raise click.ClickException(str(error)) from None
+    try:  # bound here, so that a port in use is one line, not a server that starts and stops
+        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}.") from None
     scheme = "https" if ssl_certfile else "http"
-    say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{port}")
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                server_header=False)
+    say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{listener.getsockname()[1]}")
+    config = uvicorn.Config(app, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                            server_header=False)
+    uvicorn.Server(config).run(sockets=[listener])
