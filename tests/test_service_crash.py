@@ -6,6 +6,7 @@ The issue's full size (1,000,000 values) is benchmarks/service_crash.py; here 20
 
 from __future__ import annotations
 
+import base64
 import threading
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from dpstream.client import Client
 from dpstream.release import ToPS
 from dpstream.service.mechanisms import derive_key
+from dpstream.service.storage import open_storage
 from service_helpers import TOKEN, ServeProcess
 
 PARAMS = {"epsilon": 1.0, "upper_bound": 100.0, "hold": 10_000, "max_range": 1 << 16}
@@ -72,7 +74,8 @@ def test_postgresql_survives_sigkill(postgres_server):
 
 
 def test_events_stream_released_values_as_they_come(tmp_path):
-    server = ServeProcess(f"sqlite:///{tmp_path}/events.db").start()
+    key = base64.urlsafe_b64encode(bytes(range(32))).decode()  # and the secrets are sealed with a database key
+    server = ServeProcess(f"sqlite:///{tmp_path}/events.db", database_key=key).start()
     try:
         client = Client(server.url, TOKEN)
         client.create_stream("s", method="bt", epsilon=1.0, upper_bound=10.0, max_range=1024, seed=1)
@@ -90,14 +93,19 @@ def test_events_stream_released_values_as_they_come(tmp_path):
         second = client.send("s", [2.0] * 3, first_position=5)
         listener.join(timeout=30)
         assert received == first + second
+        server.kill()
+        assert server.start() and Client(server.url, TOKEN).send("s", [3.0], first_position=8)[0]["position"] == 8
     finally:
         server.stop()
+    with open_storage(f"sqlite:///{tmp_path}/events.db", database_key=bytes(range(32))) as storage:
+        assert storage.source("stream", "s").position == 9
 
 
 @pytest.mark.parametrize("args, env, message", [
     ([], {}, "a token is needed: --token TOKEN or the environment variable DPSTREAM_TOKEN"),
     (["--token", "short"], {}, "token must be a string of at least 16 characters"),
     (["--database", "mysql://x"], {"DPSTREAM_TOKEN": TOKEN}, "database URL must start with sqlite:///"),
+    ([], {"DPSTREAM_TOKEN": TOKEN, "DPSTREAM_DATABASE_KEY": "short"}, "the database key must be 32 bytes"),
 ])
 def test_serve_refuses_bad_options_in_one_line(tmp_path, args, env, message):
     import os

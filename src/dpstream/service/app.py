@@ -247,8 +247,8 @@ def _describe(source: Source) -> dict[str, Any]:
 
 # -- the application ---------------------------------------------------------------------------
 
-def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX_BODY_BYTES,
-               poll_seconds: float = POLL_SECONDS) -> FastAPI:
+def create_app(*, database: str | Storage, token: str, database_key: bytes | None = None,
+               max_body_bytes: int = MAX_BODY_BYTES, poll_seconds: float = POLL_SECONDS) -> FastAPI:
     """The service's ASGI application.
 
     Parameters
@@ -257,6 +257,9 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
         A database URL (``sqlite:///FILE`` or ``postgresql://...``) or an open storage.
     token : str
         The bearer token every write must carry (at least 16 characters).
+    database_key : bytes, optional
+        32 bytes: seal every stream's key and state in the database with it (AES-256-GCM); a
+        database made with a key opens only with it.  Only with a database URL.
     max_body_bytes : int
         Largest request body accepted (413 beyond).
     poll_seconds : float
@@ -265,7 +268,7 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
     if not isinstance(token, str) or len(token) < 16:
         raise ValueError("token must be a string of at least 16 characters (e.g. python -c 'import secrets; "
                          "print(secrets.token_urlsafe())').")
-    storage = open_storage(database) if isinstance(database, str) else database
+    storage = open_storage(database, database_key=database_key) if isinstance(database, str) else database
     sources = _Sources(storage)
     expected = token.encode()
     app = FastAPI(title="dpstream", summary="Differentially private release of data streams", docs_url="/docs",
@@ -385,7 +388,7 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
                 stamps = np.full(released.size, time.time()) if times is None else times[held:]
                 facts = stream_facts(live.mechanism) if kind == "stream" else collector_facts(live.mechanism)
                 public = {**live.source.public, **facts}
-                storage.commit_batch(source_id=live.source.id, first_position=position, count=count, digest=digest,
+                storage.commit_batch(source=live.source, first_position=position, count=count, digest=digest,
                                      state=snapshot(live.mechanism), public=public,
                                      epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
                                      positions=positions, times=stamps, values=released)
