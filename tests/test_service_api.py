@@ -134,7 +134,8 @@ def test_lists_and_the_page_show_public_facts_only(http, app):
     assert secret.key.hex() not in listed and secret.key.hex()[:16] not in listed
     assert "dpstream.state" not in listed and "state" not in json.loads(http.get("/streams/a").text)
     assert "<li>" in http.get("/").text
-    assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1}
+    assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1,
+                                          "secrets_encrypted": False}
 
 
 # -- every bad request: a clear 4xx, and nothing changes ----------------------------------------

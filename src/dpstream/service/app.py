@@ -313,7 +313,7 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "database": storage.describe().split(":")[0],
-                "schema_version": storage.schema_version()}
+                "schema_version": storage.schema_version(), "secrets_encrypted": storage.encrypted}
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:

@@ -224,6 +224,11 @@ class Storage:
     def _seal_state(self, state: str, kind: str, name: str) -> str:
         return state if self._box is None else self._box.seal_text(state, f"{kind}/{name}/secret_state")
 
+    @property
+    def encrypted(self) -> bool:
+        """Whether the secret columns are sealed with a database key."""
+        return self._box is not None
+
     def schema_version(self) -> int:
         """The schema version of the database."""
         return int(self._query("SELECT version FROM dpstream_schema")[0][0])
