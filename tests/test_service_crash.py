@@ -23,13 +23,14 @@ PARAMS = {"epsilon": 1.0, "upper_bound": 100.0, "hold": 10_000, "max_range": 1 <
 SEED = 2024
 
 
-def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.random.Generator) -> None:
+def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.random.Generator,
+              database_key: str | None = None) -> None:
     """Ingest ``total`` values in batches; SIGKILL the server ``kills`` times at random moments, restart it, retry."""
     values = rng.integers(0, 80, total).astype(float)
     expected = ToPS(**PARAMS, key=derive_key(SEED)).release(values)  # the uninterrupted run
     batches = total // batch
     kill_at = dict(zip(rng.choice(batches, size=kills, replace=False).tolist(), rng.uniform(0.0, 0.08, kills)))
-    server = ServeProcess(database).start()
+    server = ServeProcess(database, database_key=database_key).start()
     try:
         Client(server.url, TOKEN).create_stream("load", **PARAMS, seed=SEED)
         acknowledged: dict[int, list[dict]] = {}
@@ -69,8 +70,9 @@ def test_sqlite_survives_sigkill(tmp_path):
               rng=np.random.default_rng(15))
 
 
-def test_postgresql_survives_sigkill(postgres_server):
-    crash_run(postgres_server.new_database(), total=200_000, batch=10_000, kills=10, rng=np.random.default_rng(16))
+def test_postgresql_survives_sigkill(postgres_server):  # with its secrets sealed under a database key
+    crash_run(postgres_server.new_database(), total=200_000, batch=10_000, kills=10, rng=np.random.default_rng(16),
+              database_key=base64.urlsafe_b64encode(bytes(range(32))).decode())
 
 
 def test_events_stream_released_values_as_they_come(tmp_path):
