@@ -373,3 +373,23 @@ def test_a_pak_stream_restarted_between_batches_releases_the_library_s_increment
     expected = PAK(**params, key=derive_key(4))
     assert [r["value"] for r in released] == expected.release(values).tolist()
     assert facts["held_sum"] == expected.held_sum and facts["position"] == 800
+
+
+@pytest.mark.parametrize("method", ["tops", "bt", "pak"])
+def test_a_seeded_stream_releases_what_release_seed_state_writes(http, tmp_path, method):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    values = np.round(np.random.default_rng(1).gamma(2.0, 4.0, size=3000).clip(0, 50), 2)
+    (tmp_path / "in.txt").write_text("".join(f"{v:g}\n" for v in values))
+    shape = ["--max-range", "4096"] + ([] if method == "bt" else ["--hold", "500"])
+    result = CliRunner().invoke(cli, ["release", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
+                                      "--state", str(tmp_path / "state"), "--epsilon", "1", "--upper-bound", "50",
+                                      "--method", method, *shape, "--seed", "9"])
+    assert result.exit_code == 0, result.output
+    params = {"max_range": 4096, **({} if method == "bt" else {"hold": 500})}
+    assert http.post("/streams", json={"name": "s", "method": method, "epsilon": 1, "upper_bound": 50, **params,
+                                       "seed": 9}, headers=AUTH).status_code == 201
+    released = http.post("/streams/s/values", json={"values": values.tolist()}, headers=AUTH).json()["released"]
+    assert "".join(f"{r['value']!r}\n" for r in released) == (tmp_path / "out.txt").read_text()
