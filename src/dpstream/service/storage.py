@@ -361,12 +361,19 @@ class SQLiteStorage(Storage):
             _secure_file(path)
         try:
             self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"database {path}: {error}.") from None
+        try:
             self._connection.execute("PRAGMA journal_mode = WAL")
             self._connection.execute("PRAGMA synchronous = FULL")
             self._connection.execute("PRAGMA busy_timeout = 10000")
             self._prepare_schema()
         except sqlite3.DatabaseError as error:
+            self._connection.close()
             raise StorageError(f"database {path}: {error}.") from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -430,10 +437,16 @@ class PostgresStorage(Storage):
         self._shown = f"postgresql://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
         try:
             self._connection = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as error:
+            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
+        try:
             self._prepare_schema()
         except psycopg.Error as error:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise StorageError(f"database {self._shown}: {message}") from None
+            self._connection.close()
+            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
 
     def describe(self) -> str:
         return self._shown
@@ -461,6 +474,11 @@ class PostgresStorage(Storage):
     def close(self) -> None:
         with self._lock:
             self._connection.close()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def open_storage(url: str, *, database_key: bytes | None = None) -> Storage:
