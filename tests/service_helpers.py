@@ -91,8 +91,10 @@ class PostgresServer:
 class ServeProcess:
     """``dpstream serve`` in a subprocess on a free port; :meth:`kill` sends SIGKILL, :meth:`start` again."""
 
-    def __init__(self, database: str, *, token: str = TOKEN, cwd: Path | None = None) -> None:
+    def __init__(self, database: str, *, token: str = TOKEN, cwd: Path | None = None,
+                 database_key: str | None = None) -> None:
         self.database, self.token, self.cwd = database, token, cwd
+        self.database_key = database_key
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -101,6 +103,8 @@ class ServeProcess:
 
     def start(self, timeout: float = 60.0) -> ServeProcess:
         env = dict(os.environ, PYTHONPATH=str(SOURCE), DPSTREAM_TOKEN=self.token)
+        if self.database_key is not None:
+            env["DPSTREAM_DATABASE_KEY"] = self.database_key
         with open(self.log, "ab") as log:  # a file, not a pipe: a full pipe would block the server
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "dpstream.cli", "serve", "--database", self.database, "--port",

@@ -181,6 +181,8 @@ def test_what_state_refuses_up_front(tmp_path):
     assert to_stdout.exit_code == 2 and "--state needs -o FILE" in to_stdout.output
     topl = _release(tmp_path, "bt", "--method", "topl")
     assert topl.exit_code == 2 and "--state applies to --method tops, pak, pak-uncapped, bt" in topl.output
+    columns = _release(tmp_path, "bt", "--time-column", "time")
+    assert columns.exit_code == 2 and "--state does not work with --time-column" in columns.output
     bad = _release(tmp_path, "bt", "--epsilon", "-1")
     assert bad.exit_code == 2
     assert not (tmp_path / "state").exists() and not (tmp_path / "out.txt").exists()
@@ -213,3 +215,21 @@ def test_stdin_continues_from_the_consumed_count(tmp_path):
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
     nothing = _release(tmp_path, "tops", "--seed", 4, source="-", input="")
     assert nothing.exit_code == 0 and "nothing new on stdin" in nothing.output
+
+
+def test_a_bad_value_stops_the_run_and_the_fixed_input_continues_it(tmp_path):
+    values = _values(200_000, seed=3)
+    _write(tmp_path / "good.txt", values)
+    assert _release(tmp_path, "tops", "--seed", 5, source=tmp_path / "good.txt", out=tmp_path / "whole.txt",
+                    state=tmp_path / "whole.state").exit_code == 0
+    lines = [f"{v:g}\n" for v in values]
+    lines[150_000] = "-7\n"  # out of [0, B]: the run stops there
+    (tmp_path / "in.txt").write_text("".join(lines))
+    stopped = _release(tmp_path, "tops", "--seed", 5, "--checkpoint-seconds", 0)
+    assert stopped.exit_code == 1 and "position 150000" in stopped.output
+    consumed = StreamState.read(tmp_path / "state").progress.consumed
+    assert 0 < consumed <= 150_000
+    _write(tmp_path / "in.txt", values)  # the value fixed
+    resumed = _release(tmp_path, "tops", "--seed", 5, "--checkpoint-seconds", 0)
+    assert resumed.exit_code == 0, resumed.output
+    assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from dpstream.client import Client, ServiceError, ToPLClient
 from dpstream.noise.bits import make_bits
-from dpstream.release import BinaryTreeCounter, ToPLCollector, ToPS
+from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
 from dpstream.service import create_app
 from dpstream.service.app import MAX_LIMIT
 from dpstream.service.mechanisms import derive_key
@@ -92,6 +92,9 @@ def test_a_retry_is_answered_with_the_same_values_and_ingested_once(http, app):
     again = http.post("/streams/a/values", json={"values": values, "first_position": 0}, headers=AUTH)
     assert again.status_code == 200 and again.json() == first.json()
     assert _everything(http, app) == before
+    ledger = http.get("/streams/a/ledger").json()["ledger"]
+    assert [(row["first_position"], row["count"]) for row in ledger] == [(0, 300)]
+    assert ledger[0]["epsilon"] == http.get("/streams/a").json()["budget"]["epsilon"] and "digest" not in ledger[0]
 
 
 def test_a_gap_and_a_different_batch_at_an_old_position_are_refused(http, app):
@@ -131,7 +134,8 @@ def test_lists_and_the_page_show_public_facts_only(http, app):
     assert secret.key.hex() not in listed and secret.key.hex()[:16] not in listed
     assert "dpstream.state" not in listed and "state" not in json.loads(http.get("/streams/a").text)
     assert 'src="static/dashboard.js"' in http.get("/").text
-    assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1}
+    assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1,
+                                          "secrets_encrypted": False}
 
 
 # -- every bad request: a clear 4xx, and nothing changes ----------------------------------------
@@ -146,8 +150,8 @@ BAD_VALUES = [
     ("NaN", b'{"values": [1, NaN]}', 400, "NaN is not a JSON number"),
     ("Infinity", b'{"values": [-Infinity]}', 400, "-Infinity is not a JSON number"),
     ("an overflowing number", b'{"values": [1e999]}', 422, "values[0] must be a finite number"),
-    ("out of range", b'{"values": [1, 101]}', 422, "stream value at position 301 must be in [0, 100]"),
-    ("negative", b'{"values": [-1]}', 422, "stream value at position 300 must be in [0, 100]"),
+    ("out of range", b'{"values": [1, 101]}', 422, "stream value at position 301 (0-based) must be in [0, 100]"),
+    ("negative", b'{"values": [-1]}', 422, "stream value at position 300 (0-based) must be in [0, 100]"),
     ("no values", b'{"times": [1]}', 422, "a batch needs values"),
     ("empty values", b'{"values": []}', 422, "values must hold 1 to 100000 numbers, got 0"),
     ("unknown field", b'{"values": [1], "clip": true}', 422, "unknown field(s) clip"),
@@ -348,3 +352,44 @@ def test_a_retried_reports_batch_is_answered_once(http, app):
     other = local.parameters().report_batch(_values(20, seed=9), bits=7).to_json()
     assert http.post("/collectors/c/reports?first_position=500", content=other, headers=AUTH).status_code == 409
     assert _everything(http, app, "collector", "c") == before
+
+
+def test_a_pak_stream_restarted_between_batches_releases_the_library_s_increments(tmp_path):
+    params = {"epsilon": 1.0, "upper_bound": 50.0, "hold": 300, "max_range": 1024}
+    url = f"sqlite:///{tmp_path}/pak.db"
+    values = _values(800) * (50 / 60)
+    released = []
+    for start in range(0, 800, 250):  # a new service each batch: the mechanism comes back from its stored state
+        service = create_app(database=url, token=TOKEN)
+        http = TestClient(service)
+        if start == 0:
+            answer = http.post("/streams", json={"name": "p", "method": "pak", **params, "seed": 4}, headers=AUTH)
+            assert answer.status_code == 201, answer.text
+        answer = http.post("/streams/p/values", json={"values": values[start:start + 250].tolist()}, headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        released += answer.json()["released"]
+        facts = http.get("/streams/p").json()
+        service.state.storage.close()
+    expected = PAK(**params, key=derive_key(4))
+    assert [r["value"] for r in released] == expected.release(values).tolist()
+    assert facts["held_sum"] == expected.held_sum and facts["position"] == 800
+
+
+@pytest.mark.parametrize("method", ["tops", "bt", "pak"])
+def test_a_seeded_stream_releases_what_release_seed_state_writes(http, tmp_path, method):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    values = np.round(np.random.default_rng(1).gamma(2.0, 4.0, size=3000).clip(0, 50), 2)
+    (tmp_path / "in.txt").write_text("".join(f"{v:g}\n" for v in values))
+    shape = ["--max-range", "4096"] + ([] if method == "bt" else ["--hold", "500"])
+    result = CliRunner().invoke(cli, ["release", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
+                                      "--state", str(tmp_path / "state"), "--epsilon", "1", "--upper-bound", "50",
+                                      "--method", method, *shape, "--seed", "9"])
+    assert result.exit_code == 0, result.output
+    params = {"max_range": 4096, **({} if method == "bt" else {"hold": 500})}
+    assert http.post("/streams", json={"name": "s", "method": method, "epsilon": 1, "upper_bound": 50, **params,
+                                       "seed": 9}, headers=AUTH).status_code == 201
+    released = http.post("/streams/s/values", json={"values": values.tolist()}, headers=AUTH).json()["released"]
+    assert "".join(f"{r['value']!r}\n" for r in released) == (tmp_path / "out.txt").read_text()

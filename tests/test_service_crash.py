@@ -6,6 +6,7 @@ The issue's full size (1,000,000 values) is benchmarks/service_crash.py; here 20
 
 from __future__ import annotations
 
+import base64
 import threading
 
 import httpx
@@ -15,19 +16,21 @@ import pytest
 from dpstream.client import Client
 from dpstream.release import ToPS
 from dpstream.service.mechanisms import derive_key
+from dpstream.service.storage import open_storage
 from service_helpers import TOKEN, ServeProcess
 
 PARAMS = {"epsilon": 1.0, "upper_bound": 100.0, "hold": 10_000, "max_range": 1 << 16}
 SEED = 2024
 
 
-def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.random.Generator) -> None:
+def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.random.Generator,
+              database_key: str | None = None) -> None:
     """Ingest ``total`` values in batches; SIGKILL the server ``kills`` times at random moments, restart it, retry."""
     values = rng.integers(0, 80, total).astype(float)
     expected = ToPS(**PARAMS, key=derive_key(SEED)).release(values)  # the uninterrupted run
     batches = total // batch
     kill_at = dict(zip(rng.choice(batches, size=kills, replace=False).tolist(), rng.uniform(0.0, 0.08, kills)))
-    server = ServeProcess(database).start()
+    server = ServeProcess(database, database_key=database_key).start()
     try:
         Client(server.url, TOKEN).create_stream("load", **PARAMS, seed=SEED)
         acknowledged: dict[int, list[dict]] = {}
@@ -67,12 +70,14 @@ def test_sqlite_survives_sigkill(tmp_path):
               rng=np.random.default_rng(15))
 
 
-def test_postgresql_survives_sigkill(postgres_server):
-    crash_run(postgres_server.new_database(), total=200_000, batch=10_000, kills=10, rng=np.random.default_rng(16))
+def test_postgresql_survives_sigkill(postgres_server):  # with its secrets sealed under a database key
+    crash_run(postgres_server.new_database(), total=200_000, batch=10_000, kills=10, rng=np.random.default_rng(16),
+              database_key=base64.urlsafe_b64encode(bytes(range(32))).decode())
 
 
 def test_events_stream_released_values_as_they_come(tmp_path):
-    server = ServeProcess(f"sqlite:///{tmp_path}/events.db").start()
+    key = base64.urlsafe_b64encode(bytes(range(32))).decode()  # and the secrets are sealed with a database key
+    server = ServeProcess(f"sqlite:///{tmp_path}/events.db", database_key=key).start()
     try:
         client = Client(server.url, TOKEN)
         client.create_stream("s", method="bt", epsilon=1.0, upper_bound=10.0, max_range=1024, seed=1)
@@ -90,14 +95,19 @@ def test_events_stream_released_values_as_they_come(tmp_path):
         second = client.send("s", [2.0] * 3, first_position=5)
         listener.join(timeout=30)
         assert received == first + second
+        server.kill()
+        assert server.start() and Client(server.url, TOKEN).send("s", [3.0], first_position=8)[0]["position"] == 8
     finally:
         server.stop()
+    with open_storage(f"sqlite:///{tmp_path}/events.db", database_key=bytes(range(32))) as storage:
+        assert storage.source("stream", "s").position == 9
 
 
 @pytest.mark.parametrize("args, env, message", [
     ([], {}, "a token is needed: --token TOKEN or the environment variable DPSTREAM_TOKEN"),
     (["--token", "short"], {}, "token must be a string of at least 16 characters"),
     (["--database", "mysql://x"], {"DPSTREAM_TOKEN": TOKEN}, "database URL must start with sqlite:///"),
+    ([], {"DPSTREAM_TOKEN": TOKEN, "DPSTREAM_DATABASE_KEY": "short"}, "the database key must be 32 bytes"),
 ])
 def test_serve_refuses_bad_options_in_one_line(tmp_path, args, env, message):
     import os
@@ -111,3 +121,20 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path, args, env, message):
                                  "PYTHONPATH": str(SOURCE), **env},
                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode in (1, 2) and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from service_helpers import SOURCE
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "dpstream.cli", "serve", "--port", str(port)],
+                                env={**os.environ, "PYTHONPATH": str(SOURCE), "DPSTREAM_TOKEN": TOKEN},
+                                cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and f"cannot listen on 127.0.0.1:{port}: address already in use" in result.stderr
+    assert "Traceback" not in result.stderr

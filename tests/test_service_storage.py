@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import stat
 
 import numpy as np
 import pytest
 
-from dpstream.service.storage import SCHEMA_VERSION, ConflictError, SchemaError, StorageError, open_storage
+from dpstream.service.secrets import SecretError
+from dpstream.service.storage import (
+    SCHEMA_VERSION,
+    ConflictError,
+    DatabaseKeyError,
+    SchemaError,
+    StorageError,
+    open_storage,
+)
 
 PUBLIC = {"threshold": None, "privacy": {"epsilon": 1.0, "delta": 0.0, "statement": "1-DP"}}
 
@@ -28,7 +37,7 @@ def _source(storage, name="s", kind="stream"):
 
 def _commit(storage, source, first, count, released, state="s1"):
     positions = np.arange(first + count - released, first + count)
-    storage.commit_batch(source_id=source.id, first_position=first, count=count, digest=f"d{first}", state=state,
+    storage.commit_batch(source=source, first_position=first, count=count, digest=f"d{first}", state=state,
                          public={**PUBLIC, "threshold": 3.0}, epsilon=1.0, delta=0.0, positions=positions,
                          times=positions * 0.5, values=positions * 0.25)
 
@@ -75,7 +84,7 @@ def test_a_failure_inside_the_transaction_rolls_everything_back(storage):
     _commit(storage, source, 0, 10, 10)
     positions = np.array([10, 10])  # the second row breaks the primary key after the state was updated
     with pytest.raises(Exception):  # noqa: B017  (sqlite3 or psycopg's integrity error)
-        storage.commit_batch(source_id=source.id, first_position=10, count=2, digest="d", state="broken",
+        storage.commit_batch(source=source, first_position=10, count=2, digest="d", state="broken",
                              public=PUBLIC, epsilon=1.0, delta=0.0, positions=positions, times=positions * 1.0,
                              values=positions * 1.0)
     row = storage.source("stream", "s", secret=True)
@@ -138,10 +147,12 @@ def test_the_sqlite_file_is_readable_by_its_owner_only(tmp_path):
     ("mysql://x", "must start with sqlite:/// or postgresql://"),
     ("sqlite://", "names no file"),
     ("sqlite:////nonexistent-dir/x.db", "cannot open it"),
+    ("postgresql://nobody:hidden-password@127.0.0.1:1/x", "database postgresql://127.0.0.1:1/x: "),
 ])
 def test_bad_database_urls_are_one_clear_error(url, message):
-    with pytest.raises(StorageError, match=message):
+    with pytest.raises(StorageError, match=re.escape(message)) as error:
         open_storage(url)
+    assert "hidden-password" not in str(error.value) and "\n" not in str(error.value)
 
 
 def test_an_older_database_is_migrated_or_refused(database_url, monkeypatch):
@@ -157,3 +168,43 @@ def test_an_older_database_is_migrated_or_refused(database_url, monkeypatch):
     migrated = open_storage(database_url)
     assert migrated.schema_version() == SCHEMA_VERSION and migrated._query("SELECT COUNT(*) FROM migrated") == [(0,)]
     migrated.close()
+
+
+DATABASE_KEY = bytes(range(32))
+
+
+def test_a_database_key_seals_the_secret_columns(database_url):
+    storage = open_storage(database_url, database_key=DATABASE_KEY)
+    source = _source(storage)
+    _commit(storage, source, 0, 3, 3, state='{"held": "raw values"}')
+    secret = storage.source("stream", "s", secret=True)
+    assert secret.key == b"\x00secret-key\xff" * 2 and secret.state == '{"held": "raw values"}'
+    raw = storage._query("SELECT secret_key, secret_state FROM sources")
+    assert b"secret-key" not in bytes(raw[0][0]) and "raw values" not in raw[0][1]
+    storage.close()
+    again = open_storage(database_url, database_key=DATABASE_KEY)
+    assert again.source("stream", "s", secret=True).state == '{"held": "raw values"}'
+    again.close()
+    with pytest.raises(DatabaseKeyError, match="keeps its secrets encrypted: give the service its key"):
+        open_storage(database_url)
+    with pytest.raises(DatabaseKeyError, match="not the one its secrets were encrypted with"):
+        open_storage(database_url, database_key=bytes(32))
+
+
+def test_a_sealed_secret_cannot_move_to_another_row(database_url):
+    storage = open_storage(database_url, database_key=DATABASE_KEY)
+    _source(storage, "a")
+    _source(storage, "b")
+    with storage._transaction() as cursor:  # copy a's sealed key over b's
+        cursor.execute("SELECT secret_key FROM sources WHERE name = 'a'")
+        sealed = cursor.fetchall()[0][0]
+        cursor.execute(storage._sql("UPDATE sources SET secret_key = ? WHERE name = 'b'"), (sealed,))
+    with pytest.raises(SecretError, match=r"does not open with this key \(stream/b/secret_key\)"):
+        storage.source("stream", "b", secret=True)
+    storage.close()
+
+
+def test_a_key_for_a_database_made_without_one_is_refused(database_url):
+    open_storage(database_url).close()
+    with pytest.raises(DatabaseKeyError, match="was made without a database key"):
+        open_storage(database_url, database_key=DATABASE_KEY)

@@ -34,9 +34,11 @@ class Client:
     """The service at ``url``; ``token`` is needed for writes only; ``http`` an HTTP client to use instead
     of a new one (e.g. FastAPI's ``TestClient``).
 
-    >>> client = Client("http://127.0.0.1:8000", token="...")            # doctest: +SKIP
-    >>> client.create_stream("load", epsilon=1.0, upper_bound=100.0)      # doctest: +SKIP
-    >>> client.send("load", [3.5, 7.0], first_position=0)                 # doctest: +SKIP
+    Against a running ``dpstream serve``::
+
+        client = Client("http://127.0.0.1:8000", token)
+        client.create_stream("load", epsilon=1.0, upper_bound=100.0)
+        client.send("load", [3.5, 7.0], first_position=0)
     """
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0,

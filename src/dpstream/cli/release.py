@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
+from dpstream.cli._columns import check_columns, release_columns
 from dpstream.cli._common import (
     SEED_HELP,
     Stopped,
@@ -28,6 +29,7 @@ from dpstream.cli._common import (
 )
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
@@ -147,6 +149,13 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 @click.option("--smoothed-levels", type=int, default=None,
               help="tops: force s, the lowest levels left to the smoother (default: chosen).")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
+@click.option("--time-column", default=None,
+              help="Column of each value's time: the output becomes CSV 'time,value' (the time text as written).")
+@click.option("--key-column", default=None,
+              help="Column of keys: one independent stream per key (own hold-out, threshold and budget; the "
+                   "guarantee is per key), written as CSV 'key,position,value' ('key,position,time,value').")
+@click.option("--max-keys", type=int, default=DEFAULT_MAX_KEYS, show_default=True,
+              help="With --key-column: stop at a key beyond this many (each key holds its own mechanism in memory).")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
               help="Empty fields, NA, NaN, null: error; zero (positions kept); skip (shifts later positions).")
 @click.option("--threshold-step", type=float, default=1.0, show_default=True,
@@ -172,8 +181,9 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --state: the least time between two saves of the state (at most one per batch read); "
                    "a resumed run redoes what came after the last save.")
-def release(input_path: str, output_path: str, method: str, column: str | None, missing: str, seed: int | None,
-            hold: int, force: bool, state_path: str | None, checkpoint_seconds: float, **options: Any) -> None:
+def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
+            key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
+            state_path: str | None, checkpoint_seconds: float, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
@@ -181,14 +191,26 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee, with the noise
     sampler and its source of randomness, is printed on stderr.  tops, pak and bt measure on a
     public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
+
+    The output is one value per line, no header; with --time-column it is CSV 'time,value', and
+    with --key-column one stream per key as CSV 'key,position,value' (with a time column
+    'key,position,time,value'), positions 0-based in each key's stream, rows in input order.
+
+    With --state FILE (a secret file; tops, pak, bt) the release can be interrupted and
+    continued: the same command run again appends to OUTPUT from where the last checkpoint left
+    it, never re-drawing noise for a published position (see the README, "Long-running
+    releases").  From stdin, the producer continues from the consumed count the state records.
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()
     for name in sorted(_SPECIFIC_OPTIONS - chosen.options):
         if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
+    check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
     if state_path is not None:
+        if time_column is not None or key_column is not None:
+            raise click.UsageError("--state does not work with --time-column or --key-column yet.")
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          missing=missing, seed=seed, hold=hold, force=force, options=options,
                          checkpoint_seconds=checkpoint_seconds)
@@ -197,17 +219,24 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = chosen.build({**options, "hold": hold, "seed": seed})
-    if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
+    if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
-    reader = StreamReader(input_path, column=column, missing=missing)  # text, .gz, stdin or Parquet
-    values = reader.values()
+    reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
+                          missing=missing)  # text, .gz, stdin or Parquet
     name = "stdin" if input_path == "-" else input_path
-    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"],
-                     written="the output stops before it" if is_stream(target)
-                     else "nothing was written")
+    written = "the output stops before it" if is_stream(target) else "nothing was written"
+    if time_column is not None or key_column is not None:
+        release_columns(reader, target, releaser,
+                        build=lambda bits: chosen.build({**options, "hold": hold, "seed": bits}),
+                        announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
+                        time=time_column is not None, keyed=key_column is not None, written=written,
+                        upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
+        return
+    values = reader.values()
+    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"], written=written)
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
             if input_path == "-":
@@ -250,15 +279,19 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                chosen.options}
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
-    run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
-                               output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                               build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+    reader = StreamReader(input_path, column=column, missing=missing)  # a missing input: no state is made
+    try:
+        run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
+                                   output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+    except BaseException:
+        reader.close()
+        raise
     try:
         releaser = run.releaser
         if releaser.threshold is not None:
             announce(releaser, chosen.describe)
         warn_if_seeded(seed)
-        reader = StreamReader(input_path, column=column, missing=missing)
         writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
                          written="the output keeps what was released before it")
         writer.after = run.checkpoint

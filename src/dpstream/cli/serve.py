@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import click
 
 from dpstream.cli._common import cli, say
@@ -21,6 +23,9 @@ DEFAULT_DATABASE = "sqlite:///dpstream.db"
 @click.option("--token", envvar="DPSTREAM_TOKEN", metavar="TOKEN", show_envvar=True,
               help="Bearer token that every write must carry (at least 16 characters); prefer the environment "
                    "variable, which other users cannot read in the process list.")
+@click.option("--database-key", envvar="DPSTREAM_DATABASE_KEY", metavar="KEY", show_envvar=True,
+              help="32 bytes in URL-safe base64: encrypt every stream's key and state in the database with it "
+                   "(AES-256-GCM); a database made with it opens only with it. Give it through the environment.")
 @click.option("--max-body-bytes", default=None, type=click.IntRange(min=1024), metavar="N",
               help="Largest request body (default 8 MiB: a batch of 100,000 values with times).")
 @click.option("--ssl-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -29,7 +34,8 @@ DEFAULT_DATABASE = "sqlite:///dpstream.db"
               help="The certificate's private key (PEM).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
-def serve(database: str, host: str, port: int, token: str | None, max_body_bytes: int | None,
+def serve(database: str, host: str, port: int, token: str | None, database_key: str | None,
+          max_body_bytes: int | None,
           ssl_certfile: str | None, ssl_keyfile: str | None, log_level: str) -> None:
     """Serve differentially private streams and ToPL collectors over HTTP until stopped.
 
@@ -40,18 +46,27 @@ def serve(database: str, host: str, port: int, token: str | None, max_body_bytes
 
     from dpstream.service import StorageError, create_app
     from dpstream.service.app import MAX_BODY_BYTES
+    from dpstream.service.secrets import parse_database_key
 
     if not token:
         raise click.UsageError("a token is needed: --token TOKEN or the environment variable DPSTREAM_TOKEN.")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together.")
     try:
-        app = create_app(database=database, token=token, max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
+        key = None if database_key is None else parse_database_key(database_key)
+        app = create_app(database=database, token=token, database_key=key,
+                         max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     except StorageError as error:
         raise click.ClickException(str(error)) from None
+    try:  # bound here, so that a port in use is one line, not a server that starts and stops
+        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}.") from None
     scheme = "https" if ssl_certfile else "http"
-    say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{port}")
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                server_header=False)
+    say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{listener.getsockname()[1]}")
+    config = uvicorn.Config(app, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                            server_header=False)
+    uvicorn.Server(config).run(sockets=[listener])

@@ -2,7 +2,8 @@
 
 * :mod:`~dpstream.service.app` -- the HTTP API (:func:`create_app`);
 * :mod:`~dpstream.service.storage` -- SQLite or PostgreSQL, one interface, a versioned schema;
-* :mod:`~dpstream.service.mechanisms` -- which mechanisms a stream may use, their keys and states.
+* :mod:`~dpstream.service.mechanisms` -- which mechanisms a stream may use, their keys and states;
+* :mod:`~dpstream.service.secrets` -- sealing the secret columns under a database key (optional).
 
 The Python client is :mod:`dpstream.client`.
 """

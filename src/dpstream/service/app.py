@@ -162,8 +162,10 @@ def _released_json(positions: list[int], times: list[float], values: list[float]
     return f'{{{head}"released":[{rows}]}}'.encode()
 
 
-def _digest(*arrays: np.ndarray) -> str:
-    digest = hashlib.sha256()
+def _digest(key: bytes, *arrays: np.ndarray) -> str:
+    """HMAC-SHA256 of a batch under the source's key: recognizes a retry, and tells nothing about the values
+    to whoever reads the ledger without the key (a plain hash of a few raw values could be inverted by guessing)."""
+    digest = hmac.new(key, digestmod=hashlib.sha256)
     for array in arrays:
         digest.update(np.ascontiguousarray(array).tobytes())
         digest.update(b"|")
@@ -179,6 +181,7 @@ class _Live:
     source: Source
     mechanism: Any
     position: int
+    key: bytes
 
 
 class _Sources:
@@ -209,7 +212,7 @@ class _Sources:
                 raise ApiError(404, f"no {kind} named {name!r}.")
             cls = ToPLCollector if kind == "collector" else STREAM_METHODS[source.params["method"]]
             mechanism = restore(cls, source.state)
-            live = _Live(source=_public_only(source), mechanism=mechanism, position=source.position)
+            live = _Live(source=_public_only(source), mechanism=mechanism, position=source.position, key=source.key)
             self._live[(kind, name)] = live
         return live
 
@@ -244,8 +247,8 @@ def _describe(source: Source) -> dict[str, Any]:
 
 # -- the application ---------------------------------------------------------------------------
 
-def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX_BODY_BYTES,
-               poll_seconds: float = POLL_SECONDS) -> FastAPI:
+def create_app(*, database: str | Storage, token: str, database_key: bytes | None = None,
+               max_body_bytes: int = MAX_BODY_BYTES, poll_seconds: float = POLL_SECONDS) -> FastAPI:
     """The service's ASGI application.
 
     Parameters
@@ -254,6 +257,9 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
         A database URL (``sqlite:///FILE`` or ``postgresql://...``) or an open storage.
     token : str
         The bearer token every write must carry (at least 16 characters).
+    database_key : bytes, optional
+        32 bytes: seal every stream's key and state in the database with it (AES-256-GCM); a
+        database made with a key opens only with it.  Only with a database URL.
     max_body_bytes : int
         Largest request body accepted (413 beyond).
     poll_seconds : float
@@ -262,7 +268,7 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
     if not isinstance(token, str) or len(token) < 16:
         raise ValueError("token must be a string of at least 16 characters (e.g. python -c 'import secrets; "
                          "print(secrets.token_urlsafe())').")
-    storage = open_storage(database) if isinstance(database, str) else database
+    storage = open_storage(database, database_key=database_key) if isinstance(database, str) else database
     sources = _Sources(storage)
     expected = token.encode()
     app = FastAPI(title="dpstream", summary="Differentially private release of data streams", docs_url="/docs",
@@ -307,7 +313,7 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "database": storage.describe().split(":")[0],
-                "schema_version": storage.schema_version()}
+                "schema_version": storage.schema_version(), "secrets_encrypted": storage.encrypted}
 
     mount_dashboard(app)
 
@@ -352,10 +358,10 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
     def ingest(kind: str, name: str, first_position: int | None, inputs: np.ndarray, times: np.ndarray | None,
                release: Callable[[Any], np.ndarray]) -> bytes:
         """Ingest one batch (values or reports) under the source's lock; the answer's JSON."""
-        digest = _digest(*((inputs,) if kind == "stream" else inputs))
         count = (inputs if kind == "stream" else inputs[0]).size
         with sources.lock(kind, name):
             live = sources.live(kind, name)
+            digest = _digest(live.key, *((inputs,) if kind == "stream" else inputs))
             position = live.position
             start = position if first_position is None else first_position
             if start < position:
@@ -364,19 +370,19 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
                 raise ApiError(409, f"{kind} {name!r} is at position {position}; a batch at first_position {start} "
                                     f"would leave a gap (send positions {position}..{start - 1} first).")
             try:
-                released = release(live.mechanism)
-                held = count - released.size
+                try:  # the mechanism checks the batch first and refuses it whole
+                    released = release(live.mechanism)
+                except (TypeError, ValueError) as error:
+                    raise ApiError(422, str(error)) from None
+                held = count - released.size  # the released positions are the batch's last ones
                 positions = np.arange(position + held, position + count)
                 stamps = np.full(released.size, time.time()) if times is None else times[held:]
                 facts = stream_facts(live.mechanism) if kind == "stream" else collector_facts(live.mechanism)
                 public = {**live.source.public, **facts}
-                storage.commit_batch(source_id=live.source.id, first_position=position, count=count, digest=digest,
+                storage.commit_batch(source=live.source, first_position=position, count=count, digest=digest,
                                      state=snapshot(live.mechanism), public=public,
                                      epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
                                      positions=positions, times=stamps, values=released)
-            except (TypeError, ValueError) as error:
-                sources.drop(kind, name)
-                raise ApiError(422, str(error)) from None
             except ConflictError as error:
                 sources.drop(kind, name)
                 raise ApiError(409, f"{kind} {name!r}: {error} Retry the batch.") from None
@@ -420,6 +426,17 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
         rows = storage.released(source.id, after=after, limit=limit)
         columns = [list(column) for column in zip(*rows)] if rows else [[], [], []]
         return Response(_released_json(*columns), media_type="application/json")
+
+    def ledger(kind: str, name: str, request: Request) -> dict[str, Any]:
+        source = sources.public(kind, name)
+        limit = min(_query_int(request, "limit", minimum=1, default=DEFAULT_LIMIT), MAX_LIMIT)
+        return {"ledger": [{"first_position": row.first_position, "count": row.count, "epsilon": row.epsilon,
+                            "delta": row.delta, "recorded": row.recorded}
+                           for row in storage.ledger(source.id, limit=limit)]}
+
+    @app.get("/streams/{name}/ledger")
+    def get_ledger(name: str, request: Request) -> dict[str, Any]:
+        return ledger("stream", name, request)
 
     @app.get("/streams/{name}/released")
     def get_released(name: str, request: Request) -> Response:
@@ -529,6 +546,10 @@ def create_app(*, database: str | Storage, token: str, max_body_bytes: int = MAX
     @app.get("/collectors/{name}/released")
     def get_collector_released(name: str, request: Request) -> Response:
         return released("collector", name, request)
+
+    @app.get("/collectors/{name}/ledger")
+    def get_collector_ledger(name: str, request: Request) -> dict[str, Any]:
+        return ledger("collector", name, request)
 
     @app.get("/collectors/{name}/events")
     async def collector_events(name: str, request: Request) -> StreamingResponse:

@@ -25,7 +25,7 @@ import json
 import os
 from typing import Any
 
-from dpstream._checks import check_choice, check_positive_int
+from dpstream._checks import check_choice
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
 from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
@@ -55,7 +55,6 @@ MAX_RANGE = 1 << 22
 
 #: The format of the text of :func:`snapshot` (the secret_state column).
 STATE_FORMAT = "dpstream.state/1"
-
 
 
 def _keywords(cls: type) -> tuple[str, ...]:
@@ -105,11 +104,6 @@ def build_collector(params: dict[str, Any]) -> ToPLCollector:
     return ToPLCollector(**_check_plain(params, COLLECTOR_PARAMETERS, "a ToPL collector"))
 
 
-def check_limit(value: object, name: str, largest: int) -> int:
-    """A positive integer, capped at ``largest`` (a larger one is not an error)."""
-    return min(check_positive_int(value, name), largest)
-
-
 def snapshot(mechanism: Any) -> str:
     """The mechanism's secret state as text (see the module docstring).  SECRET: never serve or log it."""
     return json.dumps({"format": STATE_FORMAT, "state": encode(mechanism.state, "state")}, allow_nan=False)
@@ -130,9 +124,10 @@ def _guarantee(mechanism: Any) -> dict[str, Any]:
 
 
 def stream_facts(mechanism: Any) -> dict[str, Any]:
-    """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, the guarantee."""
+    """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, PAK's noisy sum of the
+    hold-out (its running sums start there), the guarantee."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
-    for name in ("smoothed_levels", "levels", "granularity"):
+    for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
     return facts

@@ -10,11 +10,16 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
   them only when asked with ``secret=True``, for the mechanism's own use).
 * ``released`` -- every released value with its position and time.
 * ``ledger`` -- one row per ingested batch: its first position, length, a digest of its
-  content (an idempotent retry is recognized by it), the budget it was released under and when.
+  content (an HMAC under the source's key, by which an idempotent retry is recognized; not
+  served), the budget it was released under and when.
 
 :meth:`Storage.commit_batch` writes a batch's released values, its ledger row and the new
 secret state in ONE transaction, and only if the source is still at the position the batch
 started from: a crash at any moment leaves either all of them or none.
+
+With a database key (:mod:`~dpstream.service.secrets`) the two secret columns are sealed with
+AES-256-GCM before they are written; ``dpstream_schema.encryption`` records that the database is
+encrypted (a sealed check value), so a missing or wrong key is refused at start.
 
 A database made by another schema version is migrated when a migration is known
 (:data:`MIGRATIONS`), and refused with a clear error when it is newer than this dpstream.
@@ -36,9 +41,12 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
+from dpstream.service.secrets import SecretBox, SecretError
+
 __all__ = [
     "SCHEMA_VERSION",
     "ConflictError",
+    "DatabaseKeyError",
     "LedgerRow",
     "PostgresStorage",
     "SQLiteStorage",
@@ -64,6 +72,10 @@ class StorageError(Exception):
 
 class SchemaError(StorageError):
     """The database was made by a newer dpstream, or is not a dpstream database."""
+
+
+class DatabaseKeyError(StorageError):
+    """The database key is missing, wrong, or given for a database made without one."""
 
 
 class ConflictError(Exception):
@@ -104,7 +116,7 @@ def _now() -> str:
 
 def _schema(blob: str, real: str, clustered: str) -> tuple[str, ...]:
     return (
-        "CREATE TABLE dpstream_schema (version INTEGER NOT NULL)",
+        "CREATE TABLE dpstream_schema (version INTEGER NOT NULL, encryption TEXT)",
         f"""CREATE TABLE sources (
             id BIGINT PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL,
             params TEXT NOT NULL, public TEXT NOT NULL,
@@ -133,8 +145,9 @@ class Storage:
     #: What follows the released table's definition: SQLite stores it in its primary key's order.
     clustered = ""
 
-    def __init__(self) -> None:
+    def __init__(self, box: SecretBox | None = None) -> None:
         self._lock = threading.RLock()
+        self._box = box
 
     # -- the dialect ---------------------------------------------------------------------------
 
@@ -165,7 +178,9 @@ class Storage:
             if not tables:
                 for statement in _schema(self.blob_type, self.real_type, self.clustered):
                     cursor.execute(statement)
-                cursor.execute(self._sql("INSERT INTO dpstream_schema (version) VALUES (?)"), (SCHEMA_VERSION,))
+                check = None if self._box is None else self._box.check_value()
+                cursor.execute(self._sql("INSERT INTO dpstream_schema (version, encryption) VALUES (?, ?)"),
+                               (SCHEMA_VERSION, check))
                 return
             if "dpstream_schema" not in tables:
                 raise SchemaError(f"database {self.describe()} holds tables ({', '.join(sorted(tables))}) but no "
@@ -186,6 +201,33 @@ class Storage:
                     cursor.execute(statement)
                 version += 1
                 cursor.execute(self._sql("UPDATE dpstream_schema SET version = ?"), (version,))
+            cursor.execute("SELECT encryption FROM dpstream_schema")
+            self._check_key(cursor.fetchall()[0][0])
+
+    def _check_key(self, check: str | None) -> None:
+        if check is None and self._box is not None:
+            raise DatabaseKeyError(f"database {self.describe()} was made without a database key; its secrets are not "
+                              "encrypted: start the service without DPSTREAM_DATABASE_KEY, or on a new database.")
+        if check is not None and self._box is None:
+            raise DatabaseKeyError(f"database {self.describe()} keeps its secrets encrypted: give the service its key "
+                              "(DPSTREAM_DATABASE_KEY).")
+        if check is not None:
+            try:
+                self._box.verify(check)
+            except SecretError:
+                raise DatabaseKeyError(f"database {self.describe()}: the database key given is not the one its secrets "
+                                  "were encrypted with.") from None
+
+    def _seal_key(self, key: bytes, kind: str, name: str) -> bytes:
+        return key if self._box is None else self._box.seal(key, f"{kind}/{name}/secret_key")
+
+    def _seal_state(self, state: str, kind: str, name: str) -> str:
+        return state if self._box is None else self._box.seal_text(state, f"{kind}/{name}/secret_state")
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the secret columns are sealed with a database key."""
+        return self._box is not None
 
     def schema_version(self) -> int:
         """The schema version of the database."""
@@ -197,6 +239,12 @@ class Storage:
 
     def close(self) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- sources -------------------------------------------------------------------------------
 
@@ -216,13 +264,18 @@ class Storage:
                 "INSERT INTO sources (id, kind, name, params, public, position, released, secret_key, secret_state, "
                 "created, updated) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)"),
                 (source_id, kind, name, json.dumps(params, allow_nan=False), json.dumps(public, allow_nan=False),
-                 key, state, now, now))
+                 self._seal_key(key, kind, name), self._seal_state(state, kind, name), now, now))
         return Source(id=source_id, kind=kind, name=name, params=params, public=public, position=0, released=0,
                       created=now)
 
-    @staticmethod
-    def _source(row: tuple, secret: bool) -> Source:
-        extra = {"key": bytes(row[8]), "state": row[9]} if secret else {}
+    def _source(self, row: tuple, secret: bool) -> Source:
+        extra = {}
+        if secret:
+            key, state = bytes(row[8]), row[9]
+            if self._box is not None:
+                key = self._box.open(key, f"{row[1]}/{row[2]}/secret_key")
+                state = self._box.open_text(state, f"{row[1]}/{row[2]}/secret_state")
+            extra = {"key": key, "state": state}
         return Source(id=int(row[0]), kind=row[1], name=row[2], params=json.loads(row[3]), public=json.loads(row[4]),
                       position=int(row[5]), released=int(row[6]), created=row[7], **extra)
 
@@ -239,14 +292,16 @@ class Storage:
 
     # -- batches -------------------------------------------------------------------------------
 
-    def commit_batch(self, *, source_id: int, first_position: int, count: int, digest: str, state: str,
+    def commit_batch(self, *, source: Source, first_position: int, count: int, digest: str, state: str,
                      public: dict[str, Any], epsilon: float, delta: float, positions: np.ndarray, times: np.ndarray,
                      values: np.ndarray) -> None:
         """Commit one ingested batch in one transaction: released values, ledger row, secret state, public facts.
 
-        ConflictError (and nothing written) when the source is no longer at ``first_position``.
+        ConflictError (and nothing written) when the source is no longer at ``first_position``.  The state is
+        sealed first when the storage has a database key.
         """
-        now = _now()
+        now, source_id = _now(), source.id
+        state = self._seal_state(state, source.kind, source.name)
         with self._lock, self._transaction() as cursor:
             cursor.execute(self._sql(
                 "UPDATE sources SET position = position + ?, released = released + ?, secret_state = ?, public = ?, "
@@ -299,19 +354,26 @@ class SQLiteStorage(Storage):
 
     clustered = " WITHOUT ROWID"
 
-    def __init__(self, path: str) -> None:
-        super().__init__()
+    def __init__(self, path: str, *, box: SecretBox | None = None) -> None:
+        super().__init__(box)
         self.path = path
         if path != ":memory:":
             _secure_file(path)
         try:
             self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"database {path}: {error}.") from None
+        try:
             self._connection.execute("PRAGMA journal_mode = WAL")
             self._connection.execute("PRAGMA synchronous = FULL")
             self._connection.execute("PRAGMA busy_timeout = 10000")
             self._prepare_schema()
         except sqlite3.DatabaseError as error:
+            self._connection.close()
             raise StorageError(f"database {path}: {error}.") from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -363,8 +425,8 @@ class PostgresStorage(Storage):
     placeholder = "%s"
     blob_type = "BYTEA"
 
-    def __init__(self, url: str) -> None:
-        super().__init__()
+    def __init__(self, url: str, *, box: SecretBox | None = None) -> None:
+        super().__init__(box)
         try:
             import psycopg
         except ImportError:
@@ -375,10 +437,16 @@ class PostgresStorage(Storage):
         self._shown = f"postgresql://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
         try:
             self._connection = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as error:
+            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
+        try:
             self._prepare_schema()
         except psycopg.Error as error:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise StorageError(f"database {self._shown}: {message}") from None
+            self._connection.close()
+            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
 
     def describe(self) -> str:
         return self._shown
@@ -408,8 +476,17 @@ class PostgresStorage(Storage):
             self._connection.close()
 
 
-def open_storage(url: str) -> Storage:
-    """The storage of a database URL: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``postgresql://...``."""
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def open_storage(url: str, *, database_key: bytes | None = None) -> Storage:
+    """The storage of a database URL: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``postgresql://...``.
+
+    ``database_key`` (32 bytes): seal the secret columns with it (:mod:`dpstream.service.secrets`).
+    """
+    box = None if database_key is None else SecretBox(database_key)
     if not isinstance(url, str):
         raise TypeError(f"database must be a URL string, got {url!r}.")
     if url.startswith("sqlite://"):
@@ -417,7 +494,7 @@ def open_storage(url: str) -> Storage:
         if not path.startswith("/") or path == "/":
             raise StorageError(f"database URL {url!r} names no file; use sqlite:///FILE (relative) or "
                                "sqlite:////ABSOLUTE/FILE.")
-        return SQLiteStorage(path[1:])
+        return SQLiteStorage(path[1:], box=box)
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresStorage(url)
+        return PostgresStorage(url, box=box)
     raise StorageError(f"database URL must start with sqlite:/// or postgresql://, got {url.split('://')[0]!r}.")
