@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The dashboard's browser test drives Debian's headless Chromium (never a browser Playwright downloads).
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: demo test bench clean
 
@@ -12,13 +14,20 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dpstream needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres]'
+	@# the tests start their own PostgreSQL server: its Debian binaries, when missing
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql; }
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/dpstream demo --out demo-output --force
 
-test: $(STAMP)
+$(CHROMIUM):
+	@[ "$$(id -u)" = 0 ] || { echo "the dashboard test needs Debian's chromium: sudo apt-get install chromium"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
 

@@ -28,7 +28,6 @@ uninterrupted one.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import signal
@@ -41,22 +40,13 @@ import click
 
 from dpstream.cli._common import Stopped, is_stream, prepare_output, say, usage_errors
 from dpstream.durable import Progress, StateMismatchError, StreamState
+from dpstream.durable.keys import seed_key
 
 __all__ = ["CHECKPOINT_SECONDS", "DurableRelease", "seed_key"]
 
 #: Default least time between two checkpoints (``--checkpoint-seconds``); file input also checkpoints
 #: at most once per batch of values read, stdin at most once per value.
 CHECKPOINT_SECONDS = 1.0
-_SEED_DOMAIN = b"dpstream release --seed key/v1\x00"
-
-
-def seed_key(seed: int) -> bytes:
-    """The key of a seeded durable release: SHA-256 of the seed (replayable by anyone: tests only).
-
-    >>> seed_key(1) == seed_key(1) != seed_key(2), len(seed_key(1))
-    (True, 32)
-    """
-    return hashlib.sha256(_SEED_DOMAIN + str(int(seed)).encode("ascii")).digest()
 
 
 def _strip_key(snapshot: dict[str, Any]) -> dict[str, Any]:
