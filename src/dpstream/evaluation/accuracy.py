@@ -15,7 +15,8 @@ Methods (:data:`METHODS`): ``paper`` is ToPS as the paper runs it (NM-E, s by Eq
 theta / 2); ``model`` chooses theta, s and the prior with
 :func:`~dpstream.thresholds.model.model_threshold` (permute-and-flip);
 ``model-rnm`` / ``model-exponential`` change only the selection mechanism; ``model-window``
-tells the model the study's ``window`` (``query_length``).  Both budgets are epsilon (the
+tells the model the study's ``window`` (``query_length``); ``model-period`` also measures one leaf
+per window (``period``, :class:`~dpstream.release.periodic.PeriodicPerturber`).  Both budgets are epsilon (the
 paper's setting): the whole release is epsilon-DP.
 
 Ratios of mean errors to the ``paper`` method come with a 95% confidence interval from a
@@ -90,6 +91,8 @@ def _tops(**options: Any) -> Method:
         extra = dict(options)
         if extra.pop("window_length", False):
             extra["query_length"] = config.window
+        if extra.pop("window_period", False):
+            extra["period"] = config.window
         tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range,
                     noise=FloatNoise(rng=rng), **extra)
         tops.release(values[: config.hold])
@@ -109,6 +112,7 @@ METHODS: dict[str, Method] = {
     "model-rnm": _tops(threshold_method="model", selection="report-noisy-max"),
     "model-exponential": _tops(threshold_method="model", selection="exponential"),
     "model-window": _tops(threshold_method="model", window_length=True),
+    "model-period": _tops(threshold_method="model", window_length=True, window_period=True),
 }
 
 
@@ -221,7 +225,8 @@ def ratio_table(records: list[dict[str, Any]], *, baseline: str = "paper",
         chosen = [r.get("threshold") for r in by_round.values()]
         row["threshold_median"] = float(np.median(chosen))
         levels = [r.get("smoothed_levels") for r in by_round.values()]
-        row["smoothed_levels"] = {int(s): levels.count(s) for s in sorted(set(levels))}
+        row["smoothed_levels"] = {("period" if s is None else int(s)): levels.count(s)
+                                  for s in sorted(set(levels), key=lambda s: -1 if s is None else s)}
         for metric in metrics:
             if metric not in next(iter(by_round.values())):
                 continue

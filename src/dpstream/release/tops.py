@@ -41,6 +41,7 @@ from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.holdout import HoldOutRelease
+from dpstream.release.periodic import PeriodicPerturber, periodic_levels
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.smoothers import Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
@@ -112,6 +113,13 @@ class ToPS(HoldOutRelease):
     query_length : int, optional
         With ``model``: the window length the release should serve best (e.g. 1440 for daily
         sums of minute readings); default the paper's random queries over ``max_range``.
+    period : int, optional
+        P: measure one leaf per period of the stream instead of blocks of ``b^s`` values
+        (:class:`~dpstream.release.periodic.PeriodicPerturber`; e.g. 1440 for minute readings
+        with daily windows).  Periods are counted from the stream's first value (held-out
+        values included), so aligned windows of ``P`` values are sums of whole leaves; the
+        measured levels are chosen for windows of ``query_length`` (default ``P``) by
+        :func:`~dpstream.release.periodic.periodic_levels`.  A departure from the paper.
     selection : str
         With ``model``: ``permute-and-flip`` (default), ``report-noisy-max`` or
         ``exponential`` (:mod:`dpstream.thresholds.select`).
@@ -173,6 +181,7 @@ class ToPS(HoldOutRelease):
         clip: bool = False,
         threshold_method: str = "model",
         query_length: int | None = None,
+        period: int | None = None,
         selection: str = "permute-and-flip",
         granularity: float | None = None,
         seed: BitsSeed = None,
@@ -192,6 +201,10 @@ class ToPS(HoldOutRelease):
         self.threshold_method = check_choice(threshold_method, "threshold_method", THRESHOLD_METHODS)
         self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
         self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
+        self.period = None if period is None else check_positive_int(period, "period")
+        if self.period is not None and smoothed_levels is not None:
+            raise ValueError(f"smoothed_levels applies to blocks of b^s values, not to period={self.period}; "
+                             f"got smoothed_levels={smoothed_levels}.")
         if self.threshold_method == "nm-e" and (query_length is not None or selection != "permute-and-flip"):
             raise ValueError("query_length and selection apply to threshold_method='model' only, got threshold_method="
                              "'nm-e' with them.")
@@ -213,7 +226,7 @@ class ToPS(HoldOutRelease):
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
         # with the model, s is chosen after the hold-out: check and size the grid for the most levels
-        measured = probe.levels if self.threshold_method == "model" and smoothed_levels is None else (
+        measured = probe.levels if (self.threshold_method == "model" and smoothed_levels is None) or period else (
             probe.measured_levels)
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
         check_magnitude(self.upper_bound * measured / self.epsilon,
@@ -258,6 +271,8 @@ class ToPS(HoldOutRelease):
         if self.threshold_method == "model":
             spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
+            if self.period is not None:
+                levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
             threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
                 f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
             hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
@@ -266,7 +281,7 @@ class ToPS(HoldOutRelease):
             return threshold.compose_parallel(hierarchy, composition=(
                 f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior); hierarchy "
                 f"{stream:g}-DP on the rest{grid} (eps / ({levels}) on each measured level); parallel composition"))
-        measured = self.levels - self.smoothed_levels
+        measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
         if self._source.exact:
             nm_e = noisy_max_epsilon(self.threshold_epsilon, monotone=True)
         else:
@@ -299,13 +314,26 @@ class ToPS(HoldOutRelease):
             c=self.c,
             step=self.threshold_step,
         )
-        self._stream = HierarchicalPerturber(
-            threshold=theta, **self._perturber_args, granularity=self.granularity, noise=self._source
-        )
+        self._stream = self._perturber(theta, None)
         self._threshold = self._stream.threshold
+        if self.period is not None:
+            self.smoothed_levels = None
+
+    def _perturber(self, theta: float, prior: float | None, **args) -> HierarchicalPerturber:
+        """The stream mechanism for the released values: blocks of ``b^s`` values, or periods."""
+        if self.period is None:
+            return HierarchicalPerturber(threshold=theta, **dict(self._perturber_args, **args),
+                                         granularity=self.granularity, noise=self._source, prior=prior)
+        queries = QueryLengths.fixed(self.query_length or self.period)
+        levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout, queries=queries)
+        return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
+                                 phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
+                                 levels=levels, smoother=self._smoother, granularity=self.granularity,
+                                 noise=self._source, prior=prior)
 
     def _choose_by_model(self) -> None:
-        queries = None if self.query_length is None else QueryLengths.fixed(self.query_length)
+        length = self.query_length or self.period
+        queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
         choice = model_threshold(
             self._held,
@@ -321,9 +349,7 @@ class ToPS(HoldOutRelease):
             seed=_bits_of(self._source.sampler("model")),
         )
         self.model_choice = choice
-        args = dict(self._perturber_args, smoothed_levels=choice.smoothed_levels)
-        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, granularity=self.granularity,
-                                             noise=self._source, prior=choice.prior)
+        self._stream = self._perturber(choice.threshold, choice.prior, smoothed_levels=choice.smoothed_levels)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
 
