@@ -16,9 +16,11 @@ stream starts at a period boundary).  Leaf ``k`` holds the clock positions
 leaves (``C P`` clock positions, at most ``r``) under ``d`` measured levels of a fan-out-``b``
 forest (``d = 1``: the leaves only), made consistent exactly as ToPS's hierarchy
 (:func:`~dpstream.hierarchy.tree.consistent_leaves`), released online with the smoother within
-a leaf (every value but the last is the prediction, the last makes the leaf sum to its
-estimate).  :func:`periodic_levels` chooses ``d`` for the windows that matter, from public
-quantities only.
+a leaf: every value but the last is the smoother's level times a public ``shape`` of the period
+(default flat; e.g. a private daily profile of the hold-out,
+:func:`~dpstream.thresholds.profile.noisy_profile`), the last makes the leaf sum to its estimate,
+and the smoother observes each leaf's level ``u / sum(shape over the leaf)``.
+:func:`periodic_levels` chooses ``d`` for the windows that matter, from public quantities only.
 
 Privacy
 -------
@@ -35,52 +37,34 @@ from __future__ import annotations
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_magnitude, check_nonnegative, check_positive_int
-from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
+from dpstream.hierarchy import draw_noise_levels, make_consistent
 from dpstream.hierarchy.tree import consistent_leaves, draw_noise_units
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.smoothers import Smoother, make_smoother
-from dpstream.thresholds.error_model import QueryLengths, range_noise_factor
+from dpstream.thresholds.error_model import QueryLengths, aligned_noise_factors
 
 __all__ = ["PeriodicPerturber", "periodic_levels"]
 
 
-def periodic_levels(*, period: int, max_range: int, fanout: int, queries: QueryLengths | None = None,
-                    points: int = 4096) -> int:
-    """The number ``d`` of measured levels whose noise is least for the given windows.
+def periodic_levels(*, period: int, max_range: int, fanout: int, queries: QueryLengths | None = None) -> int:
+    """The number ``d`` of measured levels whose noise is least for windows starting at period boundaries.
 
     A window's noise variance is ``2 (theta d / eps)^2`` times its factor
-    :func:`~dpstream.thresholds.error_model.range_noise_factor` for leaves of ``period``
-    values; ``theta / eps`` is common, so ``d`` minimizes ``d^2`` times the mean factor over
-    windows (equal-probability strata of ``queries``, default the paper's random queries over
-    ``max_range``; starts on a golden-ratio sequence over one top node).  Public: it depends on
-    the parameters only.
+    (:func:`~dpstream.thresholds.error_model.aligned_noise_factors`, windows of ``queries``,
+    default one period); ``theta / eps`` is common, so ``d`` minimizes ``d^2`` times the
+    factor.  Public: it depends on the parameters only.
 
-    >>> periodic_levels(period=1440, max_range=2**20, fanout=16, queries=QueryLengths.fixed(1440))
+    >>> periodic_levels(period=1440, max_range=2**20, fanout=16)
     1
-    >>> periodic_levels(period=1440, max_range=2**20, fanout=16) > 1
+    >>> periodic_levels(period=1440, max_range=2**20, fanout=16, queries=QueryLengths.fixed(400 * 1440)) > 1
     True
     """
-    period = check_positive_int(period, "period")
-    max_range = check_positive_int(max_range, "max_range", minimum=2)
-    fanout = check_positive_int(fanout, "fanout", minimum=2)
-    leaves = max(1, max_range // period)
-    most = num_levels(leaves, fanout) if leaves > 1 else 1
-    queries = QueryLengths.random(max_range) if queries is None else queries
-    lengths = queries.strata(points).astype(np.int64)
-    best, best_error = 1, np.inf
-    for d in range(1, most + 1):
-        width = period * fanout ** (d - 1)
-        fractions = (np.arange(1, lengths.size + 1) * ((np.sqrt(5.0) - 1.0) / 2.0)) % 1.0
-        starts = period + (fractions * width).astype(np.int64)
-        factor = float(np.mean(range_noise_factor(starts, starts + lengths, block_size=period, fanout=fanout,
-                                                  measured_levels=d)))
-        error = d * d * factor
-        if error < best_error * (1.0 - 1e-9):
-            best, best_error = d, error
-    return best
+    queries = QueryLengths.fixed(check_positive_int(period, "period")) if queries is None else queries
+    factors = aligned_noise_factors(period=period, max_range=max_range, fanout=fanout, queries=queries)
+    return min(factors, key=lambda d: d * d * factors[d])
 
 
 class PeriodicPerturber(HierarchicalPerturber):
@@ -98,6 +82,9 @@ class PeriodicPerturber(HierarchicalPerturber):
         r: a chunk holds ``max(1, r // P)`` leaves.
     levels : int
         d, the measured levels (1: the leaves only); see :func:`periodic_levels`.
+    shape : array of float, optional
+        The within-period profile of the predictions: ``period`` non-negative numbers with a
+        positive sum (normalized here to mean 1); public.  Default flat.
 
     Privacy
     -------
@@ -121,6 +108,7 @@ class PeriodicPerturber(HierarchicalPerturber):
         max_range: int = 2**20,
         fanout: int = 16,
         levels: int = 1,
+        shape: object = None,
         smoother: str | Smoother = "recent",
         granularity: float | None = None,
         seed: BitsSeed = None,
@@ -141,6 +129,8 @@ class PeriodicPerturber(HierarchicalPerturber):
         self.smoothed_levels = None  # leaves are periods, not b^s blocks
         self.levels = self.measured_levels
         self.block_size = self.period
+        self.shape = _check_shape(shape, self.period)
+        self._cumulative = np.concatenate(([0.0], np.cumsum(self.shape)))  # shape summed over [0, j)
         self.smoother = make_smoother(smoother)
         check_magnitude(threshold * self.measured_levels / self.epsilon,
                         "the noise scale threshold * levels / epsilon")
@@ -213,7 +203,9 @@ class PeriodicPerturber(HierarchicalPerturber):
         ends = (blocks + 1) * bs - 1
         done_blocks = blocks[ends <= position + n - 1]
         done_ends = ends[: done_blocks.size] - position
-        counts = ends[: done_blocks.size] - np.maximum(done_blocks * bs, origin) + 1
+        skipped = np.maximum(done_blocks * bs, origin) - done_blocks * bs  # positions before the stream began
+        weights = self._cumulative[bs] - self._cumulative[skipped]  # shape summed over each leaf's values
+        before = self._cumulative[bs - 1] - self._cumulative[skipped]  # ... over all but the last
         if self.exact:
             pieces = np.add.reduceat(segment, np.concatenate(([0], starts))) if n else np.zeros(1)
             totals = pieces[: done_blocks.size].copy()
@@ -228,10 +220,11 @@ class PeriodicPerturber(HierarchicalPerturber):
             chunk_total = cumulative[-1].item()
             block_start_total = end_totals[-1].item() if done_blocks.size else st.block_start_total
         sums = self._block_values(totals, done_blocks)
-        after, new_smoother_state = self.smoother.step(st.smoother_state, sums / counts)
+        after, new_smoother_state = self.smoother.step(st.smoother_state, sums / weights)
         predictions = np.concatenate(([st.prediction], after))
         out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
-        out[done_ends] = sums - (counts - 1) * predictions[: done_blocks.size]
+        out *= self.shape[(position + np.arange(n)) % bs]
+        out[done_ends] = sums - before * predictions[: done_blocks.size]
         st.released += n
         st.chunk_total = chunk_total
         st.prediction = float(predictions[done_blocks.size])
@@ -251,19 +244,19 @@ class PeriodicPerturber(HierarchicalPerturber):
         position = clock % self.max_range
         st.chunk_total += self._unit(value) if self.exact else value
         st.released += 1
-        if position != st.block_end:
-            return st.prediction
         bs = self.block_size
+        if position != st.block_end:
+            return st.prediction * float(self.shape[position % bs])
         block = position // bs
         total = st.chunk_total - st.block_start_total
         if self.exact:
             block_sum = (float(total + int(st.noise[block])) + float(st.noise_fraction[block])) * self.granularity
         else:
             block_sum = total + float(st.noise[block])
-        origin = self.phase if clock < self.max_range else 0
-        count = position - max(block * bs, origin) + 1
-        out = block_sum - (count - 1) * st.prediction
-        after, st.smoother_state = self.smoother.step(st.smoother_state, np.array([block_sum / count]))
+        skipped = max(block * bs, self.phase if clock < self.max_range else 0) - block * bs
+        out = block_sum - float(self._cumulative[bs - 1] - self._cumulative[skipped]) * st.prediction
+        weight = self._cumulative[bs] - self._cumulative[skipped]
+        after, st.smoother_state = self.smoother.step(st.smoother_state, np.array([block_sum / weight]))
         st.prediction = float(after[0])
         if position + 1 == self.max_range:
             self._end_chunk()
@@ -271,3 +264,16 @@ class PeriodicPerturber(HierarchicalPerturber):
             st.block_start_total = st.chunk_total
             st.block_end = position + bs
         return out
+
+
+def _check_shape(shape: object, period: int) -> np.ndarray:
+    """A public profile of ``period`` non-negative finite numbers with a positive sum, scaled to mean 1."""
+    if shape is None:
+        return np.ones(period)
+    array = np.asarray(shape, dtype=np.float64).ravel()
+    if array.size != period:
+        raise ValueError(f"shape must hold one number per position of the period ({period}), got {array.size}.")
+    if not (np.all(np.isfinite(array)) and np.all(array >= 0) and array.sum() > 0):
+        raise ValueError("shape must be finite and non-negative with a positive sum, got min "
+                         f"{float(np.nanmin(array)) if not np.all(np.isnan(array)) else float('nan')!r}.")
+    return array * (period / array.sum())

@@ -32,6 +32,7 @@ from dpstream._checks import (
     check_choice,
     check_epsilon,
     check_magnitude,
+    check_nonnegative_int,
     check_positive_int,
     check_stream_values,
 )
@@ -48,12 +49,16 @@ from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_thre
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
+from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
 __all__ = ["THRESHOLD_METHODS", "ToPS", "ToPSState"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
+
+#: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
+PROFILE_SHARE = 0.25
 
 
 @dataclass(kw_only=True)
@@ -120,6 +125,13 @@ class ToPS(HoldOutRelease):
         values included), so aligned windows of ``P`` values are sums of whole leaves; the
         measured levels are chosen for windows of ``query_length`` (default ``P``) by
         :func:`~dpstream.release.periodic.periodic_levels`.  A departure from the paper.
+        With ``model``, theta and the levels are chosen for these windows, and
+        :data:`PROFILE_SHARE` of the threshold budget buys a private profile of the period from
+        the hold-out (:func:`~dpstream.thresholds.profile.noisy_profile`, ``profile_bins`` phase
+        bins) that shapes the predictions inside a period.
+    profile_bins : int
+        With ``period`` and ``model``: bins of the private profile (default 24: hours of a day
+        of minutes); 0 predicts flat periods and leaves the whole threshold budget to the model.
     selection : str
         With ``model``: ``permute-and-flip`` (default), ``report-noisy-max`` or
         ``exponential`` (:mod:`dpstream.thresholds.select`).
@@ -182,6 +194,7 @@ class ToPS(HoldOutRelease):
         threshold_method: str = "model",
         query_length: int | None = None,
         period: int | None = None,
+        profile_bins: int = 24,
         selection: str = "permute-and-flip",
         granularity: float | None = None,
         seed: BitsSeed = None,
@@ -202,6 +215,9 @@ class ToPS(HoldOutRelease):
         self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
         self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
         self.period = None if period is None else check_positive_int(period, "period")
+        self.profile_bins = check_nonnegative_int(profile_bins, "profile_bins")
+        self._profile: np.ndarray | None = None
+        self._profile_spent = 0.0
         if self.period is not None and smoothed_levels is not None:
             raise ValueError(f"smoothed_levels applies to blocks of b^s values, not to period={self.period}; "
                              f"got smoothed_levels={smoothed_levels}.")
@@ -269,12 +285,15 @@ class ToPS(HoldOutRelease):
         stream = self.epsilon if self._stream is None else self._stream.spent_epsilon
         noise = self._source.describe()
         if self.threshold_method == "model":
-            spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
+            spent = (self.threshold_epsilon if self.model_choice is None
+                     else self.model_choice.epsilon_spent + self._profile_spent)
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
             if self.period is not None:
                 levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
+            profile = "" if not self._profiled else ", profile"
             threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
-                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
+                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior{profile}; "
+                "sequential)"))
             hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
                                          composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
             grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
@@ -319,25 +338,38 @@ class ToPS(HoldOutRelease):
         if self.period is not None:
             self.smoothed_levels = None
 
-    def _perturber(self, theta: float, prior: float | None, **args) -> HierarchicalPerturber:
-        """The stream mechanism for the released values: blocks of ``b^s`` values, or periods."""
+    @property
+    def _profiled(self) -> bool:
+        """Whether the hold-out also buys the period's profile."""
+        return self.period is not None and self.threshold_method == "model" and self.profile_bins > 0
+
+    def _perturber(self, theta: float, prior: float | None, *, smoothed_levels: int | None = None,
+                   levels: int | None = None) -> HierarchicalPerturber:
+        """The stream mechanism for the released values: blocks of ``b^s`` values, or periods
+        (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`)."""
         if self.period is None:
-            return HierarchicalPerturber(threshold=theta, **dict(self._perturber_args, **args),
-                                         granularity=self.granularity, noise=self._source, prior=prior)
-        queries = QueryLengths.fixed(self.query_length or self.period)
-        levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout, queries=queries)
+            args = self._perturber_args if smoothed_levels is None else dict(self._perturber_args,
+                                                                             smoothed_levels=smoothed_levels)
+            return HierarchicalPerturber(threshold=theta, **args, granularity=self.granularity, noise=self._source,
+                                         prior=prior)
+        if levels is None:
+            queries = QueryLengths.fixed(self.query_length or self.period)
+            levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
+                                     queries=queries)
         return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
-                                 levels=levels, smoother=self._smoother, granularity=self.granularity,
+                                 levels=levels, shape=self._profile, smoother=self._smoother,
+                                 granularity=self.granularity,
                                  noise=self._source, prior=prior)
 
     def _choose_by_model(self) -> None:
         length = self.query_length or self.period
         queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
+        model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
         choice = model_threshold(
             self._held,
-            epsilon=self.threshold_epsilon,
+            epsilon=model_epsilon,
             stream_epsilon=self.epsilon,
             upper_bound=self.upper_bound,
             max_range=self.max_range,
@@ -347,9 +379,16 @@ class ToPS(HoldOutRelease):
             selection=self.selection,
             step=self.threshold_step,
             seed=_bits_of(self._source.sampler("model")),
+            period=self.period,
         )
         self.model_choice = choice
-        self._stream = self._perturber(choice.threshold, choice.prior, smoothed_levels=choice.smoothed_levels)
+        if self._profiled:
+            profile_budget = self.threshold_epsilon * PROFILE_SHARE
+            self._profile = noisy_profile(self._held, choice.threshold, period=self.period, bins=self.profile_bins,
+                                          epsilon=profile_budget, seed=_bits_of(self._source.sampler("profile")))
+            self._profile_spent = profile_epsilon(choice.threshold, profile_budget)
+        self._stream = self._perturber(choice.threshold, choice.prior, smoothed_levels=choice.smoothed_levels,
+                                       levels=choice.measured_levels)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
 
