@@ -160,3 +160,100 @@ def test_tops_period_aligns_leaves_with_the_streams_clock():
 def test_tops_period_refuses_smoothed_levels():
     with pytest.raises(ValueError, match="smoothed_levels applies to blocks of b\\^s values, not to period=48"):
         ToPS(epsilon=1.0, upper_bound=100, hold=500, period=48, smoothed_levels=2, seed=0)
+
+
+# -- the shape of a period and its private profile ------------------------------------------------
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_shaped_period_sums_to_its_leaf_and_batch_equals_single_values(exact):
+    period, phase = 6, 2
+    shape = np.array([0.5, 1.0, 2.0, 4.0, 1.0, 0.0])
+    values = np.random.default_rng(6).random(400) * 5.0
+
+    def make(noise=None):
+        if noise is None:
+            noise = None if exact else FloatNoise(rng=np.random.default_rng(9))
+        return PeriodicPerturber(threshold=5.0, epsilon=0.5, period=period, phase=phase, max_range=60, levels=2,
+                                 fanout=3, shape=shape, seed=9 if exact and noise is None else None, noise=noise)
+
+    whole = make().release(values)
+    single = make()
+    assert np.array_equal(whole, [single.release_one(float(v)) for v in values])
+    zero = make(ZeroNoise())
+    out = zero.release(values)
+    complete = (values.size + phase) // period
+    expected = period_sums(np.rint(values / zero.granularity) * zero.granularity, period, phase)[:complete]
+    np.testing.assert_allclose(period_sums(out, period, phase)[:complete], expected, rtol=1e-12, atol=1e-9)
+    # inside a period, the predictions follow the normalized shape: level * shape[c]
+    scaled = shape * period / shape.sum()
+    day = out[period - phase : 2 * period - phase]  # clock positions [P, 2P)
+    level = day[0] / scaled[0]
+    np.testing.assert_allclose(day[:-1], level * scaled[:-1], rtol=1e-12)
+
+
+def test_bad_shapes():
+    for shape, shown in [([1.0, 2.0], "one number per position of the period (3), got 2"),
+                         ([1.0, -1.0, 1.0], "non-negative"), ([0.0, 0.0, 0.0], "positive sum")]:
+        with pytest.raises(ValueError) as info:
+            PeriodicPerturber(threshold=1.0, epsilon=1.0, period=3, shape=shape, noise=ZeroNoise())
+        assert shown in str(info.value)
+
+
+def test_noisy_profile_is_the_shrunk_noisy_bin_means_of_the_reference():
+    """Re-implements the profile: bin sums on the grid plus the seed's discrete Laplace draws,
+    ratios to the overall mean, shrunk by 1 - (noise variance / spread), expanded to positions."""
+    from fractions import Fraction
+
+    from dpstream.noise.bits import make_bits
+    from dpstream.noise.exact import discrete_laplace
+    from dpstream.thresholds.profile import noisy_profile, profile_epsilon
+
+    rng = np.random.default_rng(7)
+    period, bins, phase, theta, eps = 10, 5, 3, 8.0, 0.05
+    values = rng.random(997) * 10.0
+    out = noisy_profile(values, theta, period=period, bins=bins, epsilon=eps, phase=phase, seed=4)
+    g = 2.0**-17  # the largest power of two at most theta / 2^20
+    top = round(theta / g)
+    scale = Fraction(top) / Fraction(eps)
+    assert profile_epsilon(theta, eps) == pytest.approx(eps, rel=1e-9) and profile_epsilon(theta, eps) <= eps
+    noise = discrete_laplace(make_bits(4), *_dyadic(scale), bins).astype(float)
+    clock_bins = [((i + phase) % period) * bins // period for i in range(values.size)]
+    sums, counts = np.zeros(bins), np.zeros(bins)
+    for b, v in zip(clock_bins, values, strict=True):
+        sums[b] += round(min(v, theta) / g)
+        counts[b] += 1
+    sums = (sums + noise) * g
+    mean = sums.sum() / counts.sum()
+    ratio = sums / counts / mean
+    keep = max(0.0, 1.0 - np.mean(2.0 * (float(_dyadic_value(scale)) * g) ** 2 / counts**2 / mean**2)
+               / np.mean((ratio - 1.0) ** 2))
+    shape = np.maximum(1.0 + keep * (ratio - 1.0), 0.0)[np.arange(period) * bins // period]
+    np.testing.assert_allclose(out, shape * period / shape.sum(), rtol=1e-9)
+    assert out.mean() == pytest.approx(1.0) and np.all(out >= 0)
+
+
+def _dyadic_value(value):
+    """``value`` rounded up to a dyadic rational with a numerator below 2^40 (as the library's scales)."""
+    from fractions import Fraction
+
+    shift = max(0, 39 - value.numerator.bit_length() + value.denominator.bit_length())
+    return Fraction(math.ceil(value * (1 << shift)), 1 << shift)
+
+
+def _dyadic(value):
+    rounded = _dyadic_value(value)
+    return rounded.numerator, rounded.denominator
+
+
+def test_tops_period_profile_spends_its_share_of_the_threshold_budget():
+    stream = np.tile(np.repeat([10.0, 40.0], 24), 200)
+    tops = ToPS(epsilon=0.5, upper_bound=100, hold=4800, max_range=4096, period=48, seed=3)
+    tops.release(stream)
+    guarantee = tops.privacy()
+    assert guarantee.epsilon <= 0.5
+    assert "the prior, profile of the period (0.25 of the budget))" in guarantee.composition
+    assert tops._stream.shape[30] > tops._stream.shape[5]  # the high half of the period is predicted higher
+    flat = ToPS(epsilon=0.5, upper_bound=100, hold=4800, max_range=4096, period=48, profile_bins=0, seed=3)
+    flat.release(stream)
+    assert np.all(flat._stream.shape == 1.0) and "profile" not in flat.privacy().composition

@@ -290,7 +290,7 @@ class ToPS(HoldOutRelease):
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
             if self.period is not None:
                 levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
-            profile = "" if not self._profiled else ", profile"
+            profile = "" if not self._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
             threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
                 f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior{profile}; "
                 "sequential)"))
@@ -298,7 +298,8 @@ class ToPS(HoldOutRelease):
                                          composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
             grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
             return threshold.compose_parallel(hierarchy, composition=(
-                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior); hierarchy "
+                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior{profile}); "
+                "hierarchy "
                 f"{stream:g}-DP on the rest{grid} (eps / ({levels}) on each measured level); parallel composition"))
         measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
         if self._source.exact:
