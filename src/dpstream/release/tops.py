@@ -52,13 +52,16 @@ from dpstream.thresholds.noisy_max import threshold_candidates
 from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["THRESHOLD_METHODS", "ToPS", "ToPSState"]
+__all__ = ["PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS", "ToPSState"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
 
 #: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
 PROFILE_SHARE = 0.25
+
+#: With ``period``: the default smoother averages the levels of this many past periods.
+PERIOD_SMOOTHING = 7
 
 
 @dataclass(kw_only=True)
@@ -95,8 +98,11 @@ class ToPS(HoldOutRelease):
         r: the hierarchy covers chunks of r values; queries up to r are served (paper: 2^20).
     fanout : int
         b (paper: 16).
-    smoother : str or Smoother
-        recent (default), mean, median, moving_average or exponential.
+    smoother : str or Smoother, optional
+        recent, mean, median, moving_average or exponential.  Default recent (Algorithm 1); with
+        ``period``, moving_average over :data:`PERIOD_SMOOTHING` periods (a window that cuts a
+        period is predicted from the mean level of the last week of days rather than the last day;
+        a departure from the paper, chosen on the smart-meter stream).
     window, alpha : optional
         Parameters of the moving_average and exponential smoothers.
     threshold_epsilon : float, optional
@@ -183,7 +189,7 @@ class ToPS(HoldOutRelease):
         hold: int = 65536,
         max_range: int = 2**20,
         fanout: int = 16,
-        smoother: str | Smoother = "recent",
+        smoother: str | Smoother | None = None,
         window: int | None = None,
         alpha: float | None = None,
         threshold_epsilon: float | None = None,
@@ -217,6 +223,8 @@ class ToPS(HoldOutRelease):
         self.period = None if period is None else check_positive_int(period, "period")
         self.profile_bins = check_nonnegative_int(profile_bins, "profile_bins")
         self._profile: np.ndarray | None = None
+        #: With ``period``: d, the measured levels of the periodic hierarchy (None until the hold-out ends).
+        self.period_levels: int | None = None
         self._profile_spent = 0.0
         if self.period is not None and smoothed_levels is not None:
             raise ValueError(f"smoothed_levels applies to blocks of b^s values, not to period={self.period}; "
@@ -226,8 +234,10 @@ class ToPS(HoldOutRelease):
                              "'nm-e' with them.")
         self.model_choice: ModelChoice | None = None
         self._forced_levels = smoothed_levels
+        if smoother is None and self.period is not None:
+            smoother, window = "moving_average", PERIOD_SMOOTHING if window is None else window
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
-        self._smoother = make_smoother(smoother, **params)
+        self._smoother = make_smoother("recent" if smoother is None else smoother, **params)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         # A perturber with a placeholder theta checks r, b and s now rather than after the hold;
         # s does not depend on theta (Eq. 7), so its levels are the real ones.
@@ -357,6 +367,7 @@ class ToPS(HoldOutRelease):
             queries = QueryLengths.fixed(self.query_length or self.period)
             levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
                                      queries=queries)
+        self.period_levels = levels
         return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
