@@ -68,6 +68,7 @@ __all__ = [
     "run_accuracy",
     "window_curves",
     "window_errors",
+    "window_settings",
 ]
 
 
@@ -290,6 +291,43 @@ def window_curves(
     return {label: (list(lengths), errors) for label, errors in curves.items()}
 
 
+def window_settings(period: int) -> dict[str, dict[str, Any]]:
+    """The settings of the window plot: the paper's ToPS, the model for random queries and told the
+    window, the model's theta at fixed s, and one leaf per ``period``."""
+    settings: dict[str, dict[str, Any]] = {
+        "paper (NM-E, Eq. 7)": {"threshold_method": "nm-e"},
+        "model, random queries": {"threshold_method": "model"},
+        "model, told the window": {"threshold_method": "model", "query_length": "window"},
+    }
+    for s in (1, 2, 3):
+        settings[f"model theta, s = {s}"] = {"threshold_method": "model", "smoothed_levels": s}
+    settings[f"model, period = {period}"] = {"threshold_method": "model", "period": period}
+    return settings
+
+
+def _curves_main(args: Any) -> None:
+    import json
+
+    lengths = [int(x) for x in args.curves.split(",")]
+    epsilon = float(args.epsilons.split(",")[0])
+    config = AccuracyConfig(rounds=args.rounds)
+    curves = window_curves(args.dataset, epsilon=epsilon, lengths=lengths, settings=window_settings(args.period),
+                           config=config, seed=args.seed)
+    values, _ = load_stream(args.dataset, config)
+    mean = float(values[config.hold :].mean())
+    relative = {label: (x, [float(np.sqrt(e)) / (length * mean) for e, length in zip(errors, x, strict=True)])
+                for label, (x, errors) in curves.items()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"accuracy-windows-{args.dataset}.json").write_text(json.dumps(
+        {"epsilon": epsilon, "rounds": args.rounds, "lengths": lengths,
+         "relative_rmse": {label: y for label, (_, y) in relative.items()}}, indent=2))
+    plot_windows(relative, out / f"accuracy-windows-{args.dataset}.png", ylabel="relative RMSE of a window",
+                 title=f"{args.dataset}, eps = {epsilon:g}, {args.rounds} rounds")
+    for label, (x, y) in relative.items():
+        print(f"{label}: " + ", ".join(f"{length}: {value:.3g}" for length, value in zip(x, y, strict=True)))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m dpstream.evaluation.accuracy``: run the study, print the ratio table, write results."""
     import argparse
@@ -305,7 +343,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=None, help="also measure windows of this length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="directory for the records (CSV) and the ratio table (JSON)")
+    parser.add_argument("--curves", default=None, help="instead: error against these window lengths (comma-separated) "
+                        "at the first epsilon, for the settings of WINDOW_SETTINGS, plotted")
+    parser.add_argument("--period", type=int, default=1440, help="with --curves: the period of the periodic setting")
     args = parser.parse_args(argv)
+    if args.curves:
+        _curves_main(args)
+        return
     config = AccuracyConfig(rounds=args.rounds, queries=args.queries, window=args.window)
     records = run_accuracy(args.dataset, epsilons=[float(e) for e in args.epsilons.split(",")],
                            methods=args.methods.split(","), config=config, seed=args.seed,
