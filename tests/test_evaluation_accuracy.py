@@ -67,7 +67,7 @@ def test_every_method_runs():
 def test_aligned_mse_and_period_methods():
     """The aligned windows' mean squared error is that of the sums of the windows from the first
     boundary; the periodic methods record no s and a ratio like the others."""
-    records = run_accuracy("bursty-counts", epsilons=[0.5], methods=["paper", "model-period", "model-period-flat"],
+    records = run_accuracy("bursty-counts", epsilons=[0.5], methods=["paper", "model-period", "model-period-profile"],
                            config=SMALL, seed=2)
     period = next(r for r in records if r["method"] == "model-period")
     assert period["smoothed_levels"] is None and period["aligned_mse"] >= 0

@@ -248,12 +248,12 @@ def _dyadic(value):
 
 def test_tops_period_profile_spends_its_share_of_the_threshold_budget():
     stream = np.tile(np.repeat([10.0, 40.0], 24), 200)
-    tops = ToPS(epsilon=0.5, upper_bound=100, hold=4800, max_range=4096, period=48, seed=3)
+    tops = ToPS(epsilon=0.5, upper_bound=100, hold=4800, max_range=4096, period=48, profile_bins=24, seed=3)
     tops.release(stream)
     guarantee = tops.privacy()
     assert guarantee.epsilon <= 0.5
     assert "the prior, profile of the period (0.25 of the budget))" in guarantee.composition
     assert tops._stream.shape[30] > tops._stream.shape[5]  # the high half of the period is predicted higher
-    flat = ToPS(epsilon=0.5, upper_bound=100, hold=4800, max_range=4096, period=48, profile_bins=0, seed=3)
+    flat = ToPS(epsilon=0.5, upper_bound=100, hold=4800, max_range=4096, period=48, seed=3)  # default: no profile
     flat.release(stream)
     assert np.all(flat._stream.shape == 1.0) and "profile" not in flat.privacy().composition

@@ -17,8 +17,8 @@ theta / 2); ``model`` chooses theta, s and the prior with
 :func:`~dpstream.thresholds.model.model_threshold` (permute-and-flip);
 ``model-rnm`` / ``model-exponential`` change only the selection mechanism; ``model-window``
 tells the model the study's ``window`` (``query_length``); ``model-period`` also measures one leaf
-per window (``period``, :class:`~dpstream.release.periodic.PeriodicPerturber`) with a private profile of
-the period, ``model-period-flat`` without the profile (flat predictions).  Both budgets are epsilon (the
+per window (``period``, :class:`~dpstream.release.periodic.PeriodicPerturber`), ``model-period-profile``
+with a private profile of the period of 24 bins (``profile_bins=24``).  Both budgets are epsilon (the
 paper's setting): the whole release is epsilon-DP.
 
 Ratios of mean errors to the ``paper`` method come with a 95% confidence interval from a
@@ -116,7 +116,8 @@ METHODS: dict[str, Method] = {
     "model-exponential": _tops(threshold_method="model", selection="exponential"),
     "model-window": _tops(threshold_method="model", window_length=True),
     "model-period": _tops(threshold_method="model", window_length=True, window_period=True),
-    "model-period-flat": _tops(threshold_method="model", window_length=True, window_period=True, profile_bins=0),
+    "model-period-profile": _tops(threshold_method="model", window_length=True, window_period=True,
+                                  profile_bins=24),
 }
 
 
