@@ -105,7 +105,8 @@ def test_privacy_statement():
     guarantee = p.privacy()
     assert 0.7 * (1 - 1e-9) <= guarantee.epsilon <= 0.7 and guarantee.delta == 0.0
     assert guarantee.neighbours is EVENT_LEVEL
-    assert "h-s = 3" in guarantee.composition and f"{p.noise_scale:g}" in guarantee.composition
+    assert "on each of d = 3 levels over leaves of one period of 24 values (eps/3 each" in guarantee.composition
+    assert f"{p.noise_scale:g}" in guarantee.composition
     assert p.noise_scale == pytest.approx(p.threshold * 3 / 0.7, rel=1e-6)
 
 

@@ -34,6 +34,8 @@ post-processing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_magnitude, check_nonnegative, check_positive_int
@@ -42,6 +44,7 @@ from dpstream.hierarchy.tree import consistent_leaves, draw_noise_units
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
+from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.perturber import HierarchicalPerturber, PerturberState
 from dpstream.smoothers import Smoother, make_smoother
 from dpstream.thresholds.error_model import QueryLengths, aligned_noise_factors
@@ -157,6 +160,15 @@ class PeriodicPerturber(HierarchicalPerturber):
             prediction=prior,
             smoother_state=self.smoother.init(prior),
         )
+
+    def privacy(self) -> PrivacyGuarantee:
+        """As :meth:`HierarchicalPerturber.privacy`, for ``d`` levels over leaves of one period."""
+        guarantee = super().privacy()
+        d = self.measured_levels
+        composition = guarantee.composition.replace(
+            f"on each of h-s = {d} levels (eps/{d} each, sequential)",
+            f"on each of d = {d} levels over leaves of one period of {self.period} values (eps/{d} each, sequential)")
+        return dataclasses.replace(guarantee, composition=composition)
 
     def _clock(self) -> int:
         """Clock position of the next value."""
