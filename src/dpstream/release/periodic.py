@@ -133,6 +133,7 @@ class PeriodicPerturber(HierarchicalPerturber):
         self.levels = self.measured_levels
         self.block_size = self.period
         self.shape = _check_shape(shape, self.period)
+        self._flat = shape is None  # predictions need no shaping (multiplying by 1.0 changes nothing)
         self._cumulative = np.concatenate(([0.0], np.cumsum(self.shape)))  # shape summed over [0, j)
         self.smoother = make_smoother(smoother)
         check_magnitude(threshold * self.measured_levels / self.epsilon,
@@ -235,7 +236,8 @@ class PeriodicPerturber(HierarchicalPerturber):
         after, new_smoother_state = self.smoother.step(st.smoother_state, sums / weights)
         predictions = np.concatenate(([st.prediction], after))
         out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
-        out *= self.shape[(position + np.arange(n)) % bs]
+        if not self._flat:
+            out *= self.shape[(position + np.arange(n)) % bs]
         out[done_ends] = sums - before * predictions[: done_blocks.size]
         st.released += n
         st.chunk_total = chunk_total
