@@ -18,7 +18,8 @@ theta / 2); ``model`` chooses theta, s and the prior with
 ``model-rnm`` / ``model-exponential`` change only the selection mechanism; ``model-window``
 tells the model the study's ``window`` (``query_length``); ``model-period`` also measures one leaf
 per window (``period``, :class:`~dpstream.release.periodic.PeriodicPerturber`), ``model-period-profile``
-with a private profile of the period of 24 bins (``profile_bins=24``).  Both budgets are epsilon (the
+with a private profile of the period of 24 bins (``profile_bins=24``), ``model-period-quarter`` with leaves of a
+quarter of the window (``period = window // 4``).  Both budgets are epsilon (the
 paper's setting): the whole release is epsilon-DP.
 
 Ratios of mean errors to the ``paper`` method come with a 95% confidence interval from a
@@ -96,6 +97,8 @@ def _tops(**options: Any) -> Method:
             extra["query_length"] = config.window
         if extra.pop("window_period", False):
             extra["period"] = config.window
+        if divisor := extra.pop("window_period_divisor", None):
+            extra["period"] = max(1, config.window // divisor)
         tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range,
                     noise=FloatNoise(rng=rng), **extra)
         tops.release(values[: config.hold])
@@ -116,6 +119,7 @@ METHODS: dict[str, Method] = {
     "model-exponential": _tops(threshold_method="model", selection="exponential"),
     "model-window": _tops(threshold_method="model", window_length=True),
     "model-period": _tops(threshold_method="model", window_length=True, window_period=True),
+    "model-period-quarter": _tops(threshold_method="model", window_length=True, window_period_divisor=4),
     "model-period-profile": _tops(threshold_method="model", window_length=True, window_period=True,
                                   profile_bins=24),
 }
