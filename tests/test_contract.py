@@ -54,6 +54,8 @@ MAKERS = {
     "tops": make_tops,
     "tops-nm-e": lambda kind: make_tops(kind, threshold_method="nm-e", smoother="moving_average", window=3),
     "tops-s0": lambda kind: make_tops(kind, smoothed_levels=0, smoother="exponential", alpha=0.3),
+    "tops-period": lambda kind: make_tops(kind, period=48, profile_bins=4),
+    "tops-period-nm-e": lambda kind: make_tops(kind, period=48, threshold_method="nm-e"),
     "bt": make_bt,
     "pak": make_pak,
     "pak-uncapped": lambda kind: make_pak(kind, capped=False),

@@ -46,10 +46,17 @@ def _build_tops(options: dict[str, Any]) -> ToPS:
                 window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
                 threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
                 seed=options["seed"], key=options.get("key"), threshold_method=options["threshold_method"],
-                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"])
+                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"],
+                period=options["period"])
 
 
 def _describe_tops(tops: ToPS) -> str:
+    if tops.period is not None:
+        how = "NM-E" if tops.model_choice is None else (
+            f"prior {tops.model_choice.prior:.6g}; error model for windows of {tops.query_length or tops.period} "
+            "values from a period boundary")
+        return (f"threshold theta = {tops.threshold:g}, one leaf per period of {tops.period} values (the first "
+                f"released value at phase {tops.hold % tops.period}), d = {tops.period_levels} measured levels ({how})")
     if tops.model_choice is None:
         return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
                 f"of h = {tops.levels}")
@@ -108,7 +115,7 @@ class _Method:
 
 _TOPS_OPTIONS = frozenset(
     {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity",
-     "threshold_method", "query_length", "smoothed_levels"}
+     "threshold_method", "query_length", "smoothed_levels", "period"}
 )
 _PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise", "granularity"})
 
@@ -137,7 +144,8 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 @click.option("--max-range", type=int, default=2**20, show_default=True,
               help="Largest query range r; a fresh hierarchy every r values.")
 @click.option("--fanout", type=int, default=16, show_default=True, help="Fan-out b of the hierarchy.")
-@click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default="recent", show_default=True)
+@click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default=None,
+              help="tops: the smoother (default recent; with --period, moving_average over 7 periods).")
 @click.option("--window", type=int, default=None, help="Window of the moving_average smoother.")
 @click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
 @click.option("--threshold-epsilon", type=float, default=None,
@@ -148,6 +156,9 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
               help="tops, model: the window length to serve best (e.g. 1440 for daily sums of minutes).")
 @click.option("--smoothed-levels", type=int, default=None,
               help="tops: force s, the lowest levels left to the smoother (default: chosen).")
+@click.option("--period", type=int, default=None,
+              help="tops: measure one leaf per period of this many values, counted from the first value (e.g. "
+                   "1440: days of minutes); windows of whole periods err by their leaves' noise only.")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--time-column", default=None,
               help="Column of each value's time: the output becomes CSV 'time,value' (the time text as written).")
