@@ -16,7 +16,9 @@ Methods (:data:`METHODS`): ``paper`` is ToPS as the paper runs it (NM-E, s by Eq
 theta / 2); ``model`` chooses theta, s and the prior with
 :func:`~dpstream.thresholds.model.model_threshold` (permute-and-flip);
 ``model-rnm`` / ``model-exponential`` change only the selection mechanism; ``model-window``
-tells the model the study's ``window`` (``query_length``); ``model-period`` also measures one leaf
+tells the model the study's ``window`` (``query_length``: blocks of ``b^s`` or leaves of a fraction
+of the window, chosen by the model), ``model-window-blocks`` the same with blocks of ``b^s`` only
+(``window_leaves=False``); ``model-period`` also measures one leaf
 per window (``period``, :class:`~dpstream.release.periodic.PeriodicPerturber`), ``model-period-profile``
 with a private profile of the period of 24 bins (``profile_bins=24``), ``model-period-quarter`` with leaves of a
 quarter of the window (``period = window // 4``).  Both budgets are epsilon (the
@@ -106,6 +108,8 @@ def _tops(**options: Any) -> Method:
         info = {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
         if tops.model_choice is not None:
             info["prior"] = tops.model_choice.prior
+        if tops.leaf is not None:
+            info["leaf"] = tops.leaf
         return released, info
 
     return run
@@ -118,6 +122,7 @@ METHODS: dict[str, Method] = {
     "model-rnm": _tops(threshold_method="model", selection="report-noisy-max"),
     "model-exponential": _tops(threshold_method="model", selection="exponential"),
     "model-window": _tops(threshold_method="model", window_length=True),
+    "model-window-blocks": _tops(threshold_method="model", window_length=True, window_leaves=False),
     "model-period": _tops(threshold_method="model", window_length=True, window_period=True),
     "model-period-quarter": _tops(threshold_method="model", window_length=True, window_period_divisor=4),
     "model-period-profile": _tops(threshold_method="model", window_length=True, window_period=True,

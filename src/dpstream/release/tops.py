@@ -47,7 +47,7 @@ from dpstream.release.perturber import HierarchicalPerturber
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
-from dpstream.thresholds.model import ModelChoice, model_threshold
+from dpstream.thresholds.model import ModelChoice, model_threshold, window_leaves
 from dpstream.thresholds.noisy_max import threshold_candidates
 from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
@@ -106,6 +106,15 @@ class ToPS(HoldOutRelease):
     query_length : int, optional
         With ``model``: the window length the release should serve best (e.g. 1440 for daily
         sums of minute readings); default the paper's random queries over ``max_range``.
+        Without ``period`` (and with ``window_leaves``), the model also scores hierarchies whose
+        leaves are ``L / k`` values (:func:`~dpstream.thresholds.model.window_leaves`: k in 1, 2, 4,
+        8), counted from the stream's first value, for windows of ``L`` that start anywhere, and
+        chooses the structure with theta (a departure from the paper).  When such leaves win, the
+        release is a :class:`~dpstream.release.periodic.PeriodicPerturber` (:attr:`leaf`), and the
+        default smoother is the moving average of :data:`PERIOD_SMOOTHING` leaves, as with ``period``.
+    window_leaves : bool
+        With ``model`` and ``query_length`` (no ``period``, no ``smoothed_levels``): score the
+        leaves of a fraction of the window (default True); False scores blocks of ``b^s`` only.
     period : int, optional
         P: measure one leaf per period of the stream instead of blocks of ``b^s`` values
         (:class:`~dpstream.release.periodic.PeriodicPerturber`; e.g. 1440 for minute readings
@@ -185,6 +194,7 @@ class ToPS(HoldOutRelease):
         query_length: int | None = None,
         period: int | None = None,
         profile_bins: int = 0,
+        window_leaves: bool = True,
         selection: str = "permute-and-flip",
         granularity: float | None = None,
         seed: BitsSeed = None,
@@ -196,7 +206,7 @@ class ToPS(HoldOutRelease):
             smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
-            selection=selection, granularity=granularity,
+            window_leaves=window_leaves, selection=selection, granularity=granularity,
         )
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
@@ -213,6 +223,9 @@ class ToPS(HoldOutRelease):
         self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
         self.period = None if period is None else check_positive_int(period, "period")
         self.profile_bins = check_nonnegative_int(profile_bins, "profile_bins")
+        self.window_leaves = check_bool(window_leaves, "window_leaves")
+        #: With ``query_length`` and no period: the leaf length the model chose (None: blocks of ``b^s``).
+        self.leaf: int | None = None
         self._profile: np.ndarray | None = None
         #: With ``period``: d, the measured levels of the periodic hierarchy (None until the hold-out ends).
         self.period_levels: int | None = None
@@ -230,6 +243,9 @@ class ToPS(HoldOutRelease):
             smoother, window = "moving_average", PERIOD_SMOOTHING if window is None else window
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
         self._smoother = make_smoother("recent" if smoother is None else smoother, **params)
+        # leaves of a fraction of the window are smoothed as periods are
+        self._leaf_smoother = (make_smoother("moving_average", window=PERIOD_SMOOTHING) if smoother is None
+                               else self._smoother)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         # A perturber with a placeholder theta checks r, b and s now rather than after the hold;
         # s does not depend on theta (Eq. 7), so its levels are the real ones.
@@ -273,7 +289,9 @@ class ToPS(HoldOutRelease):
         what it chose: theta, s, the prior and the model's choice), the current chunk's running
         sums and smoother, and the noise source.
         """
-        params = dict(self._params, **_smoother_params(self._smoother))
+        params = dict(self._params)
+        if params["smoother"] is not None:  # None stays None: the default depends on what the hold-out chooses
+            params.update(_smoother_params(self._smoother))
         return {
             **snapshot_header(TOPS, params, self._source),
             **self._hold_out_state(),
@@ -307,6 +325,8 @@ class ToPS(HoldOutRelease):
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
             if self.period is not None:
                 levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
+            elif self.leaf is not None:
+                levels = f"d = {self._stream.measured_levels} over leaves of {self.leaf} values"
             profile = "" if not self._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
             threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
                 f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior{profile}; "
@@ -359,9 +379,15 @@ class ToPS(HoldOutRelease):
         return self.period is not None and self.threshold_method == "model" and self.profile_bins > 0
 
     def _perturber(self, theta: float, prior: float | None, *, smoothed_levels: int | None = None,
-                   levels: int | None = None) -> HierarchicalPerturber:
-        """The stream mechanism for the released values: blocks of ``b^s`` values, or periods
-        (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`)."""
+                   levels: int | None = None, leaf: int | None = None) -> HierarchicalPerturber:
+        """The stream mechanism for the released values: blocks of ``b^s`` values, periods
+        (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`), or
+        leaves of ``leaf`` values under ``levels`` levels."""
+        if leaf is not None:
+            return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=leaf, phase=self.hold % leaf,
+                                     max_range=self.max_range, fanout=self.fanout, levels=levels,
+                                     smoother=self._leaf_smoother, granularity=self.granularity,
+                                     noise=self._source, prior=prior)
         if self.period is None:
             args = self._perturber_args if smoothed_levels is None else dict(self._perturber_args,
                                                                              smoothed_levels=smoothed_levels)
@@ -383,6 +409,9 @@ class ToPS(HoldOutRelease):
         queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
         model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
+        leaves = ()
+        if self.query_length is not None and self.period is None and self._forced_levels is None and self.window_leaves:
+            leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout)
         choice = model_threshold(
             self._held,
             epsilon=model_epsilon,
@@ -396,6 +425,7 @@ class ToPS(HoldOutRelease):
             step=self.threshold_step,
             seed=_bits_of(self._source.sampler("model")),
             period=self.period,
+            leaves=leaves,
         )
         profile, profile_spent = None, 0.0
         if self._profiled:
@@ -405,20 +435,24 @@ class ToPS(HoldOutRelease):
             profile_spent = profile_epsilon(choice.threshold, profile_budget)
         self._start_stream(threshold=choice.threshold, smoothed_levels=choice.smoothed_levels, prior=choice.prior,
                            model_choice=dataclasses.asdict(choice), levels=choice.measured_levels, profile=profile,
-                           profile_spent=profile_spent)
+                           profile_spent=profile_spent, leaf=choice.leaf)
 
     def _start_stream(self, *, threshold: float, smoothed_levels: int | None, prior: float | None,
                       model_choice: dict | None, levels: int | None = None, profile: np.ndarray | None = None,
-                      profile_spent: float = 0.0) -> None:
+                      profile_spent: float = 0.0, leaf: int | None = None) -> None:
         """Start the perturber on what the hold-out chose (also when a snapshot is restored):
-        theta, s (or, with a period, the measured levels d and the private profile) and the prior."""
+        theta, s (or, with a period or leaves of a fraction of the window, the measured levels d,
+        the leaf and the private profile) and the prior."""
         self._chosen = {"threshold": threshold, "smoothed_levels": smoothed_levels, "prior": prior,
                         "model_choice": model_choice, "levels": levels, "profile": profile,
                         "profile_spent": profile_spent}
+        if leaf is not None:  # only then, so that snapshots without leaves stay as they were
+            self._chosen["leaf"] = leaf
+        self.leaf = leaf
         if model_choice is not None:
             self.model_choice = ModelChoice(**model_choice)
         self._profile, self._profile_spent = profile, profile_spent
-        self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels)
+        self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
 

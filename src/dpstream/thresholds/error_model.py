@@ -374,6 +374,46 @@ class ErrorModel:
             "prior": f["prior"] * np.broadcast_to(summary.prior_error, theta.shape),
         }
 
+    def leaf_levels(self, leaf: int) -> range:
+        """The numbers ``d`` of measured levels a hierarchy with leaves of ``leaf`` values can have
+        (``max(1, r // leaf)`` leaves per chunk, as :class:`~dpstream.release.periodic.PeriodicPerturber`)."""
+        leaves = max(1, self.max_range // check_positive_int(leaf, "leaf"))
+        return range(1, (num_levels(leaves, self.fanout) if leaves > 1 else 1) + 1)
+
+    def leaf_factors(self, leaf: int, measured_levels: int) -> dict[str, float]:
+        """As :meth:`factors`, for leaves of ``leaf`` values (any length, not only ``b^s``) under
+        ``d = measured_levels`` levels, for windows that start anywhere (cached).
+
+        The leaves are those of :class:`~dpstream.release.periodic.PeriodicPerturber` counted from
+        the stream's first value; starts are averaged over one top node of ``leaf b^(d-1)`` values
+        (a chunk of ``r // leaf`` leaves that is not a whole number of top nodes is modelled as if
+        it were).  With ``leaf = b^s`` and ``d = h - s`` the noise, smoothing and drift factors
+        are those of :meth:`factors` up to the quadrature's starts.
+
+        >>> model = ErrorModel(epsilon=1.0, max_range=2**12, fanout=16, queries=QueryLengths.fixed(64))
+        >>> f = model.leaf_factors(64, 1); f["noise"] < 2.0, f["white"] > 0
+        (True, True)
+        """
+        leaf = check_positive_int(leaf, "leaf")
+        d = int(measured_levels)
+        if d not in self.leaf_levels(leaf):
+            raise ValueError(f"measured_levels must be in {self.leaf_levels(leaf)} for leaves of {leaf}, got {d}.")
+        return dict(_block_factors(leaf, d, self.fanout, leaf * self.fanout ** (d - 1), self.points, self.queries))
+
+    def leaf_components(self, summary: DataSummary, leaf: int, measured_levels: int) -> dict[str, np.ndarray]:
+        """As :meth:`components`, for leaves of ``leaf`` values under ``measured_levels`` levels
+        (node noise ``Lap(theta d / eps)``, the Recent smoother within a leaf)."""
+        f = self.leaf_factors(leaf, measured_levels)
+        theta = np.asarray(summary.candidates, dtype=np.float64)
+        beta = theta * measured_levels / self.epsilon
+        tau2 = np.maximum(summary.excess_square - summary.excess_mean**2, 0.0)
+        return {
+            "noise": 2.0 * beta**2 * f["noise"],
+            "smoothing": f["white"] * summary.spread + f["drift"] * summary.drift * leaf,
+            "truncation": self.queries.mean_square * summary.excess_mean**2 + self.queries.mean * tau2,
+            "prior": f["prior"] * np.broadcast_to(summary.prior_error, theta.shape),
+        }
+
     def expected_error(self, summary: DataSummary, smoothed_levels: int) -> np.ndarray:
         """The expected squared error of a query, for every candidate theta."""
         return sum(self.components(summary, smoothed_levels).values())
@@ -394,15 +434,21 @@ class ErrorModel:
 def _factors(max_range: int, fanout: int, levels: int, points: int, s: int,
              queries: QueryLengths) -> tuple[tuple[str, float], ...]:
     """:meth:`ErrorModel.factors`, cached on the hierarchy, the quadrature and the query law."""
-    period = fanout ** (levels - 1)
+    return _block_factors(fanout**s, levels - s, fanout, fanout ** (levels - 1), points, queries)
+
+
+@functools.lru_cache(maxsize=256)
+def _block_factors(bs: int, measured: int, fanout: int, period: int, points: int,
+                   queries: QueryLengths) -> tuple[tuple[str, float], ...]:
+    """The factors of a forest with leaves of ``bs`` values and ``measured`` levels, for windows
+    starting anywhere in one top node of ``period`` values (after the first block)."""
     n_lengths = min(64, queries.lengths.size)
     per_length = max(1, points // n_lengths)
     lengths = np.repeat(queries.strata(n_lengths), per_length)
     j = np.arange(lengths.size)
     starts = period + np.floor(((j * _GOLDEN) % 1.0) * period).astype(np.int64)
     stops = starts + lengths
-    bs = fanout**s
-    noise = range_noise_factor(starts, stops, block_size=bs, fanout=fanout, measured_levels=levels - s)
+    noise = range_noise_factor(starts, stops, block_size=bs, fanout=fanout, measured_levels=measured)
     oa, ob = (starts % bs).astype(np.float64), (stops % bs).astype(np.float64)
     length = (stops - starts).astype(np.float64)
     same = starts // bs == stops // bs

@@ -66,12 +66,15 @@ from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon
 __all__ = [
     "DRIFT_MARGIN",
     "GRID_RATIO",
+    "LEAF_DIVISORS",
+    "MIN_LEAF",
     "SHARES",
     "ModelChoice",
     "model_candidates",
     "model_threshold",
     "noisy_mean",
     "selection_scores",
+    "window_leaves",
 ]
 
 #: Budget shares of the four steps (they sum to 1).
@@ -82,6 +85,12 @@ DRIFT_MARGIN = 1.0
 
 #: Ratio of consecutive candidate thresholds.
 GRID_RATIO = 1.02
+
+#: With a window length L and no period: leaves of L / k values are scored for these k.
+LEAF_DIVISORS = (1, 2, 4, 8)
+
+#: The shortest leaf :func:`window_leaves` proposes.
+MIN_LEAF = 16
 
 _DRIFT_BLOCKS = 4
 _LN2 = math.log(2.0)
@@ -97,7 +106,10 @@ class ModelChoice:
     threshold, smoothed_levels, prior : float, int or None, float
         theta, s (None with a period) and the smoother's start a_0.
     measured_levels : int or None
-        With a period: d, the measured levels of the periodic hierarchy.
+        With a period, or leaves of a window: d, the measured levels of the periodic hierarchy.
+    leaf : int or None
+        When a hierarchy with leaves of a fraction of the window was chosen (``leaves=`` of
+        :func:`model_threshold`): the leaf length; then ``smoothed_levels`` is None.
     predicted_error : float
         The model's expected squared error of a query at this choice, with the exponential
         stand-in for the tail and the held-out count (for information: it is not private).
@@ -120,6 +132,25 @@ class ModelChoice:
     epsilon_spent: float
     details: dict = field(default_factory=dict)
     measured_levels: int | None = None
+    leaf: int | None = None
+
+
+def window_leaves(query_length: int, *, max_range: int, fanout: int) -> tuple[int, ...]:
+    """Leaf lengths scored for windows of ``query_length`` values: ``L / k`` for ``k`` in
+    :data:`LEAF_DIVISORS` that divide ``L``, of at least :data:`MIN_LEAF` values, at most ``r``,
+    and not already a block ``b^s`` of the usual hierarchy.  Public: parameters only.
+
+    >>> window_leaves(1440, max_range=2**20, fanout=16)
+    (1440, 720, 360, 180)
+    >>> window_leaves(4096, max_range=2**20, fanout=16)  # 4096 = 16^3 is a usual block
+    (2048, 1024, 512)
+    """
+    length = check_positive_int(query_length, "query_length")
+    max_range = check_positive_int(max_range, "max_range", minimum=2)
+    fanout = check_positive_int(fanout, "fanout", minimum=2)
+    blocks = {fanout**s for s in range(num_levels(max_range, fanout))}
+    return tuple(length // k for k in LEAF_DIVISORS
+                 if length % k == 0 and MIN_LEAF <= length // k <= max_range and length // k not in blocks)
 
 
 def model_candidates(upper_bound: float, step: float = 1.0) -> np.ndarray:
@@ -200,6 +231,7 @@ def model_threshold(
     step: float = 1.0,
     seed: BitsSeed = None,
     period: int | None = None,
+    leaves: tuple[int, ...] = (),
 ) -> ModelChoice:
     """Choose theta, s and the prior privately from the held-out values (see the module docstring).
 
@@ -224,6 +256,11 @@ def model_threshold(
     period : int, optional
         Score the periodic hierarchy (leaves of ``period`` values) for windows that start at a
         period boundary, instead of blocks of ``b^s`` values (``levels`` is then unused).
+    leaves : tuple of int
+        Without a period: also score hierarchies whose leaves have these lengths (e.g.
+        :func:`window_leaves`), each with every number of measured levels, for windows that
+        start anywhere (:meth:`~dpstream.thresholds.error_model.ErrorModel.leaf_components`);
+        the best structure for each theta is a public function of theta, as s is.
 
     Returns
     -------
@@ -275,7 +312,7 @@ def model_threshold(
     model = ErrorModel(epsilon=stream_epsilon, max_range=max_range, fanout=fanout, queries=queries)
     above = m - np.searchsorted(ordered, candidates, side="left")  # m_theta = |{v >= theta}|
     kappa = queries.mean / queries.mean_square  # weight of the truncation's variance term
-    rows = []
+    rows, structures = [], []
     if period is not None:  # leaves of one period: aligned windows are whole leaves, no smoothing error
         factors = aligned_noise_factors(period=period, max_range=max_range, fanout=fanout, queries=queries)
         levels = tuple(factors)
@@ -288,6 +325,15 @@ def model_threshold(
         parts = model.components(summary, s)
         public = (parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2 / (queries.mean_square * scale**2)
         rows.append(public)
+        structures.append((s, None, None))
+    for leaf in leaves if period is None else ():
+        summary = DataSummary(candidates, excess, excess_square, spread, drift,
+                              prior_noise + drift * (m + leaf) / 2.0)
+        for d in model.leaf_levels(leaf):
+            parts = model.leaf_components(summary, leaf, d)
+            rows.append((parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2
+                        / (queries.mean_square * scale**2))
+            structures.append((None, d, leaf))
     # The counts enter every s alike, so the best s for a theta is the one with the least public
     # error: a public function of theta.  Only theta is selected privately.
     rows = np.array(rows)
@@ -297,10 +343,11 @@ def model_threshold(
     eps_select = epsilon * SHARES["selection"]
     index = select(selection, scores, epsilon=eps_select, monotone=True, seed=bits)
     spent += selection_epsilon(selection, eps_select, monotone=True)
-    s = levels[int(best_level[index])]
-    measured = None
+    leaf = None
     if period is not None:
-        s, measured = None, s
+        s, measured = None, levels[int(best_level[index])]
+    else:
+        s, measured, leaf = structures[int(best_level[index])]
     theta = float(candidates[index])
 
     # 4. the prior
@@ -317,6 +364,7 @@ def model_threshold(
         epsilon_spent=spent,
         details={"median": median, "selection": selection, **drift_details},
         measured_levels=measured,
+        leaf=leaf,
     )
 
 
