@@ -241,9 +241,9 @@ def ratio_table(records: list[dict[str, Any]], *, baseline: str = "paper",
         row: dict[str, Any] = {"dataset": dataset, "epsilon": epsilon, "method": method, "rounds": len(by_round)}
         chosen = [r.get("threshold") for r in by_round.values()]
         row["threshold_median"] = float(np.median(chosen))
-        levels = [r.get("smoothed_levels") for r in by_round.values()]
-        row["smoothed_levels"] = {("period" if s is None else int(s)): levels.count(s)
-                                  for s in sorted(set(levels), key=lambda s: -1 if s is None else s)}
+        levels = [f"leaf {r['leaf']}" if r.get("leaf") else r.get("smoothed_levels") for r in by_round.values()]
+        row["smoothed_levels"] = {("period" if s is None else s if isinstance(s, str) else int(s)): levels.count(s)
+                                  for s in sorted(set(levels), key=lambda s: (isinstance(s, str), str(s)))}
         for metric in metrics:
             if metric not in next(iter(by_round.values())):
                 continue

@@ -302,7 +302,10 @@ def model_threshold(
 
     # 2. drift: counts above the median in 4 blocks
     eps_drift = epsilon * SHARES["drift"]
-    drift, drift_details, drift_spent = _drift(values, median, scale, eps_drift, bits)
+    # With leaves of a window to choose from, the structures are scored with the most drift the
+    # counts cannot rule out: a block longer than the window predicts every window inside it, and
+    # at a small budget the counts cannot show that the level is stable on that scale.
+    drift, drift_details, drift_spent = _drift(values, median, scale, eps_drift, bits, upper=bool(leaves))
     spent += drift_spent
 
     # 3. selection of (theta, s)
@@ -392,8 +395,10 @@ def _prior_spent(theta: float, epsilon: float) -> float:
     return _spent_laplace(top, _round_up(Fraction(top) / Fraction(epsilon)))
 
 
-def _drift(values: np.ndarray, median: float, scale: float, epsilon: float, bits) -> tuple[float, dict, float]:
-    """Random-walk drift rate ``q`` (``delta^2(bs) = q bs``) from noisy block counts above the median."""
+def _drift(values: np.ndarray, median: float, scale: float, epsilon: float, bits,
+           upper: bool = False) -> tuple[float, dict, float]:
+    """Random-walk drift rate ``q`` (``delta^2(bs) = q bs``) from noisy block counts above the median
+    (``upper``: DRIFT_MARGIN standard errors above the estimate instead of below)."""
     m = values.size
     block = m // _DRIFT_BLOCKS
     noise_scale = _round_up(Fraction(1) / Fraction(epsilon))
@@ -411,6 +416,8 @@ def _drift(values: np.ndarray, median: float, scale: float, epsilon: float, bits
     # count only drift beyond DRIFT_MARGIN standard errors of that estimate for stationary values
     # (three correlated differences: sd of their mean square ~ (4 sqrt(2) / 3) variance)
     margin = DRIFT_MARGIN * 4.0 * math.sqrt(2.0) / 3.0 * variance
+    if upper:  # the most drift the counts cannot rule out
+        margin = -margin
     rho2 = max(excess - margin, 0.0) / _DENSITY_AT_MEDIAN**2  # squared relative change of the level per block
     drift = rho2 * scale**2 / block
     return drift, {"drift_fractions": fractions.tolist()}, spent
