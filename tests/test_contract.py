@@ -56,6 +56,7 @@ MAKERS = {
     "tops-s0": lambda kind: make_tops(kind, smoothed_levels=0, smoother="exponential", alpha=0.3),
     "tops-period": lambda kind: make_tops(kind, period=48, profile_bins=4),
     "tops-period-nm-e": lambda kind: make_tops(kind, period=48, threshold_method="nm-e"),
+    "tops-window-leaves": lambda kind: make_tops(kind, query_length=96),  # the model chooses leaves of 24
     "bt": make_bt,
     "pak": make_pak,
     "pak-uncapped": lambda kind: make_pak(kind, capped=False),

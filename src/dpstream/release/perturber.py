@@ -197,6 +197,9 @@ class HierarchicalPerturber:
     ((512,), 1, True, True)
     """
 
+    #: Clock position of the first released value (chunks start where the clock is a multiple of r).
+    phase = 0
+
     def __init__(
         self,
         *,
@@ -295,7 +298,8 @@ class HierarchicalPerturber:
     def resume_stream(self, data: dict[str, Any]) -> None:
         """Continue from :meth:`stream_state` (on a perturber built with the same parameters and source)."""
         released = int(data["released"])
-        if data["noise"] is None and released % self.max_range and not self._source.keyed:
+        inside = released and (released + self.phase) % self.max_range  # a chunk has begun and not ended
+        if data["noise"] is None and inside and not self._source.keyed:
             raise ValueError("a perturber snapshot taken inside a chunk must carry its noise (an unkeyed source "
                              "cannot recompute it).")
         self.state = PerturberState(
