@@ -330,3 +330,18 @@ def test_release_reads_parquet_streams_and_missing_values(tmp_path):
     assert zero.exit_code == 0 and len(zero.stdout.split()) == 3  # positions kept: 4 values, 1 held out
     skip = CliRunner().invoke(main, [*missing, "--missing", "skip"])
     assert skip.exit_code == 0 and len(skip.stdout.split()) == 2
+
+
+def test_evaluate_period_gives_tops_leaves_of_one_period(runner, tmp_path):
+    """--period P: the end-to-end study's ToPS measures one leaf per period (recorded in the JSON);
+    a bad value or another study is refused with a usage error and writes nothing."""
+    import json
+
+    args = ["evaluate", "--study", "end-to-end", "--methods", "ToPS", "--epsilons", "1", "--rounds", "1",
+            "--queries", "5", "--hold", "512", "--max-range", "1024"]
+    result = runner.invoke(main, [*args, "--period", "48", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((tmp_path / "a" / "end-to-end-pos.json").read_text())["config"]["period"] == 48
+    for extra, shown in ((["--period", "0"], "--period"), (["--period", "48", "--study", "hierarchy"], "--period")):
+        bad = runner.invoke(main, [*args, *extra, "--out", str(tmp_path / "b")])
+        assert bad.exit_code == 2 and shown in bad.stderr and not (tmp_path / "b").exists()

@@ -39,6 +39,9 @@ from dpstream.evaluation.plots import counted
 @click.option("--queries", type=int, default=200, show_default=True, help="Queries per round.")
 @click.option("--query-length", type=int, default=None,
               help="Length L of every query (default: random ranges, both ends uniform over the released values).")
+@click.option("--period", type=int, default=None,
+              help="end-to-end and baselines studies: ToPS measures one leaf per period of this many values "
+                   "(as release --period).")
 @click.option("--hold", type=int, default=65536, show_default=True,
               help="Held-out values m that choose the threshold.")
 @click.option("--max-range", type=int, default=2**20, show_default=True,
@@ -52,8 +55,9 @@ from dpstream.evaluation.plots import counted
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 def evaluate(dataset: str, column: str | None, upper_bound: float | None, study: str, methods: str | None,
-             epsilons: str, rounds: int, queries: int, query_length: int | None, hold: int, max_range: int,
-             percentile: float, seed: int, clip: bool, out_dir: str, force: bool, stream_epsilon: float) -> None:
+             epsilons: str, rounds: int, queries: int, query_length: int | None, period: int | None, hold: int,
+             max_range: int, percentile: float, seed: int, clip: bool, out_dir: str, force: bool,
+             stream_epsilon: float) -> None:
     """Run a study of the paper's Section 5 and write CSV, JSON and a PNG plot to --out.
 
     Every round draws fresh noise and --queries fresh range queries (random ranges, or all of
@@ -66,6 +70,11 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
         )
     if query_length is not None and query_length < 1:
         raise click.BadParameter(f"must be >= 1, got {query_length}.", param_hint="'--query-length'")
+    if period is not None and period < 1:
+        raise click.BadParameter(f"must be >= 1, got {period}.", param_hint="'--period'")
+    if period is not None and "ToPS" not in STUDIES[study].methods:
+        raise click.UsageError(f"--period applies to the ToPS of the end-to-end and baselines studies, got --study "
+                               f"{study}.")
     with usage_errors():
         check_percentile(percentile)
     method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
@@ -75,7 +84,7 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
                                  f"{', '.join(STUDIES[study].methods)}.", param_hint="'--methods'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column, clip=clip)
     config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile,
-                              stream_epsilon=stream_epsilon, query_length=query_length)
+                              stream_epsilon=stream_epsilon, query_length=query_length, period=period)
     stem = f"{study}-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset], files={
         "rounds": f"{stem}-rounds.csv", "summary": f"{stem}.csv", "json": f"{stem}.json", "plot": f"{stem}-mse.png"})

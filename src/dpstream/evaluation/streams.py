@@ -104,7 +104,9 @@ class ExperimentConfig:
     """The paper's settings as defaults: m = 65,536, r = 2^20, 200 random range queries.
 
     ``query_length`` fixes the length of every query (None: random ranges, as the paper draws
-    them); ``stream_epsilon`` is the ``topl`` study's budget of the stream reports (Figure 8: 1).
+    them); ``stream_epsilon`` is the ``topl`` study's budget of the stream reports (Figure 8: 1);
+    ``period`` gives ToPS of the ``end-to-end`` and ``baselines`` studies one leaf per period of that many values
+    (:class:`~dpstream.release.periodic.PeriodicPerturber`; None: the paper's blocks of ``b^s``).
 
     >>> ExperimentConfig(rounds=3).hold
     65536
@@ -117,6 +119,7 @@ class ExperimentConfig:
     percentile: float = 95.0
     stream_epsilon: float = 1.0
     query_length: int | None = None
+    period: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,7 +216,7 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
-                threshold_method="nm-e", noise=FloatNoise(rng=rng))
+                threshold_method="nm-e", period=config.period, noise=FloatNoise(rng=rng))
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
