@@ -26,6 +26,8 @@ def stream_file(tmp_path):
         ([], {}, "error model for random queries"),
         (["--threshold-method", "nm-e"], {"threshold_method": "nm-e"}, "(NM-E)"),
         (["--query-length", "60"], {"query_length": 60}, "windows of 60 values"),
+        (["--query-length", "96", "--epsilon", "4"], {"query_length": 96, "epsilon": 4.0},
+         "(error model for windows of 96 values starting anywhere)"),
         (["--query-length", "60", "--smoothed-levels", "1"], {"query_length": 60, "smoothed_levels": 1},
          "smoothed levels s = 1"),
         (["--period", "48"], {"period": 48}, "one leaf per period of 48 values (the first released value at phase 20)"),
@@ -38,7 +40,8 @@ def test_release_options_match_the_library(tmp_path, stream_file, flags, kwargs,
     out = tmp_path / "out.txt"
     result = CliRunner().invoke(main, ["release", str(path), "-o", str(out), *ARGS, *flags])
     assert result.exit_code == 0, result.output
-    expected = ToPS(epsilon=0.5, upper_bound=100, hold=500, max_range=1024, seed=3, **kwargs).release(values)
+    options = dict(epsilon=0.5, upper_bound=100, hold=500, max_range=1024, seed=3)
+    expected = ToPS(**{**options, **kwargs}).release(values)
     assert np.array_equal(np.loadtxt(out), expected)
     assert said in result.stderr
 

@@ -57,6 +57,11 @@ def _describe_tops(tops: ToPS) -> str:
             "values from a period boundary")
         return (f"threshold theta = {tops.threshold:g}, one leaf per period of {tops.period} values (the first "
                 f"released value at phase {tops.hold % tops.period}), d = {tops.period_levels} measured levels ({how})")
+    if tops.leaf is not None:
+        return (f"threshold theta = {tops.threshold:g}, leaves of {tops.leaf} values counted from the first value "
+                f"(the first released value at phase {tops.hold % tops.leaf}), d = {tops.period_levels} measured "
+                f"levels, prior {tops.model_choice.prior:.6g} (error model for windows of {tops.query_length} values "
+                "starting anywhere)")
     if tops.model_choice is None:
         return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
                 f"of h = {tops.levels}")

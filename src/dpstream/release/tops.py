@@ -227,7 +227,8 @@ class ToPS(HoldOutRelease):
         #: With ``query_length`` and no period: the leaf length the model chose (None: blocks of ``b^s``).
         self.leaf: int | None = None
         self._profile: np.ndarray | None = None
-        #: With ``period``: d, the measured levels of the periodic hierarchy (None until the hold-out ends).
+        #: With ``period`` or leaves of a window (:attr:`leaf`): d, the measured levels of the periodic hierarchy
+        #: (None until the hold-out ends).
         self.period_levels: int | None = None
         self._profile_spent = 0.0
         if self.period is not None and smoothed_levels is not None:
@@ -384,6 +385,7 @@ class ToPS(HoldOutRelease):
         (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`), or
         leaves of ``leaf`` values under ``levels`` levels."""
         if leaf is not None:
+            self.period_levels = levels
             return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=leaf, phase=self.hold % leaf,
                                      max_range=self.max_range, fanout=self.fanout, levels=levels,
                                      smoother=self._leaf_smoother, granularity=self.granularity,

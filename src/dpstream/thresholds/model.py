@@ -33,6 +33,15 @@ the first block's prior.  On the held-out values it runs four private steps, wit
    With ``period=`` (leaves of one period, :class:`~dpstream.release.periodic.PeriodicPerturber`)
    the public error is the noise of windows that start at a period boundary (whole leaves: no
    smoothing error) for each number ``d`` of measured levels, and ``d`` follows from theta.
+   With a window length ``L`` and no period (``leaves=``, :func:`window_leaves`), hierarchies
+   whose leaves are ``L / k`` values (``k`` in :data:`LEAF_DIVISORS`, counted from the stream's
+   first value) are scored alongside the blocks of ``b^s``, each with every ``d``, for windows of
+   ``L`` that start anywhere (noise, smoothing and drift as for blocks,
+   :meth:`~dpstream.thresholds.error_model.ErrorModel.leaf_components`); the structure follows
+   from theta as s does, so the selection and its budget are unchanged.  Then the drift of step
+   2 is taken ``DRIFT_MARGIN`` standard errors *above* its estimate (the most the counts cannot
+   rule out): a block longer than the window predicts every window inside it from the past,
+   and at a small budget the counts cannot show that the level is stable on that scale.
 4. **Prior** (1/4): the mean of ``min(v, theta)`` over the hold-out, with discrete Laplace noise
    on a grid (sensitivity ``theta``), starts the smoother instead of ``theta / 2``.
 
