@@ -387,12 +387,13 @@ class ErrorModel:
         The leaves are those of :class:`~dpstream.release.periodic.PeriodicPerturber` counted from
         the stream's first value; starts are averaged over one top node of ``leaf b^(d-1)`` values
         (a chunk of ``r // leaf`` leaves that is not a whole number of top nodes is modelled as if
-        it were).  With ``leaf = b^s`` and ``d = h - s`` the noise, smoothing and drift factors
-        are those of :meth:`factors` up to the quadrature's starts.
+        it were).  With ``leaf = b^s`` and ``d = h - s`` the factors are exactly those of
+        :meth:`factors` (the same forest and quadrature).
 
+        >>> # a window of one leaf from offset f of a leaf: u_k + f (u_k - u_(k-1)), mean 8/3 over f
         >>> model = ErrorModel(epsilon=1.0, max_range=2**12, fanout=16, queries=QueryLengths.fixed(64))
-        >>> f = model.leaf_factors(64, 1); f["noise"] < 2.0, f["white"] > 0
-        (True, True)
+        >>> abs(model.leaf_factors(64, 1)["noise"] - 8 / 3) < 0.05
+        True
         """
         leaf = check_positive_int(leaf, "leaf")
         d = int(measured_levels)
