@@ -156,8 +156,11 @@ class ToPS(HoldOutRelease):
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
     for infinite streams.  Truncation, rounding to the grid, consistency and smoothing add no
-    cost.  The guarantee holds for the numbers produced: every noisy measurement is an exact
-    integer drawn by exact samplers.
+    cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
+    :class:`~dpstream.release.periodic.PeriodicPerturber` over those leaves with the same
+    guarantee (one value changes one node per measured level); which leaves is a public function
+    of the privately selected theta, so the threshold's budget is unchanged.  The guarantee holds
+    for the numbers produced: every noisy measurement is an exact integer drawn by exact samplers.
 
     Examples
     --------
