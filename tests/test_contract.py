@@ -258,3 +258,12 @@ def test_topl_simulation_continues_from_its_snapshot():
         assert twin.position == split and twin.threshold == topl.threshold
         np.testing.assert_array_equal(np.concatenate([first, twin.release(values[split:])]), want)
     assert twin.privacy() == topl.privacy()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_window_maker_exercises_leaves_of_the_window(kind):
+    """The ``tops-window-leaves`` maker is there for the periodic path chosen by the model: it must
+    choose leaves (a fraction of the window), not blocks of b^s."""
+    mechanism = MAKERS["tops-window-leaves"](kind)
+    mechanism.release(VALUES[: HOLD + 1])
+    assert mechanism.leaf is not None and 96 % mechanism.leaf == 0
