@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
-from dpstream.cli._columns import check_columns, release_columns
+from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
 from dpstream.cli._common import (
     SEED_HELP,
     Stopped,
@@ -220,11 +220,9 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
     if state_path is not None:
-        if time_column is not None or key_column is not None:
-            raise click.UsageError("--state does not work with --time-column or --key-column yet.")
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
-                         missing=missing, seed=seed, hold=hold, force=force, options=options,
-                         checkpoint_seconds=checkpoint_seconds)
+                         time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
+                         seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
         return
     if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
@@ -278,8 +276,8 @@ def warn_if_released_before(target: Any) -> None:
 
 
 def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
-                     missing: str, seed: int | None, hold: int, force: bool, options: dict[str, Any],
-                     checkpoint_seconds: float) -> None:
+                     time_column: str | None, key_column: str | None, max_keys: int, missing: str, seed: int | None,
+                     hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
     from dpstream.cli._durable import DurableRelease
 
@@ -290,29 +288,50 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                chosen.options}
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
-    reader = StreamReader(input_path, column=column, missing=missing)  # a missing input: no state is made
+    # the columns change the output's format; they are recorded when given (states without them stay valid)
+    params.update({name: value for name, value in (("time_column", time_column), ("key_column", key_column))
+                   if value is not None})
+    keyed, columns = key_column is not None, time_column is not None or key_column is not None
+    reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
+                          missing=missing)  # a missing input: no state is made
     try:
         run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
                                    output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}),
+                                   max_keys=max_keys if keyed else None)
     except BaseException:
         reader.close()
         raise
     try:
         releaser = run.releaser
-        if releaser.threshold is not None:
+        if not keyed and releaser.threshold is not None:
             announce(releaser, chosen.describe)
         warn_if_seeded(seed)
-        writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
-                         written="the output keeps what was released before it")
+        written = "the output keeps what was released before it"
+        if columns:
+            def tell(stream: Any) -> None:
+                for line in per_key_privacy(stream, seed=seed, durable=True):
+                    say(line)
+
+            writer: Any = ColumnsWriter(releaser, time=time_column is not None, upper_bound=options["upper_bound"],
+                                        announce=tell if keyed else lambda stream: announce(stream, chosen.describe),
+                                        clip=options["clip"], written=written)
+            writer.announced = not keyed and releaser.threshold is not None
+            writer.header = run.state.progress.output_bytes == 0  # a resumed output has its header already
+        else:
+            writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
+                             written=written)
         writer.after = run.checkpoint
         try:
             with run.output() as sink:
-                values = run.skip_consumed(reader.values())
-                if input_path == "-":
-                    writer.live(values, sink)
+                if columns and input_path == "-":
+                    writer.live(reader.records(), sink)
+                elif columns:
+                    writer.batches(run.skip_consumed_batches(reader.batches(_CHUNK)), sink)
+                elif input_path == "-":
+                    writer.live(reader.values(), sink)
                 else:
-                    writer.batches(iter_chunks(values, _CHUNK), sink)
+                    writer.batches(iter_chunks(run.skip_consumed(reader.values()), _CHUNK), sink)
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
             run.stopped(error)
@@ -323,6 +342,8 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
             say(reader.stats.summary())
         if options["clip"]:
             say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
+        if keyed:
+            say(summary(releaser, hold=hold if "hold" in chosen.options else 0))
         say(message)
     finally:
         run.close()
