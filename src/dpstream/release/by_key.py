@@ -107,7 +107,8 @@ def key_secret(secret: bytes, key: str) -> bytes:
     this key and the node's identity, so a snapshot leaves the noise out and a restored mechanism
     recomputes it).  Keys of different keys are independent as long as ChaCha20 and HMAC-SHA256 are.
 
-    >>> key_secret(seed_secret(1), "a") == key_bits(seed_secret(1), "a").words(4).tobytes() != key_secret(seed_secret(1), "b")
+    >>> secret = seed_secret(1)
+    >>> key_secret(secret, "a") == key_bits(secret, "a").words(4).tobytes() != key_secret(secret, "b")
     True
     """
     return key_bits(secret, key).words(4).astype("<u8").tobytes()
@@ -195,7 +196,8 @@ class ByKey:
 
     @property
     def state(self) -> dict[str, Any]:
-        """A snapshot as plain data: the keys in the order they were first served (by batch, sorted), each key's position and mechanism snapshot.
+        """A snapshot as plain data: the keys in the order they were first served (by batch, sorted), each
+        key's position and mechanism snapshot.
 
         SECRET, as every mechanism snapshot is.  :meth:`from_state` continues from it.
         """
