@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from dpstream.cli import cli
 from dpstream.cli._durable import seed_key
 from dpstream.durable import StreamState
-from dpstream.release import PAK, BinaryTreeCounter, ToPS
+from dpstream.noise.bits import KeyedBits
+from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.by_key import ByKey, key_secret
 
 OPTIONS = ["--epsilon", "1", "--upper-bound", "50"]
@@ -25,6 +26,7 @@ METHOD_OPTIONS = {
     "bt": ["--method", "bt", "--max-range", "4096"],
     "pak": ["--method", "pak", "--hold", "500", "--max-range", "4096"],
 }
+TOPL_OPTIONS = ["--method", "topl", "--hold", "500", "--max-range", "4096"]
 
 
 def _run(*args, input=None):
@@ -182,8 +184,6 @@ def test_what_state_refuses_up_front(tmp_path):
     _write(tmp_path / "in.txt", _values(100))
     to_stdout = _run("release", tmp_path / "in.txt", "-o", "-", "--state", tmp_path / "state", *OPTIONS)
     assert to_stdout.exit_code == 2 and "--state needs -o FILE" in to_stdout.output
-    topl = _release(tmp_path, "bt", "--method", "topl")
-    assert topl.exit_code == 2 and "--state applies to --method tops, pak, pak-uncapped, bt" in topl.output
     bad = _release(tmp_path, "bt", "--epsilon", "-1")
     assert bad.exit_code == 2
     assert not (tmp_path / "state").exists() and not (tmp_path / "out.txt").exists()
@@ -320,3 +320,27 @@ def test_the_budget_of_a_keyed_state_is_per_key_with_its_count_of_keys(tmp_path)
     shown = _run("budget", tmp_path / "state")
     assert shown.exit_code == 0, shown.output
     assert "keys" in shown.output.splitlines()[4] and "epsilon and delta are each key's" in shown.output
+
+
+# -- ToPL ------------------------------------------------------------------------------------------------------------
+
+
+def test_a_topl_state_release_draws_its_clients_bits_from_the_state_key_and_continues_them(tmp_path):
+    """ToPL has no key= mode: its simulated clients read one keyed stream, KeyedBits(key, ("topl",)), whose
+    position the state records; a grown input continues it as one uninterrupted run would."""
+    values = _values(6000)
+    _write(tmp_path / "all.txt", values)
+    args = ["--seed", 9, "--epsilon", "1", "--upper-bound", "50", *TOPL_OPTIONS]
+    whole = _run("release", tmp_path / "all.txt", "-o", tmp_path / "whole.txt", "--state", tmp_path / "whole.state",
+                 *args)
+    assert whole.exit_code == 0, whole.output
+    bits = KeyedBits(key=seed_key(9), identity=("topl",))
+    topl = ToPL(epsilon=1, upper_bound=50, hold=500, max_range=4096, seed=bits)
+    assert (tmp_path / "whole.txt").read_text() == "".join(f"{v!r}\n" for v in topl.release(values).tolist())
+    for stop in (300, 3000, 6000):
+        _write(tmp_path / "in.txt", values[:stop])
+        result = _run("release", tmp_path / "in.txt", "-o", tmp_path / "out.txt", "--state", tmp_path / "state", *args)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
+    state = StreamState.read(tmp_path / "state")
+    assert "key" not in state.mechanism["bits"] and state.ledger[-1].neighbours.startswith("local DP")

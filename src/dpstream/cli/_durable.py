@@ -52,18 +52,24 @@ __all__ = ["CHECKPOINT_SECONDS", "DurableRelease", "seed_key"]
 CHECKPOINT_SECONDS = 1.0
 
 
+#: Where a snapshot keeps its keyed noise: ``noise`` (ToPS, PAK, the binary tree), ``bits`` (ToPL's clients).
+_NOISE_FIELDS = ("noise", "bits")
+
+
 def _strip_key(snapshot: dict[str, Any]) -> dict[str, Any]:
     """The mechanism's snapshot without its key: the state file keeps the key once, in its ``key`` section."""
-    noise = snapshot.get("noise")
-    if isinstance(noise, dict) and noise.get("kind") == "keyed":
-        snapshot = dict(snapshot, noise={name: value for name, value in noise.items() if name != "key"})
+    for field in _NOISE_FIELDS:
+        noise = snapshot.get(field)
+        if isinstance(noise, dict) and noise.get("kind") == "keyed":
+            snapshot = dict(snapshot, **{field: {name: value for name, value in noise.items() if name != "key"}})
     return snapshot
 
 
 def _with_key(snapshot: dict[str, Any], key: bytes) -> dict[str, Any]:
-    noise = snapshot.get("noise")
-    if isinstance(noise, dict) and noise.get("kind") == "keyed":
-        snapshot = dict(snapshot, noise=dict(noise, key=key))
+    for field in _NOISE_FIELDS:
+        noise = snapshot.get(field)
+        if isinstance(noise, dict) and noise.get("kind") == "keyed":
+            snapshot = dict(snapshot, **{field: dict(noise, key=key)})
     return snapshot
 
 
@@ -305,7 +311,7 @@ def _per_key(build: Callable[[bytes], Any], max_keys: int) -> Callable[[bytes], 
 
 def _restore(snapshot: dict[str, Any], key: bytes, fresh: Any) -> Any:
     """The releaser of a state's snapshot; ``fresh`` is the command's releaser, built anew (per key: its ByKey)."""
-    from dpstream.release import PAK, BinaryTreeCounter, ToPS
+    from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 
     kind = snapshot.get("mechanism")
     if kind == BY_KEY and isinstance(fresh, ByKey):
@@ -315,7 +321,7 @@ def _restore(snapshot: dict[str, Any], key: bytes, fresh: Any) -> Any:
                                    f"--max-keys {keys:,} or more to continue it.")
         return ByKey.from_state(snapshot, build=fresh.build, max_keys=fresh.max_keys,
                                 restore=lambda name, stream: _restore(stream, key_secret(key, name), None))
-    kinds = {"tops": ToPS, "binary-tree": BinaryTreeCounter, "pak": PAK}
+    kinds = {"tops": ToPS, "binary-tree": BinaryTreeCounter, "pak": PAK, "topl": ToPL}
     if kind not in kinds:
         raise click.ClickException(f"the state holds a mechanism of kind {kind!r}, which --state cannot continue.")
     return kinds[kind].from_state(_with_key(snapshot, key))

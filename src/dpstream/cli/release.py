@@ -28,6 +28,7 @@ from dpstream.cli._common import (
     warn_if_seeded,
 )
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
+from dpstream.noise.bits import KeyedBits
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
@@ -88,10 +89,17 @@ def _describe_bt(counter: BinaryTreeCounter) -> str:
     return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
 
 
+#: The identity of the simulated clients' keyed bits of ``release --method topl --state``.
+_TOPL_IDENTITY = ("topl",)
+
+
 def _build_topl(options: dict[str, Any]) -> ToPL:
+    # with --state, the clients' bits are one keyed stream (ToPL has no key= mode): a snapshot records how many words
+    # were read, and a resumed run reads the same words again for the values after it
+    key = options.get("key")
     return ToPL(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                 max_range=options["max_range"], threshold_epsilon=options["threshold_epsilon"], clip=options["clip"],
-                seed=options["seed"])
+                seed=options["seed"] if key is None else KeyedBits(key=key, identity=_TOPL_IDENTITY))
 
 
 def _describe_topl(topl: ToPL) -> str:
@@ -128,7 +136,7 @@ RELEASE_METHODS: dict[str, _Method] = {
 }
 _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
 #: The methods ``--state`` continues (their mechanisms have the streaming contract and keyed noise).
-_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
+_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt", "topl")
 
 
 @cli.command()
@@ -188,7 +196,7 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
-                   "release after an interruption without re-spending the budget (tops, pak, bt; -o FILE).")
+                   "release after an interruption without re-spending the budget (-o FILE).")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --state: the least time between two saves of the state (at most one per batch read); "
                    "a resumed run redoes what came after the last save.")
@@ -207,7 +215,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     with --key-column one stream per key as CSV 'key,position,value' (with a time column
     'key,position,time,value'), positions 0-based in each key's stream, rows in input order.
 
-    With --state FILE (a secret file; tops, pak, bt) the release can be interrupted and
+    With --state FILE (a secret file) the release can be interrupted and
     continued: the same command run again appends to OUTPUT from where the last checkpoint left
     it, never re-drawing noise for a published position (see the README, "Long-running
     releases").  From stdin, the producer continues from the consumed count the state records.
