@@ -24,6 +24,19 @@ same input values with the same keyed noise, so they come out identical: a posit
 published never changes.  With ``--seed`` the key is derived from the seed (reproducible, NOT
 secret: tests only), and an interrupted and resumed run writes exactly the output of an
 uninterrupted one.
+
+Times and keys.  With ``--time-column`` the output is CSV ``time,value`` whose header is written
+once (a resumed output has it: ``ColumnsWriter.header`` is False), and file input skips the
+consumed rows batch by batch (:meth:`DurableRelease.skip_consumed_batches`).  With
+``--key-column`` the releaser is a :class:`~dpstream.release.by_key.ByKey` whose key ``k`` has
+the command's mechanism built with ``key=key_secret(secret, k)``, the secret being the state's
+key: the snapshot is ``ByKey.state`` with each key's own key left out (derived again on resume),
+and the ledger records one entry per run for the rows of all keys (stream ``per key``, the number
+of keys, each key's guarantee).
+
+ToPL (``--method topl``) has no ``key=`` mode: its simulated clients read one keyed stream,
+``KeyedBits(key, ("topl",))``; its snapshot records how many words were read (``bits``, the key
+left out), and the restored stream reads the same words again.
 """
 
 from __future__ import annotations
