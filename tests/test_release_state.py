@@ -280,19 +280,22 @@ def test_a_seeded_keyed_state_release_gives_each_key_the_mechanism_of_its_own_ke
     assert all("key" not in stream["noise"] for stream in state.mechanism["streams"])
 
 
-@pytest.mark.parametrize("keyed", [True, False], ids=["keys", "time"])
-def test_a_grown_csv_input_continues_with_one_header(tmp_path, keyed):
+@pytest.mark.parametrize(("method", "keyed"), [("tops", True), ("tops", False), ("topl", True)],
+                         ids=["keys", "time", "topl-keys"])
+def test_a_grown_csv_input_continues_with_one_header(tmp_path, method, keyed):
     _write_meters(tmp_path / "all.txt", 9000)
-    whole = _columns(tmp_path, "tops", "--seed", 2, keyed=keyed, source=tmp_path / "all.txt",
+    extra = ["--seed", 2, *(TOPL_OPTIONS if method == "topl" else [])]
+    whole = _columns(tmp_path, "tops", *extra, keyed=keyed, source=tmp_path / "all.txt",
                      out=tmp_path / "whole.txt", state=tmp_path / "whole.state")
     assert whole.exit_code == 0, whole.output
     lines = (tmp_path / "all.txt").read_text().splitlines(keepends=True)
     for stop in (300, 2500, 6000, 9000):  # the first inside every hold-out: a header only, nothing released
         (tmp_path / "in.txt").write_text("".join(lines[: stop + 1]))
-        result = _columns(tmp_path, "tops", "--seed", 2, keyed=keyed)
+        result = _columns(tmp_path, "tops", *extra, keyed=keyed)
         assert result.exit_code == 0, result.output
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
     assert (tmp_path / "out.txt").read_text().count("value") == 1
+    assert StreamState.read(tmp_path / "state").params["method"] == method
 
 
 def test_a_keyed_state_refuses_other_columns_and_fewer_keys_than_it_holds(tmp_path):
