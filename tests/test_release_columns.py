@@ -21,8 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
+from dpstream.durable.encoding import decode, encode
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
-from dpstream.release.by_key import ByKey, KeyLimitError, key_bits, seed_secret
+from dpstream.release.by_key import ByKey, KeyLimitError, key_bits, key_secret, seed_secret
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 EPS, BOUND, HOLD, RANGE, SEED = 1.0, 5.0, 300, 512, 11
@@ -338,6 +339,51 @@ def test_by_key_long_keys_and_limits():
     with pytest.raises(ValueError, match="two sequences of one length"):
         streams.release([1.0], ["a", "b"])
     assert sorted(built) == ["b", long]
+
+
+KEYED = {  # the mechanisms of a durable keyed release: key= mode, one key per key
+    "tops": lambda key: ToPS(epsilon=1.0, upper_bound=BOUND, hold=300, max_range=1024, key=key),
+    "bt": lambda key: BinaryTreeCounter(epsilon=1.0, upper_bound=BOUND, max_range=1024, key=key),
+    "pak": lambda key: PAK(epsilon=1.0, upper_bound=BOUND, hold=300, max_range=1024, key=key),
+}
+RESTORE = {"tops": ToPS, "bt": BinaryTreeCounter, "pak": PAK}
+
+
+@pytest.mark.parametrize("method", list(KEYED))
+def test_by_key_continues_from_its_snapshot_bit_for_bit(method):
+    rng = np.random.default_rng(6)
+    keys = rng.choice(["a", "b", "c", "d"], 4000).tolist()
+    values = rng.uniform(0, BOUND, 4000)
+    secret = seed_secret(3)
+
+    def build(key):
+        return KEYED[method](key_secret(secret, key))
+
+    whole = ByKey(build=build).release(values, keys)
+    streams = ByKey(build=build)
+    first = streams.release(values[:1700], keys[:1700])
+    snapshot = decode(encode(streams.state))  # what the state file keeps, back
+    assert snapshot["keys"] == list(streams.streams) and snapshot["positions"].sum() == streams.position == 1700
+    again = ByKey.from_state(snapshot, build=build, restore=lambda key, state: RESTORE[method].from_state(state))
+    rest = again.release(values[1700:], keys[1700:])
+    assert np.concatenate([first.values, rest.values]).tobytes() == whole.values.tobytes()
+    assert np.concatenate([first.positions, rest.positions]).tolist() == whole.positions.tolist()
+    assert again.position == 4000 and again.released_count() == whole.values.size
+
+
+def test_by_key_from_state_refuses_what_it_cannot_continue():
+    streams = ByKey(build=lambda key: KEYED["bt"](key_secret(seed_secret(0), key)))
+    streams.release([1.0, 2.0, 3.0], ["a", "b", "c"])
+    restore = lambda key, state: BinaryTreeCounter.from_state(state)  # noqa: E731
+    with pytest.raises(KeyLimitError, match="holds 3 keys, more than the limit of 2"):
+        ByKey.from_state(streams.state, build=streams.build, restore=restore, max_keys=2)
+    with pytest.raises(ValueError, match="must be the dict ByKey.state gave"):
+        ByKey.from_state(streams.streams["a"].state, build=streams.build, restore=restore)
+    shifted = dict(streams.state, positions=np.array([1, 1, 2]))
+    with pytest.raises(ValueError, match="key 'c': its mechanism is at position 1, the snapshot records 2"):
+        ByKey.from_state(shifted, build=streams.build, restore=restore)
+    with pytest.raises(ValueError, match="layout version 9"):
+        ByKey.from_state(dict(streams.state, version=9), build=streams.build, restore=restore)
 
 
 def test_keys_differing_in_a_trailing_nul_are_two_keys():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import stat
 import subprocess
@@ -14,7 +16,9 @@ from click.testing import CliRunner
 from dpstream.cli import cli
 from dpstream.cli._durable import seed_key
 from dpstream.durable import StreamState
-from dpstream.release import PAK, BinaryTreeCounter, ToPS
+from dpstream.noise.bits import KeyedBits
+from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+from dpstream.release.by_key import ByKey, key_secret
 
 OPTIONS = ["--epsilon", "1", "--upper-bound", "50"]
 METHOD_OPTIONS = {
@@ -22,6 +26,7 @@ METHOD_OPTIONS = {
     "bt": ["--method", "bt", "--max-range", "4096"],
     "pak": ["--method", "pak", "--hold", "500", "--max-range", "4096"],
 }
+TOPL_OPTIONS = ["--method", "topl", "--hold", "500", "--max-range", "4096"]
 
 
 def _run(*args, input=None):
@@ -179,10 +184,6 @@ def test_what_state_refuses_up_front(tmp_path):
     _write(tmp_path / "in.txt", _values(100))
     to_stdout = _run("release", tmp_path / "in.txt", "-o", "-", "--state", tmp_path / "state", *OPTIONS)
     assert to_stdout.exit_code == 2 and "--state needs -o FILE" in to_stdout.output
-    topl = _release(tmp_path, "bt", "--method", "topl")
-    assert topl.exit_code == 2 and "--state applies to --method tops, pak, pak-uncapped, bt" in topl.output
-    columns = _release(tmp_path, "bt", "--time-column", "time")
-    assert columns.exit_code == 2 and "--state does not work with --time-column" in columns.output
     bad = _release(tmp_path, "bt", "--epsilon", "-1")
     assert bad.exit_code == 2
     assert not (tmp_path / "state").exists() and not (tmp_path / "out.txt").exists()
@@ -236,3 +237,113 @@ def test_a_bad_value_stops_the_run_and_the_fixed_input_continues_it(tmp_path):
     resumed = _release(tmp_path, "tops", "--seed", 5, "--checkpoint-seconds", 0)
     assert resumed.exit_code == 0, resumed.output
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
+
+
+# -- with --time-column and --key-column ---------------------------------------------------------------------------
+
+
+def _write_meters(path, rows: int, *, keys: int = 4, seed: int = 1) -> tuple[np.ndarray, list[str], list[str]]:
+    rng = np.random.default_rng(seed)
+    values = _values(rows, seed)
+    names = [f"m{k}" for k in rng.integers(0, keys, size=rows)]
+    times = [f"t{i}" for i in range(rows)]
+    path.write_text("time,meter,kWh\n" + "".join(f"{t},{k},{v:g}\n" for t, k, v in zip(times, names, values)))
+    return values, names, times
+
+
+def _columns(tmp_path, method="tops", *extra, keyed=True, **where):
+    return _release(tmp_path, method, "--time-column", "time", "--column", "kWh",
+                    *(["--key-column", "meter"] if keyed else []), *extra, **where)
+
+
+@pytest.mark.parametrize("method", list(METHOD_OPTIONS))
+def test_a_seeded_keyed_state_release_gives_each_key_the_mechanism_of_its_own_key(tmp_path, method):
+    """Key k's rows are released by the method's mechanism with key=key_secret(seed_key(seed), k)."""
+    values, names, times = _write_meters(tmp_path / "in.txt", 6000)
+    result = _columns(tmp_path, method, "--seed", 9)
+    assert result.exit_code == 0, result.output
+    build = {
+        "tops": lambda key: ToPS(epsilon=1, upper_bound=50, hold=500, max_range=4096, key=key),
+        "bt": lambda key: BinaryTreeCounter(epsilon=1, upper_bound=50, max_range=4096, key=key),
+        "pak": lambda key: PAK(epsilon=1, upper_bound=50, hold=500, max_range=4096, key=key),
+    }[method]
+    got = ByKey(build=lambda name: build(key_secret(seed_key(9), name))).release(values, names)
+    want = io.StringIO()
+    writer = csv.writer(want, lineterminator="\n")
+    writer.writerow(["key", "position", "time", "value"])
+    writer.writerows(zip(got.keys, got.positions.tolist(), [times[row] for row in got.rows], got.values.tolist()))
+    assert (tmp_path / "out.txt").read_text() == want.getvalue()
+    state = StreamState.read(tmp_path / "state")
+    assert state.key == seed_key(9) and state.progress.released == got.values.size
+    assert state.mechanism["keys"] and sorted(state.mechanism["keys"]) == sorted(set(names))
+    # the file keeps one secret, its key; each key's own key is derived from it, never stored
+    assert all("key" not in stream["noise"] for stream in state.mechanism["streams"])
+
+
+@pytest.mark.parametrize(("method", "keyed"), [("tops", True), ("tops", False), ("topl", True)],
+                         ids=["keys", "time", "topl-keys"])
+def test_a_grown_csv_input_continues_with_one_header(tmp_path, method, keyed):
+    _write_meters(tmp_path / "all.txt", 9000)
+    extra = ["--seed", 2, *(TOPL_OPTIONS if method == "topl" else [])]
+    whole = _columns(tmp_path, "tops", *extra, keyed=keyed, source=tmp_path / "all.txt",
+                     out=tmp_path / "whole.txt", state=tmp_path / "whole.state")
+    assert whole.exit_code == 0, whole.output
+    lines = (tmp_path / "all.txt").read_text().splitlines(keepends=True)
+    for stop in (300, 2500, 6000, 9000):  # the first inside every hold-out: a header only, nothing released
+        (tmp_path / "in.txt").write_text("".join(lines[: stop + 1]))
+        result = _columns(tmp_path, "tops", *extra, keyed=keyed)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
+    assert (tmp_path / "out.txt").read_text().count("value") == 1
+    assert StreamState.read(tmp_path / "state").params["method"] == method
+
+
+def test_a_keyed_state_refuses_other_columns_and_fewer_keys_than_it_holds(tmp_path):
+    _write_meters(tmp_path / "in.txt", 3000, keys=5)
+    assert _columns(tmp_path, "bt").exit_code == 0
+    output = (tmp_path / "out.txt").read_bytes()
+    unkeyed = _columns(tmp_path, "bt", keyed=False)
+    assert unkeyed.exit_code == 2 and "was made with key_column = 'meter'" in unkeyed.output
+    untimed = _release(tmp_path, "bt", "--column", "kWh", "--key-column", "meter")
+    assert untimed.exit_code == 2 and "was made with time_column = 'time'" in untimed.output
+    fewer = _columns(tmp_path, "bt", "--max-keys", 4)
+    assert fewer.exit_code == 2 and "the state holds 5 keys, more than --max-keys 4" in fewer.output
+    assert (tmp_path / "out.txt").read_bytes() == output
+
+
+def test_the_budget_of_a_keyed_state_is_per_key_with_its_count_of_keys(tmp_path):
+    _write_meters(tmp_path / "in.txt", 3000, keys=3)
+    assert _columns(tmp_path, "tops").exit_code == 0
+    _write_meters(tmp_path / "in.txt", 5000, keys=3)
+    assert _columns(tmp_path, "tops").exit_code == 0
+    entries = StreamState.read(tmp_path / "state").ledger
+    assert [(e.stream, e.first, e.last, e.keys, e.epsilon) for e in entries] == [
+        ("per key", 0, 3000, 3, 1.0), ("per key", 3000, 5000, 3, 1.0)]
+    assert entries[0].neighbours.startswith("per key (event level")
+    shown = _run("budget", tmp_path / "state")
+    assert shown.exit_code == 0, shown.output
+    assert "keys" in shown.output.splitlines()[4] and "epsilon and delta are each key's" in shown.output
+
+
+# -- ToPL ------------------------------------------------------------------------------------------------------------
+
+
+def test_a_topl_state_release_draws_its_clients_bits_from_the_state_key_and_continues_them(tmp_path):
+    """ToPL has no key= mode: its simulated clients read one keyed stream, KeyedBits(key, ("topl",)), whose
+    position the state records; a grown input continues it as one uninterrupted run would."""
+    values = _values(6000)
+    _write(tmp_path / "all.txt", values)
+    args = ["--seed", 9, "--epsilon", "1", "--upper-bound", "50", *TOPL_OPTIONS]
+    whole = _run("release", tmp_path / "all.txt", "-o", tmp_path / "whole.txt", "--state", tmp_path / "whole.state",
+                 *args)
+    assert whole.exit_code == 0, whole.output
+    bits = KeyedBits(key=seed_key(9), identity=("topl",))
+    topl = ToPL(epsilon=1, upper_bound=50, hold=500, max_range=4096, seed=bits)
+    assert (tmp_path / "whole.txt").read_text() == "".join(f"{v!r}\n" for v in topl.release(values).tolist())
+    for stop in (300, 3000, 6000):
+        _write(tmp_path / "in.txt", values[:stop])
+        result = _run("release", tmp_path / "in.txt", "-o", tmp_path / "out.txt", "--state", tmp_path / "state", *args)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
+    state = StreamState.read(tmp_path / "state")
+    assert "key" not in state.mechanism["bits"] and state.ledger[-1].neighbours.startswith("local DP")

@@ -1,6 +1,6 @@
 """Kill and resume: ``release --state`` killed by SIGKILL at random points and run again loses nothing.
 
-For ToPS, the binary tree and PAK, a release of 200,000 values is killed 20 times with SIGKILL
+For ToPS, the binary tree, PAK and ToPL, a release of 200,000 values is killed 20 times with SIGKILL
 -- at points drawn over the whole run: while it starts and holds out, and at random amounts of
 output -- and run again each time with the same command.  Under ``--seed`` the final output is
 the uninterrupted run's, bit for bit; under the secure default every line published before each
@@ -32,9 +32,10 @@ METHODS = {
     "tops": ["--method", "tops", "--hold", "20000", "--max-range", "65536"],
     "bt": ["--method", "bt", "--max-range", "65536"],
     "pak": ["--method", "pak", "--hold", "20000", "--max-range", "65536"],
+    "topl": ["--method", "topl", "--hold", "20000", "--max-range", "65536"],
 }
-HOLD = {"tops": 20000, "bt": 0, "pak": 20000}
-SEEDS = {"tops": 1, "bt": 2, "pak": 3}
+HOLD = {"tops": 20000, "bt": 0, "pak": 20000, "topl": 20000}
+SEEDS = {"tops": 1, "bt": 2, "pak": 3, "topl": 4}
 
 
 def write_stream(path: Path, n: int = N, seed: int = 3) -> np.ndarray:

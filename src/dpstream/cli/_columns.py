@@ -66,10 +66,15 @@ class ColumnsWriter:
         self.clipped = 0
         #: Values released (rows written, the header aside).
         self.released = 0
+        #: Whether to write the header line (False when appending to an output that has it: --state).
+        self.header = True
+        #: Called with the sink after each record (stdin) or batch (files) is consumed: --state's checkpoint.
+        self.after: Callable[[TextIO], None] | None = None
 
     def _start(self, sink: TextIO) -> Any:
         out = csv.writer(sink, lineterminator="\n")
-        out.writerow(header(time=self.time, key=self.keyed))
+        if self.header:
+            out.writerow(header(time=self.time, key=self.keyed))
         return out
 
     def _maybe_announce(self, stream: Any) -> None:
@@ -97,27 +102,32 @@ class ColumnsWriter:
             value = record.value
             if self.clip and (value < 0.0 or value > self.upper_bound) and math.isfinite(value):
                 self.clipped += 1
-            if keyed:
-                stream = self.streams.stream(record.key)
-                got = self.streams.release_one(value, record.key)  # the stream just looked up
-                if got is None:
-                    self._maybe_announce(stream)
-                    continue
-                position, released = got
-                self._check(released, position=position, key=record.key)
-                self._maybe_announce(stream)
-                row = [record.key, position, record.time, released] if self.time else [record.key, position, released]
-            else:
-                released = self.streams.release_one(value)
-                self._maybe_announce(self.streams)
-                if released is None:
-                    continue
-                self._check(released, position=self.streams.position - 1, key=None)
-                row = [record.time, released]
-            out.writerow(row)
-            sink.flush()
-            self.released += 1
+            row = self._keyed_row(record, value) if keyed else self._timed_row(record, value)
+            if row is not None:
+                out.writerow(row)
+                sink.flush()
+                self.released += 1
+            if self.after is not None:
+                self.after(sink)
         return self.released
+
+    def _keyed_row(self, record: Record, value: float) -> list | None:
+        stream = self.streams.stream(record.key)
+        got = self.streams.release_one(value, record.key)  # the stream just looked up
+        self._maybe_announce(stream)
+        if got is None:
+            return None
+        position, released = got
+        self._check(released, position=position, key=record.key)
+        return [record.key, position, record.time, released] if self.time else [record.key, position, released]
+
+    def _timed_row(self, record: Record, value: float) -> list | None:
+        released = self.streams.release_one(value)
+        self._maybe_announce(self.streams)
+        if released is None:
+            return None
+        self._check(released, position=self.streams.position - 1, key=None)
+        return [record.time, released]
 
     # -- batches (file input) ----------------------------------------------------------------
 
@@ -134,6 +144,8 @@ class ColumnsWriter:
                 self._keyed_batch(batch, out)
             else:
                 self._timed_batch(batch, out)
+            if self.after is not None:
+                self.after(sink)
         return self.released
 
     def _timed_batch(self, batch: Batch, out: Any) -> None:
@@ -193,10 +205,17 @@ def summary(streams: ByKey, *, hold: int) -> str:
     return text + "."
 
 
-def per_key_privacy(stream: Any, *, seed: int | None) -> list[str]:
-    """The lines that state a keyed release's guarantee: per key, and what that does not protect."""
-    source = (f"a key derived from --seed {seed} (replayable, NOT secret)" if seed is not None
-              else "a random 32-byte secret drawn for this run and never stored")
+def per_key_privacy(stream: Any, *, seed: int | None, durable: bool = False) -> list[str]:
+    """The lines that state a keyed release's guarantee: per key, and what that does not protect.
+
+    ``durable``: the secret is the key of a ``--state`` file (each key's mechanism in ``key=`` mode).
+    """
+    if seed is not None:
+        source = f"a key derived from --seed {seed} (replayable, NOT secret)"
+    elif durable:
+        source = "the secret key of the state file (keep the file secret: it recomputes every key's noise)"
+    else:
+        source = "a random 32-byte secret drawn for this run and never stored"
     return [
         f"privacy, per key (each key's stream is released on its own, with its own hold-out, threshold and budget): "
         f"{stream.privacy()}",

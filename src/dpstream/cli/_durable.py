@@ -24,10 +24,24 @@ same input values with the same keyed noise, so they come out identical: a posit
 published never changes.  With ``--seed`` the key is derived from the seed (reproducible, NOT
 secret: tests only), and an interrupted and resumed run writes exactly the output of an
 uninterrupted one.
+
+Times and keys.  With ``--time-column`` the output is CSV ``time,value`` whose header is written
+once (a resumed output has it: ``ColumnsWriter.header`` is False), and file input skips the
+consumed rows batch by batch (:meth:`DurableRelease.skip_consumed_batches`).  With
+``--key-column`` the releaser is a :class:`~dpstream.release.by_key.ByKey` whose key ``k`` has
+the command's mechanism built with ``key=key_secret(secret, k)``, the secret being the state's
+key: the snapshot is ``ByKey.state`` with each key's own key left out (derived again on resume),
+and the ledger records one entry per run for the rows of all keys (stream ``per key``, the number
+of keys, each key's guarantee).
+
+ToPL (``--method topl``) has no ``key=`` mode: its simulated clients read one keyed stream,
+``KeyedBits(key, ("topl",))``; its snapshot records how many words were read (``bits``, the key
+left out), and the restored stream reads the same words again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import signal
@@ -41,6 +55,8 @@ import click
 from dpstream.cli._common import Stopped, is_stream, prepare_output, say, usage_errors
 from dpstream.durable import Progress, StateMismatchError, StreamState
 from dpstream.durable.keys import seed_key
+from dpstream.io import Batch
+from dpstream.release.by_key import BY_KEY, ByKey, key_secret
 
 __all__ = ["CHECKPOINT_SECONDS", "DurableRelease", "seed_key"]
 
@@ -49,19 +65,37 @@ __all__ = ["CHECKPOINT_SECONDS", "DurableRelease", "seed_key"]
 CHECKPOINT_SECONDS = 1.0
 
 
+#: Where a snapshot keeps its keyed noise: ``noise`` (ToPS, PAK, the binary tree), ``bits`` (ToPL's clients).
+_NOISE_FIELDS = ("noise", "bits")
+
+
 def _strip_key(snapshot: dict[str, Any]) -> dict[str, Any]:
     """The mechanism's snapshot without its key: the state file keeps the key once, in its ``key`` section."""
-    noise = snapshot.get("noise")
-    if isinstance(noise, dict) and noise.get("kind") == "keyed":
-        snapshot = dict(snapshot, noise={name: value for name, value in noise.items() if name != "key"})
+    for field in _NOISE_FIELDS:
+        noise = snapshot.get(field)
+        if isinstance(noise, dict) and noise.get("kind") == "keyed":
+            snapshot = dict(snapshot, **{field: {name: value for name, value in noise.items() if name != "key"}})
     return snapshot
 
 
 def _with_key(snapshot: dict[str, Any], key: bytes) -> dict[str, Any]:
-    noise = snapshot.get("noise")
-    if isinstance(noise, dict) and noise.get("kind") == "keyed":
-        snapshot = dict(snapshot, noise=dict(noise, key=key))
+    for field in _NOISE_FIELDS:
+        noise = snapshot.get(field)
+        if isinstance(noise, dict) and noise.get("kind") == "keyed":
+            snapshot = dict(snapshot, **{field: dict(noise, key=key)})
     return snapshot
+
+
+def _snapshot(releaser: Any) -> dict[str, Any]:
+    """What the state file keeps of the releaser: its snapshot without keys (per-key streams: each key's)."""
+    snapshot = releaser.state
+    if snapshot.get("mechanism") == BY_KEY:
+        return dict(snapshot, streams=[_strip_key(stream) for stream in snapshot["streams"]])
+    return _strip_key(snapshot)
+
+
+#: The ``stream`` of the ledger entries of per-key streams (one entry for the rows of all keys).
+PER_KEY = "per key"
 
 
 class DurableRelease:
@@ -81,17 +115,24 @@ class DurableRelease:
         self._last_time = time.monotonic()
         self._descriptor: int | None = None
         self.checkpoint_seconds = checkpoint_seconds
+        self.keyed = isinstance(releaser, ByKey)
 
     # -- starting ---------------------------------------------------------------------------
 
     @classmethod
     def start(cls, state_path: str, *, method: str, params: dict[str, Any], seed: int | None,
               build: Callable[[bytes], Any], input_path: str, output_path: str, force: bool,
-              checkpoint_seconds: float = CHECKPOINT_SECONDS) -> DurableRelease:
+              checkpoint_seconds: float = CHECKPOINT_SECONDS, max_keys: int | None = None) -> DurableRelease:
         """Create or open FILE, check it against the command, and build or restore the mechanism.
 
         ``build(key)`` builds the command's mechanism with ``key=`` (its errors are usage errors).
+        With ``max_keys`` (``--key-column``) the release is one stream per key, a
+        :class:`~dpstream.release.by_key.ByKey` whose key ``k`` has the mechanism
+        ``build(key_secret(secret, k))``, the secret being the state's key.
         """
+        check = build
+        if max_keys is not None:
+            build = _per_key(build, max_keys)
         if output_path == "-" or is_stream(Path(output_path)):
             raise click.UsageError(f"--state needs -o FILE, a regular file that a resumed run can truncate and "
                                    f"append to; got -o {output_path} (nothing was written).")
@@ -106,9 +147,10 @@ class DurableRelease:
                     raise click.UsageError(str(error)) from None
                 target = prepare_output(output_path, force=True, inputs=[input_path])
                 with usage_errors():
-                    releaser = build(state.key)  # the command's parameters are checked as in a first run
+                    check(state.key)  # the command's parameters are checked as in a first run
+                    releaser = build(state.key)
                 if state.mechanism is not None:
-                    releaser = _restore(state.mechanism, state.key)
+                    releaser = _restore(state.mechanism, state.key, releaser)
                 run = cls(state=state, releaser=releaser, method=method, output=target, resumed=True,
                           from_stdin=input_path == "-", checkpoint_seconds=checkpoint_seconds)
                 run._open_output()
@@ -122,7 +164,7 @@ class DurableRelease:
                 "release of this stream, publishing both spends the privacy budget again.")
         key = None if seed is None else seed_key(seed)
         with usage_errors():
-            build(key or bytes(32))  # refuse bad parameters before the state file exists
+            check(key or bytes(32))  # refuse bad parameters before the state file exists
         state = StreamState.create(path, params=params, key=key)
         try:
             with usage_errors():
@@ -177,6 +219,43 @@ class DurableRelease:
                 "it: is it the same input? (nothing was written)")
         return iterator
 
+    def skip_consumed_batches(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """The input rows after those consumed by earlier runs, as batches (file input; stdin as it comes)."""
+        left = 0 if self.from_stdin else self._saved.consumed
+        for batch in batches:
+            if left >= len(batch):
+                left -= len(batch)
+                continue
+            if left:
+                batch = dataclasses.replace(batch, values=batch.values[left:], lines=batch.lines[left:],
+                                            times=None if batch.times is None else batch.times[left:],
+                                            keys=None if batch.keys is None else batch.keys[left:])
+                left = 0
+            yield batch
+        if left:
+            consumed = self._saved.consumed
+            raise click.ClickException(
+                f"the input holds {consumed - left:,} rows, but the state {self.state.path} has consumed {consumed:,} "
+                "of it: is it the same input? (nothing was written)")
+
+    def _released(self) -> int:
+        releaser = self.releaser
+        if self.keyed:
+            return releaser.released_count()
+        return max(0, releaser.position - releaser.hold) if releaser.threshold is not None else 0
+
+    def _spend(self, first: int, last: int) -> None:
+        if not self.keyed:
+            guarantee = self.releaser.privacy()
+            self.state.spend(epsilon=guarantee.epsilon, delta=guarantee.delta, neighbours=guarantee.neighbours,
+                             method=self.method, first=first, last=last)
+            return
+        guarantee = next(iter(self.releaser.streams.values())).privacy()  # every key's is the same
+        self.state.spend(epsilon=guarantee.epsilon, delta=guarantee.delta, method=self.method, first=first,
+                         last=last, stream=PER_KEY, keys=len(self.releaser),
+                         neighbours=f"per key ({guarantee.neighbours}, within one key's stream; the keys and how "
+                                    "many values each has are public)")
+
     def checkpoint(self, sink: TextIO, *, force: bool = False) -> None:
         """Flush and fsync the output, then save the state with the new output length, progress and ledger.
 
@@ -191,12 +270,9 @@ class DurableRelease:
         os.fsync(self._descriptor)  # the output first: it must never be behind the state
         output_bytes = os.fstat(self._descriptor).st_size
         if fresh:
-            guarantee = self.releaser.privacy()
-            self.state.spend(epsilon=guarantee.epsilon, delta=guarantee.delta, neighbours=guarantee.neighbours,
-                             method=self.method, first=self._saved.consumed, last=consumed)
-        released = max(0, consumed - self.releaser.hold) if self.releaser.threshold is not None else 0
-        self.state.mechanism = _strip_key(self.releaser.state)
-        self.state.progress = Progress(consumed=consumed, released=released, output_bytes=output_bytes)
+            self._spend(self._saved.consumed, consumed)
+        self.state.mechanism = _snapshot(self.releaser)
+        self.state.progress = Progress(consumed=consumed, released=self._released(), output_bytes=output_bytes)
         self.state.save()
         self._saved, self._last_time = self.state.progress, time.monotonic()
 
@@ -210,6 +286,10 @@ class DurableRelease:
                 return f"nothing new on stdin; nothing was released or spent ({where})."
             return (f"nothing new: every value of the input was consumed by earlier runs; nothing was released or "
                     f"spent ({where}).")
+        if self.keyed:
+            keys = len(self.releaser)
+            return (f"released {progress.released - start.released:,} values of {keys:,} key{'s' * (keys != 1)} in "
+                    f"this run ({'resumed' if self.resumed else 'new stream'}; {where}).")
         if self.releaser.threshold is None:
             return (f"the hold-out has {progress.consumed:,} of its {self.releaser.hold:,} values; nothing released "
                     f"yet; run the same command with more input to continue ({where}).")
@@ -234,11 +314,27 @@ class DurableRelease:
         self.state.close()
 
 
-def _restore(snapshot: dict[str, Any], key: bytes) -> Any:
-    from dpstream.release import PAK, BinaryTreeCounter, ToPS
+def _per_key(build: Callable[[bytes], Any], max_keys: int) -> Callable[[bytes], ByKey]:
+    """``build`` made per key: the secret's :class:`ByKey`, key ``k`` drawing from ``key_secret(secret, k)``."""
+    def streams(secret: bytes) -> ByKey:
+        return ByKey(build=lambda key: build(key_secret(secret, key)), max_keys=max_keys)
 
-    kinds = {"tops": ToPS, "binary-tree": BinaryTreeCounter, "pak": PAK}
+    return streams
+
+
+def _restore(snapshot: dict[str, Any], key: bytes, fresh: Any) -> Any:
+    """The releaser of a state's snapshot; ``fresh`` is the command's releaser, built anew (per key: its ByKey)."""
+    from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+
     kind = snapshot.get("mechanism")
+    if kind == BY_KEY and isinstance(fresh, ByKey):
+        keys = len(snapshot["keys"])
+        if keys > fresh.max_keys:
+            raise click.UsageError(f"the state holds {keys:,} keys, more than --max-keys {fresh.max_keys:,}; give "
+                                   f"--max-keys {keys:,} or more to continue it.")
+        return ByKey.from_state(snapshot, build=fresh.build, max_keys=fresh.max_keys,
+                                restore=lambda name, stream: _restore(stream, key_secret(key, name), None))
+    kinds = {"tops": ToPS, "binary-tree": BinaryTreeCounter, "pak": PAK, "topl": ToPL}
     if kind not in kinds:
         raise click.ClickException(f"the state holds a mechanism of kind {kind!r}, which --state cannot continue.")
     return kinds[kind].from_state(_with_key(snapshot, key))

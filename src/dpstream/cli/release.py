@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
-from dpstream.cli._columns import check_columns, release_columns
+from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
 from dpstream.cli._common import (
     SEED_HELP,
     Stopped,
@@ -28,6 +28,7 @@ from dpstream.cli._common import (
     warn_if_seeded,
 )
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
+from dpstream.noise.bits import KeyedBits
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
@@ -93,10 +94,17 @@ def _describe_bt(counter: BinaryTreeCounter) -> str:
     return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
 
 
+#: The identity of the simulated clients' keyed bits of ``release --method topl --state``.
+_TOPL_IDENTITY = ("topl",)
+
+
 def _build_topl(options: dict[str, Any]) -> ToPL:
+    # with --state, the clients' bits are one keyed stream (ToPL has no key= mode): a snapshot records how many words
+    # were read, and a resumed run reads the same words again for the values after it
+    key = options.get("key")
     return ToPL(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                 max_range=options["max_range"], threshold_epsilon=options["threshold_epsilon"], clip=options["clip"],
-                seed=options["seed"])
+                seed=options["seed"] if key is None else KeyedBits(key=key, identity=_TOPL_IDENTITY))
 
 
 def _describe_topl(topl: ToPL) -> str:
@@ -133,7 +141,7 @@ RELEASE_METHODS: dict[str, _Method] = {
 }
 _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
 #: The methods ``--state`` continues (their mechanisms have the streaming contract and keyed noise).
-_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
+_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt", "topl")
 
 
 @cli.command()
@@ -193,7 +201,7 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
-                   "release after an interruption without re-spending the budget (tops, pak, bt; -o FILE).")
+                   "release after an interruption without re-spending the budget (-o FILE).")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --state: the least time between two saves of the state (at most one per batch read); "
                    "a resumed run redoes what came after the last save.")
@@ -212,7 +220,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     with --key-column one stream per key as CSV 'key,position,value' (with a time column
     'key,position,time,value'), positions 0-based in each key's stream, rows in input order.
 
-    With --state FILE (a secret file; tops, pak, bt) the release can be interrupted and
+    With --state FILE (a secret file) the release can be interrupted and
     continued: the same command run again appends to OUTPUT from where the last checkpoint left
     it, never re-drawing noise for a published position (see the README, "Long-running
     releases").  From stdin, the producer continues from the consumed count the state records.
@@ -225,11 +233,9 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
     if state_path is not None:
-        if time_column is not None or key_column is not None:
-            raise click.UsageError("--state does not work with --time-column or --key-column yet.")
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
-                         missing=missing, seed=seed, hold=hold, force=force, options=options,
-                         checkpoint_seconds=checkpoint_seconds)
+                         time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
+                         seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
         return
     if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
@@ -283,8 +289,8 @@ def warn_if_released_before(target: Any) -> None:
 
 
 def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
-                     missing: str, seed: int | None, hold: int, force: bool, options: dict[str, Any],
-                     checkpoint_seconds: float) -> None:
+                     time_column: str | None, key_column: str | None, max_keys: int, missing: str, seed: int | None,
+                     hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
     from dpstream.cli._durable import DurableRelease
 
@@ -295,29 +301,50 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                chosen.options}
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
-    reader = StreamReader(input_path, column=column, missing=missing)  # a missing input: no state is made
+    # the columns change the output's format; they are recorded when given (states without them stay valid)
+    params.update({name: value for name, value in (("time_column", time_column), ("key_column", key_column))
+                   if value is not None})
+    keyed, columns = key_column is not None, time_column is not None or key_column is not None
+    reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
+                          missing=missing)  # a missing input: no state is made
     try:
         run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
                                    output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}),
+                                   max_keys=max_keys if keyed else None)
     except BaseException:
         reader.close()
         raise
     try:
         releaser = run.releaser
-        if releaser.threshold is not None:
+        if not keyed and releaser.threshold is not None:
             announce(releaser, chosen.describe)
         warn_if_seeded(seed)
-        writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
-                         written="the output keeps what was released before it")
+        written = "the output keeps what was released before it"
+        if columns:
+            def tell(stream: Any) -> None:
+                for line in per_key_privacy(stream, seed=seed, durable=True):
+                    say(line)
+
+            writer: Any = ColumnsWriter(releaser, time=time_column is not None, upper_bound=options["upper_bound"],
+                                        announce=tell if keyed else lambda stream: announce(stream, chosen.describe),
+                                        clip=options["clip"], written=written)
+            writer.announced = not keyed and releaser.threshold is not None
+            writer.header = run.state.progress.output_bytes == 0  # a resumed output has its header already
+        else:
+            writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
+                             written=written)
         writer.after = run.checkpoint
         try:
             with run.output() as sink:
-                values = run.skip_consumed(reader.values())
-                if input_path == "-":
-                    writer.live(values, sink)
+                if columns and input_path == "-":
+                    writer.live(reader.records(), sink)
+                elif columns:
+                    writer.batches(run.skip_consumed_batches(reader.batches(_CHUNK)), sink)
+                elif input_path == "-":
+                    writer.live(reader.values(), sink)
                 else:
-                    writer.batches(iter_chunks(values, _CHUNK), sink)
+                    writer.batches(iter_chunks(run.skip_consumed(reader.values()), _CHUNK), sink)
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
             run.stopped(error)
@@ -328,6 +355,8 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
             say(reader.stats.summary())
         if options["clip"]:
             say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
+        if keyed:
+            say(summary(releaser, hold=hold if "hold" in chosen.options else 0))
         say(message)
     finally:
         run.close()

@@ -2,6 +2,9 @@
 
 An entry says that input positions ``[first, last)`` of one stream were read by a mechanism
 ``method`` under an ``(epsilon, delta)`` guarantee about a neighbour relation (kept as text).
+A keyed release (one stream per key) records the input *rows* ``[first, last)`` of all its keys
+in one entry, with ``keys`` the number of keys the rows fed (their streams so far) and the
+guarantee of each key's stream: the budget is spent per key.
 Entries of one stream never overlap: releasing the same positions a second time would spend the
 budget a second time, so :func:`add_entry` refuses it.  Post-processing only; nothing here draws
 noise or reads data.
@@ -48,6 +51,9 @@ class LedgerEntry:
         What released them, e.g. ``"tops"``.
     time : str
         When the spend was first recorded, UTC ISO 8601.
+    keys : int or None
+        For per-key streams: how many keys the rows ``[first, last)`` feed (counted over the
+        release so far); the guarantee is then each key's.  None for one stream.
 
     Examples
     --------
@@ -65,6 +71,7 @@ class LedgerEntry:
     neighbours: str
     method: str
     time: str
+    keys: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("stream", "neighbours", "method", "time"):
@@ -80,6 +87,8 @@ class LedgerEntry:
                              f"got first={self.first}, last={self.last}.")
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
+        if self.keys is not None:
+            object.__setattr__(self, "keys", check_nonnegative_int(self.keys, "keys"))
 
     @property
     def size(self) -> int:
@@ -91,14 +100,15 @@ class LedgerEntry:
         return self.stream == other.stream and self.first < other.last and other.first < self.last
 
     def to_json(self) -> dict[str, Any]:
-        """The entry as plain JSON data (floats are finite, so they are exact in JSON)."""
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        """The entry as plain JSON data (floats are finite, so they are exact in JSON); ``keys`` only when set."""
+        return {field.name: getattr(self, field.name) for field in fields(self)
+                if field.name != "keys" or self.keys is not None}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> LedgerEntry:
         """The entry that :meth:`to_json` gave; ``where`` names it in errors."""
         names = {field.name for field in fields(cls)}
-        if not isinstance(data, dict) or set(data) != names:
+        if not isinstance(data, dict) or set(data) not in (names, names - {"keys"}):
             raise StateDamagedError(f"{where} is malformed: expected the fields {sorted(names)}.")
         try:
             return cls(**data)
@@ -117,7 +127,7 @@ def add_entry(entries: list[LedgerEntry], entry: LedgerEntry, *, mergeable_from:
     The latest entry of the same stream is extended instead of adding a line when it sits at index
     ``mergeable_from`` or later (it was made in the current session), ends exactly at
     ``entry.first`` and has the same epsilon, delta, neighbours and method: a run that records
-    each chunk it releases leaves one entry per run.
+    each chunk it releases leaves one entry per run (per-key streams: with the latest count of keys).
 
     Raises
     ------
@@ -149,7 +159,7 @@ def add_entry(entries: list[LedgerEntry], entry: LedgerEntry, *, mergeable_from:
         old = entries[index]
         if (old.last == entry.first and (old.epsilon, old.delta, old.neighbours, old.method)
                 == (entry.epsilon, entry.delta, entry.neighbours, entry.method)):
-            entries[index] = replace(old, last=entry.last)
+            entries[index] = replace(old, last=entry.last, keys=entry.keys)
             return entries[index]
     entries.append(entry)
     return entry
@@ -192,21 +202,32 @@ def ledger_table(entries: Sequence[LedgerEntry]) -> str:
         return "the ledger is empty: nothing has been released under this state."
     relations = list(dict.fromkeys(entry.neighbours for entry in entries))
     label = {relation: f"[{number}]" for number, relation in enumerate(relations, start=1)}
-    rows = [["#", "stream", "positions [first, last)", "values", "method", "epsilon", "delta", "time (UTC)",
-             "relation"]]
-    rows += [[str(index), entry.stream, f"[{entry.first:,}, {entry.last:,})", _number(entry.size), entry.method,
-              _number(entry.epsilon), _number(entry.delta), entry.time, label[entry.neighbours]]
+    keyed = any(entry.keys is not None for entry in entries)
+
+    def keys(count: int | None) -> list[str]:  # the keys column, in ledgers with per-key streams only
+        return ([] if count is None else [f"{count:,}"]) if not keyed else ["-" if count is None else f"{count:,}"]
+
+    rows = [["#", "stream", "positions [first, last)", "values", *(["keys"] if keyed else []), "method", "epsilon",
+             "delta", "time (UTC)", "relation"]]
+    rows += [[str(index), entry.stream, f"[{entry.first:,}, {entry.last:,})", _number(entry.size), *keys(entry.keys),
+              entry.method, _number(entry.epsilon), _number(entry.delta), entry.time, label[entry.neighbours]]
              for index, entry in enumerate(entries, start=1)]
-    lines = _table(rows, right={0, 2, 3, 5, 6})
+    lines = _table(rows, right={0, 2, 3, 4, 6, 7} if keyed else {0, 2, 3, 5, 6})
     lines.append("relations: " + "; ".join(f"{label[relation]} {relation}" for relation in relations))
+    if keyed:
+        lines.append("per-key streams: positions are the input's rows over all keys, keys how many keys they fed; "
+                     "epsilon and delta are each key's, spent on that key's stream (someone whose values fall under "
+                     "k keys spends k times them)")
     lines += ["", "totals (the entries of one stream cover disjoint positions and compose in parallel)"]
     groups: dict[tuple[str, str], list[LedgerEntry]] = {}
     for entry in entries:
         groups.setdefault((entry.stream, entry.neighbours), []).append(entry)
-    rows = [["stream", "entries", "values", "epsilon", "delta", "relation"]]
-    rows += [[stream, str(len(group)), _number(sum(e.size for e in group)), _number(max(e.epsilon for e in group)),
-              _number(max(e.delta for e in group)), label[relation]] for (stream, relation), group in groups.items()]
-    lines += _table(rows, right={1, 2, 3, 4})
+    rows = [["stream", "entries", "values", *(["keys"] if keyed else []), "epsilon", "delta", "relation"]]
+    rows += [[stream, str(len(group)), _number(sum(e.size for e in group)),
+              *keys(max((e.keys for e in group if e.keys is not None), default=None)),
+              _number(max(e.epsilon for e in group)), _number(max(e.delta for e in group)), label[relation]]
+             for (stream, relation), group in groups.items()]
+    lines += _table(rows, right={1, 2, 3, 4, 5} if keyed else {1, 2, 3, 4})
     for relation in relations:
         totals = [group for (_, rel), group in groups.items() if rel == relation]
         if len(totals) > 1:

@@ -324,7 +324,7 @@ epsilon = 0.5. A state continues only the release it was made for.
                                      "for.")
 
     def spend(self, *, epsilon: float, delta: float = 0.0, neighbours: object, method: str, first: int, last: int,
-              stream: str = "stream") -> LedgerEntry:
+              stream: str = "stream", keys: int | None = None) -> LedgerEntry:
         """Record in the ledger that input positions ``[first, last)`` of ``stream`` are released.
 
         A spend that continues this session's latest entry of the stream on the same terms
@@ -341,7 +341,10 @@ epsilon = 0.5. A state continues only the release it was made for.
         first, last : int
             The 0-based input positions, ``first`` included, ``last`` excluded.
         stream : str
-            Which stream (per-key releases: the key).
+            Which stream.
+        keys : int, optional
+            Per-key streams (one entry for the rows of all keys): how many keys the release has
+            fed so far; the guarantee is each key's.
 
         Raises
         ------
@@ -350,7 +353,7 @@ epsilon = 0.5. A state continues only the release it was made for.
         """
         self._check_writable()
         entry = LedgerEntry(stream=stream, first=first, last=last, epsilon=epsilon, delta=delta,
-                            neighbours=str(neighbours), method=method, time=utc_now())
+                            neighbours=str(neighbours), method=method, time=utc_now(), keys=keys)
         return add_entry(self._ledger, entry, mergeable_from=self._session_start)
 
     def save(self) -> None:

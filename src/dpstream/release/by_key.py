@@ -50,13 +50,17 @@ import numpy as np
 from dpstream._checks import check_positive_int
 from dpstream.noise.bits import KeyedBits
 
-__all__ = ["DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyedRelease", "KeyLimitError", "key_bits", "new_secret",
-           "seed_secret", "show_key"]
+__all__ = ["BY_KEY", "DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyedRelease", "KeyLimitError", "key_bits",
+           "key_secret", "new_secret", "seed_secret", "show_key"]
 
 #: Most keys a :class:`ByKey` accepts unless told otherwise (each key holds a whole mechanism).
 DEFAULT_MAX_KEYS = 1000
 #: First part of the identity of every key's noise stream.
 KEY_IDENTITY = "release-by-key"
+#: The ``mechanism`` field of a :attr:`ByKey.state` snapshot.
+BY_KEY = "by-key"
+#: Version of the :attr:`ByKey.state` layout.
+_BY_KEY_VERSION = 1
 _SEED_DOMAIN = b"dpstream.release.by-key/v1\x00seed\x00"
 #: Keys longer than this are grouped as Python objects (a fixed-width unicode array would take
 #: ``4 * longest * rows`` bytes).
@@ -93,6 +97,21 @@ def key_bits(secret: bytes, key: str) -> KeyedBits:
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, got {key!r}.")
     return KeyedBits(key=secret, identity=(KEY_IDENTITY, key))
+
+
+def key_secret(secret: bytes, key: str) -> bytes:
+    """The secret key of ``key``'s mechanism in a durable keyed release: the first 32 bytes of
+    :func:`key_bits` ``(secret, key)``.
+
+    Pass it as the mechanism's ``key`` (``key=`` mode: the noise of each tree node is a function of
+    this key and the node's identity, so a snapshot leaves the noise out and a restored mechanism
+    recomputes it).  Keys of different keys are independent as long as ChaCha20 and HMAC-SHA256 are.
+
+    >>> secret = seed_secret(1)
+    >>> key_secret(secret, "a") == key_bits(secret, "a").words(4).tobytes() != key_secret(secret, "b")
+    True
+    """
+    return key_bits(secret, key).words(4).astype("<u8").tobytes()
 
 
 class KeyLimitError(ValueError):
@@ -161,9 +180,72 @@ class ByKey:
         self.build = build
         self.max_keys = check_positive_int(max_keys, "max_keys")
         self.streams: dict[str, Any] = {}
+        self._rows = 0
 
     def __len__(self) -> int:
         return len(self.streams)
+
+    @property
+    def position(self) -> int:
+        """Rows consumed over all keys (held out or released)."""
+        return self._rows
+
+    def released_count(self) -> int:
+        """Values released over all keys (rows past each key's hold-out)."""
+        return sum(stream.position - stream.hold for stream in self.streams.values() if stream.threshold is not None)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """A snapshot as plain data: the keys in the order they were first served (by batch, sorted), each
+        key's position and mechanism snapshot.
+
+        SECRET, as every mechanism snapshot is.  :meth:`from_state` continues from it.
+        """
+        keys = list(self.streams)
+        return {"mechanism": BY_KEY, "version": _BY_KEY_VERSION, "keys": keys,
+                "positions": np.array([self.streams[key].position for key in keys], dtype=np.int64),
+                "streams": [self.streams[key].state for key in keys]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], *, build: Callable[[str], Any], restore: Callable[[str, dict], Any],
+                   max_keys: int = DEFAULT_MAX_KEYS) -> ByKey:
+        """The :class:`ByKey` a :attr:`state` snapshot describes.
+
+        ``restore(key, snapshot)`` brings back one key's mechanism (e.g. ``ToPS.from_state``);
+        ``build`` makes the mechanisms of keys still to come.  ``max_keys`` may be larger than
+        when the snapshot was taken, not smaller than its number of keys.
+
+        >>> from dpstream.release import BinaryTreeCounter
+        >>> def build(key):
+        ...     return BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=8, key=key_secret(seed_secret(3), key))
+        >>> streams = ByKey(build=build)
+        >>> _ = streams.release([1.0, 0.0, 1.0], ["b", "a", "b"])
+        >>> again = ByKey.from_state(streams.state, build=build, restore=lambda key, s: BinaryTreeCounter.from_state(s))
+        >>> list(again.streams), again.position
+        (['a', 'b'], 3)
+        >>> bool((again.release([1.0, 1.0], ["a", "b"]).values == streams.release([1.0, 1.0], ["a", "b"]).values).all())
+        True
+        """
+        if not isinstance(state, dict) or state.get("mechanism") != BY_KEY:
+            raise ValueError(f"a by-key snapshot must be the dict ByKey.state gave, got {str(state)[:80]!r}.")
+        if state.get("version") != _BY_KEY_VERSION:
+            raise ValueError(f"a by-key snapshot of layout version {state.get('version')!r} cannot be read by this "
+                             f"version of dpstream (layout {_BY_KEY_VERSION}).")
+        keys, positions, snapshots = state["keys"], np.asarray(state["positions"]), state["streams"]
+        if not (isinstance(keys, list) and isinstance(snapshots, list) and len(keys) == len(snapshots) == positions.size
+                and len(set(keys)) == len(keys) and all(isinstance(key, str) for key in keys)):
+            raise ValueError("a by-key snapshot must list distinct str keys, one position and one snapshot for each.")
+        if len(keys) > max_keys:
+            raise KeyLimitError(f"the snapshot holds {len(keys):,} keys, more than the limit of {max_keys:,} keys.")
+        streams = cls(build=build, max_keys=max_keys)
+        for key, position, snapshot in zip(keys, positions.tolist(), snapshots):
+            stream = restore(key, snapshot)
+            if stream.position != position:
+                raise ValueError(f"key {show_key(key)}: its mechanism is at position {stream.position}, the snapshot "
+                                 f"records {position}.")
+            streams.streams[key] = stream
+        streams._rows = int(positions.sum())
+        return streams
 
     def stream(self, key: str) -> Any:
         """The mechanism of ``key``, built if the key is new."""
@@ -212,6 +294,7 @@ class ByKey:
                 out = stream.release(values[mine])
             except ValueError as error:
                 raise type(error)(f"key {show_key(key)}: {error}") from None
+            self._rows += mine.size
             if out.size:
                 first = mine.size - out.size  # held-out rows come first and release nothing
                 rows.append(mine[first:])
@@ -246,6 +329,7 @@ class ByKey:
             out = stream.release_one(value)
         except ValueError as error:
             raise type(error)(f"key {show_key(key)}: {error}") from None
+        self._rows += 1
         return None if out is None else (stream.position - 1, out)
 
     def held(self) -> int:
