@@ -179,12 +179,48 @@ def _concat(arrays: list[np.ndarray]) -> np.ndarray:
 # ---------------------------------------------------------------------------- tables
 
 
+def table_format(path: str | os.PathLike[str]) -> str:
+    """"parquet" for a ``.parquet`` or ``.pq`` name, else "csv" (both engines read by extension)."""
+    return "parquet" if Path(path).suffix in (".parquet", ".pq") else "csv"
+
+
+# The input errors of both engines (local and Spark) come from these, so they read the same.
+
+
+def missing_table(path: str | os.PathLike[str], what: str) -> InputError:
+    return InputError(f"{what} table {str(path)!r} does not exist or is not a file.")
+
+
+def missing_columns(path: str | os.PathLike[str], what: str, missing: list[str], have: list[str]) -> InputError:
+    return InputError(f"the {what} table {str(path)!r} lacks column(s) {missing}; it has {have}.")
+
+
+def empty_values(path: str | os.PathLike[str], what: str, column: str) -> InputError:
+    return InputError(f"the {what} table {str(path)!r} has empty values in column {column!r}.")
+
+
+def repeated_entity() -> InputError:
+    return InputError("the Entities table lists an entity_id more than once (an entity belongs to one group).")
+
+
+def repeated_group() -> InputError:
+    return InputError("the Groups table lists a group_id more than once.")
+
+
+def unknown_region(region: object) -> InputError:
+    return InputError(f"the Groups table places a group in region {region!r}, which is not in the Hierarchy table.")
+
+
+def unknown_group(group: object) -> InputError:
+    return InputError(f"the Entities table refers to group_id {group!r}, which is not in the Groups table.")
+
+
 def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str) -> pa.Table:
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{what} table {str(path)!r} does not exist or is not a file.")
+        raise missing_table(path, what)
     try:
-        if path.suffix in (".parquet", ".pq"):
+        if table_format(path) == "parquet":
             table = pq.read_table(path)
         else:
             with pa_csv.open_csv(path) as reader:
@@ -199,10 +235,10 @@ def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str
         raise InputError(f"cannot read the {what} table {str(path)!r}: {error}") from None
     missing = [name for name in columns or () if name not in table.column_names]
     if missing:
-        raise InputError(f"the {what} table {str(path)!r} lacks column(s) {missing}; it has {table.column_names}.")
+        raise missing_columns(path, what, missing, table.column_names)
     for name in columns or ():
         if table[name].null_count:
-            raise InputError(f"the {what} table {str(path)!r} has empty values in column {name!r}.")
+            raise empty_values(path, what, name)
     return table
 
 
@@ -211,6 +247,33 @@ def _keys(*columns: pa.ChunkedArray) -> list[pa.ChunkedArray]:
     if all(pa.types.is_integer(column.type) for column in columns):
         return [column.cast(pa.int64()) for column in columns]
     return [column.cast(pa.string()) for column in columns]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hierarchy:
+    """The Hierarchy table read and checked: the tree, and for every row its region_id and leaf index."""
+
+    tree: RegionTree
+    region_id: pa.ChunkedArray
+    leaf: np.ndarray
+
+
+def read_hierarchy(path: str | os.PathLike[str]) -> Hierarchy:
+    """Read and check Hierarchy(region_id, level0, ..., levelL) (CSV or Parquet); both engines use it."""
+    hier = _read(path, ["region_id", "level0"], "Hierarchy")
+    levels = sorted((int(m.group(1)), name) for name in hier.column_names if (m := re.fullmatch(r"level(\d+)", name)))
+    if [number for number, _ in levels] != list(range(len(levels))):
+        raise InputError(
+            f"the Hierarchy table needs columns level0, level1, ... without gaps, got {[n for _, n in levels]}."
+        )
+    for _, name in levels:
+        if hier[name].null_count:
+            raise InputError(f"the Hierarchy table has empty values in column {name!r}.")
+    paths = np.column_stack([hier[name].cast(pa.string()).to_numpy(zero_copy_only=False) for _, name in levels])
+    tree, row_leaf = RegionTree.from_paths(paths)
+    if pc.count_distinct(hier["region_id"]).as_py() != hier.num_rows:
+        raise InputError("the Hierarchy table lists a region_id more than once.")
+    return Hierarchy(tree=tree, region_id=hier["region_id"], leaf=row_leaf)
 
 
 def read_tables(
@@ -224,38 +287,24 @@ def read_tables(
     leading zero.  Only an empty field counts as missing.  Parquet columns keep their stored
     types; an id that is an integer in one table and not in the other is compared as text.
     """
-    hier = _read(hierarchy, ["region_id", "level0"], "Hierarchy")
-    levels = sorted((int(m.group(1)), name) for name in hier.column_names if (m := re.fullmatch(r"level(\d+)", name)))
-    if [number for number, _ in levels] != list(range(len(levels))):
-        raise InputError(
-            f"the Hierarchy table needs columns level0, level1, ... without gaps, got {[n for _, n in levels]}."
-        )
-    for _, name in levels:
-        if hier[name].null_count:
-            raise InputError(f"the Hierarchy table has empty values in column {name!r}.")
-    paths = np.column_stack([hier[name].cast(pa.string()).to_numpy(zero_copy_only=False) for _, name in levels])
-    tree, row_leaf = RegionTree.from_paths(paths)
+    hier = read_hierarchy(hierarchy)
     grp = _read(groups, ["group_id", "region_id"], "Groups")
     ent = _read(entities, ["entity_id", "group_id"], "Entities")
     if pc.count_distinct(ent["entity_id"]).as_py() != ent.num_rows:
-        raise InputError("the Entities table lists an entity_id more than once (an entity belongs to one group).")
+        raise repeated_entity()
     group_ids, entity_groups = _keys(grp["group_id"], ent["group_id"])
     if pc.count_distinct(group_ids).as_py() != len(group_ids):
-        raise InputError("the Groups table lists a group_id more than once.")
-    group_regions, region_ids = _keys(grp["region_id"], hier["region_id"])
-    if pc.count_distinct(region_ids).as_py() != len(region_ids):
-        raise InputError("the Hierarchy table lists a region_id more than once.")
+        raise repeated_group()
+    group_regions, region_ids = _keys(grp["region_id"], hier.region_id)
     row = pc.index_in(group_regions, value_set=region_ids.combine_chunks())
     if row.null_count:
-        bad = group_regions.filter(pc.is_null(row))[0].as_py()
-        raise InputError(f"the Groups table places a group in region {bad!r}, which is not in the Hierarchy table.")
+        raise unknown_region(group_regions.filter(pc.is_null(row))[0].as_py())
     member = pc.index_in(entity_groups, value_set=group_ids.combine_chunks())
     if member.null_count:
-        bad = entity_groups.filter(pc.is_null(member))[0].as_py()
-        raise InputError(f"the Entities table refers to group_id {bad!r}, which is not in the Groups table.")
-    leaf = row_leaf[row.to_numpy(zero_copy_only=False).astype(np.int64)]
+        raise unknown_group(entity_groups.filter(pc.is_null(member))[0].as_py())
+    leaf = hier.leaf[row.to_numpy(zero_copy_only=False).astype(np.int64)]
     size = np.bincount(member.to_numpy(zero_copy_only=False).astype(np.int64), minlength=len(group_ids))
-    return CountOfCountsData(tree=tree, leaf=leaf, size=size.astype(np.int64))
+    return CountOfCountsData(tree=hier.tree, leaf=leaf, size=size.astype(np.int64))
 
 
 def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, parquet: bool = False) -> list[Path]:
