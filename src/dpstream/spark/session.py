@@ -50,4 +50,6 @@ def make_session(master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = 
     settings = {"spark.ui.showConsoleProgress": "false", **dict(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")  # stderr carries dpstream's own diagnostics
+    return session
