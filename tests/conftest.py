@@ -118,3 +118,21 @@ SMOOTHER_CASES = (
 def smoother_case(request):
     """Each of the five smoothers, as (name, params); constant data, safe under hypothesis."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test: two cores, two attempts per task (the retry
+    test makes a task fail once), few shuffle partitions, no UI."""
+    import os
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from dpstream.spark import make_session
+
+    session = make_session(
+        "local[2,2]",
+        {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4"},
+    )
+    yield session
+    session.stop()

@@ -355,11 +355,15 @@ def _release_on_spark(
         require_spark()
     except SparkUnavailable as error:
         raise click.ClickException(str(error)) from None
+    from pyspark import SparkContext
+
+    owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
     spark = make_session(master or DEFAULT_MASTER, conf)
     try:
         release = release_count_of_counts(spark, mechanism, entities, groups, hierarchy)
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     tree = release.tree
     say(
         f"Spark read {int(release.levels[0].count.sum()):,} groups in {tree.size(tree.levels - 1):,} leaf regions, "
