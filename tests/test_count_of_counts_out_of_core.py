@@ -103,3 +103,20 @@ def test_memory_does_not_grow_with_the_entity_rows(tmp_path):
     # Holding the table would take 16 bytes a row (two int64 columns) before any copy; the batched
     # read keeps one byte per entity id, so 4 bytes a row leaves room for allocator noise only.
     assert grown < 4 * (2_000_000 - 200_000), peaks
+
+
+def test_generate_housing_writes_tables_the_engines_read(tmp_path):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    out = tmp_path / "housing"
+    args = ["generate-housing", "--n-groups", "2000", "--states", "3", "--counties", "9", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = read_tables(out / "entities.parquet", out / "groups.parquet", out / "hierarchy.parquet")
+    expected = housing_data(2000, n_states=3, n_counties=9, seed=0)
+    assert np.array_equal(data.size, expected.size) and np.array_equal(data.leaf, expected.leaf)
+    assert CliRunner().invoke(cli, args).exit_code != 0  # no overwrite without --force
+    bad = CliRunner().invoke(cli, [*args[:-2], "--counties", "2", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "--states" in bad.output

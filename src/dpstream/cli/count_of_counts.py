@@ -36,6 +36,7 @@ from dpstream.count_of_counts import (
     read_hierarchy,
     read_tables,
     taxi_data,
+    write_tables,
 )
 from dpstream.count_of_counts.estimators import BYTES_PER_CELL, METHODS, dense_memory, format_bytes
 from dpstream.evaluation.count_of_counts import (
@@ -551,3 +552,43 @@ def _table(summary: list[dict[str, Any]]) -> str:
         ]
         lines.append(strategy.ljust(14) + "".join(parts))
     return "\n".join(lines)
+
+
+@cli.command("generate-housing")
+@click.option(
+    "--n-groups",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="About how many households (groups); about 2.5 persons (entities) each. The national case: 40000000.",
+)
+@click.option("--states", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--counties", type=click.IntRange(min=1), default=3000, show_default=True, help="At least --states.")
+@click.option("--max-outlier", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Largest size of the 50 outlier groups (group quarters).")
+@click.option("--format", "form", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the synthetic data.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for the tables.")
+@click.option("--force", is_flag=True, help="Overwrite tables already in --out.")
+def generate_housing(
+    n_groups: int, states: int, counties: int, max_outlier: int, form: str, seed: int, out_dir: str, force: bool
+) -> None:
+    """Write a synthetic national housing dataset: entities, groups and hierarchy (nation / state / county).
+
+    Households per state and household-size shares follow :func:`dpstream.count_of_counts.housing_data`
+    (the shape of the count-of-counts paper's housing data).  The tables are the inputs of count-of-counts.
+    """
+    if counties < states:
+        raise click.BadParameter(f"must be >= --states ({states}), got {counties}.", param_hint="'--counties'")
+    suffix = "parquet" if form == "parquet" else "csv"
+    paths = prepare_output(
+        out_dir, force=force, files={name: f"{name}.{suffix}" for name in ("entities", "groups", "hierarchy")}
+    )
+    data = housing_data(n_groups, n_states=states, n_counties=counties, max_outlier=max_outlier, seed=seed)
+    with output_directory(paths) as staged:
+        write_tables(data, staged["entities"].parent, parquet=form == "parquet")
+    say(
+        f"wrote {int(data.size.sum()):,} entities in {data.n_groups:,} groups, "
+        f"{data.tree.size(data.tree.levels - 1):,} counties in {data.tree.size(1):,} states: "
+        + ", ".join(str(path) for path in paths.values())
+    )

@@ -433,8 +433,16 @@ def _id_range(file: pq.ParquetFile) -> tuple[int, int]:
     return (0, -1) if low is None else (int(low), int(high))
 
 
+#: Groups whose entity rows are written at a time (bounds the memory of writing large tables).
+WRITE_CHUNK_GROUPS = 1 << 20
+
+
 def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, parquet: bool = False) -> list[Path]:
-    """Write the three tables (entities, groups, hierarchy) of ``data``; returns their paths."""
+    """Write the three tables (entities, groups, hierarchy) of ``data``; returns their paths.
+
+    Group ``g`` has id ``g`` and its entities the next ``size[g]`` ids; the Entities table is
+    written :data:`WRITE_CHUNK_GROUPS` groups at a time, so a national table never sits in memory.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tree = data.tree
@@ -444,20 +452,30 @@ def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, 
         columns[f"level{level}"] = tree.names[level][tree.leaf_ancestor(level)]
     group_id = np.arange(data.n_groups, dtype=np.int64)
     tables = {
-        "entities": pa.table(
-            {"entity_id": np.arange(int(data.size.sum()), dtype=np.int64), "group_id": np.repeat(group_id, data.size)}
-        ),
         "groups": pa.table({"group_id": group_id, "region_id": tree.names[-1][data.leaf] if leaves else []}),
         "hierarchy": pa.table(columns),
     }
-    paths = []
-    for name, table in tables.items():
-        path = directory / f"{name}.{'parquet' if parquet else 'csv'}"
+    suffix = "parquet" if parquet else "csv"
+    paths = [directory / f"{name}.{suffix}" for name in ("entities", "groups", "hierarchy")]
+    schema = pa.schema([("entity_id", pa.int64()), ("group_id", pa.int64())])
+    writer = pq.ParquetWriter(paths[0], schema) if parquet else pa_csv.CSVWriter(paths[0], schema)
+    with writer:
+        first = np.concatenate(([0], np.cumsum(data.size)))
+        for lo in range(0, max(data.n_groups, 1), WRITE_CHUNK_GROUPS):
+            hi = min(data.n_groups, lo + WRITE_CHUNK_GROUPS)
+            chunk = pa.table(
+                {
+                    "entity_id": np.arange(first[lo], first[hi], dtype=np.int64),
+                    "group_id": np.repeat(group_id[lo:hi], data.size[lo:hi]),
+                },
+                schema=schema,
+            )
+            writer.write_table(chunk)
+    for path, table in zip(paths[1:], tables.values()):
         if parquet:
             pq.write_table(table, path)
         else:
             pa_csv.write_csv(table, path)
-        paths.append(path)
     return paths
 
 
