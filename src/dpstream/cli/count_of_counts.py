@@ -237,7 +237,7 @@ def _plotted_regions(
 @click.option(
     "--spark-master",
     default=None,
-    help=f"With --engine spark: the Spark master URL  [default: {DEFAULT_MASTER}].",
+    help=f"With --engine spark: the Spark master URL  [default: {DEFAULT_MASTER}, or spark-submit's --master].",
 )
 @click.option(
     "--spark-conf",
@@ -359,7 +359,7 @@ def _release_on_spark(
     from pyspark import SparkContext
 
     owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
-    spark = make_session(master or DEFAULT_MASTER, conf)
+    spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
     try:
         release = release_count_of_counts(spark, mechanism, entities, groups, hierarchy)
     finally:

@@ -159,15 +159,21 @@ class _Clock:
 
 
 def _read(spark: Any, path: str | os.PathLike[str], columns: list[str], what: str) -> Any:
-    """A table as a DataFrame, its columns checked from the schema (no Spark job for Parquet)."""
+    """A table as a DataFrame, its columns checked from the schema (no Spark job for Parquet).
+
+    A local path must be a file (or a Parquet dataset's directory); a URI (``hdfs://``, ``s3a://``)
+    is Spark's to find.
+    """
+    location = str(path)
+    remote = "://" in location
     path = Path(path)
-    if not (path.is_file() or (path.is_dir() and table_format(path) == "parquet")):
+    if not remote and not (path.is_file() or (path.is_dir() and table_format(path) == "parquet")):
         raise missing_table(path, what)
     try:
         if table_format(path) == "parquet":
-            frame = spark.read.parquet(str(path))
+            frame = spark.read.parquet(location)
         else:  # as the local engine: every column as text, only an empty field is missing
-            frame = spark.read.options(header=True, inferSchema=False, nullValue="", emptyValue="").csv(str(path))
+            frame = spark.read.options(header=True, inferSchema=False, nullValue="", emptyValue="").csv(location)
     except Exception as error:  # AnalysisException and friends: unreadable input
         raise missing_table(path, what) if "PATH_NOT_FOUND" in str(error) else _unreadable(path, what, error) from None
     missing = [name for name in columns if name not in frame.columns]

@@ -36,17 +36,21 @@ def require_spark() -> None:
         raise SparkUnavailable(INSTALL_JAVA)
 
 
-def make_session(master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None) -> Any:
+def make_session(master: str | None = DEFAULT_MASTER, conf: Mapping[str, str] | None = None) -> Any:
     """A SparkSession on ``master`` with the configuration ``conf`` (``--spark-conf KEY=VALUE``).
 
-    The Python workers run this interpreter (``PYSPARK_PYTHON``, unless already set), so they
-    import the same dpstream, numpy and cryptography as the driver.
+    ``master`` None keeps the master ``spark-submit`` chose (when this program runs under it),
+    else :data:`DEFAULT_MASTER`.  The Python workers run this interpreter (``PYSPARK_PYTHON``,
+    unless already set), so they import the same dpstream, numpy and cryptography as the driver.
     """
     require_spark()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName("dpstream")
+    builder = SparkSession.builder.appName("dpstream")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM and set the master
+    if master is not None or not under_submit:
+        builder = builder.master(master or DEFAULT_MASTER)
     settings = {"spark.ui.showConsoleProgress": "false", **dict(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
