@@ -120,3 +120,15 @@ def test_generate_housing_writes_tables_the_engines_read(tmp_path):
     assert CliRunner().invoke(cli, args).exit_code != 0  # no overwrite without --force
     bad = CliRunner().invoke(cli, [*args[:-2], "--counties", "2", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--states" in bad.output
+
+
+@pytest.mark.parametrize("bad", [3, -1])
+def test_consecutive_group_ids_find_unknown_groups(tmp_path, bad):
+    pq.write_table(pa.table({"entity_id": [5, 6, 7], "group_id": [2, 0, bad]}), tmp_path / "e.parquet")
+    pq.write_table(pa.table({"group_id": [2, 0, 1], "region_id": ["a", "a", "a"]}), tmp_path / "g.parquet")
+    pq.write_table(pa.table({"region_id": ["a"], "level0": ["r"], "level1": ["a"]}), tmp_path / "h.parquet")
+    paths = [str(tmp_path / name) for name in ("e.parquet", "g.parquet", "h.parquet")]
+    with pytest.raises(ValueError, match=f"refers to group_id {bad}, "):
+        read_tables(*paths, batch_rows=2)
+    pq.write_table(pa.table({"entity_id": [5, 6, 7], "group_id": [2, 0, 2]}), tmp_path / "e.parquet")
+    assert read_tables(*paths, batch_rows=2).size.tolist() == [2, 1, 0]

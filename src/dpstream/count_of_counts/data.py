@@ -356,6 +356,8 @@ def _count_members(path: str | os.PathLike[str], group_column: pa.ChunkedArray, 
             values = ids.to_numpy()
             order = np.argsort(values, kind="stable")
             ordered = values[order]
+            # ids 0..G-1 (or any run of consecutive integers, each once): the id is the position
+            dense = n > 0 and int(ordered[-1]) - int(ordered[0]) == n - 1 and bool((np.diff(ordered) == 1).all())
         sizes = np.zeros(n, dtype=np.int64)
         repeats = _RepeatCheck(file, entity_integer)
         for batch in file.iter_batches(batch_size=batch_rows, columns=["entity_id", "group_id"], use_threads=False):
@@ -366,8 +368,13 @@ def _count_members(path: str | os.PathLike[str], group_column: pa.ChunkedArray, 
             column = batch.column("group_id")
             if integer:
                 wanted = column.cast(pa.int64()).to_numpy()
-                at = np.minimum(np.searchsorted(ordered, wanted), max(n - 1, 0))
-                found = ordered[at] == wanted if n else np.zeros(wanted.size, dtype=bool)
+                if dense:
+                    shifted = wanted - ordered[0]
+                    found = (shifted >= 0) & (shifted < n)
+                    at = np.where(found, shifted, 0)
+                else:
+                    at = np.minimum(np.searchsorted(ordered, wanted), max(n - 1, 0))
+                    found = ordered[at] == wanted if n else np.zeros(wanted.size, dtype=bool)
                 if not found.all():
                     raise unknown_group(wanted[np.argmin(found)].item())
                 member = order[at]
@@ -400,7 +407,14 @@ class _RepeatCheck:
             self.kept.append(column)
             return
         index = column.cast(pa.int64()).to_numpy() - self.low
-        if np.unique(index).size != index.size or self.seen[index].any():
+        if index.size == 0:
+            return
+        low, high = int(index.min()), int(index.max())
+        if high - low < 4 * index.size:  # ids in runs (the usual case): count them over the batch's span
+            twice = np.bincount(index - low, minlength=high - low + 1).max() > 1
+        else:
+            twice = np.unique(index).size != index.size
+        if twice or self.seen[index].any():
             raise repeated_entity()
         self.seen[index] = True
 
