@@ -318,18 +318,29 @@ class _Mechanism:
     def _needs_max_size(self) -> bool:
         raise NotImplementedError
 
-    def _resolve_max_size(self, data: CountOfCountsData) -> int | None:
-        """The public ``K``: the given one, or one estimated with ``max_size_epsilon`` when a method needs it."""
-        if self.max_size is not None or not self._needs_max_size():
-            return self.max_size
-        if self.max_size_epsilon is None:
-            raise ValueError("methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither.")
-        return self.max_size_from(int(data.size.max(initial=0)))
+    def _level_methods(self, levels: int) -> tuple[str, ...]:
+        """The method of every estimated level (see :meth:`plan`)."""
+        raise NotImplementedError
 
-    def max_size_from(self, largest_group: int) -> int:
-        """The estimated ``K`` of a dataset whose largest group has ``largest_group`` entities (keyed noise)."""
-        assert self.max_size_epsilon is not None
-        return estimate_max_size(largest_group, self.max_size_epsilon, self.noise.sampler("max-size"))
+    def plan(self, tree: RegionTree, largest_group: int) -> tuple[tuple[str, ...], int | None]:
+        """What a release of a dataset on ``tree`` does, for any engine: the method of every estimated
+        level (top-down: every level, root first; bottom-up: the leaves only) and the public ``K`` --
+        the given one, or one estimated from ``largest_group`` (the size of the largest group, with
+        ``max_size_epsilon`` and keyed noise) when a method needs it, or None.  A ``K`` whose dense rows
+        exceed :attr:`memory_limit` is refused here, before anything is allocated.
+        """
+        methods = self._level_methods(tree.levels)
+        max_size = self.max_size
+        if max_size is None and self._needs_max_size():
+            if self.max_size_epsilon is None:
+                raise ValueError(
+                    "methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither."
+                )
+            max_size = estimate_max_size(largest_group, self.max_size_epsilon, self.noise.sampler("max-size"))
+        levels = range(tree.levels) if len(methods) == tree.levels else [tree.levels - 1]
+        dense = [tree.size(level) for level, method in zip(levels, methods) if method != "hg"]
+        self._check_memory(max_size, max(dense, default=0))
+        return methods, max_size
 
     def _check_memory(self, max_size: int | None, n_regions: int) -> None:
         """Refuse, before allocating, a ``K`` whose dense rows would exceed :attr:`memory_limit`."""
@@ -465,10 +476,7 @@ class TopDownCountOfCounts(_Mechanism):
         self, data: CountOfCountsData, progress: Progress | None
     ) -> tuple[list[LevelEstimate], int | None]:
         levels = data.tree.levels
-        methods = self._level_methods(levels)
-        max_size = self._resolve_max_size(data)
-        dense = [data.tree.size(level) for level, method in enumerate(methods) if method != "hg"]
-        self._check_memory(max_size, max(dense, default=0))
+        methods, max_size = self.plan(data.tree, int(data.size.max(initial=0)))
         per_level = Fraction(self.epsilon) / levels  # exact: the levels' scales are rounded up from it
         regions = [data.tree.size(level) for level in range(levels)]
         total = sum(regions)
@@ -587,6 +595,9 @@ class BottomUpCountOfCounts(_Mechanism):
     def _needs_max_size(self) -> bool:
         return self.method != "hg"
 
+    def _level_methods(self, levels: int) -> tuple[str, ...]:
+        return (self.method,)
+
     def release(self, data: CountOfCountsData, *, progress: Progress | None = None) -> CountOfCountsRelease:
         """Leaf estimates with the whole budget, summed up the tree.
 
@@ -594,8 +605,7 @@ class BottomUpCountOfCounts(_Mechanism):
         of :mod:`dpstream._progress`).
         """
         leaf = data.tree.levels - 1
-        max_size = self._resolve_max_size(data)
-        self._check_memory(max_size, 0 if self.method == "hg" else data.tree.size(leaf))
+        _, max_size = self.plan(data.tree, int(data.size.max(initial=0)))
         estimate = estimate_level(
             data.truth(leaf),
             method=self.method,

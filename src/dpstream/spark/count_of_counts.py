@@ -108,21 +108,10 @@ def release_count_of_counts(
     ent = _read(spark, entities, ["entity_id", "group_id"], "Entities")
     grp = _read(spark, groups, ["group_id", "region_id"], "Groups")
     leaf_sizes, largest = _group_sizes(spark, ent, grp, hier, entities, groups, clock)
+    methods, max_size = mechanism.plan(tree, largest)
     if isinstance(mechanism, TopDownCountOfCounts):
-        methods = mechanism._level_methods(tree.levels)
-    else:
-        methods = (mechanism.method,)
-    max_size = mechanism.max_size
-    if max_size is None and mechanism._needs_max_size():
-        if mechanism.max_size_epsilon is None:
-            raise ValueError("methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither.")
-        max_size = mechanism.max_size_from(largest)
-    if isinstance(mechanism, TopDownCountOfCounts):
-        dense = [tree.size(level) for level, method in enumerate(methods) if method != "hg"]
-        mechanism._check_memory(max_size, max(dense, default=0))
         leaves = _top_down(spark, mechanism, tree, leaf_sizes, methods, max_size, source, clock, fault_marker)
     else:
-        mechanism._check_memory(max_size, 0 if mechanism.method == "hg" else tree.size(tree.levels - 1))
         leaves = _bottom_up(spark, mechanism, tree, leaf_sizes, max_size, source, clock, fault_marker)
     table = leaves.toArrow()
     clock.lap("collect the leaves")
