@@ -99,6 +99,11 @@ def _write(path, columns):
     return str(path)
 
 
+def _csv(path, text):
+    path.write_text(text)
+    return str(path)
+
+
 def test_bad_input_gets_the_local_engines_errors(spark, tmp_path):
     hierarchy = _write(
         tmp_path / "h.parquet",
@@ -122,6 +127,8 @@ def test_bad_input_gets_the_local_engines_errors(spark, tmp_path):
             {"region_id": ["a1", "b1"], "level0": ["r", "r"], "level1": ["a", "b"], "level2": ["x", "x"]},
         )),
         "missing table": (str(tmp_path / "nope.parquet"), groups, hierarchy),
+        "empty CSV field": (entities, _csv(tmp_path / "g.csv", "group_id,region_id\n1,a1\n2,\n3,b1\n"), hierarchy),
+        "CSV ids as text": (_csv(tmp_path / "e.csv", "entity_id,group_id\n1,01\n"), groups, hierarchy),
     }
     for case, paths in cases.items():
         with pytest.raises(ValueError) as local:
