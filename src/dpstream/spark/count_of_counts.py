@@ -122,7 +122,8 @@ def release_count_of_counts(
         table["count"].to_numpy()[order].astype(np.int64),
         tree.size(tree.levels - 1),
     )
-    leaf_sizes.unpersist()
+    for frame in [leaf_sizes, *clock.cached]:
+        frame.unpersist()
     return CountOfCountsRelease(tree=tree, levels=back_substitute(tree, histograms), max_size=max_size)
 
 
@@ -132,6 +133,7 @@ class _Clock:
     def __init__(self, timings: dict[str, float] | None) -> None:
         self.timings = timings
         self.start = time.perf_counter()
+        self.cached: list[Any] = []  # frames materialized for their own times, dropped at the end
 
     @property
     def on(self) -> bool:
@@ -416,6 +418,7 @@ def _materialize(frame: Any, clock: _Clock, stage: str) -> Any:
         return frame
     frame = frame.persist()
     frame.count()
+    clock.cached.append(frame)
     clock.lap(stage)
     return frame
 
