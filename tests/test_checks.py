@@ -253,7 +253,7 @@ def test_stream_values_first_offending_position_is_reported():
     with pytest.raises(ValueError, match="position 2 "):
         check_stream_values([0.0, 1.0, 11.0, -1.0, math.nan][:4], 10.0)
     # NaN/inf are reported before range errors, wherever they are.
-    with pytest.raises(ValueError, match=r"position 3 must be a finite number"):
+    with pytest.raises(ValueError, match=r"position 3 \(0-based\) must be a finite number"):
         check_stream_values([0.0, 11.0, 1.0, math.nan], 10.0)
 
 
@@ -261,7 +261,7 @@ def test_stream_values_clip():
     out = check_stream_values([-3.0, 0.0, 4.0, 12.0], 10.0, clip=True)
     np.testing.assert_array_equal(out, [0.0, 0.0, 4.0, 10.0])
     for bad in (math.nan, math.inf, -math.inf):
-        with pytest.raises(ValueError, match="position 1 must be a finite number"):
+        with pytest.raises(ValueError, match="position 1 \\(0-based\\) must be a finite number"):
             check_stream_values([1.0, bad], 10.0, clip=True)
 
 

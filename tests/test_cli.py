@@ -66,7 +66,7 @@ def test_release_refuses_to_overwrite(runner, stream_file, tmp_path):
     [
         ("1\n2\n", ["--epsilon", "-1"], "epsilon must be a finite number > 0, got -1.0"),
         ("1\nabc\n", [], "line 2 is not a number: 'abc'"),
-        ("1\n200\n", [], "position 1 must be in [0, 100]"),
+        ("1\n200\n", [], "position 1 (0-based) must be in [0, 100]"),
         ("a,b\n1,2\n", [], "choose one with a column name"),
     ],
 )
@@ -164,7 +164,8 @@ def test_evaluate_clips_on_request_and_fixes_the_query_length(runner, tmp_path):
     args = ["evaluate", "--dataset", str(data), "--upper-bound", "100", "--study", "hierarchy", "--methods",
             "H16c,Base", "--epsilons", "1", "--rounds", "2", "--queries", "10", "--hold", "256", "--max-range", "1024"]
     refused = runner.invoke(main, [*args, "--out", str(tmp_path / "a")])
-    assert refused.exit_code == 1 and "position 1 must be in [0, 100]" in refused.stderr and "--clip" in refused.stderr
+    assert refused.exit_code == 1 and "--clip" in refused.stderr
+    assert "position 1 (0-based) must be in [0, 100]" in refused.stderr
     result = runner.invoke(main, [*args, "--clip", "--query-length", "200", "--out", str(tmp_path / "b")])
     assert result.exit_code == 0, result.stderr
     with open(tmp_path / "b" / "hierarchy-big-rounds.csv") as handle:

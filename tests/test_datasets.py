@@ -52,7 +52,8 @@ def test_a_bound_below_the_data_is_an_error_or_clips(pos):
     """A public bound below a built-in dataset's values is checked like a file's: an error that
     names the first value outside [0, B] and the way out, or, with clip=True, every value clipped."""
     first = int(np.argmax(pos.values > 100))
-    with pytest.raises(ValueError, match=rf"position {first} must be in \[0, 100\] \(clip=True, or --clip, clips it\)"):
+    expected = rf"position {first} \(0-based\) must be in \[0, 100\] \(clip=True, or --clip, clips it\)"
+    with pytest.raises(ValueError, match=expected):
         load_dataset("pos", upper_bound=100)
     clipped = load_dataset("pos", upper_bound=100, clip=True)
     assert clipped.upper_bound == 100.0
@@ -87,9 +88,9 @@ def test_a_dataset_file_is_checked_against_its_bound(tmp_path):
     negative, zeros = tmp_path / "negative.txt", tmp_path / "zeros.txt"
     negative.write_text("1\n2\n-5\n")
     zeros.write_text("0\n0\n")
-    with pytest.raises(ValueError, match=r"position 2 must be in \[0, 2\] .*, got -5.0\.$"):
+    with pytest.raises(ValueError, match=r"position 2 \(0-based\) must be in \[0, 2\] .*, got -5\.$"):
         load_dataset(negative)
     with pytest.raises(ValueError, match="no positive value"):
         load_dataset(zeros)
-    with pytest.raises(ValueError, match=r"must be in \[0, 1\] .*, got 2.0"):
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\] .*, got 2"):
         load_dataset(negative, upper_bound=1.0)

@@ -171,7 +171,8 @@ def test_zero_width_marker_in_text_falls_back_to_the_careful_path():
 
 # -- the chunked reader equals the lazy reader ------------------------------------------------
 
-VALUES = ["1", "2.5", "-3", "1e2", " 4 ", '"5"', "", "NA", "nan", "Null", "x", "1_0", "inf", "1e999", ".5", "7."]
+VALUES = ["1", "2.5", "-3", "1e2", " 4 ", '"5"', "", "NA", "nan", "Null", "x", "1_0", "inf", "1e999", ".5", "7.",
+          " na ", '"NA"']
 TEXTS = ["a", "", " b ", '"c"', "'d'", "2024-01-01", "e f"]
 
 

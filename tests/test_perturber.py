@@ -609,11 +609,11 @@ def test_perturber_rejects_values_above_its_threshold():
     """A value above theta would break the guarantee: an error naming position and value."""
     perturber = HierarchicalPerturber(threshold=10.0, epsilon=1.0, max_range=256, seed=0)
     perturber.release(np.full(5, 10.0))
-    with pytest.raises(ValueError, match=r"position 7 must be in \[0, 10\], got 11.0"):
+    with pytest.raises(ValueError, match=r"position 7 \(0-based\) must be in \[0, 10\], got 11"):
         perturber.release(np.array([1.0, 2.0, 11.0]))
-    with pytest.raises(ValueError, match=r"position 5 must be in \[0, 10\], got -1.0"):
+    with pytest.raises(ValueError, match=r"position 5 \(0-based\) must be in \[0, 10\], got -1"):
         perturber.release_one(-1.0)
-    with pytest.raises(TypeError, match="position 5 must be a number|must be numbers"):
+    with pytest.raises(TypeError, match="position 5 \\(0-based\\) must be a number|must be numbers"):
         perturber.release_one("3")
     assert perturber.state.released == 5
 

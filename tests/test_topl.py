@@ -365,7 +365,7 @@ def test_release_privacy_and_errors():
     assert guarantee.epsilon == 2.0 and guarantee.delta == 0.0
     assert guarantee.neighbours is LOCAL_REPORT and "Definition 2.2" in str(guarantee.neighbours)
     assert topl.release_one(3.0) is None and topl.threshold is None
-    with pytest.raises(ValueError, match="position 1 must be in \\[0, 100\\]"):
+    with pytest.raises(ValueError, match="position 1 \\(0-based\\) must be in \\[0, 100\\]"):
         topl.release([500.0])
     with pytest.raises(TypeError, match="must be numbers"):
         topl.release_one("3")

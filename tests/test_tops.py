@@ -378,10 +378,10 @@ def test_clip_clips_out_of_range_but_rejects_non_finite():
     assert np.array_equal(clipped, released_one_by_one(tops(clip=True), wild.tolist()))
     for bad in (math.nan, math.inf, -math.inf):
         t = tops(clip=True)
-        with pytest.raises(ValueError, match="position 2 must be a finite number"):
+        with pytest.raises(ValueError, match="position 2 \\(0-based\\) must be a finite number"):
             t.release([1.0, 2.0, bad])
         t.release_one(1.0)
-        with pytest.raises(ValueError, match="position 1 must be a finite number"):
+        with pytest.raises(ValueError, match="position 1 \\(0-based\\) must be a finite number"):
             t.release_one(bad)
 
 

@@ -242,7 +242,8 @@ def check_stream_values(
     if bad.any():
         index = int(np.argmax(bad))
         raise ValueError(
-            f"stream value at position {offset + index} must be a finite number, got {float(array[index])!r}."
+            f"stream value at position {offset + index} (0-based) must be a finite number, "
+            f"got {plain_number(array[index])}."
         )
     outside = (array < 0) | (array > upper_bound)
     if outside.any():
@@ -251,8 +252,8 @@ def check_stream_values(
         index = int(np.argmax(outside))
         hint = "" if clip is None else " (clip=True, or --clip, clips it)"
         raise ValueError(
-            f"stream value at position {offset + index} must be in [0, {upper_bound:g}]{hint}, "
-            f"got {float(array[index])!r}."
+            f"stream value at position {offset + index} (0-based) must be in [0, {upper_bound:g}]{hint}, "
+            f"got {plain_number(array[index])}."
         )
     return array
 

@@ -286,6 +286,12 @@ def _resolve(names: list[str], source: str, column: str | None, time_column: str
     return rest[0], time, key
 
 
+#: The missing-value tokens, lower case, as an array for ``np.isin``.
+_MISSING_ARRAY = np.array(sorted(_MISSING))
+#: Longest value field the vectorized missing-value scan takes (longer ones go line by line).
+_TOKEN_SCAN_WIDTH = 64
+
+
 def _plain_numbers(fields: list[str]) -> np.ndarray | None:
     """``fields`` as float64 if every one is a finite decimal number (blanks around allowed), else None."""
     if not _plain("".join(fields)):
@@ -428,10 +434,42 @@ class _TextRows:
         fields = self._fields(lines)
         values = None if fields is None else _plain_numbers(fields[0])
         if values is None:
+            if fields is not None and self.missing != "error":
+                batch = self._with_missing(fields, first)
+                if batch is not None:
+                    return batch
             return self._slow(lines, first)
         count = len(lines)
         self.stats.values += count
         return Batch(values, np.arange(first, first + count, dtype=np.int64), *map(_texts, fields[1:]))
+
+    def _with_missing(self, fields: tuple[list[str], list[str] | None, list[str] | None], first: int) -> Batch | None:
+        """The fast path of a chunk whose values are plain numbers and missing-value tokens (unquoted), under
+        the policy zero or skip; None if any value is something else (the slow path then says what)."""
+        texts = fields[0]
+        if max(map(len, texts)) > _TOKEN_SCAN_WIDTH:  # no wide fixed-width array for a long field
+            return None
+        missing = np.isin(np.char.lower(np.char.strip(np.array(texts))), _MISSING_ARRAY)
+        rest = np.array(texts, dtype=object)[~missing].tolist()
+        numbers = _plain_numbers(rest) if rest else np.empty(0)
+        if numbers is None:
+            return None
+        count = int(missing.sum())
+        lines = np.arange(first, first + len(texts), dtype=np.int64)
+        times, keys = map(_texts, fields[1:])
+        self.stats._met_missing(first + int(np.argmax(missing)), count)
+        if self.missing == "zero":
+            values = np.zeros(len(texts))
+            values[~missing] = numbers
+            self.stats.replaced += count
+        else:
+            keep = ~missing
+            values, lines = numbers, lines[keep]
+            times = None if times is None else list(itertools.compress(times, keep.tolist()))
+            keys = None if keys is None else list(itertools.compress(keys, keep.tolist()))
+            self.stats.skipped += count
+        self.stats.values += values.size
+        return Batch(values, lines, times, keys)
 
     def _fields(self, lines: list[str]) -> tuple[list[str], list[str] | None, list[str] | None] | None:
         """The raw value, time and key fields of every line, or None if a line lacks its line end

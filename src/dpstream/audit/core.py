@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from dpstream._checks import check_positive_int, check_probability
 from dpstream.rng import Seed, make_rng
@@ -197,6 +196,8 @@ def clopper_pearson(k: np.ndarray | int, n: int, gamma: float) -> tuple[np.ndarr
     >>> np.round(lower, 4).tolist(), np.round(upper, 4).tolist()
     ([0.0, 0.1871, 0.6915], [0.3085, 0.8129, 1.0])
     """
+    from scipy import stats  # imported here: scipy.stats costs half a second at every CLI start
+
     k = np.asarray(k, dtype=np.float64)
     safe_low = np.maximum(k, 1.0)
     safe_high = np.minimum(k, n - 1.0)

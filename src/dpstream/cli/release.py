@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
+from dpstream.cli._columns import check_columns, release_columns
 from dpstream.cli._common import (
     SEED_HELP,
     check_finite,
@@ -27,6 +28,7 @@ from dpstream.cli._common import (
 )
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
@@ -144,6 +146,13 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--smoothed-levels", type=int, default=None,
               help="tops: force s, the lowest levels left to the smoother (default: chosen).")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
+@click.option("--time-column", default=None,
+              help="Column of each value's time: the output becomes CSV 'time,value' (the time text as written).")
+@click.option("--key-column", default=None,
+              help="Column of keys: one independent stream per key (own hold-out, threshold and budget; the "
+                   "guarantee is per key), written as CSV 'key,position,value' ('key,position,time,value').")
+@click.option("--max-keys", type=int, default=DEFAULT_MAX_KEYS, show_default=True,
+              help="With --key-column: stop at a key beyond this many (each key holds its own mechanism in memory).")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
               help="Empty fields, NA, NaN, null: error; zero (positions kept); skip (shifts later positions).")
 @click.option("--threshold-step", type=float, default=1.0, show_default=True,
@@ -163,8 +172,9 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def release(input_path: str, output_path: str, method: str, column: str | None, missing: str, seed: int | None,
-            hold: int, force: bool, **options: Any) -> None:
+def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
+            key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
+            **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
@@ -172,25 +182,37 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee, with the noise
     sampler and its source of randomness, is printed on stderr.  tops, pak and bt measure on a
     public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
+
+    The output is one value per line, no header; with --time-column it is CSV 'time,value', and
+    with --key-column one stream per key as CSV 'key,position,value' (with a time column
+    'key,position,time,value'), positions 0-based in each key's stream, rows in input order.
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()
     for name in sorted(_SPECIFIC_OPTIONS - chosen.options):
         if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
+    check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = chosen.build({**options, "hold": hold, "seed": seed})
-    if releaser.threshold is not None:  # methods without a hold-out know their bound from the start
+    if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
-    reader = StreamReader(input_path, column=column, missing=missing)  # text, .gz, stdin or Parquet
-    values = reader.values()
+    reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
+                          missing=missing)  # text, .gz, stdin or Parquet
     name = "stdin" if input_path == "-" else input_path
-    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"],
-                     written="the output stops before it" if is_stream(target)
-                     else "nothing was written")
+    written = "the output stops before it" if is_stream(target) else "nothing was written"
+    if time_column is not None or key_column is not None:
+        release_columns(reader, target, releaser,
+                        build=lambda bits: chosen.build({**options, "hold": hold, "seed": bits}),
+                        announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
+                        time=time_column is not None, keyed=key_column is not None, written=written,
+                        upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
+        return
+    values = reader.values()
+    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"], written=written)
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
             if input_path == "-":

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from statistics import NormalDist
 
 import numpy as np
-from scipy import stats
 
 from dpstream._checks import check_bound, check_choice, check_epsilon, check_percentile, check_probability
 from dpstream.noise.bits import BitsSeed
@@ -175,8 +175,8 @@ def noise_inverse_cdf(noise: str, u: float) -> float:
     if not 0 < u < 1:
         raise ValueError(f"a probability in (0, 1) is needed for the inverse CDF, got {u!r}.")
     if noise == "laplace":
-        return float(stats.laplace.ppf(u))
-    return float(stats.norm.ppf(u))
+        return math.log(2.0 * u) if u < 0.5 else -math.log(2.0 * (1.0 - u))
+    return NormalDist().inv_cdf(u)
 
 
 def pak_kappa(a: float, b: float, offset: float) -> float:

@@ -1,0 +1,273 @@
+"""``dpstream release --time-column/--key-column``: CSV output with the time and key of each value.
+
+Without these options ``release`` writes one value per line, no header (see ``release.py``).
+With them, the output is CSV (RFC 4180 quoting: a field holding a comma, a quote or a line
+end is quoted, quotes doubled), with a header line:
+
+* ``--time-column T``: ``time,value`` -- the time text of each released value's input row, as
+  written in the input (trimmed of blanks and enclosing quotes, never parsed).
+* ``--key-column K``: ``key,position,value``, or ``key,position,time,value`` with a time
+  column: one independent stream per key (:class:`~dpstream.release.by_key.ByKey`), ``position``
+  the 0-based position of the value in its key's stream.
+
+Rows come in input order; held-out rows produce no row.  ``--missing skip`` drops a row before
+it reaches a stream, so it shifts the later positions of that stream (``zero`` keeps them).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+import click
+import numpy as np
+
+from dpstream._checks import check_stream_values
+from dpstream.cli._common import check_finite, output_file, quote, say
+from dpstream.io import Batch, Record, StreamReader
+from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
+
+__all__ = ["ColumnsWriter", "check_columns", "header", "release_columns"]
+
+
+def header(*, time: bool, key: bool) -> list[str]:
+    """The output's header line for a release with a time column, a key column or both.
+
+    >>> header(time=True, key=False), header(time=True, key=True)
+    (['time', 'value'], ['key', 'position', 'time', 'value'])
+    """
+    if key:
+        return ["key", "position", "time", "value"] if time else ["key", "position", "value"]
+    if time:
+        return ["time", "value"]
+    raise ValueError("a CSV release needs a time column or a key column.")
+
+
+def _times(times: list[str], rows: np.ndarray) -> list[str]:
+    return np.array(times, dtype=object)[rows].tolist()
+
+
+class ColumnsWriter:
+    """Feeds one stream (``streams`` a mechanism) or one stream per key (a :class:`ByKey`) and
+    writes the CSV rows of what is released; each value is checked finite first.
+
+    ``announce(mechanism)`` is called once, when the first threshold is known; ``clipped``
+    counts the values outside ``[0, upper_bound]`` (that ``--clip`` clips).
+    """
+
+    def __init__(self, streams: Any, *, time: bool, announce: Callable[[Any], None], upper_bound: float,
+                 clip: bool, written: str) -> None:
+        self.streams, self.time = streams, time
+        self.keyed = isinstance(streams, ByKey)
+        self.announce, self.upper_bound, self.clip, self.written = announce, upper_bound, clip, written
+        self.announced = False
+        self.clipped = 0
+        #: Values released (rows written, the header aside).
+        self.released = 0
+
+    def _start(self, sink: TextIO) -> Any:
+        out = csv.writer(sink, lineterminator="\n")
+        out.writerow(header(time=self.time, key=self.keyed))
+        return out
+
+    def _maybe_announce(self, stream: Any) -> None:
+        if not self.announced and stream.threshold is not None:
+            self.announced = True
+            self.announce(stream)
+
+    def _check(self, values: np.ndarray | float, *, position: int, key: str | None) -> None:
+        try:
+            check_finite(values, position=position, written=self.written)
+        except click.ClickException as error:
+            if key is None:
+                raise
+            raise click.ClickException(f"key {quote(key)}: {error.message}") from None
+
+    # -- live: one record at a time (stdin) --------------------------------------------------
+
+    def live(self, records: Iterator[Record], sink: TextIO) -> int:
+        """Release record by record, each row written and flushed as soon as it is released."""
+        out, keyed = None, self.keyed
+        for record in records:
+            if out is None:  # the header, once the input's header has been read
+                out = self._start(sink)
+                sink.flush()
+            value = record.value
+            if self.clip and (value < 0.0 or value > self.upper_bound) and math.isfinite(value):
+                self.clipped += 1
+            if keyed:
+                stream = self.streams.stream(record.key)
+                got = self.streams.release_one(value, record.key)  # the stream just looked up
+                if got is None:
+                    self._maybe_announce(stream)
+                    continue
+                position, released = got
+                self._check(released, position=position, key=record.key)
+                self._maybe_announce(stream)
+                row = [record.key, position, record.time, released] if self.time else [record.key, position, released]
+            else:
+                released = self.streams.release_one(value)
+                self._maybe_announce(self.streams)
+                if released is None:
+                    continue
+                self._check(released, position=self.streams.position - 1, key=None)
+                row = [record.time, released]
+            out.writerow(row)
+            sink.flush()
+            self.released += 1
+        return self.released
+
+    # -- batches (file input) ----------------------------------------------------------------
+
+    def batches(self, batches: Iterator[Batch], sink: TextIO) -> int:
+        """Release batch by batch; each key's mechanism gets its rows of a batch in one call."""
+        out = None
+        for batch in batches:
+            if out is None:  # the header, once the input's header has been read
+                out = self._start(sink)
+            if self.clip:
+                values = batch.values
+                self.clipped += int(np.count_nonzero((values < 0.0) | (values > self.upper_bound)))
+            if self.keyed:
+                self._keyed_batch(batch, out)
+            else:
+                self._timed_batch(batch, out)
+        return self.released
+
+    def _timed_batch(self, batch: Batch, out: Any) -> None:
+        stream = self.streams
+        released = stream.release(batch.values)
+        self._maybe_announce(stream)
+        if released.size:
+            self._check(released, position=stream.position - released.size, key=None)
+            out.writerows(zip(batch.times[len(batch) - released.size :], released.tolist()))
+            self.released += released.size
+
+    def _keyed_batch(self, batch: Batch, out: Any) -> None:
+        if not self.clip:  # name the first bad row in input order, as the live path does
+            outside = (batch.values < 0.0) | (batch.values > self.upper_bound)
+            if outside.any():
+                self._refuse(batch, int(np.argmax(outside)))
+        got = self.streams.release(batch.values, batch.keys)
+        if not self.announced:
+            ready = next((stream for stream in self.streams.streams.values() if stream.threshold is not None), None)
+            if ready is not None:
+                self._maybe_announce(ready)
+        if not got.values.size:
+            return
+        bad = ~np.isfinite(got.values)
+        if bad.any():
+            first = int(np.argmax(bad))
+            self._check(got.values[first], position=int(got.positions[first]), key=got.keys[first])
+        columns = [got.keys, got.positions.tolist()]
+        if self.time:
+            columns.append(_times(batch.times, got.rows))
+        columns.append(got.values.tolist())
+        out.writerows(zip(*columns))
+        self.released += got.values.size
+
+
+    def _refuse(self, batch: Batch, index: int) -> None:
+        """Raise the error of row ``index``'s value, outside [0, B], as its key's mechanism words it
+        (or the error of a new key beyond --max-keys in an earlier row, as the live path would)."""
+        key = batch.keys[index]
+        self.streams.check_room(batch.keys[: index + 1])
+        stream = self.streams.streams.get(key)
+        position = (0 if stream is None else stream.position) + batch.keys[:index].count(key)
+        try:
+            check_stream_values(batch.values[index : index + 1], self.upper_bound, clip=False, offset=position)
+        except ValueError as error:
+            raise ValueError(f"key {show_key(key)}: {error}") from None
+
+
+def summary(streams: ByKey, *, hold: int) -> str:
+    """One line on stderr after a keyed release: keys, values released, keys still in their hold-out."""
+    keys = len(streams)
+    held = streams.held()
+    text = f"{keys:,} key{'s' * (keys != 1)}, each its own stream after a hold-out of {hold:,} values"
+    if held:
+        text += (f"; {held:,} key{'s' * (held != 1)} ended within {'their' if held != 1 else 'its'} hold-out and "
+                 "released nothing")
+    return text + "."
+
+
+def per_key_privacy(stream: Any, *, seed: int | None) -> list[str]:
+    """The lines that state a keyed release's guarantee: per key, and what that does not protect."""
+    source = (f"a key derived from --seed {seed} (replayable, NOT secret)" if seed is not None
+              else "a random 32-byte secret drawn for this run and never stored")
+    return [
+        f"privacy, per key (each key's stream is released on its own, with its own hold-out, threshold and budget): "
+        f"{stream.privacy()}",
+        "the guarantee is per key: keys and how many values each has are public, and someone whose values fall "
+        "under k keys is protected by k times this budget (the epsilons add up).",
+        f"noise: each key draws from its own keyed ChaCha20 stream (identity: the key's text) under {source}.",
+    ]
+
+
+def check_columns(context: click.Context, *, column: str | None, time_column: str | None, key_column: str | None,
+                   max_keys: int) -> None:
+    """Usage errors of --column, --time-column, --key-column and --max-keys, before anything is read."""
+    given: dict[str, str] = {}
+    for flag, name in (("--column", column), ("--time-column", time_column), ("--key-column", key_column)):
+        if name is None:
+            continue
+        if not name.strip():
+            raise click.UsageError(f"{flag} must name a column, got {quote(name)}.")
+        if name in given:
+            raise click.UsageError(f"{flag} and {given[name]} must name different columns, got {quote(name)} "
+                                   "for both.")
+        given[name] = flag
+    if key_column is None:
+        if context.get_parameter_source("max_keys") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--max-keys applies only with --key-column.")
+    elif max_keys < 1:
+        raise click.UsageError(f"--max-keys must be at least 1, got {max_keys}.")
+
+
+def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: Callable[[Any], Any],
+                    announce: Callable[[Any], None], seed: int | None, max_keys: int, time: bool, keyed: bool,
+                    written: str, upper_bound: float, clip: bool, chunk: int) -> None:
+    """``release`` with --time-column and/or --key-column: read ``reader``, write CSV rows to ``target``.
+
+    ``releaser`` is the mechanism of the one stream (without keys; with keys only its ``hold`` is
+    read); ``build(seed)`` builds a mechanism drawing from ``seed`` (a bit source), one per key;
+    ``announce(mechanism)`` tells its threshold and guarantee (without keys).
+    """
+    name = reader.source
+    if keyed:
+        secret = new_secret() if seed is None else seed_secret(seed)
+        streams: Any = ByKey(build=lambda key: build(key_bits(secret, key)), max_keys=max_keys)
+
+        def tell(stream: Any) -> None:
+            for line in per_key_privacy(stream, seed=seed):
+                say(line)
+    else:
+        streams, tell = releaser, announce
+    writer = ColumnsWriter(streams, time=time, announce=tell, upper_bound=upper_bound, clip=clip, written=written)
+    writer.announced = not keyed and releaser.threshold is not None  # announced already
+    try:
+        with output_file(target) as sink:  # a failed release leaves no file and destroys none
+            if name == "stdin":
+                released = writer.live(reader.records(), sink)
+            else:
+                released = writer.batches(reader.batches(chunk), sink)
+            if reader.stats.values == 0:
+                raise click.ClickException(f"{name} holds no values.")
+            if released == 0:
+                within = "each key's hold-out" if keyed else "the hold-out"
+                raise click.ClickException(
+                    f"{name} ended after {reader.stats.values:,} values, all within {within} of {releaser.hold:,}: "
+                    "nothing was released (lower --hold or give a longer stream)."
+                )
+    finally:
+        reader.close()
+    if reader.stats.missing:
+        say(reader.stats.summary())
+    if clip:
+        say(f"--clip: {writer.clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+    if keyed:
+        say(f"released {released:,} values of {summary(streams, hold=releaser.hold)}")
+    else:
+        say(f"released {released:,} values after holding out {releaser.hold:,}.")

@@ -1,0 +1,253 @@
+"""One independent stream per key: a release mechanism for every key of a keyed stream.
+
+A keyed stream is a stream of ``(key, value)`` rows, such as the readings of many smart meters
+interleaved in one file.  :class:`ByKey` gives every key its own mechanism, built on first sight
+of the key by a ``build(key)`` function -- its own hold-out, threshold, hierarchy and budget --
+and feeds each key's values, in input order, to that key's mechanism only.  A key's *position*
+is the 0-based index of a value among that key's values, so the first released position of a
+key is its mechanism's ``hold``.
+
+Batches are dispatched vectorized: the keys of a batch are grouped with ``np.unique`` and a
+stable ``argsort``, each key's mechanism receives its values of the batch in one ``release``
+call, and the released values come back in the batch's row order.
+
+Privacy
+-------
+Each key's release has its mechanism's guarantee (for example ``epsilon``-DP at event level)
+*about that key's stream*: two keyed streams are neighbours when one key's streams differ in
+the value at one position.  Keys are public (the set of keys and how many values each has are
+not protected), and the guarantees do not combine into one over all keys: an individual whose
+values fall under ``k`` keys (several meters, several accounts) is protected by ``k`` times
+the budget (sequential composition).  A value that changes its key (moves from one meter to
+another) changes two streams.
+
+Noise
+-----
+Every key's mechanism draws from its own keyed ChaCha20 stream, :func:`key_bits`:
+``KeyedBits(key=secret, identity=("release-by-key", key))``.  The ``secret`` is 32 random bytes
+drawn for the run (:func:`new_secret`, the default: the noise is as secret as the operating
+system's CSPRNG), or, for tests, :func:`seed_secret` of an integer seed (replayable, NOT secret).
+The noise of a key depends on the secret and the key's text only -- not on which keys came
+first, nor on how the rows were batched -- so a key's output equals that of its sub-stream run
+alone through ``build(key)``.
+
+Memory
+------
+Constant in the number of rows; one mechanism per key, so linear in the number of keys (at
+most ``max_keys``).  A key's mechanism holds ``8 * hold`` bytes while its hold-out lasts, then
+its own state (``docs/keys.md`` lists the sizes of each method).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dpstream._checks import check_positive_int
+from dpstream.noise.bits import KeyedBits
+
+__all__ = ["DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyedRelease", "KeyLimitError", "key_bits", "new_secret",
+           "seed_secret", "show_key"]
+
+#: Most keys a :class:`ByKey` accepts unless told otherwise (each key holds a whole mechanism).
+DEFAULT_MAX_KEYS = 1000
+#: First part of the identity of every key's noise stream.
+KEY_IDENTITY = "release-by-key"
+_SEED_DOMAIN = b"dpstream.release.by-key/v1\x00seed\x00"
+#: Keys longer than this are grouped as Python objects (a fixed-width unicode array would take
+#: ``4 * longest * rows`` bytes).
+_UNICODE_WIDTH = 64
+
+
+def new_secret() -> bytes:
+    """32 bytes from the operating system's CSPRNG: the secret of one unseeded keyed release."""
+    return os.urandom(32)
+
+
+def seed_secret(seed: int) -> bytes:
+    """The secret of a seeded keyed release: SHA-256 of a fixed domain and the decimal seed.
+
+    For tests only: anyone who knows the seed can recompute every key's noise.
+
+    >>> seed_secret(7).hex()[:16] == hashlib.sha256(b"dpstream.release.by-key/v1\\x00seed\\x007").hexdigest()[:16]
+    True
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}.")
+    return hashlib.sha256(_SEED_DOMAIN + str(seed).encode("ascii")).digest()
+
+
+def key_bits(secret: bytes, key: str) -> KeyedBits:
+    """The bit source of ``key``'s mechanism: ``KeyedBits(key=secret, identity=(KEY_IDENTITY, key))``.
+
+    Pass it as the mechanism's ``seed`` (every mechanism takes a bit source there).
+
+    >>> a, b = key_bits(seed_secret(1), "meter-1"), key_bits(seed_secret(1), "meter-2")
+    >>> bool((a.words(3) == key_bits(seed_secret(1), "meter-1").words(3)).all()), bool((a.words(3) == b.words(3)).any())
+    (True, False)
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {key!r}.")
+    return KeyedBits(key=secret, identity=(KEY_IDENTITY, key))
+
+
+class KeyLimitError(ValueError):
+    """A new key would exceed ``max_keys``."""
+
+
+class KeyedRelease(NamedTuple):
+    """What one batch released, in the batch's row order.
+
+    ``rows`` are the indices of the released rows in the batch (int64, increasing), ``keys`` their
+    keys, ``positions`` their 0-based positions in their key's stream (int64), ``values`` the
+    released values (float64).
+    """
+
+    rows: np.ndarray
+    keys: list[str]
+    positions: np.ndarray
+    values: np.ndarray
+
+
+def show_key(key: str) -> str:
+    """A key in a message: its repr, at most 80 characters of it."""
+    return repr(key) if len(key) <= 80 else f"{key[:80]!r}... ({len(key):,} characters)"
+
+
+def _empty() -> KeyedRelease:
+    return KeyedRelease(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=np.int64), np.empty(0))
+
+
+class ByKey:
+    """One independent release mechanism per key (see the module docstring).
+
+    Parameters
+    ----------
+    build : callable
+        ``build(key) -> mechanism``: a fresh mechanism for a new key, with ``release(values)``,
+        ``release_one(value)``, ``position`` and ``threshold``; give each key its own noise, e.g.
+        ``seed=key_bits(secret, key)``.
+    max_keys : int
+        At most this many keys; a row with one more new key raises :class:`KeyLimitError`
+        (each key holds a mechanism in memory).
+
+    Attributes
+    ----------
+    streams : dict
+        The mechanism of every key seen, by key.
+
+    Examples
+    --------
+    >>> from dpstream.release import BinaryTreeCounter
+    >>> secret = seed_secret(3)
+    >>> def build(key):
+    ...     return BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, max_range=8, seed=key_bits(secret, key))
+    >>> streams = ByKey(build=build)
+    >>> out = streams.release([1.0, 0.0, 1.0, 1.0], ["b", "a", "b", "a"])
+    >>> out.rows.tolist(), out.keys, out.positions.tolist()
+    ([0, 1, 2, 3], ['b', 'a', 'b', 'a'], [0, 0, 1, 1])
+    >>> alone = build("b").release([1.0, 1.0])  # key b's sub-stream, run alone
+    >>> bool((out.values[[0, 2]] == alone).all())
+    True
+    """
+
+    def __init__(self, *, build: Callable[[str], Any], max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        if not callable(build):
+            raise TypeError(f"build must be callable (key -> mechanism), got {build!r}.")
+        self.build = build
+        self.max_keys = check_positive_int(max_keys, "max_keys")
+        self.streams: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def stream(self, key: str) -> Any:
+        """The mechanism of ``key``, built if the key is new."""
+        stream = self.streams.get(key)
+        if stream is None:
+            if not isinstance(key, str):
+                raise TypeError(f"a key must be a str, got {key!r}.")
+            if len(self.streams) >= self.max_keys:
+                self._refuse(key)
+            stream = self.streams[key] = self.build(key)
+        return stream
+
+    def release(self, values: object, keys: Sequence[str]) -> KeyedRelease:
+        """Feed a batch of rows, ``values[i]`` under ``keys[i]``; return what was released, in row order.
+
+        Each key's mechanism gets its rows of the batch in one ``release`` call, keys in sorted
+        order.  New keys beyond ``max_keys`` are refused before any row is consumed (naming the
+        first such key in input order); a value a mechanism refuses raises its error prefixed
+        with the key, and the keys served before it in this batch have then consumed their rows
+        (check the values first for an error about the first bad row in input order).
+        """
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 1 or len(keys) != values.size:
+            raise ValueError(f"values and keys must be two sequences of one length, got {values.shape} values and "
+                             f"{len(keys)} keys.")
+        if not values.size:
+            return _empty()
+        try:
+            joined = "".join(keys)
+        except TypeError:
+            raise TypeError(f"keys must be strings, got {next(k for k in keys if not isinstance(k, str))!r}.") from None
+        # numpy's fixed-width strings would drop a key's trailing NUL characters: such keys go as objects
+        plain = "\x00" not in joined and max(map(len, keys)) <= _UNICODE_WIDTH
+        unique, inverse = np.unique(np.array(keys, dtype=None if plain else object), return_inverse=True)
+        order = np.argsort(inverse, kind="stable")  # the rows of each key, in input order
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=unique.size))))
+        names = unique.tolist()
+        if len(self.streams) + len(names) > self.max_keys:
+            self.check_room(keys)
+        rows, codes, positions, released = [], [], [], []
+        for code, key in enumerate(names):
+            mine = order[bounds[code] : bounds[code + 1]]
+            stream = self.stream(key)
+            before = stream.position
+            try:
+                out = stream.release(values[mine])
+            except ValueError as error:
+                raise type(error)(f"key {show_key(key)}: {error}") from None
+            if out.size:
+                first = mine.size - out.size  # held-out rows come first and release nothing
+                rows.append(mine[first:])
+                codes.append(np.full(out.size, code))
+                positions.append(np.arange(before + first, before + mine.size, dtype=np.int64))
+                released.append(out)
+        if not rows:
+            return _empty()
+        all_rows = np.concatenate(rows)
+        back = np.argsort(all_rows, kind="stable")
+        return KeyedRelease(all_rows[back], unique[np.concatenate(codes)[back]].tolist(),
+                            np.concatenate(positions)[back], np.concatenate(released)[back])
+
+    def check_room(self, keys: Sequence[str]) -> None:
+        """Raise :class:`KeyLimitError` if the new keys among ``keys`` (rows in input order) would exceed
+        ``max_keys``, naming the first key beyond the limit; nothing is built or consumed."""
+        room = self.max_keys - len(self.streams)
+        if room >= len(keys):
+            return
+        new = [key for key in dict.fromkeys(keys) if key not in self.streams]  # in order of first appearance
+        if len(new) > room:
+            self._refuse(new[room])
+
+    def _refuse(self, key: str) -> None:
+        raise KeyLimitError(f"key {show_key(key)} would be key number {self.max_keys + 1:,}, more than the limit of "
+                            f"{self.max_keys:,} keys (each key holds its own mechanism in memory).")
+
+    def release_one(self, value: float, key: str) -> tuple[int, float] | None:
+        """Feed one row; return ``(position, released value)``, or None while the key's hold-out lasts."""
+        stream = self.stream(key)
+        try:
+            out = stream.release_one(value)
+        except ValueError as error:
+            raise type(error)(f"key {show_key(key)}: {error}") from None
+        return None if out is None else (stream.position - 1, out)
+
+    def held(self) -> int:
+        """How many keys have not completed their hold-out (released nothing yet)."""
+        return sum(stream.threshold is None for stream in self.streams.values())
