@@ -90,3 +90,14 @@ def test_a_retried_task_changes_nothing(spark, keyed, tmp_path):
     plain = release_by_key(spark, root / "rows.parquet", key_column="meter", value_column="kwh", build=_tree,
                            secret=secret)
     assert retried.equals(plain)
+
+
+def test_output_is_a_parquet_dataset_written_by_the_executors(spark, keyed, tmp_path):
+    import pyarrow.dataset as ds
+
+    _, _, root = keyed
+    secret = seed_secret(5)
+    kwargs = {"key_column": "meter", "value_column": "kwh", "build": _tree, "secret": secret}
+    assert release_by_key(spark, root / "rows.parquet", output=tmp_path / "out", **kwargs) is None
+    written = ds.dataset(tmp_path / "out").to_table().sort_by([("key", "ascending"), ("position", "ascending")])
+    assert written.equals(release_by_key(spark, root / "rows.parquet", **kwargs))

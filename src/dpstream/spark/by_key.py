@@ -43,14 +43,18 @@ def release_by_key(
     value_column: str,
     build: Callable[[Any], Any],
     secret: bytes,
-) -> pa.Table:
+    output: str | os.PathLike[str] | None = None,
+) -> pa.Table | None:
     """Release every key's stream of the table at ``path`` (CSV with a header, or Parquet) on Spark.
 
     ``build(bits)`` returns a fresh mechanism drawing from the bit source ``bits`` (the
     ``build`` of ``release --key-column``: every parameter but the noise); key ``k`` gets
     ``build(key_bits(secret, k))``.  Returns ``key, position, value`` for every released value,
     sorted by key and position (positions are 0-based per key; held-out values release
-    nothing).  A missing value is refused before any release, naming its key.
+    nothing).  With ``output`` (a directory that must not exist) Spark's executors write those
+    rows there as a Parquet dataset instead, each file sorted by key and position, and nothing
+    comes back to the driver: the way for many millions of rows.  A missing value is refused
+    before any release, naming its key.
     """
     require_spark()
     from pyspark.sql import functions as F
@@ -93,5 +97,8 @@ def release_by_key(
             {"key": key, "position": np.arange(first, values.size, dtype=np.int64), "value": out}
         )
 
-    table = rows.groupBy("key").applyInPandas(one_key, RESULT_SCHEMA).toArrow()
-    return table.sort_by([("key", "ascending"), ("position", "ascending")])
+    released = rows.groupBy("key").applyInPandas(one_key, RESULT_SCHEMA)
+    if output is not None:
+        released.sortWithinPartitions("key", "position").write.mode("errorifexists").parquet(str(output))
+        return None
+    return released.toArrow().sort_by([("key", "ascending"), ("position", "ascending")])
