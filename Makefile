@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The dashboard's browser test drives Debian's headless Chromium (never a browser Playwright downloads).
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: demo test bench clean
 
@@ -13,13 +15,22 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dpstream needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,spark]'
+	@# the tests start their own PostgreSQL server: its Debian binaries, when missing
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql; }
+	@# the Spark tests run PySpark in local mode on Java 17+, when missing
+	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/dpstream demo --out demo-output --force
 
-test: $(STAMP)
+$(CHROMIUM):
+	@[ "$$(id -u)" = 0 ] || { echo "the dashboard test needs Debian's chromium: sudo apt-get install chromium"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
 

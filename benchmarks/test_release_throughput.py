@@ -71,6 +71,17 @@ def test_batch_release_nm_e(benchmark, pos, noise):
     benchmark.extra_info["values_per_second"] = stream.size / benchmark.stats.stats.median
 
 
+def test_batch_release_period(benchmark, pos):
+    """One leaf per period of 1440 values (``period=1440``, exact path), for comparison."""
+    values, bound = pos
+    stream = values[: HOLD + RANGE]
+    out = benchmark.pedantic(
+        lambda: ToPS(epsilon=EPSILON, upper_bound=bound, hold=HOLD, max_range=RANGE, period=1440).release(stream),
+        rounds=10, iterations=1, warmup_rounds=1)
+    assert out.size == RANGE
+    benchmark.extra_info["values_per_second"] = stream.size / benchmark.stats.stats.median
+
+
 def test_streaming_release_one_value_at_a_time(benchmark, pos):
     values, bound = pos
     stream = values[: HOLD + RANGE].tolist()

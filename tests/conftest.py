@@ -136,3 +136,21 @@ def spark():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of the tests' own (see tests/service_helpers.py), stopped at the end of the session."""
+    from service_helpers import PostgresServer
+
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """The URL of a fresh, empty database: a SQLite file, then a database on the tests' PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/service.db"
+    return request.getfixturevalue("postgres_server").new_database()

@@ -216,6 +216,7 @@ def test_bad_adapters_and_parameters_are_named():
 #: Mechanisms whose noise is already exact (or whose outputs are discrete / described by a density).
 EXACT = {
     "tops": 4_000,
+    "tops-periodic": 4_000,
     "binary-tree": 2_048,
     "pak": 400,
     "nm-e": 20_000,

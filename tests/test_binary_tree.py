@@ -118,7 +118,7 @@ def test_a_fresh_tree_starts_after_max_range_values():
     first = counter.noise
     counter.release(np.ones(1))
     assert counter.noise is not first
-    assert counter.state.released == 9
+    assert counter.position == 9
 
 
 def test_privacy_is_epsilon_at_event_level():

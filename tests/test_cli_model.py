@@ -28,6 +28,9 @@ def stream_file(tmp_path):
         (["--query-length", "60"], {"query_length": 60}, "windows of 60 values"),
         (["--query-length", "60", "--smoothed-levels", "1"], {"query_length": 60, "smoothed_levels": 1},
          "smoothed levels s = 1"),
+        (["--period", "48"], {"period": 48}, "one leaf per period of 48 values (the first released value at phase 20)"),
+        (["--period", "48", "--threshold-method", "nm-e", "--smoother", "recent"],
+         {"period": 48, "threshold_method": "nm-e", "smoother": "recent"}, "d = 1 measured levels (NM-E)"),
     ],
 )
 def test_release_options_match_the_library(tmp_path, stream_file, flags, kwargs, said):

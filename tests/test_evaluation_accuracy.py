@@ -62,3 +62,30 @@ def test_every_method_runs():
         released, info = method(values, bound, 0.5, SMALL, rng)
         assert released.size == SMALL.max_range and info["threshold"] > 0, name
     assert random_queries(rng, 10, 2).starts.size == 2
+
+
+def test_aligned_mse_and_period_methods():
+    """The aligned windows' mean squared error is that of the sums of the windows from the first
+    boundary; the periodic methods record no s and a ratio like the others."""
+    records = run_accuracy("bursty-counts", epsilons=[0.5], methods=["paper", "model-period", "model-period-profile"],
+                           config=SMALL, seed=2)
+    period = next(r for r in records if r["method"] == "model-period")
+    assert period["smoothed_levels"] is None and period["aligned_mse"] >= 0
+    rows = ratio_table(records, metrics=("aligned_mse",))
+    assert next(row for row in rows if row["method"] == "model-period")["smoothed_levels"] == {"period": SMALL.rounds}
+    truth = np.arange(10.0)
+    errors = np.array([1.0, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 1.0, 9.0])
+    config = AccuracyConfig(hold=2, queries=3, window=4)  # the first boundary is at offset (-2) % 4 = 2
+    metrics = release_errors(truth + errors, truth, np.random.default_rng(0), config)
+    assert metrics["aligned_mse"] == pytest.approx((2.0**2 + 10.0**2) / 2)
+
+
+def test_window_settings_include_the_period():
+    from dpstream.evaluation.accuracy import window_curves, window_settings
+
+    settings = window_settings(60)
+    assert settings["model, period = 60"] == {"threshold_method": "model", "period": 60}
+    curves = window_curves("bursty-counts", epsilon=0.5, lengths=[60, 600],
+                           settings={"period": settings["model, period = 60"]},
+                           config=AccuracyConfig(hold=1024, max_range=4096, rounds=1), seed=0)
+    assert len(curves["period"][1]) == 2 and all(e > 0 for e in curves["period"][1])

@@ -50,7 +50,7 @@ def test_mechanism_1_truncates_at_tau_and_scales_the_tree_to_tau():
     assert counter.noise_scale == pytest.approx(tau * 12 / 2.0, rel=1e-9)
     # outputs minus their noise are the truncated values: exactly, in grid units
     noise = (out - np.minimum(stream[2000:], tau)) / g
-    np.testing.assert_array_equal(noise, counter.state.increments[:4000])
+    np.testing.assert_array_equal(noise, counter.state["counter"]["increments"][:4000])
 
 
 def test_held_sum_is_exact_on_the_grid_and_keyed_noise_is_recomputed():

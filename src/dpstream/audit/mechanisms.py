@@ -9,6 +9,8 @@ name                   neighbours and audited output
 =====================  ==========================================================================
 tops                   ToPS's perturber, fixed theta: the first value of a chunk is 0 or theta;
                        the first released value (the first leaf's consistent noisy measurement)
+tops-periodic          the periodic perturber (leaves of one period of 2 values, 2 levels): the
+                       first value of a chunk is 0 or theta; the sum released for its period
 nm-e                   NM-E: one held-out value moves one candidate's score by 1; the threshold
 binary-tree            binary-tree counter: one value is 0 or tau; the noisy counts 1, 2, 4, ...
                        values later (the lowest nodes on its path; many copies per tree)
@@ -56,6 +58,7 @@ from dpstream.postprocess import LaplaceCounts
 from dpstream.release import HierarchicalPerturber
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK
+from dpstream.release.periodic import PeriodicPerturber
 from dpstream.thresholds import noisy_max_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
 
@@ -97,6 +100,39 @@ class ToPSPerturber(MechanismAdapter):
 
     def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
         return on_lattice(outputs, x, self.granularity, what="ToPS's perturber")
+
+
+class PeriodicLeaves(MechanismAdapter):
+    """The periodic perturber with a fixed threshold: leaves of ``period`` values under two levels.
+
+    Each chunk of ``max_range`` values gets a fresh hierarchy; position 0 of every chunk is 0
+    (input A) or theta (input B), the rest 0.  The audited output is the sum of the values
+    released for the chunk's first period: that leaf's consistent noisy measurement, whatever
+    the smoother predicted inside it (predictions of earlier chunks' leaves, which are
+    independent of this chunk's noise).
+    """
+
+    name = "tops-periodic"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, period: int = 2, max_range: int = 16,
+                 fanout: int = 4, samples: int = 100_000) -> None:
+        self._params = dict(threshold=threshold, epsilon=epsilon, period=period, max_range=max_range, fanout=fanout,
+                            levels=2, prior=0.0)
+        probe = PeriodicPerturber(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity = probe.leaf_granularity
+        self.max_range, self.period, self.samples = probe.max_range, period, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        stream = np.zeros((n, self.max_range))
+        stream[:, 0] = x
+        released = PeriodicPerturber(**self._params, seed=rng).release(stream.ravel())
+        return released.reshape(n, self.max_range)[:, : self.period].sum(axis=1)
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x, self.granularity, what="the periodic perturber")
 
 
 class NoisyMaxThreshold(MechanismAdapter):
@@ -319,6 +355,7 @@ class CountOfCountsRegion(MechanismAdapter):
 #: Every audited mechanism by name, as a factory of its adapter in the default configuration.
 MECHANISMS: dict[str, Callable[[], MechanismAdapter]] = {
     "tops": ToPSPerturber,
+    "tops-periodic": PeriodicLeaves,
     "nm-e": NoisyMaxThreshold,
     "binary-tree": BinaryTree,
     "pak": PAKHoldOut,

@@ -15,6 +15,7 @@ from dpstream.cli import (
     pak_improvement,  # noqa: F401  (registers pak-improvement)
     postprocess,  # noqa: F401  (registers postprocess, evaluate-postprocess)
     release,  # noqa: F401  (registers release)
+    serve,  # noqa: F401  (registers serve)
 )
 from dpstream.cli._common import cli, main
 

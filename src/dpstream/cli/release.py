@@ -17,6 +17,7 @@ import numpy as np
 from dpstream.cli._columns import check_columns, release_columns
 from dpstream.cli._common import (
     SEED_HELP,
+    Stopped,
     check_finite,
     cli,
     is_stream,
@@ -44,11 +45,18 @@ def _build_tops(options: dict[str, Any]) -> ToPS:
                 max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
                 window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
                 threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
-                seed=options["seed"], threshold_method=options["threshold_method"],
-                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"])
+                seed=options["seed"], key=options.get("key"), threshold_method=options["threshold_method"],
+                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"],
+                period=options["period"])
 
 
 def _describe_tops(tops: ToPS) -> str:
+    if tops.period is not None:
+        how = "NM-E" if tops.model_choice is None else (
+            f"prior {tops.model_choice.prior:.6g}; error model for windows of {tops.query_length or tops.period} "
+            "values from a period boundary")
+        return (f"threshold theta = {tops.threshold:g}, one leaf per period of {tops.period} values (the first "
+                f"released value at phase {tops.hold % tops.period}), d = {tops.period_levels} measured levels ({how})")
     if tops.model_choice is None:
         return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
                 f"of h = {tops.levels}")
@@ -61,7 +69,7 @@ def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
     return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
                max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
                multiplier=options["multiplier"], threshold_noise=options["noise"], capped=capped, clip=options["clip"],
-               granularity=options["granularity"], seed=options["seed"])
+               granularity=options["granularity"], seed=options["seed"], key=options.get("key"))
 
 
 def _describe_pak(pak: PAK) -> str:
@@ -73,7 +81,7 @@ def _describe_pak(pak: PAK) -> str:
 def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
     return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
                              max_range=options["max_range"], clip=options["clip"], granularity=options["granularity"],
-                             seed=options["seed"])
+                             seed=options["seed"], key=options.get("key"))
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
@@ -107,7 +115,7 @@ class _Method:
 
 _TOPS_OPTIONS = frozenset(
     {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity",
-     "threshold_method", "query_length", "smoothed_levels"}
+     "threshold_method", "query_length", "smoothed_levels", "period"}
 )
 _PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise", "granularity"})
 
@@ -119,6 +127,8 @@ RELEASE_METHODS: dict[str, _Method] = {
     "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
 }
 _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
+#: The methods ``--state`` continues (their mechanisms have the streaming contract and keyed noise).
+_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt")
 
 
 @cli.command()
@@ -134,7 +144,8 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--max-range", type=int, default=2**20, show_default=True,
               help="Largest query range r; a fresh hierarchy every r values.")
 @click.option("--fanout", type=int, default=16, show_default=True, help="Fan-out b of the hierarchy.")
-@click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default="recent", show_default=True)
+@click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default=None,
+              help="tops: the smoother (default recent; with --period, moving_average over 7 periods).")
 @click.option("--window", type=int, default=None, help="Window of the moving_average smoother.")
 @click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
 @click.option("--threshold-epsilon", type=float, default=None,
@@ -145,6 +156,9 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
               help="tops, model: the window length to serve best (e.g. 1440 for daily sums of minutes).")
 @click.option("--smoothed-levels", type=int, default=None,
               help="tops: force s, the lowest levels left to the smoother (default: chosen).")
+@click.option("--period", type=int, default=None,
+              help="tops: measure one leaf per period of this many values, counted from the first value (e.g. "
+                   "1440: days of minutes); windows of whole periods err by their leaves' noise only.")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--time-column", default=None,
               help="Column of each value's time: the output becomes CSV 'time,value' (the time text as written).")
@@ -172,9 +186,15 @@ _SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_MET
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
+              help="A SECRET state file: the first run creates it, the same command run again continues the "
+                   "release after an interruption without re-spending the budget (tops, pak, bt; -o FILE).")
+@click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="With --state: the least time between two saves of the state (at most one per batch read); "
+                   "a resumed run redoes what came after the last save.")
 def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
             key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
-            **options: Any) -> None:
+            state_path: str | None, checkpoint_seconds: float, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
@@ -186,6 +206,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     The output is one value per line, no header; with --time-column it is CSV 'time,value', and
     with --key-column one stream per key as CSV 'key,position,value' (with a time column
     'key,position,time,value'), positions 0-based in each key's stream, rows in input order.
+
+    With --state FILE (a secret file; tops, pak, bt) the release can be interrupted and
+    continued: the same command run again appends to OUTPUT from where the last checkpoint left
+    it, never re-drawing noise for a published position (see the README, "Long-running
+    releases").  From stdin, the producer continues from the consumed count the state records.
     """
     chosen = RELEASE_METHODS[method]
     context = click.get_current_context()
@@ -194,12 +219,22 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
+    if state_path is not None:
+        if time_column is not None or key_column is not None:
+            raise click.UsageError("--state does not work with --time-column or --key-column yet.")
+        _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
+                         missing=missing, seed=seed, hold=hold, force=force, options=options,
+                         checkpoint_seconds=checkpoint_seconds)
+        return
+    if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = chosen.build({**options, "hold": hold, "seed": seed})
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
+    warn_if_released_before(target)
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # text, .gz, stdin or Parquet
     name = "stdin" if input_path == "-" else input_path
@@ -235,6 +270,64 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
+def warn_if_released_before(target: Any) -> None:
+    """Without --state, replacing an existing output releases the stream afresh: say that it spends the budget again."""
+    if target is not None and not is_stream(target) and target.exists():
+        say(f"warning: {target} exists: releasing its stream again spends the privacy budget again (publishing both "
+            "releases costs twice the epsilon); use --state FILE to continue a release instead.")
+
+
+def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
+                     missing: str, seed: int | None, hold: int, force: bool, options: dict[str, Any],
+                     checkpoint_seconds: float) -> None:
+    """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
+    from dpstream.cli._durable import DurableRelease
+
+    chosen = RELEASE_METHODS[method]
+    if method not in _DURABLE_METHODS:
+        raise click.UsageError(f"--state applies to --method {', '.join(_DURABLE_METHODS)}, not {method}.")
+    applies = {name: value for name, value in options.items() if name not in _SPECIFIC_OPTIONS or name in
+               chosen.options}
+    params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
+              "column": column, "missing": missing}
+    reader = StreamReader(input_path, column=column, missing=missing)  # a missing input: no state is made
+    try:
+        run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
+                                   output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}))
+    except BaseException:
+        reader.close()
+        raise
+    try:
+        releaser = run.releaser
+        if releaser.threshold is not None:
+            announce(releaser, chosen.describe)
+        warn_if_seeded(seed)
+        writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
+                         written="the output keeps what was released before it")
+        writer.after = run.checkpoint
+        try:
+            with run.output() as sink:
+                values = run.skip_consumed(reader.values())
+                if input_path == "-":
+                    writer.live(values, sink)
+                else:
+                    writer.batches(iter_chunks(values, _CHUNK), sink)
+                message = run.finish(sink)
+        except (Stopped, KeyboardInterrupt) as error:
+            run.stopped(error)
+            raise
+        finally:
+            reader.close()
+        if reader.stats.missing:
+            say(reader.stats.summary())
+        if options["clip"]:
+            say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
+        say(message)
+    finally:
+        run.close()
+
+
 def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
     """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees."""
     say(describe(releaser))
@@ -250,6 +343,8 @@ class _Writer:
         self.upper_bound, self.clip, self.written = upper_bound, clip, written
         #: Values outside [0, B] that --clip clipped (NaN and infinities are never clipped: they are errors).
         self.clipped = 0
+        #: Called with the sink after each value (stdin) or batch (files) is written: --state's checkpoint.
+        self.after: Callable[[TextIO], None] | None = None
 
     def live(self, values: Iterator[float], sink: TextIO) -> int:
         """Release value by value, each written and flushed as soon as it is released."""
@@ -261,11 +356,13 @@ class _Writer:
             if out is None:
                 if releaser.threshold is not None:
                     announce(releaser, self.describe)
-                continue
-            check_finite(out, position=releaser.position - 1, written=self.written)
-            sink.write(f"{out!r}\n")
-            sink.flush()
-            released += 1
+            else:
+                check_finite(out, position=releaser.position - 1, written=self.written)
+                sink.write(f"{out!r}\n")
+                sink.flush()
+                released += 1
+            if self.after is not None:
+                self.after(sink)
         return released
 
     def batches(self, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
@@ -282,4 +379,6 @@ class _Writer:
                 check_finite(out, position=releaser.position - out.size, written=self.written)
                 sink.write("\n".join(map(repr, out.tolist())) + "\n")
                 released += out.size
+            if self.after is not None:
+                self.after(sink)
         return released

@@ -9,13 +9,17 @@ Every round releases each stream once per method and budget, with fresh noise, a
   square is ``2 Var(e)``): no query sampling noise, so ratios need fewer rounds;
 * ``window_mse`` -- with ``window`` set, the mean squared error of every window of that length;
 * ``window_error`` -- with ``window`` set, the median relative error of the sums of the
-  consecutive aligned windows (daily sums for ``window=1440`` minutes).
+  consecutive aligned windows (daily sums for ``window=1440`` minutes);
+* ``aligned_mse`` -- with ``window`` set, the mean squared error of those aligned sums.
 
 Methods (:data:`METHODS`): ``paper`` is ToPS as the paper runs it (NM-E, s by Eq. 7, prior
 theta / 2); ``model`` chooses theta, s and the prior with
 :func:`~dpstream.thresholds.model.model_threshold` (permute-and-flip);
 ``model-rnm`` / ``model-exponential`` change only the selection mechanism; ``model-window``
-tells the model the study's ``window`` (``query_length``).  Both budgets are epsilon (the
+tells the model the study's ``window`` (``query_length``); ``model-period`` also measures one leaf
+per window (``period``, :class:`~dpstream.release.periodic.PeriodicPerturber`), ``model-period-profile``
+with a private profile of the period of 24 bins (``profile_bins=24``), ``model-period-quarter`` with leaves of a
+quarter of the window (``period = window // 4``).  Both budgets are epsilon (the
 paper's setting): the whole release is epsilon-DP.
 
 Ratios of mean errors to the ``paper`` method come with a 95% confidence interval from a
@@ -65,6 +69,7 @@ __all__ = [
     "run_accuracy",
     "window_curves",
     "window_errors",
+    "window_settings",
 ]
 
 
@@ -90,6 +95,10 @@ def _tops(**options: Any) -> Method:
         extra = dict(options)
         if extra.pop("window_length", False):
             extra["query_length"] = config.window
+        if extra.pop("window_period", False):
+            extra["period"] = config.window
+        if divisor := extra.pop("window_period_divisor", None):
+            extra["period"] = max(1, config.window // divisor)
         tops = ToPS(epsilon=epsilon, upper_bound=bound, hold=config.hold, max_range=config.max_range,
                     noise=FloatNoise(rng=rng), **extra)
         tops.release(values[: config.hold])
@@ -109,6 +118,10 @@ METHODS: dict[str, Method] = {
     "model-rnm": _tops(threshold_method="model", selection="report-noisy-max"),
     "model-exponential": _tops(threshold_method="model", selection="exponential"),
     "model-window": _tops(threshold_method="model", window_length=True),
+    "model-period": _tops(threshold_method="model", window_length=True, window_period=True),
+    "model-period-quarter": _tops(threshold_method="model", window_length=True, window_period_divisor=4),
+    "model-period-profile": _tops(threshold_method="model", window_length=True, window_period=True,
+                                  profile_bins=24),
 }
 
 
@@ -162,6 +175,9 @@ def release_errors(released: np.ndarray, truth: np.ndarray, rng: np.random.Gener
     if config.window is not None:
         offset = (-config.hold) % config.window
         out["window_mse"], out["window_error"] = window_errors(errors, truth, config.window, offset)
+        count = (errors.size - offset) // config.window
+        misses = errors[offset : offset + count * config.window].reshape(count, config.window).sum(axis=1)
+        out["aligned_mse"] = float(np.mean(misses**2)) if count else float("nan")
     return out
 
 
@@ -221,7 +237,8 @@ def ratio_table(records: list[dict[str, Any]], *, baseline: str = "paper",
         chosen = [r.get("threshold") for r in by_round.values()]
         row["threshold_median"] = float(np.median(chosen))
         levels = [r.get("smoothed_levels") for r in by_round.values()]
-        row["smoothed_levels"] = {int(s): levels.count(s) for s in sorted(set(levels))}
+        row["smoothed_levels"] = {("period" if s is None else int(s)): levels.count(s)
+                                  for s in sorted(set(levels), key=lambda s: -1 if s is None else s)}
         for metric in metrics:
             if metric not in next(iter(by_round.values())):
                 continue
@@ -279,6 +296,43 @@ def window_curves(
     return {label: (list(lengths), errors) for label, errors in curves.items()}
 
 
+def window_settings(period: int) -> dict[str, dict[str, Any]]:
+    """The settings of the window plot: the paper's ToPS, the model for random queries and told the
+    window, the model's theta at fixed s, and one leaf per ``period``."""
+    settings: dict[str, dict[str, Any]] = {
+        "paper (NM-E, Eq. 7)": {"threshold_method": "nm-e"},
+        "model, random queries": {"threshold_method": "model"},
+        "model, told the window": {"threshold_method": "model", "query_length": "window"},
+    }
+    for s in (1, 2, 3):
+        settings[f"model theta, s = {s}"] = {"threshold_method": "model", "smoothed_levels": s}
+    settings[f"model, period = {period}"] = {"threshold_method": "model", "period": period}
+    return settings
+
+
+def _curves_main(args: Any) -> None:
+    import json
+
+    lengths = [int(x) for x in args.curves.split(",")]
+    epsilon = float(args.epsilons.split(",")[0])
+    config = AccuracyConfig(rounds=args.rounds)
+    curves = window_curves(args.dataset, epsilon=epsilon, lengths=lengths, settings=window_settings(args.period),
+                           config=config, seed=args.seed)
+    values, _ = load_stream(args.dataset, config)
+    mean = float(values[config.hold :].mean())
+    relative = {label: (x, [float(np.sqrt(e)) / (length * mean) for e, length in zip(errors, x, strict=True)])
+                for label, (x, errors) in curves.items()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"accuracy-windows-{args.dataset}.json").write_text(json.dumps(
+        {"epsilon": epsilon, "rounds": args.rounds, "lengths": lengths,
+         "relative_rmse": {label: y for label, (_, y) in relative.items()}}, indent=2))
+    plot_windows(relative, out / f"accuracy-windows-{args.dataset}.png", ylabel="relative RMSE of a window",
+                 title=f"{args.dataset}, eps = {epsilon:g}, {args.rounds} rounds")
+    for label, (x, y) in relative.items():
+        print(f"{label}: " + ", ".join(f"{length}: {value:.3g}" for length, value in zip(x, y, strict=True)))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m dpstream.evaluation.accuracy``: run the study, print the ratio table, write results."""
     import argparse
@@ -294,12 +348,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=None, help="also measure windows of this length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="directory for the records (CSV) and the ratio table (JSON)")
+    parser.add_argument("--curves", default=None, help="instead: error against these window lengths (comma-separated) "
+                        "at the first epsilon, for the settings of WINDOW_SETTINGS, plotted")
+    parser.add_argument("--period", type=int, default=1440, help="with --curves: the period of the periodic setting")
     args = parser.parse_args(argv)
+    if args.curves:
+        _curves_main(args)
+        return
     config = AccuracyConfig(rounds=args.rounds, queries=args.queries, window=args.window)
     records = run_accuracy(args.dataset, epsilons=[float(e) for e in args.epsilons.split(",")],
                            methods=args.methods.split(","), config=config, seed=args.seed,
                            progress=lambda message: print(message, flush=True))
-    metrics = ("mse", "mse_all") + (("window_mse", "window_error") if args.window else ())
+    metrics = ("mse", "mse_all") + (("window_mse", "window_error", "aligned_mse") if args.window else ())
     rows = ratio_table(records, metrics=metrics)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

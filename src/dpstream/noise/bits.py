@@ -262,6 +262,16 @@ class KeyedBits:
         self._buffer = np.empty(0, dtype=np.uint64)
         self._position = 0
 
+    @property
+    def key_bytes(self) -> bytes:
+        """The secret key (for a snapshot of the source; never print it)."""
+        return self._key
+
+    @property
+    def words_given(self) -> int:
+        """How many words :meth:`words` has returned so far."""
+        return self._produced - (self._buffer.size - self._position)
+
     @staticmethod
     def new_key() -> bytes:
         """32 fresh bytes from the operating system's CSPRNG, to use as a key."""

@@ -36,7 +36,7 @@ import numpy as np
 from dpstream.noise.bits import BitsSeed, GeneratorBits, KeyedBits, SeededBits, SystemBits, make_bits
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise
 
-__all__ = ["NoiseSource", "PooledNoise", "describe_noise", "make_source"]
+__all__ = ["NoiseSource", "PooledNoise", "bits_from_state", "bits_state", "describe_noise", "make_source"]
 
 Size = int | tuple[int, ...]
 
@@ -135,6 +135,101 @@ def describe_noise(noise: object) -> str:
     return f"noise from {noise!r}"
 
 
+# -- snapshots: a source as plain data and back ----------------------------------------------------
+
+#: numpy bit generators whose state a snapshot can carry (their ``state`` dict is plain data).
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def _generator_state(generator: np.random.Generator) -> dict:
+    state = generator.bit_generator.state
+    if state.get("bit_generator") not in _BIT_GENERATORS:
+        raise TypeError(f"cannot snapshot a numpy Generator on {state.get('bit_generator')!r}.")
+    return state
+
+
+def _generator_from_state(state: dict) -> np.random.Generator:
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in _BIT_GENERATORS:
+        raise ValueError(f"a noise snapshot names an unknown bit generator {name!r}.")
+    bit_generator = getattr(np.random, name)()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def bits_state(bits: object) -> dict:
+    """A bit source as plain data, from which :func:`bits_from_state` continues its stream exactly.
+
+    :class:`~dpstream.noise.bits.SystemBits` has no state (a restored one reads the OS CSPRNG
+    afresh); a seeded or generator source carries its generator's state; a
+    :class:`~dpstream.noise.bits.KeyedBits` carries its key, identity and the words it gave
+    (SECRET: the key).
+
+    >>> bits = SeededBits(seed=4); _ = bits.words(3)
+    >>> bool((bits_from_state(bits_state(bits)).words(2) == bits.words(2)).all())
+    True
+    """
+    if isinstance(bits, SystemBits):
+        return {"kind": "system"}
+    if isinstance(bits, SeededBits):
+        return {"kind": "seeded", "seed": bits.seed, "generator": _generator_state(bits.generator)}
+    if isinstance(bits, GeneratorBits):
+        return {"kind": "generator", "generator": _generator_state(bits.generator)}
+    if isinstance(bits, KeyedBits):
+        return {"kind": "keyed", "key": bits.key_bytes, "identity": bits.identity, "words": bits.words_given}
+    raise TypeError(f"cannot snapshot the bit source {bits!r} (SystemBits, SeededBits, GeneratorBits and KeyedBits "
+                    "can be).")
+
+
+def bits_from_state(data: dict) -> object:
+    """The bit source :func:`bits_state` described, at the point where it was taken."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "system":
+        return SystemBits(block_words=1 << 14)
+    if kind == "seeded":
+        bits = SeededBits(seed=data["seed"])
+        bits.generator = _generator_from_state(data["generator"])
+        return bits
+    if kind == "generator":
+        return GeneratorBits(generator=_generator_from_state(data["generator"]))
+    if kind == "keyed":
+        bits = KeyedBits(key=data["key"], identity=data["identity"])
+        bits.words(data["words"])  # the words already given, skipped
+        return bits
+    raise ValueError(f"a noise snapshot names an unknown bit source {kind!r}.")
+
+
+def _sampler_state(sampler: object) -> dict:
+    if isinstance(sampler, PooledNoise):
+        # draws pooled from the OS CSPRNG are left out: two continuations of one snapshot must never share them
+        pools = [] if isinstance(sampler.bits, SystemBits) else [
+            (scale.numerator, scale.denominator, pool.copy()) for scale, pool in sampler._pools.items()]
+        return {"kind": "pooled", "bits": bits_state(sampler.bits), "block": sampler.block, "pools": pools}
+    if type(sampler) is ExactNoise:
+        return {"kind": "exact", "bits": bits_state(sampler.bits)}
+    if type(sampler) is FloatNoise:
+        return {"kind": "float", "generator": _generator_state(sampler.rng)}
+    if type(sampler) is ZeroNoise:
+        return {"kind": "zero"}
+    raise TypeError(f"cannot snapshot the noise sampler {sampler!r}.")
+
+
+def _sampler_from_state(data: dict) -> NoiseSampler:
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "pooled":
+        pooled = PooledNoise(ExactNoise(bits=bits_from_state(data["bits"])), block=data["block"])
+        pooled._pools = {Fraction(numerator, denominator): np.asarray(pool, dtype=np.int64)
+                         for numerator, denominator, pool in data["pools"]}
+        return pooled
+    if kind == "exact":
+        return ExactNoise(bits=bits_from_state(data["bits"]))
+    if kind == "float":
+        return FloatNoise(rng=_generator_from_state(data["generator"]))
+    if kind == "zero":
+        return ZeroNoise()
+    raise ValueError(f"a noise snapshot names an unknown sampler {kind!r}.")
+
+
 class NoiseSource:
     """The noise of a release, from ``seed``, ``noise`` or ``key`` (see the module docstring).
 
@@ -226,6 +321,31 @@ class NoiseSource:
         if self._key is not None:
             return f"{_LAPLACE}, keyed ChaCha20 bits per part (recomputable from the secret key)"
         return describe_noise(self._shared)
+
+    @property
+    def state(self) -> dict:
+        """The source as plain data (SECRET: the key, or the bits' state and pooled draws).
+
+        A keyed source is its key and identity; an unkeyed one the state of its one sampler,
+        so that :meth:`from_state` continues its draws exactly (the OS CSPRNG has no state: a
+        restored one reads fresh bits, which is all a secure source can promise).
+        """
+        if self._key is not None:
+            return {"kind": "keyed", "key": self._key, "identity": self.identity}
+        return {"kind": "shared", "sampler": _sampler_state(self._shared), "identity": self.identity}
+
+    @classmethod
+    def from_state(cls, state: dict) -> NoiseSource:
+        """The source :attr:`state` described, continuing where it was taken."""
+        kind = state.get("kind") if isinstance(state, dict) else None
+        if kind == "keyed":
+            return cls(key=state["key"], identity=tuple(state["identity"]))
+        if kind != "shared":
+            raise ValueError(f"a noise snapshot must be keyed or shared, got {kind!r}.")
+        other = object.__new__(cls)
+        other.identity, other._key, other._shared = tuple(state["identity"]), None, _sampler_from_state(
+            state["sampler"])
+        return other
 
     def __repr__(self) -> str:
         inner = "key=<secret>" if self._key is not None else f"noise={self._shared!r}"

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,7 @@ from dpstream.noise.grid import (
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
 
 __all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
 
@@ -224,7 +226,9 @@ class BinaryTreeCounter:
             self.spent_epsilon = self.epsilon
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET; grid units if exact)
         zero = 0 if self.exact else 0.0
-        self.state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)
+        self._state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)
+        self._params = dict(epsilon=epsilon, upper_bound=upper_bound, max_range=max_range, clip=clip,
+                            granularity=granularity)
 
     def _set_grid(self, bound: float, granularity: float | None) -> None:
         factor = Fraction(self.levels) / Fraction(self.epsilon)
@@ -242,6 +246,43 @@ class BinaryTreeCounter:
                 f"counts are exact, got {float(worst):.4g} units; use a coarser granularity or a smaller max_range."
             )
 
+    # -- the streaming contract: state and from_state ----------------------------------------
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """A snapshot of the counter as plain data (SECRET: the key or the noise; see :mod:`dpstream.release.contract`).
+
+        ``type(self).from_state(state)`` continues exactly where the snapshot was taken.
+        """
+        return {**snapshot_header(BINARY_TREE, self._params, self._source), "counter": self.stream_state()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> BinaryTreeCounter:
+        """The counter a :attr:`state` snapshot describes, continuing where it was taken."""
+        params, source = read_header(state, BINARY_TREE)
+        counter = cls(**params, noise=source)
+        counter.resume_stream(state["counter"])
+        return counter
+
+    def stream_state(self) -> dict[str, Any]:
+        """The counter's own progress as plain data, without its parameters and noise source
+        (what a mechanism that runs the counter on its own source stores).  With a keyed source
+        the current tree's noise is left out: it is recomputed from the key."""
+        st = self._state
+        increments = None if self._source.keyed or st.increments is None else st.increments.copy()
+        return {"released": st.released, "running": st.running, "count": st.count, "increments": increments}
+
+    def resume_stream(self, data: dict[str, Any]) -> None:
+        """Continue from :meth:`stream_state` (on a counter built with the same parameters and source)."""
+        increments = data["increments"]
+        if increments is None and data["released"] % self.max_range and not self._source.keyed:
+            raise ValueError("a binary-tree snapshot taken inside a tree must carry its noise (an unkeyed source "
+                             "cannot recompute it).")
+        self._state = BinaryTreeState(released=int(data["released"]), running=data["running"],
+                                      increments=None if increments is None else np.asarray(increments),
+                                      count=data["count"])
+        self.noise = None
+
     @property
     def threshold(self) -> float:
         """The bound values are truncated at, known from the start: ``upper_bound`` (the interface
@@ -251,14 +292,14 @@ class BinaryTreeCounter:
     @property
     def position(self) -> int:
         """Number of values released so far."""
-        return self.state.released
+        return self._state.released
 
     @property
     def count(self) -> float:
         """The noisy count of every value released so far (grid units times g, correctly rounded)."""
         if self.exact:
-            return float(self.state.count * Fraction(self.granularity))
-        return self.state.count
+            return float(self._state.count * Fraction(self.granularity))
+        return self._state.count
 
     def privacy(self) -> PrivacyGuarantee:
         """``spent_epsilon``-DP (at most epsilon) at event level for values in [0, upper_bound]."""
@@ -283,27 +324,27 @@ class BinaryTreeCounter:
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels
-        sampler = self._source.sampler(self.state.released // self.max_range)
+        sampler = self._source.sampler(self._state.released // self.max_range)
         if self.exact:
             draws = sampler.laplace_units(self.noise_scale_units, 2 * size - 2)  # leaves first, then up
             self.noise = np.split(draws, np.cumsum([size >> level for level in range(self.levels)])[:-1])
         else:
             self.noise = draw_noise_levels(None, size, 2, self.levels, self.noise_scale, noise=sampler)
         increments = np.diff(noise_prefix_sums(self.noise))[: self.max_range]
-        self.state.increments = increments
+        self._state.increments = increments
         return increments
 
     def release(self, values: object) -> np.ndarray:
         """Release a batch of values in ``[0, upper_bound]``: the increments of the noisy count."""
         clip = True if self.clip else None
-        values = check_stream_values(values, self.upper_bound, clip=clip, offset=self.state.released)
+        values = check_stream_values(values, self.upper_bound, clip=clip, offset=self._state.released)
         return self._release(values)
 
     def _release(self, values: np.ndarray) -> np.ndarray:
         if self.exact:
             units = to_units(values, self.granularity, self.bound_units)
             return self._scale(self._release_units(units))
-        st = self.state
+        st = self._state
         out = np.empty(values.size)
         done = 0
         while done < values.size:
@@ -322,7 +363,7 @@ class BinaryTreeCounter:
 
     def _release_units(self, units: np.ndarray) -> np.ndarray:
         """The exact path: released increments in grid units (int64)."""
-        st = self.state
+        st = self._state
         out = np.empty(units.size, dtype=np.int64)
         done = 0
         while done < units.size:

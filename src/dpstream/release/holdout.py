@@ -23,8 +23,9 @@ class HoldOutRelease(ABC):
 
     A subclass sets ``upper_bound``, ``hold`` and ``clip``, calls :meth:`_start_hold_out`, and
     implements :meth:`_choose_threshold`, which reads ``self._held`` and sets ``self._threshold``
-    (theta) and ``self._stream``: the mechanism for the later values (it has
-    ``_release(values)``, which takes values in ``[0, theta]``, already checked and truncated).
+    (theta) and ``self._stream``: the mechanism for the later values, fed through its public
+    ``release(values)`` and ``release_one(value)`` with values truncated to ``[0, theta]``.
+    :meth:`_hold_out_state` and :meth:`_resume_hold_out` are the shared part of a snapshot.
     """
 
     upper_bound: float
@@ -70,4 +71,22 @@ class HoldOutRelease(ABC):
             self._held = np.empty(0)  # the hold-out is no longer needed
         rest = np.minimum(values[start:], self._threshold)
         self._position += rest.size
-        return self._stream._release(rest)
+        return self._stream.release(rest)
+
+    def _hold_out_state(self) -> dict[str, Any]:
+        """The position and, until theta is chosen, the held-out values (raw: SECRET)."""
+        held = self._held[: self._position].copy() if self._stream is None else None
+        return {"position": self._position, "held": held}
+
+    def _resume_hold_out(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`_hold_out_state` gave (before the subclass restores its stream)."""
+        position, held = int(state["position"]), state["held"]
+        if held is not None:
+            held = np.asarray(held, dtype=np.float64)
+            if held.shape != (position,) or position >= self.hold:
+                raise ValueError(f"a snapshot's hold-out holds {held.size} values at position {position} "
+                                 f"(hold {self.hold}).")
+            self._held[:position] = held
+        else:
+            self._held = np.empty(0)
+        self._position = position

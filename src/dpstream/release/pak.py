@@ -62,6 +62,7 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.contract import PAK_STATE, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.thresholds.smooth_sensitivity import NOISES, pak_parameters, pak_threshold
 
@@ -167,6 +168,11 @@ class PAK(HoldOutRelease):
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
     ) -> None:
+        self._params = dict(
+            epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range,
+            threshold_fraction=threshold_fraction, delta=delta, percentile=percentile, beta=beta,
+            multiplier=multiplier, threshold_noise=threshold_noise, capped=capped, clip=clip, granularity=granularity,
+        )
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_positive_int(hold, "hold")
@@ -209,6 +215,7 @@ class PAK(HoldOutRelease):
         self.raw_threshold: float | None = None
         self.held_sum: float | None = None
         self._sum_epsilon_spent: float | None = None
+        self._sum_scale: Fraction | None = None
 
     def privacy(self) -> PrivacyGuarantee:
         """(epsilon, delta) for any split: eps1 + eps2' on the hold-out, eps' on the rest, in parallel.
@@ -240,15 +247,28 @@ class PAK(HoldOutRelease):
 
     def _choose_threshold(self) -> None:
         sampler = self._source.sampler("threshold")
-        self.raw_threshold = pak_threshold(
+        raw_threshold = pak_threshold(
             self._held, epsilon=self.threshold_epsilon, delta=self.delta, upper_bound=self.upper_bound,
             sampler=sampler, granularity=self.granularity, percentile=self.percentile, beta=self.beta,
             multiplier=self.multiplier, noise=self.threshold_noise,
         )
-        tau = cap_threshold(self.raw_threshold, self.upper_bound, capped=self.capped)
+        self._start_tree(raw_threshold)
+        tau = self._threshold
         if not self._source.exact:
             truncated_sum = float(np.minimum(self._held, tau).sum())
-            self.held_sum = truncated_sum + float(float_laplace(sampler, tau / self.sum_epsilon, 1)[0])
+            held_sum = truncated_sum + float(float_laplace(sampler, tau / self.sum_epsilon, 1)[0])
+        else:
+            g, tau_units = self.granularity, self._stream.bound_units
+            total = int(to_units(np.minimum(self._held, tau), g, tau_units).sum())
+            noisy = total + int(self._source.sampler("sum").laplace_units(self._sum_scale, 1)[0])
+            held_sum = float(noisy * Fraction(g))
+        self.held_sum = held_sum
+
+    def _start_tree(self, raw_threshold: float) -> None:
+        """Set tau from S-PAK's raw threshold and start the binary tree (also when a snapshot is restored)."""
+        self.raw_threshold = raw_threshold
+        tau = cap_threshold(raw_threshold, self.upper_bound, capped=self.capped)
+        if not self._source.exact:
             self._threshold = tau
             self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
                                              noise=self._source.child("tree"))
@@ -262,11 +282,36 @@ class PAK(HoldOutRelease):
                                          granularity=g, noise=self._source.child("tree"))
         tau_units = self._stream.bound_units
         self._threshold = self._stream.upper_bound  # tau rounded up to the grid
-        scale = round_up_scale(Fraction(tau_units) / Fraction(self.sum_epsilon), what="held-out sum's noise scale")
-        total = int(to_units(np.minimum(self._held, self._threshold), g, tau_units).sum())
-        noisy = total + int(self._source.sampler("sum").laplace_units(scale, 1)[0])
-        self.held_sum = float(noisy * Fraction(g))
-        self._sum_epsilon_spent = epsilon_of_scale(tau_units, scale)
+        self._sum_scale = round_up_scale(Fraction(tau_units) / Fraction(self.sum_epsilon),
+                                         what="held-out sum's noise scale")
+        self._sum_epsilon_spent = epsilon_of_scale(tau_units, self._sum_scale)
+
+    # -- the streaming contract: state and from_state ----------------------------------------
+
+    @property
+    def state(self) -> dict:
+        """A snapshot of the release as plain data (SECRET: the held-out values, the key or the
+        noise; see :mod:`dpstream.release.contract`).  ``PAK.from_state(state)`` continues exactly
+        where it was taken."""
+        chosen = None if self._stream is None else {"raw_threshold": self.raw_threshold, "held_sum": self.held_sum}
+        return {
+            **snapshot_header(PAK_STATE, self._params, self._source),
+            **self._hold_out_state(),
+            "chosen": chosen,
+            "tree": None if self._stream is None else self._stream.stream_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> PAK:
+        """The release a :attr:`state` snapshot describes, continuing where it was taken."""
+        params, source = read_header(state, PAK_STATE)
+        pak = cls(**params, noise=source)
+        pak._resume_hold_out(state)
+        if state["chosen"] is not None:
+            pak._start_tree(state["chosen"]["raw_threshold"])
+            pak.held_sum = state["chosen"]["held_sum"]
+            pak._stream.resume_stream(state["tree"])
+        return pak
 
     def release(self, values: object) -> np.ndarray:
         """Consume a batch; return the increments of the noisy running sum after the hold-out.
@@ -278,5 +323,9 @@ class PAK(HoldOutRelease):
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; None while it is held out."""
+        stream = self._stream
+        if stream is not None and type(value) is float and 0.0 <= value <= self.upper_bound:
+            self._position += 1  # the common case after the hold-out: the tree's own one-value path
+            return stream.release_one(value if value < self._threshold else self._threshold)
         out = self.release([value])
         return None if out.size == 0 else float(out[0])

@@ -273,6 +273,38 @@ class HierarchicalPerturber:
         self._inverse = 1.0 / g if is_power_of_two(g) else None
         self.consistency_denominator = consistency_weights(self.fanout, self.measured_levels)[0]
 
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def stream_state(self) -> dict[str, Any]:
+        """The perturber's progress as plain data, without its parameters and noise source (what
+        ToPS stores).  With a keyed source the current chunk's noise is left out: it is
+        recomputed from the key when the next value arrives."""
+        st = self.state
+        keep = not self._source.keyed and st.noise is not None
+        return {
+            "released": st.released,
+            "noise": st.noise.copy() if keep else None,
+            "noise_fraction": st.noise_fraction.copy() if keep and st.noise_fraction is not None else None,
+            "chunk_total": st.chunk_total,
+            "block_start_total": st.block_start_total,
+            "block_end": st.block_end,
+            "prediction": st.prediction,
+            "smoother_state": st.smoother_state,
+        }
+
+    def resume_stream(self, data: dict[str, Any]) -> None:
+        """Continue from :meth:`stream_state` (on a perturber built with the same parameters and source)."""
+        released = int(data["released"])
+        if data["noise"] is None and released % self.max_range and not self._source.keyed:
+            raise ValueError("a perturber snapshot taken inside a chunk must carry its noise (an unkeyed source "
+                             "cannot recompute it).")
+        self.state = PerturberState(
+            released=released, noise=data["noise"], noise_fraction=data["noise_fraction"],
+            chunk_total=data["chunk_total"], block_start_total=data["block_start_total"],
+            block_end=int(data["block_end"]), prediction=data["prediction"],
+            smoother_state=_as_smoother_state(data["smoother_state"]),
+        )
+
     @property
     def leaf_granularity(self) -> float | None:
         """Exact path: the block estimates ``u`` lie on the lattice ``g / q`` (q the consistency
@@ -347,6 +379,8 @@ class HierarchicalPerturber:
 
     def release_one(self, value: float) -> float:
         """Release one value in [0, threshold]; bit-identical to the batch path for a seed."""
+        if type(value) is float and 0.0 <= value <= self.threshold:  # the common case, checked at once
+            return self._release_one(value)
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.threshold):
             check_stream_values([value], self.threshold, clip=None, offset=self.state.released)
         return self._release_one(float(value))
@@ -456,3 +490,12 @@ class HierarchicalPerturber:
             st.block_start_total = st.chunk_total
             st.block_end = min(position + 1 + bs, self.max_range) - 1
         return out
+
+
+def _as_smoother_state(state: Any) -> Any:
+    """A smoother state read back from JSON: lists (a JSON reader's tuples) become tuples again."""
+    if isinstance(state, list):
+        return tuple(_as_smoother_state(item) for item in state)
+    if isinstance(state, tuple):
+        return tuple(_as_smoother_state(item) for item in state)
+    return state

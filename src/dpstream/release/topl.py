@@ -56,6 +56,7 @@ from dpstream.ldp.mean import MAX_PM_GRID
 from dpstream.ldp.square_wave import MAX_SW_GRID
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
+from dpstream.release.contract import TOPL, TOPL_COLLECTOR, read_header, snapshot_header
 from dpstream.release.topl_wire import (
     PM_REPORT,
     SR_REPORT,
@@ -312,6 +313,8 @@ class ToPLCollector:
         variant: str = "SW-W",
         stream_grid: int | None = None,
     ) -> None:
+        self._params = dict(epsilon=epsilon, upper_bound=upper_bound, threshold_epsilon=threshold_epsilon, hold=hold,
+                            max_range=max_range, buckets=buckets, variant=variant, stream_grid=stream_grid)
         self.hold = check_positive_int(hold, "hold")
         self.max_range = check_positive_int(max_range, "max_range")
         buckets = check_positive_int(buckets, "buckets", minimum=2)
@@ -340,6 +343,45 @@ class ToPLCollector:
     def received(self) -> int:
         """Reports received so far."""
         return self._received
+
+    @property
+    def position(self) -> int:
+        """Reports consumed so far (the streaming contract's name for :attr:`received`)."""
+        return self._received
+
+    def release(self, reports: object) -> np.ndarray:
+        """The streaming contract's batch call: :meth:`receive_batch` (a :class:`ReportBatch`)."""
+        return self.receive_batch(reports)
+
+    def release_one(self, report: Report | tuple[int, int]) -> float | None:
+        """The streaming contract's one-value call: :meth:`receive`."""
+        return self.receive(report)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """A snapshot as plain data: the parameters, the reports received, the held-out Square Wave
+        reports until theta is published, then theta.  The collector has no randomness, so
+        ``ToPLCollector.from_state(state)`` continues exactly; the held reports are LDP reports,
+        but keep the snapshot with the collector's other data."""
+        held = self._held[: self._received].copy() if self.threshold is None else None
+        return {**snapshot_header(TOPL_COLLECTOR, self._params, None), "position": self._received, "held": held,
+                "threshold": self.threshold}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ToPLCollector:
+        """The collector a :attr:`state` snapshot describes, continuing where it was taken."""
+        params, _ = read_header(state, TOPL_COLLECTOR)
+        collector = cls(**params)
+        collector._received = int(state["position"])
+        if state["threshold"] is not None:
+            collector._set_threshold(state["threshold"])
+        else:
+            held = np.asarray(state["held"], dtype=np.int64)
+            if held.shape != (collector._received,) or collector._received >= collector.hold:
+                raise ValueError(f"a ToPL collector snapshot holds {held.size} reports at position "
+                                 f"{collector._received} (hold {collector.hold}).")
+            collector._held[: held.size] = held
+        return collector
 
     def client(self) -> ToPLClient:
         """The public parameters a client needs now (theta once it is published)."""
@@ -397,6 +439,9 @@ class ToPLCollector:
             self._held, epsilon=self.threshold_epsilon, stream_epsilon=self.epsilon, upper_bound=self.upper_bound,
             max_range=self.max_range, buckets=self.buckets, variant=self.variant, stream_grid=self.stream_grid,
         )
+        self._set_threshold(theta)
+
+    def _set_threshold(self, theta: float) -> None:
         current = self._parameters
         self._parameters = ToPLClient(epsilon=current.epsilon, upper_bound=current.upper_bound,
                                       threshold_epsilon=current.threshold_epsilon, threshold=theta,
@@ -513,6 +558,26 @@ class ToPL:
                                        stream_grid=stream_grid)
         self.clip = check_bool(clip, "clip")
         self.bits = make_bits(seed)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """A snapshot as plain data: the collector's and the simulated clients' bits (their
+        generator's state, or nothing for the OS CSPRNG).  ``ToPL.from_state(state)`` continues
+        exactly (with a seed; the OS CSPRNG reads fresh bits)."""
+        from dpstream.noise.source import bits_state
+
+        return {**snapshot_header(TOPL, {"clip": self.clip}, None), "collector": self.collector.state,
+                "bits": bits_state(self.bits)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ToPL:
+        """The simulation a :attr:`state` snapshot describes, continuing where it was taken."""
+        from dpstream.noise.source import bits_from_state
+
+        params, _ = read_header(state, TOPL)
+        topl = cls(**state["collector"]["params"], clip=params["clip"], seed=bits_from_state(state["bits"]))
+        topl.collector = ToPLCollector.from_state(state["collector"])
+        return topl
 
     epsilon = property(lambda self: self.collector.epsilon)
     threshold_epsilon = property(lambda self: self.collector.threshold_epsilon)

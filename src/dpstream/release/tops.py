@@ -19,9 +19,8 @@ studies' float path, NOT for publication).
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -32,45 +31,37 @@ from dpstream._checks import (
     check_choice,
     check_epsilon,
     check_magnitude,
+    check_nonnegative_int,
     check_positive_int,
     check_stream_values,
 )
 from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import ceil_units, choose_granularity, round_up_scale
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
-from dpstream.noise.source import NoiseSource, make_source
+from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
-from dpstream.release.perturber import HierarchicalPerturber, PerturberState
-from dpstream.smoothers import Smoother, make_smoother
+from dpstream.release.periodic import PeriodicPerturber, periodic_levels
+from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold
 from dpstream.thresholds.noisy_max import threshold_candidates
+from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["THRESHOLD_METHODS", "ToPS", "ToPSState"]
+__all__ = ["PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
 
+#: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
+PROFILE_SHARE = 0.25
 
-@dataclass(kw_only=True)
-class ToPSState:
-    """A snapshot of the stream so far.  SECRET: it holds raw held-out values, the current
-    hierarchy's noise and the noise source (its key or its bits' state); never publish it.
-
-    ``position`` counts every value consumed, held or released.  ``held`` is the hold-out
-    buffer until theta is chosen; ``perturber`` the perturber's state after that; ``noise`` a
-    copy of the noise source.  Together they are everything needed to continue the stream
-    without re-drawing noise for a released position.
-    """
-
-    position: int
-    held: np.ndarray | None
-    threshold: float | None
-    perturber: PerturberState | None
-    noise: NoiseSource
+#: With ``period``: the default smoother averages the levels of this many past periods.
+PERIOD_SMOOTHING = 7
 
 
 class ToPS(HoldOutRelease):
@@ -89,8 +80,11 @@ class ToPS(HoldOutRelease):
         r: the hierarchy covers chunks of r values; queries up to r are served (paper: 2^20).
     fanout : int
         b (paper: 16).
-    smoother : str or Smoother
-        recent (default), mean, median, moving_average or exponential.
+    smoother : str or Smoother, optional
+        recent, mean, median, moving_average or exponential.  Default recent (Algorithm 1); with
+        ``period``, moving_average over :data:`PERIOD_SMOOTHING` periods (a window that cuts a
+        period is predicted from the mean level of the last week of days rather than the last day;
+        a departure from the paper, chosen on the smart-meter stream).
     window, alpha : optional
         Parameters of the moving_average and exponential smoothers.
     threshold_epsilon : float, optional
@@ -112,6 +106,21 @@ class ToPS(HoldOutRelease):
     query_length : int, optional
         With ``model``: the window length the release should serve best (e.g. 1440 for daily
         sums of minute readings); default the paper's random queries over ``max_range``.
+    period : int, optional
+        P: measure one leaf per period of the stream instead of blocks of ``b^s`` values
+        (:class:`~dpstream.release.periodic.PeriodicPerturber`; e.g. 1440 for minute readings
+        with daily windows).  Periods are counted from the stream's first value (held-out
+        values included), so aligned windows of ``P`` values are sums of whole leaves; the
+        measured levels are chosen for windows of ``query_length`` (default ``P``) by
+        :func:`~dpstream.release.periodic.periodic_levels`.  A departure from the paper.
+        With ``model``, theta and the levels are chosen for these windows.
+    profile_bins : int
+        With ``period`` and ``model``: a positive number of bins (e.g. 24: hours of a day of
+        minutes) spends :data:`PROFILE_SHARE` of the threshold budget on a private profile of the
+        period from the hold-out (:func:`~dpstream.thresholds.profile.noisy_profile`) that shapes
+        the predictions inside a period.  Default 0: flat predictions, the whole threshold budget
+        to the model (on the smart-meter stream the profile changed no error by more than 2%:
+        a window that cuts two periods misplaces mass in both, and the two errors cancel).
     selection : str
         With ``model``: ``permute-and-flip`` (default), ``report-noisy-max`` or
         ``exponential`` (:mod:`dpstream.thresholds.select`).
@@ -143,6 +152,7 @@ class ToPS(HoldOutRelease):
 
     Examples
     --------
+    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> stream = rng.integers(0, 20, size=5000).astype(float)
     >>> tops = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, seed=42)
@@ -163,7 +173,7 @@ class ToPS(HoldOutRelease):
         hold: int = 65536,
         max_range: int = 2**20,
         fanout: int = 16,
-        smoother: str | Smoother = "recent",
+        smoother: str | Smoother | None = None,
         window: int | None = None,
         alpha: float | None = None,
         threshold_epsilon: float | None = None,
@@ -173,12 +183,21 @@ class ToPS(HoldOutRelease):
         clip: bool = False,
         threshold_method: str = "model",
         query_length: int | None = None,
+        period: int | None = None,
+        profile_bins: int = 0,
         selection: str = "permute-and-flip",
         granularity: float | None = None,
         seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
     ) -> None:
+        self._params = dict(
+            epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
+            smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
+            smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
+            threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
+            selection=selection, granularity=granularity,
+        )
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_positive_int(hold, "hold")
@@ -192,13 +211,25 @@ class ToPS(HoldOutRelease):
         self.threshold_method = check_choice(threshold_method, "threshold_method", THRESHOLD_METHODS)
         self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
         self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
+        self.period = None if period is None else check_positive_int(period, "period")
+        self.profile_bins = check_nonnegative_int(profile_bins, "profile_bins")
+        self._profile: np.ndarray | None = None
+        #: With ``period``: d, the measured levels of the periodic hierarchy (None until the hold-out ends).
+        self.period_levels: int | None = None
+        self._profile_spent = 0.0
+        if self.period is not None and smoothed_levels is not None:
+            raise ValueError(f"smoothed_levels applies to blocks of b^s values, not to period={self.period}; "
+                             f"got smoothed_levels={smoothed_levels}.")
         if self.threshold_method == "nm-e" and (query_length is not None or selection != "permute-and-flip"):
             raise ValueError("query_length and selection apply to threshold_method='model' only, got threshold_method="
                              "'nm-e' with them.")
         self.model_choice: ModelChoice | None = None
+        self._chosen: dict | None = None  # what the hold-out chose: theta, s, the prior (public)
         self._forced_levels = smoothed_levels
+        if smoother is None and self.period is not None:
+            smoother, window = "moving_average", PERIOD_SMOOTHING if window is None else window
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
-        self._smoother = make_smoother(smoother, **params)
+        self._smoother = make_smoother("recent" if smoother is None else smoother, **params)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         # A perturber with a placeholder theta checks r, b and s now rather than after the hold;
         # s does not depend on theta (Eq. 7), so its levels are the real ones.
@@ -213,7 +244,7 @@ class ToPS(HoldOutRelease):
         self.max_range, self.fanout = probe.max_range, probe.fanout
         self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
         # with the model, s is chosen after the hold-out: check and size the grid for the most levels
-        measured = probe.levels if self.threshold_method == "model" and smoothed_levels is None else (
+        measured = probe.levels if (self.threshold_method == "model" and smoothed_levels is None) or period else (
             probe.measured_levels)
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
         check_magnitude(self.upper_bound * measured / self.epsilon,
@@ -234,17 +265,32 @@ class ToPS(HoldOutRelease):
     # -- what the release has chosen, and its state ---------------------------------------
 
     @property
-    def state(self) -> ToPSState:
-        """A deep copy of the streaming state (SECRET: see :class:`ToPSState`)."""
-        return copy.deepcopy(
-            ToPSState(
-                position=self._position,
-                held=None if self._stream is not None else self._held[: self._position],
-                threshold=self.threshold,
-                perturber=None if self._stream is None else self._stream.state,
-                noise=self._source,
-            )
-        )
+    def state(self) -> dict:
+        """A snapshot of the release as plain data (SECRET: the held-out values, the key or the
+        noise; see :mod:`dpstream.release.contract`).
+
+        ``ToPS.from_state(state)`` continues exactly where it was taken: the hold-out so far (or
+        what it chose: theta, s, the prior and the model's choice), the current chunk's running
+        sums and smoother, and the noise source.
+        """
+        params = dict(self._params, **_smoother_params(self._smoother))
+        return {
+            **snapshot_header(TOPS, params, self._source),
+            **self._hold_out_state(),
+            "chosen": self._chosen,
+            "perturber": None if self._stream is None else self._stream.stream_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> ToPS:
+        """The release a :attr:`state` snapshot describes, continuing where it was taken."""
+        params, source = read_header(state, TOPS)
+        tops = cls(**params, noise=source)
+        tops._resume_hold_out(state)
+        if state["chosen"] is not None:
+            tops._start_stream(**state["chosen"])
+            tops._stream.resume_stream(state["perturber"])
+        return tops
 
     def privacy(self) -> PrivacyGuarantee:
         """What the whole release spends: the threshold choice and the hierarchy, in parallel.
@@ -256,17 +302,23 @@ class ToPS(HoldOutRelease):
         stream = self.epsilon if self._stream is None else self._stream.spent_epsilon
         noise = self._source.describe()
         if self.threshold_method == "model":
-            spent = self.threshold_epsilon if self.model_choice is None else self.model_choice.epsilon_spent
+            spent = (self.threshold_epsilon if self.model_choice is None
+                     else self.model_choice.epsilon_spent + self._profile_spent)
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
+            if self.period is not None:
+                levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
+            profile = "" if not self._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
             threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
-                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior; sequential)"))
+                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior{profile}; "
+                "sequential)"))
             hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
                                          composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
             grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
             return threshold.compose_parallel(hierarchy, composition=(
-                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior); hierarchy "
+                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior{profile}); "
+                "hierarchy "
                 f"{stream:g}-DP on the rest{grid} (eps / ({levels}) on each measured level); parallel composition"))
-        measured = self.levels - self.smoothed_levels
+        measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
         if self._source.exact:
             nm_e = noisy_max_epsilon(self.threshold_epsilon, monotone=True)
         else:
@@ -299,17 +351,41 @@ class ToPS(HoldOutRelease):
             c=self.c,
             step=self.threshold_step,
         )
-        self._stream = HierarchicalPerturber(
-            threshold=theta, **self._perturber_args, granularity=self.granularity, noise=self._source
-        )
-        self._threshold = self._stream.threshold
+        self._start_stream(threshold=theta, smoothed_levels=self.smoothed_levels, prior=None, model_choice=None)
+
+    @property
+    def _profiled(self) -> bool:
+        """Whether the hold-out also buys the period's profile."""
+        return self.period is not None and self.threshold_method == "model" and self.profile_bins > 0
+
+    def _perturber(self, theta: float, prior: float | None, *, smoothed_levels: int | None = None,
+                   levels: int | None = None) -> HierarchicalPerturber:
+        """The stream mechanism for the released values: blocks of ``b^s`` values, or periods
+        (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`)."""
+        if self.period is None:
+            args = self._perturber_args if smoothed_levels is None else dict(self._perturber_args,
+                                                                             smoothed_levels=smoothed_levels)
+            return HierarchicalPerturber(threshold=theta, **args, granularity=self.granularity, noise=self._source,
+                                         prior=prior)
+        if levels is None:
+            queries = QueryLengths.fixed(self.query_length or self.period)
+            levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
+                                     queries=queries)
+        self.period_levels = levels
+        return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
+                                 phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
+                                 levels=levels, shape=self._profile, smoother=self._smoother,
+                                 granularity=self.granularity,
+                                 noise=self._source, prior=prior)
 
     def _choose_by_model(self) -> None:
-        queries = None if self.query_length is None else QueryLengths.fixed(self.query_length)
+        length = self.query_length or self.period
+        queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
+        model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
         choice = model_threshold(
             self._held,
-            epsilon=self.threshold_epsilon,
+            epsilon=model_epsilon,
             stream_epsilon=self.epsilon,
             upper_bound=self.upper_bound,
             max_range=self.max_range,
@@ -319,11 +395,30 @@ class ToPS(HoldOutRelease):
             selection=self.selection,
             step=self.threshold_step,
             seed=_bits_of(self._source.sampler("model")),
+            period=self.period,
         )
-        self.model_choice = choice
-        args = dict(self._perturber_args, smoothed_levels=choice.smoothed_levels)
-        self._stream = HierarchicalPerturber(threshold=choice.threshold, **args, granularity=self.granularity,
-                                             noise=self._source, prior=choice.prior)
+        profile, profile_spent = None, 0.0
+        if self._profiled:
+            profile_budget = self.threshold_epsilon * PROFILE_SHARE
+            profile = noisy_profile(self._held, choice.threshold, period=self.period, bins=self.profile_bins,
+                                    epsilon=profile_budget, seed=_bits_of(self._source.sampler("profile")))
+            profile_spent = profile_epsilon(choice.threshold, profile_budget)
+        self._start_stream(threshold=choice.threshold, smoothed_levels=choice.smoothed_levels, prior=choice.prior,
+                           model_choice=dataclasses.asdict(choice), levels=choice.measured_levels, profile=profile,
+                           profile_spent=profile_spent)
+
+    def _start_stream(self, *, threshold: float, smoothed_levels: int | None, prior: float | None,
+                      model_choice: dict | None, levels: int | None = None, profile: np.ndarray | None = None,
+                      profile_spent: float = 0.0) -> None:
+        """Start the perturber on what the hold-out chose (also when a snapshot is restored):
+        theta, s (or, with a period, the measured levels d and the private profile) and the prior."""
+        self._chosen = {"threshold": threshold, "smoothed_levels": smoothed_levels, "prior": prior,
+                        "model_choice": model_choice, "levels": levels, "profile": profile,
+                        "profile_spent": profile_spent}
+        if model_choice is not None:
+            self.model_choice = ModelChoice(**model_choice)
+        self._profile, self._profile_spent = profile, profile_spent
+        self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
 
@@ -342,7 +437,7 @@ class ToPS(HoldOutRelease):
             return None
         self._position += 1
         theta = perturber.threshold
-        return perturber._release_one(value if value < theta else theta)
+        return perturber.release_one(value if value < theta else theta)
 
     def _coerce(self, value: object) -> float:
         if isinstance(value, (str, bytes, bool)) or value is None:
@@ -370,3 +465,12 @@ def _bits_of(sampler: NoiseSampler):
     if isinstance(sampler, ZeroNoise):
         return SeededBits(seed=0)
     return sampler.bits
+
+
+def _smoother_params(smoother: Smoother) -> dict:
+    """The smoother as constructor arguments (name, window, alpha), for a snapshot."""
+    name = getattr(smoother, "name", None)
+    if name not in SMOOTHERS or type(smoother) is not SMOOTHERS[name]:
+        raise TypeError(f"a ToPS with the custom smoother {smoother!r} cannot be snapshot; give the smoother by name.")
+    fields = {field.name: getattr(smoother, field.name) for field in dataclasses.fields(smoother)}
+    return {"smoother": name, "window": fields.get("window"), "alpha": fields.get("alpha")}

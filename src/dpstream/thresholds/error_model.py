@@ -56,6 +56,7 @@ __all__ = [
     "DataSummary",
     "ErrorModel",
     "QueryLengths",
+    "aligned_noise_factors",
     "range_noise_factor",
 ]
 
@@ -102,6 +103,34 @@ def range_noise_factor(starts: np.ndarray, stops: np.ndarray, *, block_size: int
         nodes_below += fanout**level
         total += (projections[level] - projections[level + 1]) / nodes_below
     return total
+
+
+def aligned_noise_factors(*, period: int, max_range: int, fanout: int, queries: QueryLengths,
+                          points: int = 4096) -> dict[int, float]:
+    """Mean noise factor of windows that start at a period boundary, for leaves of one period.
+
+    The hierarchy of :class:`~dpstream.release.periodic.PeriodicPerturber`: leaves of
+    ``period`` values, ``max(1, max_range // period)`` leaves per chunk, ``d`` measured levels
+    of fan-out ``fanout``.  For every ``d`` from 1 to the most a chunk can hold, the mean of
+    :func:`range_noise_factor` over windows ``[k P, k P + L)`` (``k`` over one top node, ``L``
+    over equal-probability strata of ``queries``); multiply by the node variance
+    ``2 (theta d / eps)^2``.  Public: parameters only.
+
+    >>> aligned_noise_factors(period=10, max_range=1000, fanout=4, queries=QueryLengths.fixed(10))[1]
+    1.0
+    """
+    period = check_positive_int(period, "period")
+    leaves = max(1, check_positive_int(max_range, "max_range", minimum=2) // period)
+    fanout = check_positive_int(fanout, "fanout", minimum=2)
+    lengths = queries.strata(points).astype(np.int64)
+    factors = {}
+    for d in range(1, (num_levels(leaves, fanout) if leaves > 1 else 1) + 1):
+        width = fanout ** (d - 1)
+        j = np.arange(lengths.size)
+        starts = period * (1 + np.floor(((j * _GOLDEN) % 1.0) * width).astype(np.int64))
+        factors[d] = float(np.mean(range_noise_factor(starts, starts + lengths, block_size=period, fanout=fanout,
+                                                      measured_levels=d)))
+    return factors
 
 
 @dataclass(frozen=True, eq=False)

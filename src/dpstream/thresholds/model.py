@@ -30,6 +30,9 @@ the first block's prior.  On the held-out values it runs four private steps, wit
    theta is selected: U is 1-Lipschitz and decreasing in every count, so it has sensitivity 1
    and is monotone, and a private selection (:mod:`dpstream.thresholds.select`,
    permute-and-flip by default) picks theta; s follows from it.
+   With ``period=`` (leaves of one period, :class:`~dpstream.release.periodic.PeriodicPerturber`)
+   the public error is the noise of windows that start at a period boundary (whole leaves: no
+   smoothing error) for each number ``d`` of measured levels, and ``d`` follows from theta.
 4. **Prior** (1/4): the mean of ``min(v, theta)`` over the hold-out, with discrete Laplace noise
    on a grid (sensitivity ``theta``), starts the smoother instead of ``theta / 2``.
 
@@ -57,7 +60,7 @@ from dpstream._checks import check_bound, check_choice, check_epsilon, check_pos
 from dpstream.hierarchy import num_levels
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.noise.exact import discrete_laplace
-from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths
+from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths, aligned_noise_factors
 from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon
 
 __all__ = [
@@ -91,8 +94,10 @@ class ModelChoice:
 
     Attributes
     ----------
-    threshold, smoothed_levels, prior : float, int, float
-        theta, s and the smoother's start a_0.
+    threshold, smoothed_levels, prior : float, int or None, float
+        theta, s (None with a period) and the smoother's start a_0.
+    measured_levels : int or None
+        With a period: d, the measured levels of the periodic hierarchy.
     predicted_error : float
         The model's expected squared error of a query at this choice, with the exponential
         stand-in for the tail and the held-out count (for information: it is not private).
@@ -114,6 +119,7 @@ class ModelChoice:
     drift: float
     epsilon_spent: float
     details: dict = field(default_factory=dict)
+    measured_levels: int | None = None
 
 
 def model_candidates(upper_bound: float, step: float = 1.0) -> np.ndarray:
@@ -193,6 +199,7 @@ def model_threshold(
     selection: str = "permute-and-flip",
     step: float = 1.0,
     seed: BitsSeed = None,
+    period: int | None = None,
 ) -> ModelChoice:
     """Choose theta, s and the prior privately from the held-out values (see the module docstring).
 
@@ -214,6 +221,9 @@ def model_threshold(
         ``permute-and-flip`` (default), ``report-noisy-max`` or ``exponential``.
     seed : None, int, Generator or bit source
         Random bits of every step (None: the operating system's CSPRNG).
+    period : int, optional
+        Score the periodic hierarchy (leaves of ``period`` values) for windows that start at a
+        period boundary, instead of blocks of ``b^s`` values (``levels`` is then unused).
 
     Returns
     -------
@@ -266,7 +276,12 @@ def model_threshold(
     above = m - np.searchsorted(ordered, candidates, side="left")  # m_theta = |{v >= theta}|
     kappa = queries.mean / queries.mean_square  # weight of the truncation's variance term
     rows = []
-    for s in levels:
+    if period is not None:  # leaves of one period: aligned windows are whole leaves, no smoothing error
+        factors = aligned_noise_factors(period=period, max_range=max_range, fanout=fanout, queries=queries)
+        levels = tuple(factors)
+        rows = [2.0 * (candidates * d / stream_epsilon) ** 2 * factors[d] * m**2 / (queries.mean_square * scale**2)
+                for d in levels]
+    for s in levels if period is None else ():
         bs = fanout**s
         summary = DataSummary(candidates, excess, excess_square, spread, drift,
                               prior_noise + drift * (m + bs) / 2.0)
@@ -283,6 +298,9 @@ def model_threshold(
     index = select(selection, scores, epsilon=eps_select, monotone=True, seed=bits)
     spent += selection_epsilon(selection, eps_select, monotone=True)
     s = levels[int(best_level[index])]
+    measured = None
+    if period is not None:
+        s, measured = None, s
     theta = float(candidates[index])
 
     # 4. the prior
@@ -298,6 +316,7 @@ def model_threshold(
         drift=drift,
         epsilon_spent=spent,
         details={"median": median, "selection": selection, **drift_details},
+        measured_levels=measured,
     )
 
 

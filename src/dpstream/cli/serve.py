@@ -1,0 +1,72 @@
+"""``dpstream serve``: the release and collector service (one process; see :mod:`dpstream.service`)."""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+from dpstream.cli._common import cli, say
+
+__all__ = ["serve"]
+
+#: The database when none is given: a file in the working directory, created with mode 0600.
+DEFAULT_DATABASE = "sqlite:///dpstream.db"
+
+
+@cli.command()
+@click.option("--database", default=DEFAULT_DATABASE, show_default=True, metavar="URL",
+              help="sqlite:///FILE (created 0600, WAL mode) or postgresql://USER@HOST:PORT/DB "
+                   "(needs pip install 'dpstream[postgres]').")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--token", envvar="DPSTREAM_TOKEN", metavar="TOKEN", show_envvar=True,
+              help="Bearer token that every write must carry (at least 16 characters); prefer the environment "
+                   "variable, which other users cannot read in the process list.")
+@click.option("--database-key", envvar="DPSTREAM_DATABASE_KEY", metavar="KEY", show_envvar=True,
+              help="32 bytes in URL-safe base64: encrypt every stream's key and state in the database with it "
+                   "(AES-256-GCM); a database made with it opens only with it. Give it through the environment.")
+@click.option("--max-body-bytes", default=None, type=click.IntRange(min=1024), metavar="N",
+              help="Largest request body (default 8 MiB: a batch of 100,000 values with times).")
+@click.option("--ssl-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Serve HTTPS with this certificate (PEM); with --ssl-keyfile.")
+@click.option("--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The certificate's private key (PEM).")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True)
+def serve(database: str, host: str, port: int, token: str | None, database_key: str | None,
+          max_body_bytes: int | None,
+          ssl_certfile: str | None, ssl_keyfile: str | None, log_level: str) -> None:
+    """Serve differentially private streams and ToPL collectors over HTTP until stopped.
+
+    Writes need Authorization: Bearer TOKEN; reads (released values, events, the page) are public.
+    The database holds SECRET keys and states: keep it readable by the service only.
+    """
+    import uvicorn
+
+    from dpstream.service import StorageError, create_app
+    from dpstream.service.app import MAX_BODY_BYTES
+    from dpstream.service.secrets import parse_database_key
+
+    if not token:
+        raise click.UsageError("a token is needed: --token TOKEN or the environment variable DPSTREAM_TOKEN.")
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together.")
+    try:
+        key = None if database_key is None else parse_database_key(database_key)
+        app = create_app(database=database, token=token, database_key=key,
+                         max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    except StorageError as error:
+        raise click.ClickException(str(error)) from None
+    try:  # bound here, so that a port in use is one line, not a server that starts and stops
+        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}.") from None
+    scheme = "https" if ssl_certfile else "http"
+    say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{listener.getsockname()[1]}")
+    config = uvicorn.Config(app, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                            server_header=False)
+    uvicorn.Server(config).run(sockets=[listener])

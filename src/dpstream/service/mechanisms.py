@@ -1,0 +1,139 @@
+"""The service's mechanisms: which parameters each accepts, how its noise key is made, and its secret state.
+
+One place maps the HTTP API's ``method`` to a class (:data:`STREAM_METHODS`); the parameters a
+request may give are the class's own keyword arguments (less ``seed``, ``noise`` and ``key``,
+which the service sets), checked by the class itself, so the API validates exactly as the library.
+
+Noise.  Every stream's mechanism is built with ``key=``: its noise is a deterministic function of
+a secret 32-byte key and the identity of each node (:class:`dpstream.noise.KeyedBits`), never of
+the stream's name.  The key is ``os.urandom(32)``; with ``seed`` (tests only) it is the key
+``dpstream release --seed --state`` uses (:func:`dpstream.durable.keys.seed_key`), so two streams
+with the same parameters and seed release the same values for the same input.
+
+State.  :func:`snapshot` turns a mechanism into text that :func:`restore` turns back into a
+mechanism that continues exactly, through the streaming contract
+(:mod:`dpstream.release.contract`): the mechanism's ``state``, encoded as JSON by
+:mod:`dpstream.durable.encoding`, and its ``from_state``.  A keyed snapshot leaves the current
+tree's noise out (``from_state`` recomputes it from the key), so it stays small; during the
+hold-out it holds the raw held-out values.  No pickle: reading the database never runs code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Any
+
+from dpstream._checks import check_choice
+from dpstream.durable.encoding import decode, encode
+from dpstream.durable.keys import seed_key
+from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
+
+__all__ = [
+    "COLLECTOR_PARAMETERS",
+    "STREAM_METHODS",
+    "build_collector",
+    "build_stream",
+    "collector_facts",
+    "derive_key",
+    "restore",
+    "snapshot",
+    "stream_facts",
+]
+
+#: The HTTP API's ``method`` of a stream -> the class that releases it.
+STREAM_METHODS: dict[str, type] = {"tops": ToPS, "bt": BinaryTreeCounter, "pak": PAK}
+
+#: Parameters the service sets itself, never taken from a request.
+_RESERVED = ("noise", "key", "seed")
+
+#: The largest ``hold`` and ``max_range`` a request may ask for: a stream's memory grows with them (the
+#: binary tree keeps about 32 bytes per leaf of its current tree), and one request must not exhaust the service.
+MAX_HOLD = 1 << 22
+MAX_RANGE = 1 << 22
+
+#: The format of the text of :func:`snapshot` (the secret_state column).
+STATE_FORMAT = "dpstream.state/1"
+
+
+def _keywords(cls: type) -> tuple[str, ...]:
+    signature = inspect.signature(cls.__init__)
+    return tuple(name for name, p in signature.parameters.items()
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _RESERVED)
+
+
+#: What ``POST /collectors`` accepts besides ``name``.
+COLLECTOR_PARAMETERS = _keywords(ToPLCollector)
+
+
+def _check_plain(params: dict[str, Any], allowed: tuple[str, ...], what: str) -> dict[str, Any]:
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"{what} takes no parameter {', '.join(map(repr, unknown))}; it takes {', '.join(allowed)}.")
+    for name, value in params.items():
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            raise TypeError(f"{name} must be a number, a string or a boolean, got {json.dumps(value)[:80]}.")
+    for name, largest in (("hold", MAX_HOLD), ("max_range", MAX_RANGE)):
+        value = params.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > largest:
+            raise ValueError(f"the service takes {name} up to {largest}, got {value!r}.")
+    return {name: value for name, value in params.items() if value is not None}
+
+
+def derive_key(seed: object) -> bytes:
+    """A stream's secret key: 32 random bytes, or (``seed``, tests only) the key of ``release --seed --state``
+    (:func:`dpstream.durable.keys.seed_key`)."""
+    if seed is None:
+        return os.urandom(32)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TypeError(f"seed must be a non-negative integer, got {seed!r}.")
+    return seed_key(seed)
+
+
+def build_stream(method: object, params: dict[str, Any], key: bytes) -> Any:
+    """A fresh mechanism of ``method`` with ``params`` (checked by the class) and noise keyed by ``key``."""
+    method = check_choice(method, "method", tuple(STREAM_METHODS))
+    cls = STREAM_METHODS[method]
+    params = _check_plain(params, _keywords(cls), f"method {method!r}")
+    return cls(**params, key=key)
+
+
+def build_collector(params: dict[str, Any]) -> ToPLCollector:
+    """A fresh ToPL collector with ``params`` (checked by the class; it has no randomness)."""
+    return ToPLCollector(**_check_plain(params, COLLECTOR_PARAMETERS, "a ToPL collector"))
+
+
+def snapshot(mechanism: Any) -> str:
+    """The mechanism's secret state as text (see the module docstring).  SECRET: never serve or log it."""
+    return json.dumps({"format": STATE_FORMAT, "state": encode(mechanism.state, "state")}, allow_nan=False)
+
+
+def restore(cls: type, text: str) -> Any:
+    """The mechanism of class ``cls`` continued from :func:`snapshot`'s text."""
+    document = json.loads(text)
+    if document.get("format") != STATE_FORMAT:
+        raise ValueError(f"a stored state of format {document.get('format')!r} cannot be read (this dpstream reads "
+                         f"{STATE_FORMAT!r}).")
+    return cls.from_state(decode(document["state"]))
+
+
+def _guarantee(mechanism: Any) -> dict[str, Any]:
+    guarantee = mechanism.privacy()
+    return {"epsilon": guarantee.epsilon, "delta": guarantee.delta, "statement": str(guarantee)}
+
+
+def stream_facts(mechanism: Any) -> dict[str, Any]:
+    """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, PAK's noisy sum of the
+    hold-out (its running sums start there), the guarantee."""
+    facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
+    for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
+        if hasattr(mechanism, name):
+            facts[name] = getattr(mechanism, name)
+    return facts
+
+
+def collector_facts(collector: ToPLCollector) -> dict[str, Any]:
+    """The public facts of a collector: theta once published, the parameters' id, the guarantee of each report."""
+    return {"threshold": collector.threshold, "hold": collector.hold,
+            "parameters_id": collector.client().parameters_id, "privacy": _guarantee(collector)}

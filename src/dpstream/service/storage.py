@@ -1,0 +1,500 @@
+"""Where the service keeps everything: one interface, SQLite (stdlib ``sqlite3``) or PostgreSQL (psycopg 3).
+
+Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
+
+* ``sources`` -- one row per stream or collector: its public ``params`` and ``public`` facts
+  (JSON: theta, position, privacy statement), its ``position`` (inputs consumed) and
+  ``released`` count, and two SECRET columns: ``secret_key`` (the key its noise is derived
+  from) and ``secret_state`` (the mechanism's state: held-out raw values, noise).  No method
+  that lists or reads sources for an answer returns the secret columns (:class:`Source` has
+  them only when asked with ``secret=True``, for the mechanism's own use).
+* ``released`` -- every released value with its position and time.
+* ``ledger`` -- one row per ingested batch: its first position, length, a digest of its
+  content (an HMAC under the source's key, by which an idempotent retry is recognized; not
+  served), the budget it was released under and when.
+
+:meth:`Storage.commit_batch` writes a batch's released values, its ledger row and the new
+secret state in ONE transaction, and only if the source is still at the position the batch
+started from: a crash at any moment leaves either all of them or none.
+
+With a database key (:mod:`~dpstream.service.secrets`) the two secret columns are sealed with
+AES-256-GCM before they are written; ``dpstream_schema.encryption`` records that the database is
+encrypted (a sealed check value), so a missing or wrong key is refused at start.
+
+A database made by another schema version is migrated when a migration is known
+(:data:`MIGRATIONS`), and refused with a clear error when it is newer than this dpstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+
+from dpstream.service.secrets import SecretBox, SecretError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ConflictError",
+    "DatabaseKeyError",
+    "LedgerRow",
+    "PostgresStorage",
+    "SQLiteStorage",
+    "SchemaError",
+    "Source",
+    "Storage",
+    "StorageError",
+    "open_storage",
+]
+
+#: The schema this dpstream writes; older ones are migrated by :data:`MIGRATIONS`, newer ones refused.
+SCHEMA_VERSION = 1
+
+#: ``MIGRATIONS[v]`` lists the statements that take a database from version ``v`` to ``v + 1``.
+MIGRATIONS: dict[int, tuple[str, ...]] = {}
+
+_KINDS = ("stream", "collector")
+
+
+class StorageError(Exception):
+    """The database cannot be used (bad URL, unreadable, insecure file, missing driver)."""
+
+
+class SchemaError(StorageError):
+    """The database was made by a newer dpstream, or is not a dpstream database."""
+
+
+class DatabaseKeyError(StorageError):
+    """The database key is missing, wrong, or given for a database made without one."""
+
+
+class ConflictError(Exception):
+    """A write lost a race: the source is no longer at the position the batch started from, or exists already."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """A stream or collector row.  ``key`` and ``state`` are SECRET and None unless read with ``secret=True``."""
+
+    id: int
+    kind: str
+    name: str
+    params: dict[str, Any]
+    public: dict[str, Any]
+    position: int
+    released: int
+    created: str
+    key: bytes | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerRow:
+    """One ingested batch: positions ``first_position .. first_position + count - 1``."""
+
+    first_position: int
+    count: int
+    digest: str
+    epsilon: float
+    delta: float
+    recorded: str
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _schema(blob: str, real: str, clustered: str) -> tuple[str, ...]:
+    return (
+        "CREATE TABLE dpstream_schema (version INTEGER NOT NULL, encryption TEXT)",
+        f"""CREATE TABLE sources (
+            id BIGINT PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL,
+            params TEXT NOT NULL, public TEXT NOT NULL,
+            position BIGINT NOT NULL, released BIGINT NOT NULL,
+            secret_key {blob} NOT NULL, secret_state TEXT NOT NULL,
+            created TEXT NOT NULL, updated TEXT NOT NULL, UNIQUE (kind, name))""",
+        f"""CREATE TABLE released (
+            source_id BIGINT NOT NULL, position BIGINT NOT NULL, time {real} NOT NULL, value {real} NOT NULL,
+            PRIMARY KEY (source_id, position)){clustered}""",
+        f"""CREATE TABLE ledger (
+            source_id BIGINT NOT NULL, first_position BIGINT NOT NULL, count BIGINT NOT NULL, digest TEXT NOT NULL,
+            epsilon {real} NOT NULL, delta {real} NOT NULL, recorded TEXT NOT NULL,
+            PRIMARY KEY (source_id, first_position))""",
+    )
+
+
+_PUBLIC_COLUMNS = "id, kind, name, params, public, position, released, created"
+
+
+class Storage:
+    """The service's database.  Subclasses provide the connection and the dialect; every method is thread-safe."""
+
+    placeholder = "?"
+    blob_type = "BLOB"
+    real_type = "DOUBLE PRECISION"
+    #: What follows the released table's definition: SQLite stores it in its primary key's order.
+    clustered = ""
+
+    def __init__(self, box: SecretBox | None = None) -> None:
+        self._lock = threading.RLock()
+        self._box = box
+
+    # -- the dialect ---------------------------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:  # pragma: no cover - each dialect has its own
+        raise NotImplementedError
+        yield
+
+    def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _insert_released(self, cursor: Any, source_id: int, positions: np.ndarray, times: np.ndarray,
+                         values: np.ndarray) -> None:
+        cursor.executemany(self._sql("INSERT INTO released (source_id, position, time, value) VALUES (?, ?, ?, ?)"),
+                           zip([source_id] * positions.size, positions.tolist(), times.tolist(), values.tolist()))
+
+    def _tables(self, cursor: Any) -> set[str]:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- the schema ----------------------------------------------------------------------------
+
+    def _prepare_schema(self) -> None:
+        with self._lock, self._transaction() as cursor:
+            tables = self._tables(cursor)
+            if not tables:
+                for statement in _schema(self.blob_type, self.real_type, self.clustered):
+                    cursor.execute(statement)
+                check = None if self._box is None else self._box.check_value()
+                cursor.execute(self._sql("INSERT INTO dpstream_schema (version, encryption) VALUES (?, ?)"),
+                               (SCHEMA_VERSION, check))
+                return
+            if "dpstream_schema" not in tables:
+                raise SchemaError(f"database {self.describe()} holds tables ({', '.join(sorted(tables))}) but no "
+                                  "dpstream schema; give the service a database of its own.")
+            cursor.execute("SELECT version FROM dpstream_schema")
+            rows = cursor.fetchall()
+            if len(rows) != 1:
+                raise SchemaError(f"database {self.describe()}: its schema version table has {len(rows)} rows, not 1.")
+            version = int(rows[0][0])
+            if version > SCHEMA_VERSION:
+                raise SchemaError(f"database {self.describe()} has schema version {version}, newer than this "
+                                  f"dpstream's {SCHEMA_VERSION}: upgrade dpstream to serve it.")
+            while version < SCHEMA_VERSION:
+                if version not in MIGRATIONS:
+                    raise SchemaError(f"database {self.describe()} has schema version {version}, which this dpstream "
+                                      f"cannot migrate to {SCHEMA_VERSION}.")
+                for statement in MIGRATIONS[version]:
+                    cursor.execute(statement)
+                version += 1
+                cursor.execute(self._sql("UPDATE dpstream_schema SET version = ?"), (version,))
+            cursor.execute("SELECT encryption FROM dpstream_schema")
+            self._check_key(cursor.fetchall()[0][0])
+
+    def _check_key(self, check: str | None) -> None:
+        if check is None and self._box is not None:
+            raise DatabaseKeyError(f"database {self.describe()} was made without a database key; its secrets are not "
+                              "encrypted: start the service without DPSTREAM_DATABASE_KEY, or on a new database.")
+        if check is not None and self._box is None:
+            raise DatabaseKeyError(f"database {self.describe()} keeps its secrets encrypted: give the service its key "
+                              "(DPSTREAM_DATABASE_KEY).")
+        if check is not None:
+            try:
+                self._box.verify(check)
+            except SecretError:
+                raise DatabaseKeyError(f"database {self.describe()}: the database key given is not the one its secrets "
+                                  "were encrypted with.") from None
+
+    def _seal_key(self, key: bytes, kind: str, name: str) -> bytes:
+        return key if self._box is None else self._box.seal(key, f"{kind}/{name}/secret_key")
+
+    def _seal_state(self, state: str, kind: str, name: str) -> str:
+        return state if self._box is None else self._box.seal_text(state, f"{kind}/{name}/secret_state")
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the secret columns are sealed with a database key."""
+        return self._box is not None
+
+    def schema_version(self) -> int:
+        """The schema version of the database."""
+        return int(self._query("SELECT version FROM dpstream_schema")[0][0])
+
+    def describe(self) -> str:  # pragma: no cover
+        """The database, for messages (never with a password)."""
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sources -------------------------------------------------------------------------------
+
+    def create_source(self, *, kind: str, name: str, params: dict[str, Any], public: dict[str, Any], key: bytes,
+                      state: str) -> Source:
+        """Add a stream or collector; ConflictError if one of that kind has the name already."""
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}.")
+        now = _now()
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self._sql("SELECT 1 FROM sources WHERE kind = ? AND name = ?"), (kind, name))
+            if cursor.fetchall():
+                raise ConflictError(f"a {kind} named {name!r} exists already.")
+            cursor.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM sources")
+            source_id = int(cursor.fetchall()[0][0])
+            cursor.execute(self._sql(
+                "INSERT INTO sources (id, kind, name, params, public, position, released, secret_key, secret_state, "
+                "created, updated) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)"),
+                (source_id, kind, name, json.dumps(params, allow_nan=False), json.dumps(public, allow_nan=False),
+                 self._seal_key(key, kind, name), self._seal_state(state, kind, name), now, now))
+        return Source(id=source_id, kind=kind, name=name, params=params, public=public, position=0, released=0,
+                      created=now)
+
+    def _source(self, row: tuple, secret: bool) -> Source:
+        extra = {}
+        if secret:
+            key, state = bytes(row[8]), row[9]
+            if self._box is not None:
+                key = self._box.open(key, f"{row[1]}/{row[2]}/secret_key")
+                state = self._box.open_text(state, f"{row[1]}/{row[2]}/secret_state")
+            extra = {"key": key, "state": state}
+        return Source(id=int(row[0]), kind=row[1], name=row[2], params=json.loads(row[3]), public=json.loads(row[4]),
+                      position=int(row[5]), released=int(row[6]), created=row[7], **extra)
+
+    def source(self, kind: str, name: str, *, secret: bool = False) -> Source | None:
+        """The stream or collector of that name, or None.  ``secret=True`` adds the key and state (never serve them)."""
+        columns = _PUBLIC_COLUMNS + (", secret_key, secret_state" if secret else "")
+        rows = self._query(f"SELECT {columns} FROM sources WHERE kind = ? AND name = ?", (kind, name))
+        return self._source(rows[0], secret) if rows else None
+
+    def sources(self, kind: str) -> list[Source]:
+        """Every stream (or collector), by name, public columns only."""
+        rows = self._query(f"SELECT {_PUBLIC_COLUMNS} FROM sources WHERE kind = ? ORDER BY name", (kind,))
+        return [self._source(row, False) for row in rows]
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def commit_batch(self, *, source: Source, first_position: int, count: int, digest: str, state: str,
+                     public: dict[str, Any], epsilon: float, delta: float, positions: np.ndarray, times: np.ndarray,
+                     values: np.ndarray) -> None:
+        """Commit one ingested batch in one transaction: released values, ledger row, secret state, public facts.
+
+        ConflictError (and nothing written) when the source is no longer at ``first_position``.  The state is
+        sealed first when the storage has a database key.
+        """
+        now, source_id = _now(), source.id
+        state = self._seal_state(state, source.kind, source.name)
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self._sql(
+                "UPDATE sources SET position = position + ?, released = released + ?, secret_state = ?, public = ?, "
+                "updated = ? WHERE id = ? AND position = ?"),
+                (count, int(positions.size), state, json.dumps(public, allow_nan=False), now, source_id,
+                 first_position))
+            if cursor.rowcount != 1:
+                raise ConflictError(f"the source moved past position {first_position} while this batch was ingested.")
+            cursor.execute(self._sql(
+                "INSERT INTO ledger (source_id, first_position, count, digest, epsilon, delta, recorded) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)"), (source_id, first_position, count, digest, epsilon, delta, now))
+            if positions.size:
+                self._insert_released(cursor, source_id, positions, times, values)
+
+    def ledger_entry(self, source_id: int, first_position: int) -> LedgerRow | None:
+        """The batch that started at ``first_position``, or None."""
+        rows = self._query("SELECT first_position, count, digest, epsilon, delta, recorded FROM ledger "
+                           "WHERE source_id = ? AND first_position = ?", (source_id, first_position))
+        return LedgerRow(first_position=int(rows[0][0]), count=int(rows[0][1]), digest=rows[0][2],
+                         epsilon=float(rows[0][3]), delta=float(rows[0][4]), recorded=rows[0][5]) if rows else None
+
+    def ledger(self, source_id: int, *, limit: int = 100) -> list[LedgerRow]:
+        """The last ``limit`` batches, oldest first."""
+        rows = self._query("SELECT first_position, count, digest, epsilon, delta, recorded FROM ledger "
+                           "WHERE source_id = ? ORDER BY first_position DESC LIMIT ?", (source_id, limit))
+        return [LedgerRow(first_position=int(r[0]), count=int(r[1]), digest=r[2], epsilon=float(r[3]),
+                          delta=float(r[4]), recorded=r[5]) for r in reversed(rows)]
+
+    def released(self, source_id: int, *, after: int | None, limit: int,
+                 before: int | None = None) -> list[tuple[int, float, float]]:
+        """Released ``(position, time, value)`` in position order: after ``after`` (all when None), before
+        ``before`` (no end when None), at most ``limit``."""
+        low = -1 if after is None else after
+        if before is None:
+            return self._query("SELECT position, time, value FROM released WHERE source_id = ? AND position > ? "
+                               "ORDER BY position LIMIT ?", (source_id, low, limit))
+        return self._query("SELECT position, time, value FROM released WHERE source_id = ? AND position > ? "
+                           "AND position < ? ORDER BY position LIMIT ?", (source_id, low, before, limit))
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+
+class SQLiteStorage(Storage):
+    """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns.
+
+    The database file is created with mode 0600, and an existing one that other users can read
+    or write is refused: it holds the secret keys and states.  (SQLite gives its ``-wal`` and
+    ``-shm`` files the database file's permissions.)
+    """
+
+    clustered = " WITHOUT ROWID"
+
+    def __init__(self, path: str, *, box: SecretBox | None = None) -> None:
+        super().__init__(box)
+        self.path = path
+        if path != ":memory:":
+            _secure_file(path)
+        try:
+            self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"database {path}: {error}.") from None
+        try:
+            self._connection.execute("PRAGMA journal_mode = WAL")
+            self._connection.execute("PRAGMA synchronous = FULL")
+            self._connection.execute("PRAGMA busy_timeout = 10000")
+            self._prepare_schema()
+        except sqlite3.DatabaseError as error:
+            self._connection.close()
+            raise StorageError(f"database {path}: {error}.") from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
+
+    def describe(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        cursor = self._connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            yield cursor
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
+
+    def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._connection.execute(text, tuple(args)).fetchall()
+
+    def _tables(self, cursor: Any) -> set[str]:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {row[0] for row in cursor.fetchall()}
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+def _secure_file(path: str) -> None:
+    """Create the database file with mode 0600, or refuse an existing one that others can read or write."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise StorageError(f"database {path}: cannot open it ({error.strerror}).") from None
+    try:
+        mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
+    finally:
+        os.close(descriptor)
+    if mode & 0o077:
+        raise StorageError(f"database {path} has mode {mode:04o}: it holds secret keys, so no other user may read it; "
+                           f"run chmod 600 {path}.")
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+class PostgresStorage(Storage):
+    """PostgreSQL through psycopg 3 (the ``postgres`` extra): one connection, one transaction per commit."""
+
+    placeholder = "%s"
+    blob_type = "BYTEA"
+
+    def __init__(self, url: str, *, box: SecretBox | None = None) -> None:
+        super().__init__(box)
+        try:
+            import psycopg
+        except ImportError:
+            raise StorageError("a postgresql:// database needs the PostgreSQL driver: "
+                               "pip install 'dpstream[postgres]'.") from None
+        self._psycopg = psycopg
+        parts = urlsplit(url)
+        self._shown = f"postgresql://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+        try:
+            self._connection = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as error:
+            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
+        try:
+            self._prepare_schema()
+        except psycopg.Error as error:
+            self._connection.close()
+            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
+
+    def describe(self) -> str:
+        return self._shown
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with self._connection.transaction(), self._connection.cursor() as cursor:
+            yield cursor
+
+    def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock, self._connection.cursor() as cursor:
+            cursor.execute(self._sql(text), tuple(args))
+            return cursor.fetchall()
+
+    def _insert_released(self, cursor: Any, source_id: int, positions: np.ndarray, times: np.ndarray,
+                         values: np.ndarray) -> None:
+        with cursor.copy("COPY released (source_id, position, time, value) FROM STDIN") as copy:
+            for row in zip([source_id] * positions.size, positions.tolist(), times.tolist(), values.tolist()):
+                copy.write_row(row)
+
+    def _tables(self, cursor: Any) -> set[str]:
+        cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        return {row[0] for row in cursor.fetchall()}
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def open_storage(url: str, *, database_key: bytes | None = None) -> Storage:
+    """The storage of a database URL: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``postgresql://...``.
+
+    ``database_key`` (32 bytes): seal the secret columns with it (:mod:`dpstream.service.secrets`).
+    """
+    box = None if database_key is None else SecretBox(database_key)
+    if not isinstance(url, str):
+        raise TypeError(f"database must be a URL string, got {url!r}.")
+    if url.startswith("sqlite://"):
+        path = unquote(url[len("sqlite://"):])
+        if not path.startswith("/") or path == "/":
+            raise StorageError(f"database URL {url!r} names no file; use sqlite:///FILE (relative) or "
+                               "sqlite:////ABSOLUTE/FILE.")
+        return SQLiteStorage(path[1:], box=box)
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresStorage(url, box=box)
+    raise StorageError(f"database URL must start with sqlite:/// or postgresql://, got {url.split('://')[0]!r}.")
