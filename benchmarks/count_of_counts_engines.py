@@ -15,7 +15,8 @@ from ``/proc``).
 Stages.  local: ``read`` (Parquet in batches, per-group counts: the group-by), ``truth`` (the
 per-region histograms of every level), ``noise`` (the per-level estimates: keyed exact noise,
 isotonic regression), ``consistency`` (matching, merging, back-substitution), ``write``.
-spark: ``read``, ``check`` (the input checks), ``group-by``, ``level l: noise and
+spark: ``read``, ``check repeated ids``, ``check and group-by`` (the group counts, the
+per-region histograms and the unknown groups and regions in one pass), ``level l: noise and
 consistency`` (one task per parent region; the noise dominates), ``collect the leaves``.
 Both engines release the same table for the same seed; the script checks it when both ran
 into the same ``--data`` with ``--compare``.

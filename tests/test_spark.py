@@ -84,7 +84,7 @@ def test_spark_equals_local_for_the_same_seed_and_meets_the_desiderata(spark, ta
             assert np.array_equal(getattr(ours, field), getattr(theirs, field))
     _desiderata(on_spark, data)
     last = f"level 2: noise{'' if name.startswith('bu') else ' and consistency'}"
-    assert {"read", "check", "group-by", last, "collect the leaves"} <= set(timings)
+    assert {"read", "check repeated ids", "check and group-by", last, "collect the leaves"} <= set(timings)
 
 
 def test_a_retried_task_changes_nothing(spark, tables, tmp_path):

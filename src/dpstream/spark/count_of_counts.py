@@ -199,7 +199,8 @@ def _group_sizes(
     grp = grp.select(F.col("group_id").cast(group_type).alias("group_id"), F.col("region_id").cast(region_type))
     ent_ids = ent.select("entity_id", F.col("group_id").cast(group_type).alias("group_id"))
     clock.lap("read")
-    # checks (one job per table): empty values, repeated ids
+    # checks (one job per table): empty values, repeated ids; then the unknown regions and groups
+    # with the group-bys
     g = grp.agg(
         F.count(F.lit(1)).alias("rows"),
         F.countDistinct("group_id").alias("distinct"),
@@ -224,24 +225,31 @@ def _group_sizes(
         raise repeated_entity()
     if g["distinct"] != g["rows"]:
         raise repeated_group()
+    clock.lap("check repeated ids")
     names = hier.region_id.cast(pa.int64() if region_type == "bigint" else pa.string()).to_pylist()
     regions = spark.createDataFrame(
         [(name, int(leaf)) for name, leaf in zip(names, hier.leaf.tolist())], f"region_id {region_type}, leaf long"
     )
     placed = grp.join(F.broadcast(regions), "region_id", "left")
-    stray = placed.filter(F.col("leaf").isNull()).select("region_id").first()
-    if stray is not None:
-        raise unknown_region(stray["region_id"])
     counts = ent_ids.groupBy("group_id").agg(F.count(F.lit(1)).alias("size"))
-    orphan = counts.join(grp.select("group_id"), "group_id", "left_anti").select("group_id").first()
-    if orphan is not None:
+    # One pass over the group counts: a group outside the Hierarchy (no leaf) and entities of a
+    # group outside Groups (no group row) fall into rows without a region, looked into only if any.
+    joined = placed.join(counts, "group_id", "full_outer")
+    truth = (
+        joined.groupBy(F.col("leaf").alias("region"), F.coalesce("size", F.lit(0)).alias("size"))
+        .agg(F.count(F.lit(1)).alias("count"))
+        .persist()
+    )
+    clock.cached.append(truth)
+    if truth.filter(F.col("region").isNull()).first() is not None:
+        stray = placed.filter(F.col("leaf").isNull()).select("region_id").first()
+        if stray is not None:
+            raise unknown_region(stray["region_id"])
+        orphan = counts.join(grp.select("group_id"), "group_id", "left_anti").select("group_id").first()
         raise unknown_group(orphan["group_id"])
-    clock.lap("check")
-    sized = placed.join(counts, "group_id", "left").select("leaf", F.coalesce("size", F.lit(0)).alias("size"))
-    truth = sized.groupBy("leaf", "size").agg(F.count(F.lit(1)).alias("count")).withColumnRenamed("leaf", "region")
-    truth = truth.persist()
+    clock.lap("check and group-by")
+    truth = truth.filter(F.col("region").isNotNull())
     largest = truth.agg(F.max("size")).first()[0]
-    clock.lap("group-by")
     return truth, int(largest or 0)
 
 
