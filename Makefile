@@ -1,6 +1,7 @@
 # Two set-up commands on a fresh machine with Python 3.11 and make:
 #   make demo   -- virtual environment, install, run ToPS on the built-in POS stream
-#   make test   -- virtual environment, install, lint (ruff), run the whole test suite
+#   make test   -- virtual environment, install (with the Spark extra; its tests need Java 17+), lint (ruff),
+#                  run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -14,9 +15,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dpstream needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,spark]'
 	@# the tests start their own PostgreSQL server: its Debian binaries, when missing
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql; }
+	@# the Spark tests run PySpark in local mode on Java 17+, when missing
+	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -121,6 +121,24 @@ def smoother_case(request):
 
 
 @pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test: two cores, two attempts per task (the retry
+    test makes a task fail once), few shuffle partitions, no UI."""
+    import os
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from dpstream.spark import make_session
+
+    session = make_session(
+        "local[2,2]",
+        {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
 def postgres_server():
     """A PostgreSQL server of the tests' own (see tests/service_helpers.py), stopped at the end of the session."""
     from service_helpers import PostgresServer

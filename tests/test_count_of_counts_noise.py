@@ -24,8 +24,9 @@ from dpstream.count_of_counts import (
     estimate_level,
     estimate_max_size,
 )
+from dpstream.count_of_counts.consistency import release_source
 from dpstream.count_of_counts.estimators import BYTES_PER_CELL, CHUNK_CELLS, dense_memory, format_bytes, noise_scale
-from dpstream.noise import ExactNoise, FloatNoise, SeededBits, SystemBits, ZeroNoise, discrete_laplace_pmf
+from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise, discrete_laplace_pmf
 from dpstream.noise.geometric import discrete_laplace_scale
 from dpstream.postprocess import LaplaceCounts
 
@@ -86,17 +87,42 @@ def test_bottom_up_and_the_estimate_of_k_spend_what_they_claim(method):
         assert mechanism.privacy().epsilon == pytest.approx(0.31)
 
 
-def test_releases_draw_from_the_named_bit_source():
-    assert isinstance(TopDownCountOfCounts(epsilon=1.0, max_size=5).noise.bits, SystemBits)  # unseeded: the OS
-    seeded = BottomUpCountOfCounts(epsilon=1.0, max_size=5, seed=4).noise
-    assert isinstance(seeded, ExactNoise) and isinstance(seeded.bits, SeededBits) and seeded.bits.seed == 4
-    one = TopDownCountOfCounts(epsilon=1.0, max_size=60, seed=7).release(_data())
-    two = TopDownCountOfCounts(epsilon=1.0, max_size=60, seed=7).release(_data())
+def test_releases_draw_keyed_noise_from_a_fresh_or_derived_key():
+    data = _data()
+    fresh = [TopDownCountOfCounts(epsilon=1.0, max_size=60).noise for _ in range(2)]
+    assert all(source.keyed for source in fresh)  # unseeded: a fresh key from the OS CSPRNG
+    draws = [source.child(1).sampler(0).laplace_units(Fraction(3), 8) for source in fresh]
+    assert not (draws[0] == draws[1]).all()
+    one = TopDownCountOfCounts(epsilon=1.0, max_size=60, seed=7).release(data)
+    two = TopDownCountOfCounts(epsilon=1.0, max_size=60, seed=7).release(data)
     assert one.rows() == two.rows()
-    with pytest.raises(ValueError, match="give seed or noise, not both"):
+    key = bytes(range(32))
+    assert (
+        BottomUpCountOfCounts(epsilon=1.0, max_size=60, key=key).release(data).rows()
+        == BottomUpCountOfCounts(epsilon=1.0, max_size=60, key=key).release(data).rows()
+    )
+    with pytest.raises(ValueError, match="not both"):
         TopDownCountOfCounts(epsilon=1.0, seed=1, noise=ZeroNoise())
+    with pytest.raises(ValueError, match="not both"):
+        TopDownCountOfCounts(epsilon=1.0, seed=1, key=key)
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        TopDownCountOfCounts(epsilon=1.0, key=b"short")
     with pytest.raises(TypeError, match="noise must be a NoiseSampler"):
         BottomUpCountOfCounts(epsilon=1.0, noise=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("method", ["hc", "hg", "naive"])
+def test_a_regions_keyed_noise_does_not_depend_on_the_other_regions(method):
+    truth = _data().truth(2)
+    source = release_source(seed=5).child(2)
+    whole = estimate_level(truth, method=method, epsilon=0.5, noise=source, max_size=60)
+    for region in range(truth.n_nodes):
+        sizes, counts = truth.region(region)
+        alone = LevelHistograms.from_sorted(np.zeros(sizes.size, np.int64), sizes, counts, 1)
+        part = estimate_level(alone, method=method, epsilon=0.5, noise=source, max_size=60, regions=[region])
+        expected_sizes, expected_counts = whole.histograms.region(region)
+        assert part.histograms.size.tolist() == expected_sizes.tolist()
+        assert part.histograms.count.tolist() == expected_counts.tolist()
 
 
 class StrictGenerator(np.random.Generator):

@@ -30,10 +30,13 @@ from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
     CountOfCountsRelease,
+    RegionTree,
     TopDownCountOfCounts,
     housing_data,
+    read_hierarchy,
     read_tables,
     taxi_data,
+    write_tables,
 )
 from dpstream.count_of_counts.estimators import BYTES_PER_CELL, METHODS, dense_memory, format_bytes
 from dpstream.evaluation.count_of_counts import (
@@ -44,6 +47,10 @@ from dpstream.evaluation.count_of_counts import (
     summarize,
 )
 from dpstream.noise import FloatNoise
+from dpstream.spark.session import DEFAULT_MASTER, SparkUnavailable
+
+#: What ``--engine`` accepts: this process (reading Parquet Entities in batches) or Spark.
+ENGINES = ("local", "spark")
 
 __all__ = ["STRATEGIES"]
 
@@ -82,6 +89,17 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
+def _spark_conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` (repeatable) as a dict."""
+    conf = {}
+    for text in values:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, e.g. spark.driver.memory=8g, got {text!r}.")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
 def _release_table(release: CountOfCountsRelease) -> pa.Table:
     """The output CSV's columns: region, level, size, count, and ``size_label`` (``K or more`` on size K)."""
     rows = release.rows()
@@ -99,14 +117,15 @@ def _release_table(release: CountOfCountsRelease) -> pa.Table:
     )
 
 
-def _plotted_regions(data: CountOfCountsData, names: str | None) -> list[tuple[int, int]]:
+def _plotted_regions(
+    tree: RegionTree, level_groups: np.ndarray | None, names: str | None
+) -> list[tuple[int, int]]:
     """``(level, index)`` of the regions to plot: the named ones, or the root and up to three of the
-    level-1 regions with the most groups (the numbers of groups are public)."""
-    tree = data.tree
+    level-1 regions with the most groups (``level_groups``: the public numbers of groups of level 1)."""
     if names is None:
         chosen = [(0, 0)]
-        if tree.levels > 1:
-            groups = data.groups(1)
+        if tree.levels > 1 and level_groups is not None:
+            groups = level_groups
             chosen += [(1, int(i)) for i in np.argsort(-groups, kind="stable")[:3]]
         return chosen
     chosen = []
@@ -207,6 +226,26 @@ def _plotted_regions(data: CountOfCountsData, names: str | None) -> list[tuple[i
     help="Regions drawn by --plot, comma-separated names (default: the root and the three level-1 regions "
     "with the most groups).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="local",
+    show_default=True,
+    help="local: this process; spark: PySpark (pip install 'dpstream[spark]', Java 17+), the same release "
+    "bit for bit for the same key or seed.",
+)
+@click.option(
+    "--spark-master",
+    default=None,
+    help=f"With --engine spark: the Spark master URL  [default: {DEFAULT_MASTER}, or spark-submit's --master].",
+)
+@click.option(
+    "--spark-conf",
+    multiple=True,
+    callback=_spark_conf,
+    metavar="KEY=VALUE",
+    help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --plot file) if they exist.")
 def count_of_counts(
     entities: str,
@@ -223,13 +262,20 @@ def count_of_counts(
     output_path: str,
     plot_path: str | None,
     plot_regions: str | None,
+    engine: str,
+    spark_master: str | None,
+    spark_conf: dict[str, str],
     force: bool,
 ) -> None:
     """Release consistent count-of-counts histograms of every region (top-down, Algorithm 1, or bottom-up).
 
-    The noise is exact discrete Laplace drawn from the operating system's CSPRNG (from a
-    replayable generator with --seed).  Exit status 2 for a usage error, 1 for a failure.
+    The noise is exact discrete Laplace, every region's from a keyed stream of a fresh secret key
+    (derived from --seed for a replayable test), so --engine local and --engine spark release the
+    same table for the same seed.  Exit status 2 for a usage error, 1 for a failure.
     """
+    if engine != "spark" and (spark_master is not None or spark_conf):
+        flag = "--spark-master" if spark_master is not None else "--spark-conf"
+        raise click.BadParameter("applies to --engine spark only.", param_hint=f"'{flag}'")
     bottom_up = method == [BOTTOM_UP]
     if bottom_up and merge is not None:
         raise click.BadParameter("merging applies to the top-down release only, not to bu.", param_hint="'--merge'")
@@ -262,14 +308,21 @@ def count_of_counts(
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     warn_if_seeded(seed)
-    data = read_tables(entities, groups, hierarchy)
-    say(
-        f"read {data.n_groups:,} groups in {data.tree.size(data.tree.levels - 1):,} leaf regions, "
-        f"{data.tree.levels} levels."
-    )
-    chosen = _plotted_regions(data, plot_regions) if plot_target is not None else []
-    with progress_bar(desc="regions", unit="region", leave=False) as progress:
-        release = mechanism.release(data, progress=progress)
+    if engine == "spark":
+        if plot_target is not None and plot_regions is not None:  # bad names fail before any work
+            _plotted_regions(read_hierarchy(hierarchy).tree, None, plot_regions)
+        release = _release_on_spark(mechanism, entities, groups, hierarchy, spark_master, spark_conf)
+        tree = release.tree
+        level_groups = release.levels[1].groups() if tree.levels > 1 else None
+        chosen = _plotted_regions(tree, level_groups, plot_regions) if plot_target is not None else []
+    else:
+        data = read_tables(entities, groups, hierarchy)
+        tree = data.tree
+        say(f"read {data.n_groups:,} groups in {tree.size(tree.levels - 1):,} leaf regions, {tree.levels} levels.")
+        level_groups = data.groups(1) if tree.levels > 1 else None
+        chosen = _plotted_regions(tree, level_groups, plot_regions) if plot_target is not None else []
+        with progress_bar(desc="regions", unit="region", leave=False) as progress:
+            release = mechanism.release(data, progress=progress)
     if max_size is None and release.max_size is not None:
         say(f"estimated K = {release.max_size:,} (the noisy largest group size plus a margin, from "
             f"--max-size-epsilon {max_size_epsilon:g}); groups of K or more are released as size K.")
@@ -279,7 +332,7 @@ def count_of_counts(
     with output_file(target) as out:
         out.write(buffer.getvalue().to_pybytes().decode("utf-8"))
     label = "bottom-up (hc on the leaves)" if bottom_up else f"top-down ({','.join(method)})"
-    say(f"privacy: {mechanism.privacy(data.tree.levels)}")
+    say(f"privacy: {mechanism.privacy(tree.levels)}")
     say(f"wrote {table.num_rows:,} non-zero counts to {'stdout' if target is None else target}")
     if plot_target is not None:
         partial = plot_target.with_name(f".{plot_target.stem}.partial{plot_target.suffix}")
@@ -290,6 +343,34 @@ def count_of_counts(
             partial.unlink(missing_ok=True)
             raise
         say(f"wrote the histograms of {len(chosen)} region(s) to {plot_target}")
+
+
+def _release_on_spark(
+    mechanism: TopDownCountOfCounts | BottomUpCountOfCounts, entities: str, groups: str, hierarchy: str,
+    master: str | None, conf: dict[str, str],
+) -> CountOfCountsRelease:
+    """The release computed by Spark; a missing PySpark or Java is one line saying how to install it."""
+    from dpstream.spark import make_session, release_count_of_counts, require_spark
+
+    try:
+        require_spark()
+    except SparkUnavailable as error:
+        raise click.ClickException(str(error)) from None
+    from pyspark import SparkContext
+
+    owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
+    spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
+    try:
+        release = release_count_of_counts(spark, mechanism, entities, groups, hierarchy)
+    finally:
+        if owned:
+            spark.stop()
+    tree = release.tree
+    say(
+        f"Spark read {int(release.levels[0].count.sum()):,} groups in {tree.size(tree.levels - 1):,} leaf regions, "
+        f"{tree.levels} levels."
+    )
+    return release
 
 
 #: How the studies draw their noise: ``float`` is numpy's float geometric sampler (fast, not exact,
@@ -471,3 +552,43 @@ def _table(summary: list[dict[str, Any]]) -> str:
         ]
         lines.append(strategy.ljust(14) + "".join(parts))
     return "\n".join(lines)
+
+
+@cli.command("generate-housing")
+@click.option(
+    "--n-groups",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="About how many households (groups); about 2.5 persons (entities) each. The national case: 40000000.",
+)
+@click.option("--states", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--counties", type=click.IntRange(min=1), default=3000, show_default=True, help="At least --states.")
+@click.option("--max-outlier", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Largest size of the 50 outlier groups (group quarters).")
+@click.option("--format", "form", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the synthetic data.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for the tables.")
+@click.option("--force", is_flag=True, help="Overwrite tables already in --out.")
+def generate_housing(
+    n_groups: int, states: int, counties: int, max_outlier: int, form: str, seed: int, out_dir: str, force: bool
+) -> None:
+    """Write a synthetic national housing dataset: entities, groups and hierarchy (nation / state / county).
+
+    Households per state and household-size shares follow :func:`dpstream.count_of_counts.housing_data`
+    (the shape of the count-of-counts paper's housing data).  The tables are the inputs of count-of-counts.
+    """
+    if counties < states:
+        raise click.BadParameter(f"must be >= --states ({states}), got {counties}.", param_hint="'--counties'")
+    suffix = "parquet" if form == "parquet" else "csv"
+    paths = prepare_output(
+        out_dir, force=force, files={name: f"{name}.{suffix}" for name in ("entities", "groups", "hierarchy")}
+    )
+    data = housing_data(n_groups, n_states=states, n_counties=counties, max_outlier=max_outlier, seed=seed)
+    with output_directory(paths) as staged:
+        write_tables(data, staged["entities"].parent, parquet=form == "parquet")
+    say(
+        f"wrote {int(data.size.sum()):,} entities in {data.n_groups:,} groups, "
+        f"{data.tree.size(data.tree.levels - 1):,} counties in {data.tree.size(1):,} states: "
+        + ", ".join(str(path) for path in paths.values())
+    )

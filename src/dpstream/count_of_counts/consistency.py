@@ -49,21 +49,30 @@ from dpstream.count_of_counts.estimators import (
     noise_scale,
 )
 from dpstream.count_of_counts.histograms import LevelHistograms
-from dpstream.noise.bits import BitsSeed
-from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, exact_noise
+from dpstream.noise.bits import BitsSeed, KeyedBits, make_bits
+from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
+from dpstream.noise.source import NoiseSource, PooledNoise
 from dpstream.privacy import ENTITY_ROW, PrivacyGuarantee
 
 __all__ = [
+    "IDENTITY",
     "MERGES",
     "BottomUpCountOfCounts",
     "CountOfCountsRelease",
     "TopDownCountOfCounts",
+    "consistent_children",
+    "estimate_groups",
+    "groups_to_histograms",
+    "release_source",
     "match_groups",
     "match_level",
     "merge_estimates",
 ]
 
 MERGES = ("weighted", "average")
+#: Prefix of the identities of a release's keyed noise: region ``r`` of level ``l`` draws all its cells
+#: from ``KeyedBits(key, IDENTITY + (l, r))``, the estimate of ``K`` from ``IDENTITY + ("max-size",)``.
+IDENTITY = ("count-of-counts",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +176,12 @@ def merge_estimates(
     return (parent * parent_weight + child * child_weight) / total, 1.0 / total
 
 
-def _groups(estimate: LevelEstimate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: A level's groups in order (by region, then merged size): region, size (float64, integral) and variance.
+Groups = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def estimate_groups(estimate: LevelEstimate) -> Groups:
+    """Every group of ``estimate`` in row order: its region, estimated size and variance (line 7 of Algorithm 1)."""
     hist = estimate.histograms
     return (
         np.repeat(hist.node, hist.count),
@@ -176,26 +190,51 @@ def _groups(estimate: LevelEstimate) -> tuple[np.ndarray, np.ndarray, np.ndarray
     )
 
 
+def consistent_children(
+    parents: Groups, children: LevelEstimate, parent_of_child: np.ndarray, merge: str = "weighted"
+) -> Groups:
+    """Lines 8-15 of Algorithm 1 for one level: match every parent's groups to its children's
+    groups (Algorithm 2), merge the matched sizes (Eq. 5-6) and round.
+
+    ``parents`` are the consistent groups of the parents' level (:data:`Groups`, parents numbered
+    as in ``parent_of_child``), ``children`` the noisy estimate of their children.  Each parent's
+    result depends on its own groups and children only, so any set of parents (renumbered in
+    order) gives the same children's groups as the whole level: the Spark engine runs this per
+    parent.  Post-processing: no randomness, no privacy cost.
+    """
+    merge = check_choice(merge, "merge", MERGES)
+    _, values, variance = parents
+    child_node, child_values, child_var = estimate_groups(children)
+    if child_node.size != values.size:
+        raise ValueError(f"the children have {child_node.size} groups but their parents have {values.size}.")
+    order = match_level(children.histograms, parent_of_child)
+    merged, merged_var = merge_estimates(values, variance, child_values[order], child_var[order], merge)
+    child_values[order] = np.rint(merged)
+    child_var[order] = merged_var
+    resort = np.lexsort((child_values, child_node))
+    return child_node[resort], child_values[resort], child_var[resort]
+
+
+def groups_to_histograms(groups: Groups, n_nodes: int) -> LevelHistograms:
+    """The histograms of consistent groups (their sizes are integral)."""
+    node, values, _ = groups
+    return LevelHistograms.from_sorted(node, values.astype(np.int64), np.ones(node.size, dtype=np.int64), n_nodes)
+
+
 def top_down(
     tree: RegionTree, estimates: Sequence[LevelEstimate], merge: str = "weighted"
 ) -> tuple[LevelHistograms, ...]:
     """Lines 7-18 of Algorithm 1 on per-level estimates (post-processing only)."""
     merge = check_choice(merge, "merge", MERGES)
-    node, values, variance = _groups(estimates[0])
+    groups = estimate_groups(estimates[0])
     for level in range(1, tree.levels):
-        child_node, child_values, child_var = _groups(estimates[level])
-        if child_node.size != node.size:
-            raise ValueError(f"level {level} has {child_node.size} groups but level {level - 1} has {node.size}.")
-        order = match_level(estimates[level].histograms, tree.parents[level])
-        merged, merged_var = merge_estimates(values, variance, child_values[order], child_var[order], merge)
-        child_values[order] = np.rint(merged)
-        child_var[order] = merged_var
-        resort = np.lexsort((child_values, child_node))
-        node, values, variance = child_node[resort], child_values[resort], child_var[resort]
-    leaves = LevelHistograms.from_sorted(
-        node, values.astype(np.int64), np.ones(node.size, dtype=np.int64), tree.size(tree.levels - 1)
-    )
-    return back_substitute(tree, leaves)
+        if estimates[level].histograms.count.sum() != groups[0].size:
+            raise ValueError(
+                f"level {level} has {int(estimates[level].histograms.count.sum())} groups but level {level - 1} "
+                f"has {groups[0].size}."
+            )
+        groups = consistent_children(groups, estimates[level], tree.parents[level], merge)
+    return back_substitute(tree, groups_to_histograms(groups, tree.size(tree.levels - 1)))
 
 
 def back_substitute(tree: RegionTree, leaves: LevelHistograms) -> tuple[LevelHistograms, ...]:
@@ -209,13 +248,47 @@ def back_substitute(tree: RegionTree, leaves: LevelHistograms) -> tuple[LevelHis
 # ---------------------------------------------------------------------------- mechanisms
 
 
-def _noise_name(noise: NoiseSampler) -> str:
-    """How a sampler draws its discrete Laplace noise, for the privacy statement."""
-    if isinstance(noise, ExactNoise):
+def release_source(
+    *, seed: BitsSeed = None, noise: NoiseSampler | None = None, key: bytes | None = None
+) -> NoiseSource:
+    """The noise of a release: keyed per region unless a sampler is handed in.
+
+    ``key`` (at least 16 secret bytes) keys the noise of every region (:data:`IDENTITY`); without
+    it the key is 32 bytes from the bits of ``seed``: None (default) reads the operating
+    system's CSPRNG, so every release has a fresh secret key; an int derives the key from a
+    replayable PCG64 (tests: NOT secret).  Either way a region's noise is a function of the key
+    and the region alone, whatever engine or order computes it.  ``noise`` (``ZeroNoise`` for
+    tests, ``FloatNoise`` for studies) is used as it is, in one sequence.
+
+    >>> a = release_source(seed=3).child(1).sampler(7).laplace_units(Fraction(2), 3)
+    >>> b = release_source(seed=3).child(1).sampler(7).laplace_units(Fraction(2), 3)
+    >>> bool((a == b).all()), release_source(seed=3).keyed, release_source(noise=ExactNoise(bits=1)).keyed
+    (True, True, False)
+    """
+    if noise is not None:
+        given = [name for name, value in (("seed", seed), ("key", key)) if value is not None]
+        if given:
+            raise ValueError(f"give seed, key or noise, not both, got noise={noise!r} and a {given[0]}.")
+        if not isinstance(noise, NoiseSampler):
+            raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise), got {noise!r}.")
+        return NoiseSource(noise=noise, identity=IDENTITY)
+    if key is None:
+        key = KeyedBits.new_key() if seed is None else make_bits(seed).words(4).astype("<u8").tobytes()
+    elif seed is not None:
+        raise ValueError("give seed or key, not both, got both.")
+    return NoiseSource(key=key, identity=IDENTITY)
+
+
+def _noise_name(noise: NoiseSource) -> str:
+    """How a release draws its discrete Laplace noise, for the privacy statement."""
+    if noise.keyed:
+        return "exact discrete Laplace noise (keyed ChaCha20 bits per region)"
+    shared = noise.shared.sampler if isinstance(noise.shared, PooledNoise) else noise.shared
+    if isinstance(shared, ExactNoise):
         return "exact discrete Laplace noise"
-    if isinstance(noise, FloatNoise):
+    if isinstance(shared, FloatNoise):
         return "double-geometric noise from numpy's float sampler (not exact: not for publication)"
-    return f"noise from {type(noise).__name__}"
+    return f"noise from {type(shared).__name__}"
 
 
 class _Mechanism:
@@ -230,6 +303,7 @@ class _Mechanism:
         isotonic: str | None,
         seed: BitsSeed,
         noise: NoiseSampler | None,
+        key: bytes | None,
         memory_limit: int | None,
     ):
         self.epsilon = check_epsilon(epsilon)
@@ -239,18 +313,34 @@ class _Mechanism:
         )
         self.isotonic = None if isotonic is None else check_choice(isotonic, "isotonic", ISOTONIC)
         self.memory_limit = None if memory_limit is None else check_positive_int(memory_limit, "memory_limit")
-        self.noise: NoiseSampler = exact_noise(seed, noise)
+        self.noise: NoiseSource = release_source(seed=seed, noise=noise, key=key)
 
     def _needs_max_size(self) -> bool:
         raise NotImplementedError
 
-    def _resolve_max_size(self, data: CountOfCountsData) -> int | None:
-        """The public ``K``: the given one, or one estimated with ``max_size_epsilon`` when a method needs it."""
-        if self.max_size is not None or not self._needs_max_size():
-            return self.max_size
-        if self.max_size_epsilon is None:
-            raise ValueError("methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither.")
-        return estimate_max_size(int(data.size.max(initial=0)), self.max_size_epsilon, self.noise)
+    def _level_methods(self, levels: int) -> tuple[str, ...]:
+        """The method of every estimated level (see :meth:`plan`)."""
+        raise NotImplementedError
+
+    def plan(self, tree: RegionTree, largest_group: int) -> tuple[tuple[str, ...], int | None]:
+        """What a release of a dataset on ``tree`` does, for any engine: the method of every estimated
+        level (top-down: every level, root first; bottom-up: the leaves only) and the public ``K`` --
+        the given one, or one estimated from ``largest_group`` (the size of the largest group, with
+        ``max_size_epsilon`` and keyed noise) when a method needs it, or None.  A ``K`` whose dense rows
+        exceed :attr:`memory_limit` is refused here, before anything is allocated.
+        """
+        methods = self._level_methods(tree.levels)
+        max_size = self.max_size
+        if max_size is None and self._needs_max_size():
+            if self.max_size_epsilon is None:
+                raise ValueError(
+                    "methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither."
+                )
+            max_size = estimate_max_size(largest_group, self.max_size_epsilon, self.noise.sampler("max-size"))
+        levels = range(tree.levels) if len(methods) == tree.levels else [tree.levels - 1]
+        dense = [tree.size(level) for level, method in zip(levels, methods) if method != "hg"]
+        self._check_memory(max_size, max(dense, default=0))
+        return methods, max_size
 
     def _check_memory(self, max_size: int | None, n_regions: int) -> None:
         """Refuse, before allocating, a ``K`` whose dense rows would exceed :attr:`memory_limit`."""
@@ -320,9 +410,13 @@ class TopDownCountOfCounts(_Mechanism):
     merge : {"weighted", "average"}
         Eq. 5-6 or the plain average (Section 5.3).
     seed : None, int, numpy Generator or bit source
-        Where the noise's random bits come from (:func:`~dpstream.noise.bits.make_bits`): None
-        (default) reads the operating system's CSPRNG, an int replays a seeded PCG64 (tests;
-        never publish a seeded release), a Generator is used as a bit source (studies).
+        Where the secret key of the noise comes from (:func:`release_source`): None (default)
+        reads a fresh key from the operating system's CSPRNG, an int derives it from a seeded
+        PCG64 (tests; never publish a seeded release).  Every region draws its noise from
+        ``KeyedBits(key, ("count-of-counts", level, region))``, so the local and Spark engines
+        release the same tables for the same key.
+    key : bytes, optional
+        Instead of ``seed``: the secret key itself (at least 16 bytes).
     noise : NoiseSampler, optional
         Instead of ``seed``: the sampler itself, e.g. ``FloatNoise(rng=...)`` for a fast study
         (not exact, not for publication) or ``ZeroNoise()`` for tests.
@@ -355,11 +449,12 @@ class TopDownCountOfCounts(_Mechanism):
         merge: str = "weighted",
         seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
+        key: bytes | None = None,
         memory_limit: int | None = None,
     ):
         super().__init__(
             epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
-            noise=noise, memory_limit=memory_limit,
+            noise=noise, key=key, memory_limit=memory_limit,
         )
         names = (methods,) if isinstance(methods, str) else tuple(methods)
         if not names:
@@ -381,10 +476,7 @@ class TopDownCountOfCounts(_Mechanism):
         self, data: CountOfCountsData, progress: Progress | None
     ) -> tuple[list[LevelEstimate], int | None]:
         levels = data.tree.levels
-        methods = self._level_methods(levels)
-        max_size = self._resolve_max_size(data)
-        dense = [data.tree.size(level) for level, method in enumerate(methods) if method != "hg"]
-        self._check_memory(max_size, max(dense, default=0))
+        methods, max_size = self.plan(data.tree, int(data.size.max(initial=0)))
         per_level = Fraction(self.epsilon) / levels  # exact: the levels' scales are rounded up from it
         regions = [data.tree.size(level) for level in range(levels)]
         total = sum(regions)
@@ -396,7 +488,7 @@ class TopDownCountOfCounts(_Mechanism):
                     data.truth(level),
                     method=method,
                     epsilon=per_level,
-                    noise=self.noise,
+                    noise=self.noise.child(level),
                     max_size=max_size,
                     isotonic=self.isotonic,
                     progress=shifted(progress, sum(regions[:level]), total),
@@ -454,9 +546,13 @@ class BottomUpCountOfCounts(_Mechanism):
     max_size, max_size_epsilon, isotonic
         As for :class:`TopDownCountOfCounts`.
     seed : None, int, numpy Generator or bit source
-        Where the noise's random bits come from (:func:`~dpstream.noise.bits.make_bits`): None
-        (default) reads the operating system's CSPRNG, an int replays a seeded PCG64 (tests;
-        never publish a seeded release), a Generator is used as a bit source (studies).
+        Where the secret key of the noise comes from (:func:`release_source`): None (default)
+        reads a fresh key from the operating system's CSPRNG, an int derives it from a seeded
+        PCG64 (tests; never publish a seeded release).  Every region draws its noise from
+        ``KeyedBits(key, ("count-of-counts", level, region))``, so the local and Spark engines
+        release the same tables for the same key.
+    key : bytes, optional
+        Instead of ``seed``: the secret key itself (at least 16 bytes).
     noise : NoiseSampler, optional
         Instead of ``seed``: the sampler itself, e.g. ``FloatNoise(rng=...)`` for a fast study
         (not exact, not for publication) or ``ZeroNoise()`` for tests.
@@ -487,16 +583,20 @@ class BottomUpCountOfCounts(_Mechanism):
         isotonic: str | None = None,
         seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
+        key: bytes | None = None,
         memory_limit: int | None = None,
     ):
         super().__init__(
             epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
-            noise=noise, memory_limit=memory_limit,
+            noise=noise, key=key, memory_limit=memory_limit,
         )
         self.method = check_choice(method, "method", METHODS)
 
     def _needs_max_size(self) -> bool:
         return self.method != "hg"
+
+    def _level_methods(self, levels: int) -> tuple[str, ...]:
+        return (self.method,)
 
     def release(self, data: CountOfCountsData, *, progress: Progress | None = None) -> CountOfCountsRelease:
         """Leaf estimates with the whole budget, summed up the tree.
@@ -505,13 +605,12 @@ class BottomUpCountOfCounts(_Mechanism):
         of :mod:`dpstream._progress`).
         """
         leaf = data.tree.levels - 1
-        max_size = self._resolve_max_size(data)
-        self._check_memory(max_size, 0 if self.method == "hg" else data.tree.size(leaf))
+        _, max_size = self.plan(data.tree, int(data.size.max(initial=0)))
         estimate = estimate_level(
             data.truth(leaf),
             method=self.method,
             epsilon=self.epsilon,
-            noise=self.noise,
+            noise=self.noise.child(leaf),
             max_size=max_size,
             isotonic=self.isotonic,
             progress=progress,

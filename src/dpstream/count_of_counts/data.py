@@ -179,12 +179,48 @@ def _concat(arrays: list[np.ndarray]) -> np.ndarray:
 # ---------------------------------------------------------------------------- tables
 
 
+def table_format(path: str | os.PathLike[str]) -> str:
+    """"parquet" for a ``.parquet`` or ``.pq`` name, else "csv" (both engines read by extension)."""
+    return "parquet" if Path(path).suffix in (".parquet", ".pq") else "csv"
+
+
+# The input errors of both engines (local and Spark) come from these, so they read the same.
+
+
+def missing_table(path: str | os.PathLike[str], what: str) -> InputError:
+    return InputError(f"{what} table {str(path)!r} does not exist or is not a file.")
+
+
+def missing_columns(path: str | os.PathLike[str], what: str, missing: list[str], have: list[str]) -> InputError:
+    return InputError(f"the {what} table {str(path)!r} lacks column(s) {missing}; it has {have}.")
+
+
+def empty_values(path: str | os.PathLike[str], what: str, column: str) -> InputError:
+    return InputError(f"the {what} table {str(path)!r} has empty values in column {column!r}.")
+
+
+def repeated_entity() -> InputError:
+    return InputError("the Entities table lists an entity_id more than once (an entity belongs to one group).")
+
+
+def repeated_group() -> InputError:
+    return InputError("the Groups table lists a group_id more than once.")
+
+
+def unknown_region(region: object) -> InputError:
+    return InputError(f"the Groups table places a group in region {region!r}, which is not in the Hierarchy table.")
+
+
+def unknown_group(group: object) -> InputError:
+    return InputError(f"the Entities table refers to group_id {group!r}, which is not in the Groups table.")
+
+
 def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str) -> pa.Table:
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{what} table {str(path)!r} does not exist or is not a file.")
+        raise missing_table(path, what)
     try:
-        if path.suffix in (".parquet", ".pq"):
+        if table_format(path) == "parquet":
             table = pq.read_table(path)
         else:
             with pa_csv.open_csv(path) as reader:
@@ -199,10 +235,10 @@ def _read(path: str | os.PathLike[str], columns: Sequence[str] | None, what: str
         raise InputError(f"cannot read the {what} table {str(path)!r}: {error}") from None
     missing = [name for name in columns or () if name not in table.column_names]
     if missing:
-        raise InputError(f"the {what} table {str(path)!r} lacks column(s) {missing}; it has {table.column_names}.")
+        raise missing_columns(path, what, missing, table.column_names)
     for name in columns or ():
         if table[name].null_count:
-            raise InputError(f"the {what} table {str(path)!r} has empty values in column {name!r}.")
+            raise empty_values(path, what, name)
     return table
 
 
@@ -213,18 +249,18 @@ def _keys(*columns: pa.ChunkedArray) -> list[pa.ChunkedArray]:
     return [column.cast(pa.string()) for column in columns]
 
 
-def read_tables(
-    entities: str | os.PathLike[str], groups: str | os.PathLike[str], hierarchy: str | os.PathLike[str]
-) -> CountOfCountsData:
-    """Read Entities(entity_id, group_id), Groups(group_id, region_id) and
-    Hierarchy(region_id, level0, ..., levelL) from CSV or Parquet (by file extension).
+@dataclass(frozen=True, kw_only=True)
+class Hierarchy:
+    """The Hierarchy table read and checked: the tree, and for every row its region_id and leaf index."""
 
-    CSV columns are read as text, so ids and region names are compared, and region names
-    released, exactly as written: ``06`` and ``6`` are different regions and ``06001`` keeps its
-    leading zero.  Only an empty field counts as missing.  Parquet columns keep their stored
-    types; an id that is an integer in one table and not in the other is compared as text.
-    """
-    hier = _read(hierarchy, ["region_id", "level0"], "Hierarchy")
+    tree: RegionTree
+    region_id: pa.ChunkedArray
+    leaf: np.ndarray
+
+
+def read_hierarchy(path: str | os.PathLike[str]) -> Hierarchy:
+    """Read and check Hierarchy(region_id, level0, ..., levelL) (CSV or Parquet); both engines use it."""
+    hier = _read(path, ["region_id", "level0"], "Hierarchy")
     levels = sorted((int(m.group(1)), name) for name in hier.column_names if (m := re.fullmatch(r"level(\d+)", name)))
     if [number for number, _ in levels] != list(range(len(levels))):
         raise InputError(
@@ -235,31 +271,192 @@ def read_tables(
             raise InputError(f"the Hierarchy table has empty values in column {name!r}.")
     paths = np.column_stack([hier[name].cast(pa.string()).to_numpy(zero_copy_only=False) for _, name in levels])
     tree, row_leaf = RegionTree.from_paths(paths)
-    grp = _read(groups, ["group_id", "region_id"], "Groups")
-    ent = _read(entities, ["entity_id", "group_id"], "Entities")
-    if pc.count_distinct(ent["entity_id"]).as_py() != ent.num_rows:
-        raise InputError("the Entities table lists an entity_id more than once (an entity belongs to one group).")
-    group_ids, entity_groups = _keys(grp["group_id"], ent["group_id"])
-    if pc.count_distinct(group_ids).as_py() != len(group_ids):
-        raise InputError("the Groups table lists a group_id more than once.")
-    group_regions, region_ids = _keys(grp["region_id"], hier["region_id"])
-    if pc.count_distinct(region_ids).as_py() != len(region_ids):
+    if pc.count_distinct(hier["region_id"]).as_py() != hier.num_rows:
         raise InputError("the Hierarchy table lists a region_id more than once.")
+    return Hierarchy(tree=tree, region_id=hier["region_id"], leaf=row_leaf)
+
+
+#: Rows of the Entities table read at a time from Parquet (the out-of-core path).
+BATCH_ROWS = 1 << 20
+#: Largest span ``max - min + 1`` of integer entity ids checked for repeats with one byte per id;
+#: a wider span (or text ids) keeps the ids themselves (8 bytes a row for integers).
+MAX_ID_SPAN = 1 << 31
+
+
+def read_tables(
+    entities: str | os.PathLike[str],
+    groups: str | os.PathLike[str],
+    hierarchy: str | os.PathLike[str],
+    *,
+    batch_rows: int = BATCH_ROWS,
+) -> CountOfCountsData:
+    """Read Entities(entity_id, group_id), Groups(group_id, region_id) and
+    Hierarchy(region_id, level0, ..., levelL) from CSV or Parquet (by file extension).
+
+    CSV columns are read as text, so ids and region names are compared, and region names
+    released, exactly as written: ``06`` and ``6`` are different regions and ``06001`` keeps its
+    leading zero.  Only an empty field counts as missing.  Parquet columns keep their stored
+    types; an id that is an integer in one table and not in the other is compared as text.
+
+    A Parquet Entities table is read ``batch_rows`` rows at a time: memory holds the Groups
+    table, one count per group and, to find a repeated ``entity_id``, one byte per integer id
+    between the smallest and the largest (at most :data:`MAX_ID_SPAN`; text ids, or a wider
+    span, are kept as they are), not the Entities table.
+    """
+    batch_rows = check_positive_int(batch_rows, "batch_rows")
+    hier = read_hierarchy(hierarchy)
+    grp = _read(groups, ["group_id", "region_id"], "Groups")
+    if table_format(entities) == "parquet":
+        member_counts = _count_members(entities, grp["group_id"], batch_rows)  # checks the schema now
+        group_ids = grp["group_id"]
+    else:
+        ent = _read(entities, ["entity_id", "group_id"], "Entities")
+        if pc.count_distinct(ent["entity_id"]).as_py() != ent.num_rows:
+            raise repeated_entity()
+        group_ids, entity_groups = _keys(grp["group_id"], ent["group_id"])
+    if pc.count_distinct(group_ids).as_py() != len(group_ids):
+        raise repeated_group()
+    group_regions, region_ids = _keys(grp["region_id"], hier.region_id)
     row = pc.index_in(group_regions, value_set=region_ids.combine_chunks())
     if row.null_count:
-        bad = group_regions.filter(pc.is_null(row))[0].as_py()
-        raise InputError(f"the Groups table places a group in region {bad!r}, which is not in the Hierarchy table.")
-    member = pc.index_in(entity_groups, value_set=group_ids.combine_chunks())
-    if member.null_count:
-        bad = entity_groups.filter(pc.is_null(member))[0].as_py()
-        raise InputError(f"the Entities table refers to group_id {bad!r}, which is not in the Groups table.")
-    leaf = row_leaf[row.to_numpy(zero_copy_only=False).astype(np.int64)]
-    size = np.bincount(member.to_numpy(zero_copy_only=False).astype(np.int64), minlength=len(group_ids))
-    return CountOfCountsData(tree=tree, leaf=leaf, size=size.astype(np.int64))
+        raise unknown_region(group_regions.filter(pc.is_null(row))[0].as_py())
+    if table_format(entities) == "parquet":
+        size = member_counts()
+    else:
+        member = pc.index_in(entity_groups, value_set=group_ids.combine_chunks())
+        if member.null_count:
+            raise unknown_group(entity_groups.filter(pc.is_null(member))[0].as_py())
+        size = np.bincount(member.to_numpy(zero_copy_only=False).astype(np.int64), minlength=len(group_ids))
+    leaf = hier.leaf[row.to_numpy(zero_copy_only=False).astype(np.int64)]
+    return CountOfCountsData(tree=hier.tree, leaf=leaf, size=size.astype(np.int64))
+
+
+def _count_members(path: str | os.PathLike[str], group_column: pa.ChunkedArray, batch_rows: int):
+    """Check the Parquet Entities table's schema now; return the function that counts, batch by batch,
+    the entities of every group (in the order of ``group_column``) and checks the rows."""
+    path = Path(path)
+    if not path.is_file():
+        raise missing_table(path, "Entities")
+    try:
+        # no pre-buffering: it would hold every row group's bytes read so far
+        file = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 22)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputError(f"cannot read the Entities table {str(path)!r}: {error}") from None
+    schema = file.schema_arrow
+    missing = [name for name in ("entity_id", "group_id") if name not in schema.names]
+    if missing:
+        raise missing_columns(path, "Entities", missing, schema.names)
+    integer = pa.types.is_integer(schema.field("group_id").type) and pa.types.is_integer(group_column.type)
+    entity_integer = pa.types.is_integer(schema.field("entity_id").type)
+
+    def count() -> np.ndarray:
+        n = len(group_column)
+        ids = group_column.cast(pa.int64() if integer else pa.string()).combine_chunks()
+        if integer:
+            values = ids.to_numpy()
+            order = np.argsort(values, kind="stable")
+            ordered = values[order]
+            # ids 0..G-1 (or any run of consecutive integers, each once): the id is the position
+            dense = n > 0 and int(ordered[-1]) - int(ordered[0]) == n - 1 and bool((np.diff(ordered) == 1).all())
+        sizes = np.zeros(n, dtype=np.int64)
+        repeats = _RepeatCheck(file, entity_integer)
+        for batch in file.iter_batches(batch_size=batch_rows, columns=["entity_id", "group_id"], use_threads=False):
+            for name in ("entity_id", "group_id"):
+                if batch.column(name).null_count:
+                    raise empty_values(path, "Entities", name)
+            repeats.add(batch.column("entity_id"))
+            column = batch.column("group_id")
+            if integer:
+                wanted = column.cast(pa.int64()).to_numpy()
+                if dense:
+                    shifted = wanted - ordered[0]
+                    found = (shifted >= 0) & (shifted < n)
+                    at = np.where(found, shifted, 0)
+                else:
+                    at = np.minimum(np.searchsorted(ordered, wanted), max(n - 1, 0))
+                    found = ordered[at] == wanted if n else np.zeros(wanted.size, dtype=bool)
+                if not found.all():
+                    raise unknown_group(wanted[np.argmin(found)].item())
+                member = order[at]
+            else:
+                index = pc.index_in(column.cast(pa.string()), value_set=ids)
+                if index.null_count:
+                    raise unknown_group(column.filter(pc.is_null(index))[0].as_py())
+                member = index.to_numpy(zero_copy_only=False).astype(np.int64)
+            sizes += np.bincount(member, minlength=n)
+        repeats.finish()
+        return sizes
+
+    return count
+
+
+class _RepeatCheck:
+    """Finds a repeated entity_id across batches: one byte per id of the span, or the ids themselves."""
+
+    def __init__(self, file: pq.ParquetFile, integer: bool) -> None:
+        self.seen: np.ndarray | None = None
+        self.kept: list[pa.Array] = []
+        if integer:
+            low, high = _id_range(file)
+            if high >= low and high - low + 1 <= MAX_ID_SPAN:
+                self.low = low
+                self.seen = np.zeros(high - low + 1, dtype=bool)
+
+    def add(self, column: pa.Array) -> None:
+        if self.seen is None:
+            self.kept.append(column)
+            return
+        index = column.cast(pa.int64()).to_numpy() - self.low
+        if index.size == 0:
+            return
+        low, high = int(index.min()), int(index.max())
+        if high - low < 4 * index.size:  # ids in runs (the usual case): count them over the batch's span
+            twice = np.bincount(index - low, minlength=high - low + 1).max() > 1
+        else:
+            twice = np.unique(index).size != index.size
+        if twice or self.seen[index].any():
+            raise repeated_entity()
+        self.seen[index] = True
+
+    def finish(self) -> None:
+        if self.seen is None and self.kept:
+            ids = pa.chunked_array(self.kept)
+            if pc.count_distinct(ids).as_py() != len(ids):
+                raise repeated_entity()
+
+
+def _id_range(file: pq.ParquetFile) -> tuple[int, int]:
+    """Smallest and largest entity_id: from the row groups' statistics, else from a pass over the column."""
+    column = file.schema_arrow.get_field_index("entity_id")
+    low, high = None, None
+    meta = file.metadata
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            low = None
+            break
+        low = stats.min if low is None else min(low, stats.min)
+        high = stats.max if high is None else max(high, stats.max)
+    if low is None:
+        low, high = None, None
+        for batch in file.iter_batches(columns=["entity_id"]):
+            pair = pc.min_max(batch.column(0))
+            if pair["min"].as_py() is not None:
+                low = pair["min"].as_py() if low is None else min(low, pair["min"].as_py())
+                high = pair["max"].as_py() if high is None else max(high, pair["max"].as_py())
+    return (0, -1) if low is None else (int(low), int(high))
+
+
+#: Groups whose entity rows are written at a time (bounds the memory of writing large tables).
+WRITE_CHUNK_GROUPS = 1 << 20
 
 
 def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, parquet: bool = False) -> list[Path]:
-    """Write the three tables (entities, groups, hierarchy) of ``data``; returns their paths."""
+    """Write the three tables (entities, groups, hierarchy) of ``data``; returns their paths.
+
+    Group ``g`` has id ``g`` and its entities the next ``size[g]`` ids; the Entities table is
+    written :data:`WRITE_CHUNK_GROUPS` groups at a time, so a national table never sits in memory.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tree = data.tree
@@ -269,20 +466,30 @@ def write_tables(data: CountOfCountsData, directory: str | os.PathLike[str], *, 
         columns[f"level{level}"] = tree.names[level][tree.leaf_ancestor(level)]
     group_id = np.arange(data.n_groups, dtype=np.int64)
     tables = {
-        "entities": pa.table(
-            {"entity_id": np.arange(int(data.size.sum()), dtype=np.int64), "group_id": np.repeat(group_id, data.size)}
-        ),
         "groups": pa.table({"group_id": group_id, "region_id": tree.names[-1][data.leaf] if leaves else []}),
         "hierarchy": pa.table(columns),
     }
-    paths = []
-    for name, table in tables.items():
-        path = directory / f"{name}.{'parquet' if parquet else 'csv'}"
+    suffix = "parquet" if parquet else "csv"
+    paths = [directory / f"{name}.{suffix}" for name in ("entities", "groups", "hierarchy")]
+    schema = pa.schema([("entity_id", pa.int64()), ("group_id", pa.int64())])
+    writer = pq.ParquetWriter(paths[0], schema) if parquet else pa_csv.CSVWriter(paths[0], schema)
+    with writer:
+        first = np.concatenate(([0], np.cumsum(data.size)))
+        for lo in range(0, max(data.n_groups, 1), WRITE_CHUNK_GROUPS):
+            hi = min(data.n_groups, lo + WRITE_CHUNK_GROUPS)
+            chunk = pa.table(
+                {
+                    "entity_id": np.arange(first[lo], first[hi], dtype=np.int64),
+                    "group_id": np.repeat(group_id[lo:hi], data.size[lo:hi]),
+                },
+                schema=schema,
+            )
+            writer.write_table(chunk)
+    for path, table in zip(paths[1:], tables.values()):
         if parquet:
             pq.write_table(table, path)
         else:
             pa_csv.write_csv(table, path)
-        paths.append(path)
     return paths
 
 

@@ -52,6 +52,7 @@ from dpstream.count_of_counts.histograms import (
 )
 from dpstream.noise.geometric import discrete_laplace_scale
 from dpstream.noise.sampler import NoiseSampler
+from dpstream.noise.source import NoiseSource
 
 __all__ = [
     "BYTES_PER_CELL",
@@ -131,16 +132,23 @@ def estimate_level(
     *,
     method: str,
     epsilon: float | Fraction,
-    noise: NoiseSampler,
+    noise: NoiseSampler | NoiseSource,
     max_size: int | None = None,
     isotonic: str | None = None,
     progress: Progress | None = None,
+    regions: np.ndarray | None = None,
 ) -> LevelEstimate:
     """Run ``method`` ("hc", "hg" or "naive") on every region of a level with budget ``epsilon``.
 
-    ``noise`` draws the discrete Laplace noise (:class:`~dpstream.noise.sampler.ExactNoise` for
-    a release); its scale is :func:`noise_scale` of ``epsilon`` (a float, or a ``Fraction`` for
-    an exact share of a budget).  ``max_size`` is the public bound ``K``: needed by "hc" and
+    ``noise`` draws the discrete Laplace noise; its scale is :func:`noise_scale` of ``epsilon``
+    (a float, or a ``Fraction`` for an exact share of a budget).  A keyed
+    :class:`~dpstream.noise.source.NoiseSource` (a release) draws the whole vector of region
+    ``r``'s cells from its own stream ``source.sampler(regions[r])``, so a region's noise depends
+    on the key and its identity only, not on which other regions are estimated with it or in
+    which order; ``regions`` (default ``0 .. n - 1``) names the rows of ``truth`` in the level.
+    Any other sampler (:class:`~dpstream.noise.sampler.FloatNoise` for studies,
+    :class:`~dpstream.noise.sampler.ZeroNoise` for tests) draws the level in consecutive calls.
+    ``max_size`` is the public bound ``K``: needed by "hc" and
     "naive", optional for "hg"; when given, every method counts groups larger than ``K`` as
     size ``K`` ("K or more").  ``isotonic`` is "l1" or "l2" (default: "l1" for "hc", the paper's
     choice, and "l2" for "hg").  ``progress`` is called with the regions done out of the level's
@@ -155,8 +163,14 @@ def estimate_level(
     """
     method = check_choice(method, "method", METHODS)
     epsilon = _exact_epsilon(epsilon)
-    if not isinstance(noise, NoiseSampler):
-        raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise), got {noise!r}.")
+    if not isinstance(noise, (NoiseSampler, NoiseSource)):
+        raise TypeError(
+            f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise) or a NoiseSource, got {noise!r}."
+        )
+    regions = np.arange(truth.n_nodes, dtype=np.int64) if regions is None else np.asarray(regions, dtype=np.int64)
+    if regions.shape != (truth.n_nodes,):
+        raise ValueError(f"regions needs one entry per region ({truth.n_nodes}), got shape {regions.shape}.")
+    draw = _RegionNoise(noise, regions)
     scale = noise_scale(method, epsilon)
     if isotonic is None:
         isotonic = "l2" if method == "hg" else "l1"
@@ -165,15 +179,15 @@ def estimate_level(
         max_size = check_positive_int(max_size, "max_size")
     if method == "hg":
         notify(progress, 0, truth.n_nodes)
-        estimate = _estimate_hg(truth, float(epsilon), noise, scale, isotonic, max_size)
+        estimate = _estimate_hg(truth, float(epsilon), draw, scale, isotonic, max_size)
         notify(progress, truth.n_nodes, truth.n_nodes)
         return estimate
     if max_size is None:
         raise ValueError(f"method {method!r} needs the public maximum group size max_size (K), got None.")
     notify(progress, 0, truth.n_nodes)
     if method == "hc":
-        return _estimate_hc(truth, float(epsilon), noise, scale, max_size, isotonic, progress)
-    return _estimate_naive(truth, float(epsilon), noise, scale, max_size, progress)
+        return _estimate_hc(truth, float(epsilon), draw, scale, max_size, isotonic, progress)
+    return _estimate_naive(truth, float(epsilon), draw, scale, max_size, progress)
 
 
 def _exact_epsilon(epsilon: object) -> Fraction:
@@ -183,6 +197,38 @@ def _exact_epsilon(epsilon: object) -> Fraction:
             raise ValueError(f"epsilon must be a finite number > 0, got {epsilon}.")
         return epsilon
     return Fraction(check_epsilon(epsilon))
+
+
+class _RegionNoise:
+    """The noise of blocks of regions: per region from a keyed source, else in one call per block."""
+
+    def __init__(self, noise: NoiseSampler | NoiseSource, regions: np.ndarray) -> None:
+        self.keyed = isinstance(noise, NoiseSource) and noise.keyed
+        self.source = noise
+        self.sampler = noise.shared if isinstance(noise, NoiseSource) else noise
+        self.regions = regions
+
+    def rows(self, scale: Fraction, lo: int, hi: int, width: int) -> np.ndarray:
+        """Noise of shape ``(hi - lo, width)`` for regions ``lo .. hi - 1``."""
+        if not self.keyed:
+            return self.sampler.laplace_units(scale, (hi - lo, width))
+        out = np.empty((hi - lo, width), dtype=np.int64)
+        for row, region in enumerate(self.regions[lo:hi].tolist()):
+            out[row] = self.source.sampler(region).laplace_units(scale, width)
+        return out
+
+    def ragged(self, scale: Fraction, widths: np.ndarray) -> np.ndarray:
+        """``widths[r]`` values for every region ``r``, concatenated."""
+        total = int(widths.sum())
+        if not self.keyed:
+            return self.sampler.laplace_units(scale, total)
+        out = np.empty(total, dtype=np.int64)
+        start = 0
+        for region, width in zip(self.regions.tolist(), widths.tolist()):
+            if width:
+                out[start : start + width] = self.source.sampler(region).laplace_units(scale, width)
+                start += width
+        return out
 
 
 def _chunks(n_nodes: int, width: int, progress: Progress | None) -> Iterator[tuple[int, int]]:
@@ -215,14 +261,14 @@ def _finish(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_nodes: int
 
 
 def _estimate_hc(
-    truth: LevelHistograms, epsilon: float, noise: NoiseSampler, scale: Fraction, max_size: int, isotonic: str,
+    truth: LevelHistograms, epsilon: float, noise: _RegionNoise, scale: Fraction, max_size: int, isotonic: str,
     progress: Progress | None,
 ) -> LevelEstimate:
     groups = truth.groups()
     parts = []
     for lo, hi in _chunks(truth.n_nodes, max_size, progress):
         cumulative = np.cumsum(_dense_rows(truth, lo, hi, max_size), axis=1)[:, :max_size]
-        noisy = cumulative + noise.laplace_units(scale, cumulative.shape)
+        noisy = cumulative + noise.rows(scale, lo, hi, max_size)
         bounds = groups[lo:hi]
         if isotonic == "l1":
             starts = np.arange(hi - lo, dtype=np.int64) * max_size
@@ -237,14 +283,14 @@ def _estimate_hc(
 
 
 def _estimate_naive(
-    truth: LevelHistograms, epsilon: float, noise: NoiseSampler, scale: Fraction, max_size: int,
+    truth: LevelHistograms, epsilon: float, noise: _RegionNoise, scale: Fraction, max_size: int,
     progress: Progress | None,
 ) -> LevelEstimate:
     groups = truth.groups()
     parts = []
     for lo, hi in _chunks(truth.n_nodes, max_size + 1, progress):
         dense = _dense_rows(truth, lo, hi, max_size)
-        noisy = dense + noise.laplace_units(scale, dense.shape)
+        noisy = dense + noise.rows(scale, lo, hi, max_size + 1)
         projected = project_to_simplex(noisy, groups[lo:hi])
         parts.append(_sparse_rows(largest_remainder_round(projected, groups[lo:hi]), lo))
     # Not in the paper (Section 5.1 covers Hg and Hc): each cell carries noise of variance
@@ -253,12 +299,12 @@ def _estimate_naive(
 
 
 def _estimate_hg(
-    truth: LevelHistograms, epsilon: float, noise: NoiseSampler, scale: Fraction, isotonic: str, max_size: int | None
+    truth: LevelHistograms, epsilon: float, noise: _RegionNoise, scale: Fraction, isotonic: str, max_size: int | None
 ) -> LevelEstimate:
     groups = truth.groups()
     starts = np.concatenate(([0], np.cumsum(groups)[:-1]))
     sizes = truth.size if max_size is None else np.minimum(truth.size, max_size)
-    noisy = np.repeat(sizes, truth.count) + noise.laplace_units(scale, int(groups.sum()))
+    noisy = np.repeat(sizes, truth.count) + noise.ragged(scale, groups)
     ceiling = np.inf if max_size is None else max_size
     if isotonic == "l1":
         upper = np.maximum(np.maximum.reduceat(noisy, starts[groups > 0]), 0) if noisy.size else np.zeros(0, np.int64)

@@ -1,0 +1,104 @@
+"""Many keyed streams on Spark: one independent release per key, in parallel.
+
+The Spark counterpart of :class:`~dpstream.release.by_key.ByKey` (``release --key-column``):
+Spark reads a table of ``(key, value)`` rows (CSV or Parquet), numbers the rows in input order
+as it reads them, groups them by key (``groupBy(key).applyInPandas``), and every task releases
+its key's values, in input order, with ``build(key_bits(secret, key))`` -- the mechanism and the
+keyed noise the local engine gives that key.  A key's output therefore equals its sub-stream
+released alone, and the local keyed release, whatever the partitioning; a retried task draws
+the same noise again.
+
+Privacy
+-------
+Each key's release has its mechanism's guarantee about that key's stream, exactly as for
+:class:`~dpstream.release.by_key.ByKey` (whose docstring says what is and is not protected:
+keys and their lengths are public, budgets add up across keys).  The secret travels to the
+executors inside the tasks: turn on Spark's authentication and encryption on a shared cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpstream.release.by_key import key_bits, show_key
+from dpstream.spark.session import require_spark
+
+__all__ = ["release_by_key"]
+
+#: Columns of the result: the key, the 0-based position of the value in its key's stream, the released value.
+RESULT_SCHEMA = "key string, position long, value double"
+
+
+def release_by_key(
+    spark: Any,
+    path: str | os.PathLike[str],
+    *,
+    key_column: str,
+    value_column: str,
+    build: Callable[[Any], Any],
+    secret: bytes,
+    output: str | os.PathLike[str] | None = None,
+) -> pa.Table | None:
+    """Release every key's stream of the table at ``path`` (CSV with a header, or Parquet) on Spark.
+
+    ``build(bits)`` returns a fresh mechanism drawing from the bit source ``bits`` (the
+    ``build`` of ``release --key-column``: every parameter but the noise); key ``k`` gets
+    ``build(key_bits(secret, k))``.  Returns ``key, position, value`` for every released value,
+    sorted by key and position (positions are 0-based per key; held-out values release
+    nothing).  With ``output`` (a directory that must not exist) Spark's executors write those
+    rows there as a Parquet dataset instead, each file sorted by key and position, and nothing
+    comes back to the driver: the way for many millions of rows.  A missing value is refused
+    before any release, naming its key.
+    """
+    require_spark()
+    from pyspark.sql import functions as F
+
+    location = str(path)
+    if "://" not in location and not Path(path).exists():
+        raise ValueError(f"input {location!r} does not exist.")
+    if Path(location).suffix in (".parquet", ".pq") or Path(location).is_dir():
+        frame = spark.read.parquet(location)
+    else:
+        frame = spark.read.options(header=True, inferSchema=False, nullValue="", emptyValue="").csv(location)
+    missing = [name for name in (key_column, value_column) if name not in frame.columns]
+    if missing:
+        raise ValueError(f"the input {location!r} lacks column(s) {missing}; it has {list(frame.columns)}.")
+    rows = frame.select(
+        F.col(key_column).cast("string").alias("key"),
+        F.col(value_column).cast("double").alias("value"),
+        F.monotonically_increasing_id().alias("row"),  # increasing in input order: the order of each stream
+    )
+    bad = rows.filter(F.col("value").isNull() | F.isnan("value") | F.col("key").isNull()).first()
+    if bad is not None:
+        what = (
+            "a missing key" if bad["key"] is None
+            else f"a missing or non-numeric value under key {show_key(bad['key'])}"
+        )
+        raise ValueError(f"the input {location!r} has {what}.")
+
+    def one_key(part: Any) -> Any:
+        import pandas as pd
+
+        part = part.sort_values("row", kind="stable")
+        key = str(part["key"].iloc[0])
+        values = part["value"].to_numpy(dtype=np.float64)
+        try:
+            out = np.asarray(build(key_bits(secret, key)).release(values), dtype=np.float64)
+        except ValueError as error:
+            raise type(error)(f"key {show_key(key)}: {error}") from None
+        first = values.size - out.size  # held-out values come first and release nothing
+        return pd.DataFrame(
+            {"key": key, "position": np.arange(first, values.size, dtype=np.int64), "value": out}
+        )
+
+    released = rows.groupBy("key").applyInPandas(one_key, RESULT_SCHEMA)
+    if output is not None:
+        released.sortWithinPartitions("key", "position").write.mode("errorifexists").parquet(str(output))
+        return None
+    return released.toArrow().sort_by([("key", "ascending"), ("position", "ascending")])

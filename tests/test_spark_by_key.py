@@ -1,0 +1,103 @@
+"""Keyed streams on Spark (``dpstream.spark.release_by_key``): every key's output equals the local
+keyed release (:class:`~dpstream.release.by_key.ByKey`) and its sub-stream released alone, and a
+retried task changes nothing."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+from pyspark import cloudpickle
+
+from dpstream.release import BinaryTreeCounter, ToPS
+from dpstream.release.by_key import ByKey, key_bits, seed_secret
+from dpstream.spark.by_key import release_by_key
+
+# the build functions below go to Spark's Python workers, which cannot import this test module
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _tops(bits):
+    return ToPS(epsilon=1.0, upper_bound=10.0, hold=64, max_range=256, seed=bits)
+
+
+def _tree(bits):
+    return BinaryTreeCounter(epsilon=1.0, upper_bound=10.0, max_range=512, seed=bits)
+
+
+BUILDS = {"tops": _tops, "bt": _tree}
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    rng = np.random.default_rng(4)
+    keys = [f"meter-{k}" for k in rng.integers(0, 9, 2400)]  # interleaved, uneven lengths
+    values = np.round(rng.uniform(0, 10, len(keys)), 2)
+    root = tmp_path_factory.mktemp("keyed")
+    table = pa.table({"meter": keys, "kwh": values})
+    pa_csv.write_csv(table, root / "rows.csv")
+    pq.write_table(table, root / "rows.parquet", row_group_size=500)
+    return keys, values, root
+
+
+@pytest.mark.parametrize(("method", "form"), [("tops", "csv"), ("bt", "parquet")])
+def test_every_key_equals_the_local_keyed_release(spark, keyed, method, form):
+    keys, values, root = keyed
+    secret = seed_secret(9)
+    build = BUILDS[method]
+    out = release_by_key(spark, root / f"rows.{form}", key_column="meter", value_column="kwh", build=build,
+                         secret=secret)
+    local = ByKey(build=lambda key: build(key_bits(secret, key))).release(values, keys)
+    order = sorted(range(len(local.keys)), key=lambda i: (local.keys[i], local.positions[i]))
+    assert out["key"].to_pylist() == [local.keys[i] for i in order]
+    assert out["position"].to_pylist() == local.positions[order].tolist()
+    assert np.array_equal(out["value"].to_numpy(), local.values[order])
+    alone = build(key_bits(secret, "meter-3")).release(values[np.array(keys) == "meter-3"])
+    assert np.array_equal(out.filter(pa.compute.equal(out["key"], "meter-3"))["value"].to_numpy(), alone)
+
+
+def test_missing_values_and_columns_are_refused(spark, tmp_path):
+    pa_csv.write_csv(pa.table({"meter": ["a", "b"], "kwh": ["1", ""]}), tmp_path / "gap.csv")
+    with pytest.raises(ValueError, match="missing or non-numeric value under key 'b'"):
+        release_by_key(spark, tmp_path / "gap.csv", key_column="meter", value_column="kwh", build=_tree,
+                       secret=seed_secret(1))
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['watts'\]"):
+        release_by_key(spark, tmp_path / "gap.csv", key_column="meter", value_column="watts", build=_tree,
+                       secret=seed_secret(1))
+
+
+def _fail_once(marker, bits):
+    import os
+
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("injected task failure")
+    return _tree(bits)
+
+
+def test_a_retried_task_changes_nothing(spark, keyed, tmp_path):
+    _, _, root = keyed
+    secret = seed_secret(2)
+    marker = str(tmp_path / "failed-once")
+    retried = release_by_key(spark, root / "rows.parquet", key_column="meter", value_column="kwh",
+                             build=functools.partial(_fail_once, marker), secret=secret)
+    assert (tmp_path / "failed-once").exists()
+    plain = release_by_key(spark, root / "rows.parquet", key_column="meter", value_column="kwh", build=_tree,
+                           secret=secret)
+    assert retried.equals(plain)
+
+
+def test_output_is_a_parquet_dataset_written_by_the_executors(spark, keyed, tmp_path):
+    import pyarrow.dataset as ds
+
+    _, _, root = keyed
+    secret = seed_secret(5)
+    kwargs = {"key_column": "meter", "value_column": "kwh", "build": _tree, "secret": secret}
+    assert release_by_key(spark, root / "rows.parquet", output=tmp_path / "out", **kwargs) is None
+    written = ds.dataset(tmp_path / "out").to_table().sort_by([("key", "ascending"), ("position", "ascending")])
+    assert written.equals(release_by_key(spark, root / "rows.parquet", **kwargs))
