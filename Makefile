@@ -17,9 +17,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,spark]'
 	@# the tests start their own PostgreSQL server: its Debian binaries, when missing
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 	@# the Spark tests run PySpark in local mode on Java 17+, when missing
-	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
+	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }
 	touch $(STAMP)
 
 demo: $(STAMP)
