@@ -38,14 +38,14 @@ import dataclasses
 
 import numpy as np
 
-from dpstream._checks import check_bound, check_epsilon, check_magnitude, check_nonnegative, check_positive_int
+from dpstream._checks import check_bound, check_epsilon, check_nonnegative, check_positive_int
 from dpstream.hierarchy import draw_noise_levels, make_consistent
 from dpstream.hierarchy.tree import consistent_leaves, draw_noise_units
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import PrivacyGuarantee
-from dpstream.release.perturber import HierarchicalPerturber, PerturberState
+from dpstream.release.perturber import HierarchicalPerturber
 from dpstream.smoothers import Smoother, make_smoother
 from dpstream.thresholds.error_model import QueryLengths, aligned_noise_factors
 
@@ -136,31 +136,9 @@ class PeriodicPerturber(HierarchicalPerturber):
         self._flat = shape is None  # predictions need no shaping (multiplying by 1.0 changes nothing)
         self._cumulative = np.concatenate(([0.0], np.cumsum(self.shape)))  # shape summed over [0, j)
         self.smoother = make_smoother(smoother)
-        check_magnitude(threshold * self.measured_levels / self.epsilon,
-                        "the noise scale threshold * levels / epsilon")
-        check_magnitude(threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
-        self.exact = self._source.exact
-        if self.exact:
-            self._set_grid(threshold, granularity)
-        else:
-            if granularity is not None:
-                raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
-            self.granularity = None
-            self.threshold = threshold
-            self.noise_scale = self.threshold * self.measured_levels / self.epsilon
-            self.spent_epsilon = self.epsilon
-        prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
-        self.prior = prior
-        self.state = PerturberState(
-            released=0,
-            noise=None,
-            chunk_total=0 if self.exact else 0.0,
-            block_start_total=0 if self.exact else 0.0,
-            block_end=self.period - 1,
-            prediction=prior,
-            smoother_state=self.smoother.init(prior),
-        )
+        self._start(threshold, granularity=granularity, source=make_source(seed=seed, noise=noise, key=key,
+                                                                          identity=("tops",)),
+                    prior=prior, block_end=self.period - 1, levels_name="levels")
 
     def privacy(self) -> PrivacyGuarantee:
         """As :meth:`HierarchicalPerturber.privacy`, for ``d`` levels over leaves of one period."""

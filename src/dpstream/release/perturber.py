@@ -231,11 +231,19 @@ class HierarchicalPerturber:
         self.smoother = make_smoother(smoother)
         self.block_size = self.fanout**self.smoothed_levels
         self.measured_levels = self.levels - self.smoothed_levels
-        check_magnitude(threshold * self.measured_levels / self.epsilon,
-                        "the noise scale threshold * (h - s) / epsilon")
-        check_magnitude(threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
         self.blocks_per_chunk = -(-self.max_range // self.block_size)
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
+        self._start(threshold, granularity=granularity, source=make_source(seed=seed, noise=noise, key=key,
+                                                                          identity=("tops",)),
+                    prior=prior, block_end=min(self.block_size, self.max_range) - 1, levels_name="(h - s)")
+
+    def _start(self, threshold: float, *, granularity: float | None, source: NoiseSource, prior: float | None,
+               block_end: int, levels_name: str) -> None:
+        """What every hierarchy shape shares once its levels are set: the overflow checks, the noise
+        source and its grid (or the float scale), the prior and the empty state."""
+        check_magnitude(threshold * self.measured_levels / self.epsilon,
+                        f"the noise scale threshold * {levels_name} / epsilon")
+        check_magnitude(threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
+        self._source = source
         self.exact = self._source.exact
         if self.exact:
             self._set_grid(threshold, granularity)
@@ -253,7 +261,7 @@ class HierarchicalPerturber:
             noise=None,
             chunk_total=0 if self.exact else 0.0,
             block_start_total=0 if self.exact else 0.0,
-            block_end=min(self.block_size, self.max_range) - 1,
+            block_end=block_end,
             prediction=prior,
             smoother_state=self.smoother.init(prior),
         )
