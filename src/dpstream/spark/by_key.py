@@ -29,10 +29,11 @@ import pyarrow as pa
 from dpstream.release.by_key import key_bits, show_key
 from dpstream.spark.session import require_spark
 
-__all__ = ["release_by_key"]
+__all__ = ["keyed_frame", "read_keyed", "release_by_key"]
 
-#: Columns of the result: the key, the 0-based position of the value in its key's stream, the released value.
-RESULT_SCHEMA = "key string, position long, value double"
+#: Columns of :func:`keyed_frame`: the key, the 0-based position of the value in its key's stream (-1 on the
+#: key's summary row), the released value, the input row, the key's guarantee (on its summary row).
+FRAME_SCHEMA = "key string, position long, value double, row long, privacy string"
 
 
 def release_by_key(
@@ -56,6 +57,17 @@ def release_by_key(
     comes back to the driver: the way for many millions of rows.  A missing value is refused
     before any release, naming its key.
     """
+    released = keyed_frame(spark, path, key_column=key_column, value_column=value_column, build=build,
+                           secret=secret).filter("position >= 0").select("key", "position", "value")
+    if output is not None:
+        released.sortWithinPartitions("key", "position").write.mode("errorifexists").parquet(str(output))
+        return None
+    return released.toArrow().sort_by([("key", "ascending"), ("position", "ascending")])
+
+
+def read_keyed(spark: Any, path: str | os.PathLike[str], *, key_column: str, value_column: str) -> Any:
+    """The rows of the table at ``path`` as a Spark frame ``key, value, row`` (``row`` increasing in input
+    order), checked: both columns present, no missing key or value (naming the first such key)."""
     require_spark()
     from pyspark.sql import functions as F
 
@@ -81,6 +93,30 @@ def release_by_key(
             else f"a missing or non-numeric value under key {show_key(bad['key'])}"
         )
         raise ValueError(f"the input {location!r} has {what}.")
+    return rows
+
+
+def keyed_frame(
+    spark: Any,
+    path: str | os.PathLike[str],
+    *,
+    key_column: str,
+    value_column: str,
+    build: Callable[[Any], Any],
+    secret: bytes,
+    upper_bound: float | None = None,
+) -> Any:
+    """The lazy Spark frame of a keyed release: :data:`FRAME_SCHEMA` rows, one per released value and one
+    summary row per key.
+
+    A released value's row has its ``key``, ``position`` (0-based in the key's stream), ``value``
+    and its input ``row`` (increasing in input order).  Each key's summary row has ``position``
+    -1, ``row`` the input row of the key's first value, ``value`` the number of its values
+    outside ``[0, upper_bound]`` (0 without ``upper_bound``) and ``privacy`` the text of its
+    mechanism's guarantee once the mechanism has chosen its threshold (None if the key ended
+    within its hold-out).
+    """
+    rows = read_keyed(spark, path, key_column=key_column, value_column=value_column)
 
     def one_key(part: Any) -> Any:
         import pandas as pd
@@ -88,17 +124,21 @@ def release_by_key(
         part = part.sort_values("row", kind="stable")
         key = str(part["key"].iloc[0])
         values = part["value"].to_numpy(dtype=np.float64)
+        order = part["row"].to_numpy(dtype=np.int64)
+        mechanism = build(key_bits(secret, key))
         try:
-            out = np.asarray(build(key_bits(secret, key)).release(values), dtype=np.float64)
+            out = np.asarray(mechanism.release(values), dtype=np.float64)
         except ValueError as error:
             raise type(error)(f"key {show_key(key)}: {error}") from None
         first = values.size - out.size  # held-out values come first and release nothing
-        return pd.DataFrame(
-            {"key": key, "position": np.arange(first, values.size, dtype=np.int64), "value": out}
-        )
+        outside = 0 if upper_bound is None else int(np.count_nonzero((values < 0.0) | (values > upper_bound)))
+        privacy = None if mechanism.threshold is None else str(mechanism.privacy())
+        return pd.DataFrame({
+            "key": key,
+            "position": np.concatenate(([-1], np.arange(first, values.size, dtype=np.int64))),
+            "value": np.concatenate(([float(outside)], out)),
+            "row": np.concatenate((order[:1], order[first:])),
+            "privacy": [privacy] + [None] * out.size,
+        })
 
-    released = rows.groupBy("key").applyInPandas(one_key, RESULT_SCHEMA)
-    if output is not None:
-        released.sortWithinPartitions("key", "position").write.mode("errorifexists").parquet(str(output))
-        return None
-    return released.toArrow().sort_by([("key", "ascending"), ("position", "ascending")])
+    return rows.groupBy("key").applyInPandas(one_key, FRAME_SCHEMA)
