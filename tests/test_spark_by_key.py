@@ -101,3 +101,49 @@ def test_output_is_a_parquet_dataset_written_by_the_executors(spark, keyed, tmp_
     assert release_by_key(spark, root / "rows.parquet", output=tmp_path / "out", **kwargs) is None
     written = ds.dataset(tmp_path / "out").to_table().sort_by([("key", "ascending"), ("position", "ascending")])
     assert written.equals(release_by_key(spark, root / "rows.parquet", **kwargs))
+
+
+@pytest.mark.parametrize(("method", "form"), [("tops", "csv"), ("bt", "parquet")])
+def test_the_command_line_writes_the_local_engines_file(spark, keyed, tmp_path, method, form):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    _, _, root = keyed
+    base = ["release", str(root / f"rows.{form}"), "--key-column", "meter", "--method", method, "--epsilon", "1",
+            "--upper-bound", "10", "--max-range", "256", "--seed", "3"]
+    if method == "tops":
+        base += ["--hold", "64"]
+    results, outputs = {}, {}
+    for engine in ("local", "spark"):
+        outputs[engine] = tmp_path / f"{engine}.csv"
+        results[engine] = CliRunner().invoke(cli, [*base, "--engine", engine, "-o", str(outputs[engine])])
+        assert results[engine].exit_code == 0, results[engine].output
+    assert outputs["spark"].read_bytes() == outputs["local"].read_bytes()
+    assert outputs["local"].read_text().startswith("key,position,value\n")
+    assert results["spark"].stderr == results["local"].stderr
+    assert "privacy, per key" in results["spark"].stderr
+
+
+def test_the_command_line_refuses_what_spark_does_not_do(keyed, tmp_path):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    _, _, root = keyed
+    base = ["release", str(root / "rows.csv"), "--epsilon", "1", "--upper-bound", "10", "-o", str(tmp_path / "o.csv")]
+    cases = [
+        ([], "give --key-column"),
+        (["--key-column", "meter", "--state", str(tmp_path / "s")], "--state applies to --engine local only"),
+        (["--key-column", "meter", "--column", "kwh", "--time-column", "meter2"], "--time-column applies to"),
+        (["--key-column", "meter", "--missing", "zero"], "--missing zero applies to --engine local only"),
+        (["--key-column", "meter", "--max-keys", "5"], "--max-keys applies to --engine local only"),
+    ]
+    for extra, message in cases:
+        result = CliRunner().invoke(cli, [*base, *extra, "--engine", "spark"])
+        assert result.exit_code == 2 and message in result.output, result.output
+    stdin = CliRunner().invoke(cli, ["release", "-", "--key-column", "meter", "--epsilon", "1", "--upper-bound", "10",
+                                     "--engine", "spark", "-o", str(tmp_path / "o.csv")])
+    assert stdin.exit_code == 2 and "not stdin" in stdin.output
+    local = CliRunner().invoke(cli, [*base, "--key-column", "meter", "--spark-master", "local[1]"])
+    assert local.exit_code == 2 and "--spark-master applies to --engine spark only" in local.output

@@ -32,8 +32,9 @@ from dpstream.spark.session import require_spark
 __all__ = ["keyed_frame", "read_keyed", "release_by_key"]
 
 #: Columns of :func:`keyed_frame`: the key, the 0-based position of the value in its key's stream (-1 on the
-#: key's summary row), the released value, the input row, the key's guarantee (on its summary row).
-FRAME_SCHEMA = "key string, position long, value double, row long, privacy string"
+#: key's summary row), the released value, the input row, the input row of the key's first value and the key's
+#: guarantee (both on its summary row).
+FRAME_SCHEMA = "key string, position long, value double, row long, first long, privacy string"
 
 
 def release_by_key(
@@ -111,10 +112,11 @@ def keyed_frame(
 
     A released value's row has its ``key``, ``position`` (0-based in the key's stream), ``value``
     and its input ``row`` (increasing in input order).  Each key's summary row has ``position``
-    -1, ``row`` the input row of the key's first value, ``value`` the number of its values
-    outside ``[0, upper_bound]`` (0 without ``upper_bound``) and ``privacy`` the text of its
-    mechanism's guarantee once the mechanism has chosen its threshold (None if the key ended
-    within its hold-out).
+    -1, ``first`` the input row of the key's first value, ``row`` the input row after which its
+    mechanism knew its threshold (its first row, or the last row of its hold-out), ``value``
+    the number of its values outside ``[0, upper_bound]`` (0 without ``upper_bound``) and
+    ``privacy`` the text of its mechanism's guarantee once the mechanism has its threshold
+    (None if the key ended within its hold-out).
     """
     rows = read_keyed(spark, path, key_column=key_column, value_column=value_column)
 
@@ -137,7 +139,8 @@ def keyed_frame(
             "key": key,
             "position": np.concatenate(([-1], np.arange(first, values.size, dtype=np.int64))),
             "value": np.concatenate(([float(outside)], out)),
-            "row": np.concatenate((order[:1], order[first:])),
+            "row": np.concatenate((order[min(max(mechanism.hold - 1, 0), values.size - 1) :][:1], order[first:])),
+            "first": np.concatenate((order[:1], np.full(out.size, -1, dtype=np.int64))),
             "privacy": [privacy] + [None] * out.size,
         })
 
