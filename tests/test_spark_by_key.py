@@ -147,3 +147,30 @@ def test_the_command_line_refuses_what_spark_does_not_do(keyed, tmp_path):
     assert stdin.exit_code == 2 and "not stdin" in stdin.output
     local = CliRunner().invoke(cli, [*base, "--key-column", "meter", "--spark-master", "local[1]"])
     assert local.exit_code == 2 and "--spark-master applies to --engine spark only" in local.output
+
+
+def test_the_command_line_clips_holds_out_and_refuses_as_the_local_engine(spark, tmp_path):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    rng = np.random.default_rng(8)
+    keys = ["a"] * 40 + ["b"] * 5 + ["c"] * 30  # key b ends within its hold-out
+    values = rng.uniform(0, 10, len(keys))
+    values[50] = 12.5  # key c's 6th value lies outside [0, B]
+    order = rng.permutation(len(keys))
+    pa_csv.write_csv(pa.table({"meter": [keys[i] for i in order], "kwh": values[order]}), tmp_path / "rows.csv")
+    base = ["release", str(tmp_path / "rows.csv"), "--key-column", "meter", "--epsilon", "1", "--upper-bound", "10",
+            "--hold", "8", "--max-range", "64", "--seed", "4"]
+    runs = {}
+    for clip in (["--clip"], []):
+        for engine in ("local", "spark"):
+            output = tmp_path / f"{engine}{len(clip)}.csv"
+            runs[engine, bool(clip)] = CliRunner().invoke(cli, [*base, *clip, "--engine", engine, "-o", str(output)])
+        assert runs["spark", bool(clip)].exit_code == runs["local", bool(clip)].exit_code == (0 if clip else 1)
+        assert runs["spark", bool(clip)].stderr == runs["local", bool(clip)].stderr
+    assert (tmp_path / "spark1.csv").read_bytes() == (tmp_path / "local1.csv").read_bytes()
+    assert "--clip: 1 values outside" in runs["spark", True].stderr
+    assert "1 key ended within its hold-out" in runs["spark", True].stderr
+    assert "key 'c': stream value at position" in runs["spark", False].stderr
+    assert not (tmp_path / "spark0.csv").exists()

@@ -18,10 +18,11 @@ from typing import Any
 import click
 import numpy as np
 
+from dpstream._checks import check_stream_values
 from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._common import output_file, say
 from dpstream.io import _resolve
-from dpstream.release.by_key import new_secret, seed_secret
+from dpstream.release.by_key import new_secret, seed_secret, show_key
 from dpstream.spark.session import SparkUnavailable
 
 __all__ = ["check_engine", "release_on_spark"]
@@ -74,6 +75,9 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
     try:
         value_column = _value_column(spark, input_path, column=column, key_column=key_column)
+        if not clip:
+            _check_bounds(spark, input_path, key_column=key_column, value_column=value_column,
+                          upper_bound=upper_bound)
         secret = new_secret() if seed is None else seed_secret(seed)
         frame = keyed_frame(spark, input_path, key_column=key_column, value_column=value_column, build=build,
                             secret=secret, upper_bound=upper_bound)
@@ -139,6 +143,25 @@ def _value_column(spark: Any, input_path: str, *, column: str | None, key_column
         names = spark.read.options(header=True, inferSchema=False).csv(input_path).columns
     value, _, _ = _resolve(list(names), input_path, column, None, key_column)
     return names[value]
+
+
+def _check_bounds(spark: Any, input_path: str, *, key_column: str, value_column: str, upper_bound: float) -> None:
+    """Refuse the first value outside ``[0, upper_bound]`` in input order, in the words of its key's mechanism
+    (as the local engine does), before any release runs."""
+    from pyspark.sql import functions as F
+
+    from dpstream.spark.by_key import read_keyed
+
+    rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
+    bad = rows.filter((F.col("value") < 0.0) | (F.col("value") > upper_bound)).orderBy("row").first()
+    if bad is None:
+        return
+    key = bad["key"]
+    position = rows.filter((F.col("key") == key) & (F.col("row") < bad["row"])).count()
+    try:
+        check_stream_values(np.array([bad["value"]]), upper_bound, clip=False, offset=position)
+    except ValueError as error:
+        raise ValueError(f"key {show_key(key)}: {error}") from None
 
 
 def _partition_sizes(spark: Any, input_path: str, *, key_column: str, value_column: str) -> dict[int, int]:
