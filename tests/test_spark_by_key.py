@@ -174,3 +174,38 @@ def test_the_command_line_clips_holds_out_and_refuses_as_the_local_engine(spark,
     assert "1 key ended within its hold-out" in runs["spark", True].stderr
     assert "key 'c': stream value at position" in runs["spark", False].stderr
     assert not (tmp_path / "spark0.csv").exists()
+
+
+def test_the_command_line_states_the_guarantee_of_the_key_the_local_engine_states(spark, tmp_path, monkeypatch):
+    """The keys' guarantees differ (their s); with batches of 300 rows the local engine states that of
+    the first key, in its build order, to have a threshold in the earliest batch: meter-4, the only one
+    past its hold-out in batch 1 (rows 300-599), though not the first key -- and so does Spark, whose
+    partitions of 2 KiB put that row in a later partition than the first."""
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    rng = np.random.default_rng(4)
+    others = [f"meter-{k}" for k in (0, 1, 2, 3, 5, 6, 7, 8)]
+    keys = others * 30 + ["meter-4"] * 100 + others * 250  # meter-4's 64th value is row 303
+    scale = np.array([float(key[-1]) for key in keys]) ** 2 / 6.4  # from flat to heavy meters: s differs
+    values = np.round(np.minimum(rng.exponential(scale + 0.01), 10), 2)
+    pa_csv.write_csv(pa.table({"meter": keys, "kwh": values}), tmp_path / "rows.csv")
+    monkeypatch.setattr("dpstream.cli.release._CHUNK", 300)
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "2k")
+    try:
+        runs = {}
+        for engine in ("local", "spark"):
+            runs[engine] = CliRunner().invoke(cli, [
+                "release", str(tmp_path / "rows.csv"), "--key-column", "meter", "--epsilon", "1", "--upper-bound",
+                "10", "--hold", "64", "--max-range", "256", "--fanout", "4", "--seed", "3", "--engine", engine,
+                "-o", str(tmp_path / f"{engine}.csv")])
+            assert runs[engine].exit_code == 0, runs[engine].output
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    assert runs["spark"].stderr == runs["local"].stderr
+    first = ToPS(epsilon=1.0, upper_bound=10.0, hold=64, max_range=256, fanout=4,
+                 seed=key_bits(seed_secret(3), "meter-0"))
+    first.release(values[np.array(keys) == "meter-0"])
+    assert f"{first.privacy()}" not in runs["local"].stderr  # the first key's guarantee is not the one stated
+    assert (tmp_path / "spark.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
