@@ -137,10 +137,9 @@ class _Stated:
 
 def _value_column(spark: Any, input_path: str, *, column: str | None, key_column: str) -> str:
     """The value column, chosen as the local engine chooses it (``--column``, or the one other column)."""
-    if Path(input_path).suffix in (".parquet", ".pq") or Path(input_path).is_dir():
-        names = spark.read.parquet(input_path).columns
-    else:
-        names = spark.read.options(header=True, inferSchema=False).csv(input_path).columns
+    from dpstream.spark.by_key import read_table
+
+    names = read_table(spark, input_path).columns
     value, _, _ = _resolve(list(names), input_path, column, None, key_column)
     return names[value]
 

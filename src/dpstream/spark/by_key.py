@@ -18,6 +18,7 @@ executors inside the tasks: turn on Spark's authentication and encryption on a s
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,7 @@ import pyarrow as pa
 from dpstream.release.by_key import key_bits, show_key
 from dpstream.spark.session import require_spark
 
-__all__ = ["keyed_frame", "read_keyed", "release_by_key"]
+__all__ = ["keyed_frame", "read_keyed", "read_table", "release_by_key"]
 
 #: Columns of :func:`keyed_frame`: the key, the 0-based position of the value in its key's stream (-1 on the
 #: key's summary row), the released value, the input row, the input row of the key's first value and the key's
@@ -75,15 +76,16 @@ def read_keyed(spark: Any, path: str | os.PathLike[str], *, key_column: str, val
     location = str(path)
     if "://" not in location and not Path(path).exists():
         raise ValueError(f"input {location!r} does not exist.")
-    if Path(location).suffix in (".parquet", ".pq") or Path(location).is_dir():
-        frame = spark.read.parquet(location)
-    else:
-        frame = spark.read.options(header=True, inferSchema=False, nullValue="", emptyValue="").csv(location)
+    frame = read_table(spark, location)
     missing = [name for name in (key_column, value_column) if name not in frame.columns]
     if missing:
         raise ValueError(f"the input {location!r} lacks column(s) {missing}; it has {list(frame.columns)}.")
+    key = F.col(key_column).cast("string")
+    if not _is_parquet(location):  # keys as the local reader takes them: one pair of enclosing quotes removed
+        key = F.when(key.rlike("^'.*'$") & (F.length(key) >= 2), F.trim(F.regexp_extract(key, "^'(.*)'$", 1)))\
+            .otherwise(key)
     rows = frame.select(
-        F.col(key_column).cast("string").alias("key"),
+        key.alias("key"),
         F.col(value_column).cast("double").alias("value"),
         F.monotonically_increasing_id().alias("row"),  # increasing in input order: the order of each stream
     )
@@ -95,6 +97,26 @@ def read_keyed(spark: Any, path: str | os.PathLike[str], *, key_column: str, val
         )
         raise ValueError(f"the input {location!r} has {what}.")
     return rows
+
+
+def _is_parquet(location: str) -> bool:
+    return Path(location).suffix in (".parquet", ".pq") or Path(location).is_dir()
+
+
+def read_table(spark: Any, location: str) -> Any:
+    """The table at ``location`` as a Spark frame: Parquet (a file or a directory), or CSV with a header read
+    as the local reader reads it (comma-separated, or tab-separated when the header has a tab and no comma;
+    fields trimmed of blanks; an empty field is missing)."""
+    if _is_parquet(location):
+        return spark.read.parquet(location)
+    separator = ","
+    if "://" not in location:
+        opener = gzip.open if location.endswith(".gz") else open
+        with opener(location, "rt", encoding="utf-8", errors="replace") as handle:
+            line = handle.readline()
+        separator = "\t" if "\t" in line and "," not in line else ","
+    return spark.read.options(header=True, inferSchema=False, nullValue="", emptyValue="", sep=separator,
+                              ignoreLeadingWhiteSpace=True, ignoreTrailingWhiteSpace=True).csv(location)
 
 
 def keyed_frame(
