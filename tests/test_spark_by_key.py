@@ -149,6 +149,20 @@ def test_the_command_line_refuses_what_spark_does_not_do(keyed, tmp_path):
     assert local.exit_code == 2 and "--spark-master applies to --engine spark only" in local.output
 
 
+def test_the_command_line_without_java_is_one_line(keyed, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    _, _, root = keyed
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    result = CliRunner().invoke(cli, ["release", str(root / "rows.csv"), "--key-column", "meter", "--epsilon", "1",
+                                      "--upper-bound", "10", "--engine", "spark", "-o", str(tmp_path / "o.csv")])
+    assert result.exit_code == 1 and "needs Java 17" in result.stderr and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o.csv").exists()
+
+
 def test_the_command_line_clips_holds_out_and_refuses_as_the_local_engine(spark, tmp_path):
     from click.testing import CliRunner
 
