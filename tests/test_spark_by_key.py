@@ -188,6 +188,10 @@ def test_the_command_line_clips_holds_out_and_refuses_as_the_local_engine(spark,
     assert "1 key ended within its hold-out" in runs["spark", True].stderr
     assert "key 'c': stream value at position" in runs["spark", False].stderr
     assert not (tmp_path / "spark0.csv").exists()
+    held = {engine: CliRunner().invoke(cli, [*base, "--hold", "50", "--clip", "--engine", engine, "-o",
+                                             str(tmp_path / f"held-{engine}.csv")]) for engine in ("local", "spark")}
+    assert held["spark"].exit_code == held["local"].exit_code == 1
+    assert held["spark"].stderr == held["local"].stderr and "nothing was released" in held["spark"].stderr
 
 
 def test_the_command_line_states_the_guarantee_of_the_key_the_local_engine_states(spark, tmp_path, monkeypatch):
