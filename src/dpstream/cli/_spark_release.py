@@ -62,7 +62,7 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     engine's batch size, which decides which key's guarantee the local engine states.
     """
     from dpstream.spark import make_session, require_spark
-    from dpstream.spark.by_key import keyed_frame
+    from dpstream.spark.by_key import keyed_frame, read_keyed
 
     try:
         require_spark()
@@ -75,19 +75,14 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
     try:
         value_column = _value_column(spark, input_path, column=column, key_column=key_column)
-        if not clip:
-            _check_bounds(spark, input_path, key_column=key_column, value_column=value_column,
-                          upper_bound=upper_bound)
+        rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
+        sizes = _scan(rows, upper_bound=None if clip else upper_bound)  # refuses a value outside [0, B]
         secret = new_secret() if seed is None else seed_secret(seed)
-        frame = keyed_frame(spark, input_path, key_column=key_column, value_column=value_column, build=build,
-                            secret=secret, upper_bound=upper_bound)
+        frame = keyed_frame(rows, build=build, secret=secret, upper_bound=upper_bound)
         try:
             table = frame.toArrow()
         except PythonException as error:  # a value a key's mechanism refused: its message, without the traceback
             raise ValueError(_last_error(str(error))) from None
-        sizes = None
-        if table.num_rows:
-            sizes = _partition_sizes(spark, input_path, key_column=key_column, value_column=value_column)
     finally:
         if owned:
             spark.stop()
@@ -144,34 +139,25 @@ def _value_column(spark: Any, input_path: str, *, column: str | None, key_column
     return names[value]
 
 
-def _check_bounds(spark: Any, input_path: str, *, key_column: str, value_column: str, upper_bound: float) -> None:
-    """Refuse the first value outside ``[0, upper_bound]`` in input order, in the words of its key's mechanism
-    (as the local engine does), before any release runs."""
+def _scan(rows: Any, *, upper_bound: float | None) -> dict[int, int]:
+    """How many rows each input partition holds, by partition index (of ``monotonically_increasing_id``), in one
+    pass that also finds the first value outside ``[0, upper_bound]`` in input order (unless ``upper_bound`` is
+    None) and refuses it in the words of its key's mechanism, as the local engine does, before any release."""
     from pyspark.sql import functions as F
 
-    from dpstream.spark.by_key import read_keyed
-
-    rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
-    bad = rows.filter((F.col("value") < 0.0) | (F.col("value") > upper_bound)).orderBy("row").first()
-    if bad is None:
-        return
-    key = bad["key"]
-    position = rows.filter((F.col("key") == key) & (F.col("row") < bad["row"])).count()
-    try:
-        check_stream_values(np.array([bad["value"]]), upper_bound, clip=False, offset=position)
-    except ValueError as error:
-        raise ValueError(f"key {show_key(key)}: {error}") from None
-
-
-def _partition_sizes(spark: Any, input_path: str, *, key_column: str, value_column: str) -> dict[int, int]:
-    """How many rows each input partition holds, by partition index (of ``monotonically_increasing_id``)."""
-    from pyspark.sql import functions as F
-
-    from dpstream.spark.by_key import read_keyed
-
-    rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
-    counts = rows.groupBy(F.shiftright("row", _PARTITION_SHIFT).alias("part")).count().collect()
-    return {int(row["part"]): int(row["count"]) for row in counts}
+    outside = F.lit(False) if upper_bound is None else (F.col("value") < 0.0) | (F.col("value") > upper_bound)
+    parts = rows.groupBy(F.shiftright("row", _PARTITION_SHIFT).alias("part")).agg(
+        F.count(F.lit(1)).alias("count"), F.min(F.when(outside, F.col("row"))).alias("bad")).collect()
+    bad = [part["bad"] for part in parts if part["bad"] is not None]
+    if bad:
+        first = rows.filter(F.col("row") == min(bad)).first()
+        key = first["key"]
+        position = rows.filter((F.col("key") == key) & (F.col("row") < first["row"])).count()
+        try:
+            check_stream_values(np.array([first["value"]]), upper_bound, clip=False, offset=position)
+        except ValueError as error:
+            raise ValueError(f"key {show_key(key)}: {error}") from None
+    return {int(part["part"]): int(part["count"]) for part in parts}
 
 
 def _stated_privacy(table: Any, summary: np.ndarray, sizes: dict[int, int] | None, chunk: int) -> str | None:

@@ -59,8 +59,8 @@ def release_by_key(
     comes back to the driver: the way for many millions of rows.  A missing value is refused
     before any release, naming its key.
     """
-    released = keyed_frame(spark, path, key_column=key_column, value_column=value_column, build=build,
-                           secret=secret).filter("position >= 0").select("key", "position", "value")
+    rows = read_keyed(spark, path, key_column=key_column, value_column=value_column)
+    released = keyed_frame(rows, build=build, secret=secret).filter("position >= 0").select("key", "position", "value")
     if output is not None:
         released.sortWithinPartitions("key", "position").write.mode("errorifexists").parquet(str(output))
         return None
@@ -119,18 +119,9 @@ def read_table(spark: Any, location: str) -> Any:
                               ignoreLeadingWhiteSpace=True, ignoreTrailingWhiteSpace=True).csv(location)
 
 
-def keyed_frame(
-    spark: Any,
-    path: str | os.PathLike[str],
-    *,
-    key_column: str,
-    value_column: str,
-    build: Callable[[Any], Any],
-    secret: bytes,
-    upper_bound: float | None = None,
-) -> Any:
-    """The lazy Spark frame of a keyed release: :data:`FRAME_SCHEMA` rows, one per released value and one
-    summary row per key.
+def keyed_frame(rows: Any, *, build: Callable[[Any], Any], secret: bytes, upper_bound: float | None = None) -> Any:
+    """The lazy Spark frame of the keyed release of ``rows`` (a :func:`read_keyed` frame): :data:`FRAME_SCHEMA`
+    rows, one per released value and one summary row per key.
 
     A released value's row has its ``key``, ``position`` (0-based in the key's stream), ``value``
     and its input ``row`` (increasing in input order).  Each key's summary row has ``position``
@@ -140,7 +131,6 @@ def keyed_frame(
     ``privacy`` the text of its mechanism's guarantee once the mechanism has its threshold
     (None if the key ended within its hold-out).
     """
-    rows = read_keyed(spark, path, key_column=key_column, value_column=value_column)
 
     def one_key(part: Any) -> Any:
         import pandas as pd
