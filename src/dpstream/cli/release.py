@@ -27,6 +27,8 @@ from dpstream.cli._common import (
     usage_errors,
     warn_if_seeded,
 )
+from dpstream.cli._spark_release import check_engine, release_on_spark
+from dpstream.cli.count_of_counts import ENGINES, _spark_conf
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.noise.bits import KeyedBits
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
@@ -34,6 +36,7 @@ from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
+from dpstream.spark.session import DEFAULT_MASTER
 
 __all__ = ["RELEASE_METHODS", "announce"]
 
@@ -202,12 +205,21 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt", "topl")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (-o FILE).")
+@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+              help="With --key-column: local (this process) or spark (PySpark, pip install 'dpstream[spark]', Java "
+                   "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed.")
+@click.option("--spark-master", default=None,
+              help=f"With --engine spark: the Spark master URL  [default: {DEFAULT_MASTER}, or spark-submit's "
+                   "--master].")
+@click.option("--spark-conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
+              help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --state: the least time between two saves of the state (at most one per batch read); "
                    "a resumed run redoes what came after the last save.")
 def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
             key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
-            state_path: str | None, checkpoint_seconds: float, **options: Any) -> None:
+            state_path: str | None, checkpoint_seconds: float, engine: str, spark_master: str | None,
+            spark_conf: dict[str, str], **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
@@ -232,6 +244,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
+    check_engine(context, engine=engine, input_path=input_path, key_column=key_column, time_column=time_column,
+                 state_path=state_path, missing=missing)
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
@@ -246,6 +260,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
+    if engine == "spark":
+        release_on_spark(input_path, target, build=lambda bits: chosen.build({**options, "hold": hold, "seed": bits}),
+                         key_column=key_column, column=column, seed=seed, upper_bound=options["upper_bound"],
+                         clip=options["clip"], hold=releaser.hold, chunk=_CHUNK, master=spark_master, conf=spark_conf)
+        return
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # text, .gz, stdin or Parquet
     name = "stdin" if input_path == "-" else input_path

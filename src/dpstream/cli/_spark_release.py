@@ -1,0 +1,191 @@
+"""``dpstream release --key-column K --engine spark``: the keyed release on Spark, written as locally.
+
+Spark reads INPUT (Parquet, or comma-separated CSV with a header), releases every key's stream
+in parallel (:func:`dpstream.spark.by_key.keyed_frame`) with the noise the local engine gives
+that key, and the driver writes ``key,position,value`` rows in input order: for the same
+``--seed`` the file is byte for byte the one ``release --key-column`` writes, and stderr says
+the same.  The released rows come to the driver, so ``-o FILE`` suits outputs that fit in its
+memory.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from dpstream._checks import check_stream_values
+from dpstream.cli._columns import per_key_privacy
+from dpstream.cli._common import output_file, say
+from dpstream.io import _resolve
+from dpstream.release.by_key import new_secret, seed_secret, show_key
+from dpstream.spark.session import SparkUnavailable
+
+__all__ = ["check_engine", "release_on_spark"]
+
+#: ``monotonically_increasing_id``: the partition index sits above this many bits, the row's index in it below.
+_PARTITION_SHIFT = 33
+
+
+def check_engine(context: click.Context, *, engine: str, input_path: str, key_column: str | None,
+                 time_column: str | None, state_path: str | None, missing: str) -> None:
+    """Usage errors of ``--engine``, ``--spark-master`` and ``--spark-conf``, before anything is read."""
+    default = click.core.ParameterSource.DEFAULT
+    if engine != "spark":
+        for name in ("spark_master", "spark_conf"):
+            if context.get_parameter_source(name) is not default:
+                raise click.UsageError(f"--{name.replace('_', '-')} applies to --engine spark only.")
+        return
+    refused = [
+        (key_column is None, "--engine spark releases keyed streams: give --key-column."),
+        (input_path == "-", "--engine spark reads a file (Parquet or CSV), not stdin."),
+        (state_path is not None, "--state applies to --engine local only (Spark releases the whole input at once)."),
+        (time_column is not None, "--time-column applies to --engine local only."),
+        (missing != "error", f"--missing {missing} applies to --engine local only (Spark refuses missing values)."),
+        (context.get_parameter_source("max_keys") is not default, "--max-keys applies to --engine local only."),
+    ]
+    for bad, message in refused:
+        if bad:
+            raise click.UsageError(message)
+
+
+def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[Any], Any], key_column: str,
+                     column: str | None, seed: int | None, upper_bound: float, clip: bool, hold: int, chunk: int,
+                     master: str | None, conf: dict[str, str]) -> None:
+    """Release ``input_path`` keyed by ``key_column`` on Spark and write the CSV to ``target`` (None: stdout).
+
+    ``build(bits)`` is the local engine's: a mechanism drawing from ``bits``; ``chunk`` the local
+    engine's batch size, which decides which key's guarantee the local engine states.
+    """
+    from dpstream.spark import make_session, require_spark
+    from dpstream.spark.by_key import keyed_frame, read_keyed
+
+    try:
+        require_spark()
+    except SparkUnavailable as error:
+        raise click.ClickException(str(error)) from None
+    from pyspark import SparkContext
+    from pyspark.errors import PythonException
+
+    owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
+    spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
+    try:
+        value_column = _value_column(spark, input_path, column=column, key_column=key_column)
+        rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
+        sizes = _scan(rows, upper_bound=None if clip else upper_bound)  # refuses a value outside [0, B]
+        secret = new_secret() if seed is None else seed_secret(seed)
+        frame = keyed_frame(rows, build=build, secret=secret, upper_bound=upper_bound)
+        try:
+            table = frame.toArrow()
+        except PythonException as error:  # a value a key's mechanism refused: its message, without the traceback
+            raise ValueError(_last_error(str(error))) from None
+    finally:
+        if owned:
+            spark.stop()
+    position = table["position"].to_numpy()
+    summary, released = position < 0, np.flatnonzero(position >= 0)
+    if not summary.any():
+        raise click.ClickException(f"{input_path} holds no values.")
+    values_read = int(sum(sizes.values())) if sizes else 0
+    stated = _stated_privacy(table, summary, sizes, chunk)
+    if stated is not None:
+        stream = _Stated(stated)
+        for line in per_key_privacy(stream, seed=seed):
+            say(line)
+    if not released.size:
+        raise click.ClickException(
+            f"{input_path} ended after {values_read:,} values, all within each key's hold-out of {hold:,}: "
+            "nothing was released (lower --hold or give a longer stream).")
+    order = released[np.argsort(table["row"].to_numpy()[released], kind="stable")]
+    keys = table["key"].to_numpy(zero_copy_only=False)
+    with output_file(target) as sink:  # a failed release leaves no file and destroys none
+        out = csv.writer(sink, lineterminator="\n")
+        out.writerow(["key", "position", "value"])
+        out.writerows(zip(keys[order].tolist(), position[order].tolist(),
+                          table["value"].to_numpy()[order].tolist()))
+    marks = np.flatnonzero(summary)
+    if clip:
+        clipped = int(table["value"].to_numpy()[marks].sum())
+        say(f"--clip: {clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+    count = marks.size
+    held = sum(text is None for text in table["privacy"].take(marks).to_pylist())
+    text = f"{count:,} key{'s' * (count != 1)}, each its own stream after a hold-out of {hold:,} values"
+    if held:
+        text += (f"; {held:,} key{'s' * (held != 1)} ended within {'their' if held != 1 else 'its'} hold-out and "
+                 "released nothing")
+    say(f"released {released.size:,} values of {text}.")
+
+
+class _Stated:
+    """Stands for the mechanism whose guarantee the local engine states: its ``privacy()`` text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def privacy(self) -> str:
+        return self.text
+
+
+def _value_column(spark: Any, input_path: str, *, column: str | None, key_column: str) -> str:
+    """The value column, chosen as the local engine chooses it (``--column``, or the one other column)."""
+    from dpstream.spark.by_key import read_table
+
+    names = read_table(spark, input_path).columns
+    value, _, _ = _resolve(list(names), input_path, column, None, key_column)
+    return names[value]
+
+
+def _scan(rows: Any, *, upper_bound: float | None) -> dict[int, int]:
+    """How many rows each input partition holds, by partition index (of ``monotonically_increasing_id``), in one
+    pass that also finds the first value outside ``[0, upper_bound]`` in input order (unless ``upper_bound`` is
+    None) and refuses it in the words of its key's mechanism, as the local engine does, before any release."""
+    from pyspark.sql import functions as F
+
+    outside = F.lit(False) if upper_bound is None else (F.col("value") < 0.0) | (F.col("value") > upper_bound)
+    parts = rows.groupBy(F.shiftright("row", _PARTITION_SHIFT).alias("part")).agg(
+        F.count(F.lit(1)).alias("count"), F.min(F.when(outside, F.col("row"))).alias("bad")).collect()
+    bad = [part["bad"] for part in parts if part["bad"] is not None]
+    if bad:
+        first = rows.filter(F.col("row") == min(bad)).first()
+        key = first["key"]
+        position = rows.filter((F.col("key") == key) & (F.col("row") < first["row"])).count()
+        try:
+            check_stream_values(np.array([first["value"]]), upper_bound, clip=False, offset=position)
+        except ValueError as error:
+            raise ValueError(f"key {show_key(key)}: {error}") from None
+    return {int(part["part"]): int(part["count"]) for part in parts}
+
+
+def _stated_privacy(table: Any, summary: np.ndarray, sizes: dict[int, int] | None, chunk: int) -> str | None:
+    """The guarantee the local engine states: that of the first key, in the order it builds them (batch of
+    first appearance, then key), among those that know their threshold in the earliest batch of ``chunk`` rows."""
+    marks = np.flatnonzero(summary)
+    privacy = table["privacy"].take(marks).to_pylist()
+    ready = [i for i, text in enumerate(privacy) if text is not None]
+    if not ready or not sizes:
+        return None
+    starts, total = {}, 0
+    for part in sorted(sizes):
+        starts[part], total = total, total + sizes[part]
+    mask = (1 << _PARTITION_SHIFT) - 1
+
+    def batch(row: int) -> int:
+        return (starts[row >> _PARTITION_SHIFT] + (row & mask)) // chunk
+
+    keys = table["key"].take(marks).to_pylist()
+    rows, firsts = table["row"].take(marks).to_pylist(), table["first"].take(marks).to_pylist()
+    earliest = min(batch(rows[i]) for i in ready)
+    chosen = min((i for i in ready if batch(rows[i]) == earliest), key=lambda i: (batch(firsts[i]), keys[i]))
+    return privacy[chosen]
+
+
+def _last_error(text: str) -> str:
+    """The message of the Python error a Spark task raised: the last ``...Error: message`` line of its traceback."""
+    lines = [line for line in text.splitlines() if "Error: " in line]
+    if not lines:
+        return text.strip().splitlines()[-1] if text.strip() else "a Spark task failed."
+    return lines[-1].split("Error: ", 1)[1].strip()
