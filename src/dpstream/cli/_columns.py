@@ -25,7 +25,7 @@ import click
 import numpy as np
 
 from dpstream._checks import check_stream_values
-from dpstream.cli._common import check_finite, output_file, quote, say
+from dpstream.cli._common import check_finite, output_file, quote, report_reading, say
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
 
@@ -282,10 +282,7 @@ def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: 
                 )
     finally:
         reader.close()
-    if reader.stats.missing:
-        say(reader.stats.summary())
-    if clip:
-        say(f"--clip: {writer.clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+    report_reading(reader, clipped=writer.clipped if clip else None, upper_bound=upper_bound)
     if keyed:
         say(f"released {released:,} values of {summary(streams, hold=releaser.hold)}")
     else:

@@ -294,6 +294,15 @@ def say(message: str) -> None:
     click.echo(message, err=True)
 
 
+def report_reading(reader: Any, *, clipped: int | None, upper_bound: float) -> None:
+    """The lines every release prints after its input: the missing values met, and (with --clip,
+    ``clipped`` not None) how many values were clipped into [0, B]."""
+    if reader.stats.missing:
+        say(reader.stats.summary())
+    if clipped is not None:
+        say(f"--clip: {clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+
+
 def warn_if_seeded(seed: int | None) -> None:
     """Warn on stderr that a release whose noise was seeded (``--seed``) is for testing only."""
     if seed is not None:

@@ -23,6 +23,7 @@ from dpstream.cli._common import (
     is_stream,
     output_file,
     prepare_output,
+    report_reading,
     say,
     usage_errors,
     warn_if_seeded,
@@ -293,10 +294,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                 )
     finally:
         reader.close()
-    if reader.stats.missing:
-        say(reader.stats.summary())
-    if options["clip"]:
-        say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
+    report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
@@ -370,10 +368,8 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
             raise
         finally:
             reader.close()
-        if reader.stats.missing:
-            say(reader.stats.summary())
-        if options["clip"]:
-            say(f"--clip: {writer.clipped:,} values outside [0, {options['upper_bound']:g}] were clipped into it.")
+        report_reading(reader, clipped=writer.clipped if options["clip"] else None,
+                       upper_bound=options["upper_bound"])
         if keyed:
             say(summary(releaser, hold=hold if "hold" in chosen.options else 0))
         say(message)
