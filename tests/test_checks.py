@@ -312,3 +312,12 @@ def test_epsilon_has_a_floor():
     assert check_epsilon(MIN_EPSILON) == MIN_EPSILON
     with pytest.raises(ValueError, match=r"at least 1e-12 .*got 1e-300"):
         check_epsilon(1e-300)
+
+
+def test_an_integer_beyond_float64_is_a_value_error_naming_its_size():
+    """float(10**400) overflows: every real-number check says so in one line, not an OverflowError."""
+    from dpstream._checks import check_bound, check_magnitude, check_nonnegative, check_probability
+
+    for check in (check_bound, check_nonnegative, check_probability, check_magnitude):
+        with pytest.raises(ValueError, match="x must be a finite number, got an integer of 401 digits"):
+            check(-(10**400) if check is check_probability else 10**400, "x")

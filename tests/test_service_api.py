@@ -159,6 +159,7 @@ BAD_VALUES = [
     ("a time that is text", b'{"values": [1], "times": ["noon"]}', 422, "times[0] must be a number"),
     ("negative first_position", b'{"values": [1], "first_position": -1}', 422, "first_position must be an integer"),
     ("fractional first_position", b'{"values": [1], "first_position": 1.5}', 422, "first_position must be an integer"),
+    ("nested too deeply", b'{"values": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
 ]
 
 
@@ -235,6 +236,10 @@ def test_bad_query_parameters_are_422(http, query, message):
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "seed": "7"}, 422, "seed must be a non-negative integer"),
     ({"name": "b", "epsilon": 1.0, "upper_bound": 100.0, "noise": "zero"}, 422, "takes no parameter 'noise'"),
     ({"name": "a b", "epsilon": 1.0, "upper_bound": 100.0}, 422, "name must be 1 to 64 letters"),
+    ({"name": "b\n", "epsilon": 1.0, "upper_bound": 100.0}, 422, "name must be 1 to 64 letters"),
+    ({"name": "b", "epsilon": 1.0, "upper_bound": 10**400}, 422, "upper_bound must be a finite number, got an integer "
+     "of 401 digits"),
+    ({"name": "b", "epsilon": 10**400, "upper_bound": 100.0}, 422, "epsilon must be a finite number"),
     ({"epsilon": 1.0, "upper_bound": 100.0}, 422, "name must be"),
     ({"name": "a", "epsilon": 1.0, "upper_bound": 100.0}, 409, "a stream named 'a' exists already"),
 ])
@@ -323,7 +328,8 @@ def test_an_off_grid_report_is_refused_and_changes_nothing(http, app):
 def test_a_bad_collector_is_not_created(http):
     for body, message in (({"name": "c", "upper_bound": 1.0}, "needs epsilon"),
                           ({"name": "c", "epsilon": 1.0, "upper_bound": 1.0, "variant": "X"}, "variant"),
-                          ({"name": "c", "epsilon": 1.0, "upper_bound": 1.0, "seed": 3}, "takes no parameter 'seed'")):
+                          ({"name": "c", "epsilon": 1.0, "upper_bound": 1.0, "seed": 3}, "takes no parameter 'seed'"),
+                          ({"name": "c", "epsilon": 1.0, "upper_bound": 10**400}, "integer of 401 digits")):
         answer = http.post("/collectors", json=body, headers=AUTH)
         assert answer.status_code == 422 and message in answer.json()["message"], answer.text
     assert http.get("/collectors").json() == {"collectors": []}

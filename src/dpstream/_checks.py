@@ -42,6 +42,15 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _as_float(value: object, name: str) -> float:
+    """``float(value)`` of a real number; an integer beyond float64 is a ValueError naming its size."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got an integer of {len(str(abs(value)))} digits "
+                         "(beyond float64).") from None
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -104,7 +113,7 @@ def check_magnitude(value: float, name: str) -> float:
     Traceback (most recent call last):
     ValueError: the noise scale upper_bound * levels / epsilon must be at most 1e+300 (float64 ..., got inf; ...
     """
-    value = float(value)
+    value = _as_float(value, name)
     if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
         raise ValueError(
             f"{name} must be at most {MAX_MAGNITUDE:g} (float64 sums of noisy values overflow beyond), "
@@ -129,7 +138,7 @@ def check_bound(value: object, name: str = "upper_bound") -> float:
     """A positive quantity (a bound, a threshold, a budget): a finite real number > 0."""
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)  # type: ignore[arg-type]
+    value = _as_float(value, name)
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
     return value
@@ -139,7 +148,7 @@ def check_nonnegative(value: object, name: str) -> float:
     """A finite real number >= 0."""
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)  # type: ignore[arg-type]
+    value = _as_float(value, name)
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
     return value
@@ -164,7 +173,7 @@ def check_probability(value: object, name: str, *, open_low: bool = False) -> fl
     """A real number in [0, 1] (or (0, 1] with ``open_low``)."""
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)  # type: ignore[arg-type]
+    value = _as_float(value, name)
     low_ok = value > 0 if open_low else value >= 0
     if not (low_ok and value <= 1):
         interval = "(0, 1]" if open_low else "[0, 1]"

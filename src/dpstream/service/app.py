@@ -61,7 +61,7 @@ MAX_LIMIT = 10_000
 #: ``limit`` when none is given.
 DEFAULT_LIMIT = 1_000
 #: Names of streams and collectors.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Seconds between two looks for new released values of an events stream; a comment keeps it alive.
 POLL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 15.0
@@ -106,6 +106,8 @@ def _json(body: bytes) -> dict[str, Any]:
         document = json.loads(body, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ApiError(400, f"request body is not valid JSON: {error}.") from None
+    except RecursionError:
+        raise ApiError(400, "request body is not valid JSON: nested too deeply.") from None
     if not isinstance(document, dict):
         raise ApiError(422, f"request body must be a JSON object, got {type(document).__name__}.")
     return document
@@ -149,7 +151,7 @@ def _query_int(request: Request, name: str, *, minimum: int, default: int | None
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ApiError(422, "name must be 1 to 64 letters, digits, '.', '_' or '-' (starting with a letter or "
                             f"digit), got {json.dumps(name)[:80]}.")
     return name
@@ -520,6 +522,8 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
             json.loads(body, parse_constant=_refuse_constant)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ApiError(400, f"request body is not valid JSON: {error}.") from None
+        except RecursionError:
+            raise ApiError(400, "request body is not valid JSON: nested too deeply.") from None
         try:
             batch = ReportBatch.from_json(body)
         except (TypeError, ValueError) as error:
