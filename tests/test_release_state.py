@@ -138,16 +138,20 @@ def test_bytes_written_after_the_last_checkpoint_are_dropped_and_released_again(
     _write(tmp_path / "in.txt", _values(3000))
     assert _release(tmp_path, "bt", "--seed", 1).exit_code == 0
     want = (tmp_path / "out.txt").read_bytes()
-    # a run killed after writing but before its checkpoint: the state one batch behind, junk at the end
+    # a run killed after writing but before its checkpoint: the state one batch behind, two lines and a
+    # torn third one at the end
     (tmp_path / "state").unlink()
     (tmp_path / "out.txt").unlink()
     _write(tmp_path / "in.txt", _values(3000)[:2000])
     assert _release(tmp_path, "bt", "--seed", 1).exit_code == 0
+    recorded = (tmp_path / "out.txt").stat().st_size
+    lines = want[recorded:].split(b"\n")
+    tail = lines[0] + b"\n" + lines[1] + b"\n" + lines[2][:3]
     with open(tmp_path / "out.txt", "ab") as handle:
-        handle.write(b"12.5\n3.25\n7")  # beyond the recorded length
+        handle.write(tail)  # beyond the recorded length
     _write(tmp_path / "in.txt", _values(3000))
     result = _release(tmp_path, "bt", "--seed", 1)
-    assert result.exit_code == 0 and "dropped the 11 bytes" in result.output
+    assert result.exit_code == 0 and f"the {len(tail)} bytes written after the last checkpoint" in result.output
     assert (tmp_path / "out.txt").read_bytes() == want
 
 
@@ -347,3 +351,49 @@ def test_a_topl_state_release_draws_its_clients_bits_from_the_state_key_and_cont
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
     state = StreamState.read(tmp_path / "state")
     assert "key" not in state.mechanism["bits"] and state.ledger[-1].neighbours.startswith("local DP")
+
+
+@pytest.mark.parametrize("method", ["tops", "bt"])
+def test_lines_written_after_the_last_checkpoint_are_checked_when_released_again(tmp_path, method):
+    """Bytes written after the last checkpoint may have been read: the resumed run must write the same
+    bytes, and a changed input (whose new values, under the recomputed noise, would reveal the change
+    exactly) is refused with the output left as it was."""
+    values = _values(9000)
+    _write(tmp_path / "all.txt", values)
+    assert _run("release", tmp_path / "all.txt", "-o", tmp_path / "reference.txt", "--state", tmp_path / "ref",
+                *OPTIONS, *METHOD_OPTIONS[method], "--seed", 4).exit_code == 0
+    reference = (tmp_path / "reference.txt").read_bytes()
+    _write(tmp_path / "in.txt", values[:6000])
+    assert _release(tmp_path, method, "--seed", 4).exit_code == 0
+    checkpointed = (tmp_path / "out.txt").read_bytes()
+    assert reference.startswith(checkpointed)
+    tail = reference[len(checkpointed):][:20_000]  # written by an interrupted run, never checkpointed
+    (tmp_path / "out.txt").write_bytes(checkpointed + tail)
+
+    changed = values.copy()
+    changed[6100] = min(50.0, changed[6100] + 7)
+    _write(tmp_path / "in.txt", changed)
+    refused = _release(tmp_path, method, "--seed", 4)
+    assert refused.exit_code == 1 and "the input differs from the one that produced the lines" in refused.output
+    assert (tmp_path / "out.txt").read_bytes() == checkpointed + tail  # nothing published was changed
+
+    _write(tmp_path / "in.txt", values)
+    resumed = _release(tmp_path, method, "--seed", 4)
+    assert resumed.exit_code == 0, resumed.output
+    assert (tmp_path / "out.txt").read_bytes() == reference
+
+
+def test_a_new_state_that_consumed_and_wrote_nothing_is_not_left_behind(tmp_path):
+    """A typo in a column name or an empty input: no state and no output stay bound to the failed command."""
+    (tmp_path / "in.csv").write_text("v,k\n" + "".join(f"{v:g},a\n" for v in _values(3000)))
+    typo = _run("release", tmp_path / "in.csv", "-o", tmp_path / "out.txt", "--state", tmp_path / "state",
+                *OPTIONS, "--column", "vv")
+    assert typo.exit_code == 1 and "no column 'vv'" in typo.output
+    assert not (tmp_path / "state").exists() and not (tmp_path / "out.txt").exists()
+    fixed = _run("release", tmp_path / "in.csv", "-o", tmp_path / "out.txt", "--state", tmp_path / "state",
+                 *OPTIONS, "--column", "v", "--hold", "500")
+    assert fixed.exit_code == 0, fixed.output
+    (tmp_path / "empty.txt").write_text("")
+    empty = _run("release", tmp_path / "empty.txt", "-o", tmp_path / "e.txt", "--state", tmp_path / "e", *OPTIONS)
+    assert empty.exit_code == 1 and "the input holds no values" in empty.output
+    assert not (tmp_path / "e").exists() and not (tmp_path / "e.txt").exists()

@@ -114,6 +114,8 @@ class DurableRelease:
         self._start = progress
         self._last_time = time.monotonic()
         self._descriptor: int | None = None
+        self._dropped = b""  # bytes an interrupted run wrote after its last checkpoint: the replay must match them
+        self._created_output = False
         self.checkpoint_seconds = checkpoint_seconds
         self.keyed = isinstance(releaser, ByKey)
 
@@ -191,20 +193,48 @@ class DurableRelease:
             raise click.ClickException(f"the output {self.output_path} holds {size:,} bytes, fewer than the "
                                        f"{recorded:,} the state {self.state.path} records; it was changed since "
                                        "(nothing was written).")
+        if self.resumed and size is not None and size > recorded:
+            with open(self.output_path, "rb") as published:
+                published.seek(recorded)
+                self._dropped = published.read()
+        self._created_output = size is None
         descriptor = os.open(self.output_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
         os.ftruncate(descriptor, recorded)
         os.lseek(descriptor, recorded, os.SEEK_SET)
         self._descriptor = descriptor
-        if size is not None and size > recorded:
-            say(f"{self.output_path}: dropped the {size - recorded:,} bytes written after the last checkpoint; "
-                "they are released again, identically.")
+        if self._dropped:
+            say(f"{self.output_path}: the {size - recorded:,} bytes written after the last checkpoint are released "
+                "again, and checked to be identical.")
 
     # -- the run ------------------------------------------------------------------------------
 
     def output(self) -> TextIO:
-        """The output as a text handle positioned at its recorded end (closed by :meth:`close`)."""
+        """The output as a text handle positioned at its recorded end (closed by :meth:`close`); after an
+        interruption, a handle that checks the re-released bytes against those written before."""
         assert self._descriptor is not None
-        return os.fdopen(self._descriptor, "w", encoding="utf-8", closefd=False)
+        sink = os.fdopen(self._descriptor, "w", encoding="utf-8", closefd=False)
+        return _ReplayCheck(sink, self) if self._dropped else sink  # type: ignore[return-value]
+
+    def _replayed(self, sink: TextIO, text: str) -> None:
+        """Check ``text``, about to be written, against the bytes written after the last checkpoint.
+
+        The same input and key give the same bytes.  A changed input would publish a second,
+        different value for a position already written, and since the noise is recomputed from the
+        key, the difference of the two would reveal the change exactly: refuse, and put the bytes
+        written before back in place.
+        """
+        data = text.encode("utf-8")
+        size = min(len(data), len(self._dropped))
+        if data[:size] == self._dropped[:size]:
+            self._dropped = self._dropped[size:]
+            return
+        sink.flush()
+        os.write(self._descriptor, self._dropped)  # the output as it was: nothing published is changed
+        self._dropped = b""
+        raise click.ClickException(
+            f"the input differs from the one that produced the lines {self.output_path} holds after its last "
+            "checkpoint: releasing it would publish a second value for positions already written, and their "
+            "difference would reveal the change; restore the input (the output was left as it was).")
 
     def skip_consumed(self, values: Iterable[float]) -> Iterator[float]:
         """The input values after those consumed by earlier runs (file input; stdin is taken as it comes)."""
@@ -281,6 +311,8 @@ class DurableRelease:
         self.checkpoint(sink, force=True)
         progress, start = self._saved, self._start
         where = f"state {self.state.path}: {progress.consumed:,} input values consumed, {progress.released:,} released"
+        if progress.consumed == 0:
+            raise click.ClickException("the input holds no values (nothing was released or spent).")
         if progress.consumed == start.consumed:
             if self.from_stdin:
                 return f"nothing new on stdin; nothing was released or spent ({where})."
@@ -305,6 +337,16 @@ class DurableRelease:
             raise click.exceptions.Exit(128 + error.signum) from None
         if isinstance(error, KeyboardInterrupt):
             raise click.exceptions.Exit(128 + signal.SIGINT) from None
+
+    def abandon(self) -> None:
+        """A new stream that failed before writing or consuming anything leaves no state and no output
+        behind (a bad column name, an empty input): the same command, fixed, then starts afresh.
+        Anything written keeps the state, whose key alone recomputes the noise of what was written."""
+        if self.resumed or self._saved.consumed or self._descriptor is None or os.fstat(self._descriptor).st_size:
+            return
+        self.state.remove()
+        if self._created_output:
+            self.output_path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Close the output and release the state's lock (unsaved progress is dropped)."""
@@ -338,3 +380,24 @@ def _restore(snapshot: dict[str, Any], key: bytes, fresh: Any) -> Any:
     if kind not in kinds:
         raise click.ClickException(f"the state holds a mechanism of kind {kind!r}, which --state cannot continue.")
     return kinds[kind].from_state(_with_key(snapshot, key))
+
+
+class _ReplayCheck:
+    """The output's text handle, each write first checked by :meth:`DurableRelease._replayed`."""
+
+    def __init__(self, sink: TextIO, run: DurableRelease) -> None:
+        self._sink, self._run = sink, run
+
+    def write(self, text: str) -> int:
+        if self._run._dropped:
+            self._run._replayed(self._sink, text)
+        return self._sink.write(text)
+
+    def flush(self) -> None:
+        self._sink.flush()
+
+    def __enter__(self) -> _ReplayCheck:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._sink.close()

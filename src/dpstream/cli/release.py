@@ -364,7 +364,11 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                     writer.batches(iter_chunks(run.skip_consumed(reader.values()), _CHUNK), sink)
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
+            run.abandon()
             run.stopped(error)
+            raise
+        except BaseException:
+            run.abandon()
             raise
         finally:
             reader.close()

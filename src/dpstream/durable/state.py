@@ -252,6 +252,13 @@ epsilon = 0.5. A state continues only the release it was made for.
             raise StateDamagedError(f"state file {path} is malformed: {error}") from None
         return body
 
+    def remove(self) -> None:
+        """Delete the state file, under its lock, and release the lock: for a release that consumed
+        and wrote nothing (its lock file stays, as any lock file does)."""
+        self._check_writable()
+        self._real.unlink(missing_ok=True)
+        self.close()
+
     def close(self) -> None:
         """Release the lock (unsaved changes are not written); calling it again does nothing."""
         if self._lock is not None:
