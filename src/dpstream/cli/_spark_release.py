@@ -23,7 +23,6 @@ from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._common import output_file, say
 from dpstream.io import _resolve
 from dpstream.release.by_key import new_secret, seed_secret, show_key
-from dpstream.spark.session import SparkUnavailable
 
 __all__ = ["check_engine", "release_on_spark"]
 
@@ -61,19 +60,12 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     ``build(bits)`` is the local engine's: a mechanism drawing from ``bits``; ``chunk`` the local
     engine's batch size, which decides which key's guarantee the local engine states.
     """
-    from dpstream.spark import make_session, require_spark
+    from dpstream.cli.count_of_counts import spark_session
     from dpstream.spark.by_key import keyed_frame, read_keyed
 
-    try:
-        require_spark()
-    except SparkUnavailable as error:
-        raise click.ClickException(str(error)) from None
-    from pyspark import SparkContext
-    from pyspark.errors import PythonException
+    with spark_session(master, conf) as spark:
+        from pyspark.errors import PythonException
 
-    owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
-    spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
-    try:
         value_column = _value_column(spark, input_path, column=column, key_column=key_column)
         rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
         sizes = _scan(rows, upper_bound=None if clip else upper_bound)  # refuses a value outside [0, B]
@@ -83,9 +75,6 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
             table = frame.toArrow()
         except PythonException as error:  # a value a key's mechanism refused: its message, without the traceback
             raise ValueError(_last_error(str(error))) from None
-    finally:
-        if owned:
-            spark.stop()
     position = table["position"].to_numpy()
     summary, released = position < 0, np.flatnonzero(position >= 0)
     if not summary.any():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -345,12 +347,12 @@ def count_of_counts(
         say(f"wrote the histograms of {len(chosen)} region(s) to {plot_target}")
 
 
-def _release_on_spark(
-    mechanism: TopDownCountOfCounts | BottomUpCountOfCounts, entities: str, groups: str, hierarchy: str,
-    master: str | None, conf: dict[str, str],
-) -> CountOfCountsRelease:
-    """The release computed by Spark; a missing PySpark or Java is one line saying how to install it."""
-    from dpstream.spark import make_session, release_count_of_counts, require_spark
+@contextmanager
+def spark_session(master: str | None, conf: dict[str, str]) -> Iterator[Any]:
+    """The Spark session of a command (``master`` None: spark-submit's, else local[*]), stopped at
+    the end unless an embedding program started it; a missing PySpark or Java is one line saying
+    how to install it."""
+    from dpstream.spark import make_session, require_spark
 
     try:
         require_spark()
@@ -359,12 +361,23 @@ def _release_on_spark(
     from pyspark import SparkContext
 
     owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
-    spark = make_session(master, conf)  # None: spark-submit's master, else local[*]
+    spark = make_session(master, conf)
     try:
-        release = release_count_of_counts(spark, mechanism, entities, groups, hierarchy)
+        yield spark
     finally:
         if owned:
             spark.stop()
+
+
+def _release_on_spark(
+    mechanism: TopDownCountOfCounts | BottomUpCountOfCounts, entities: str, groups: str, hierarchy: str,
+    master: str | None, conf: dict[str, str],
+) -> CountOfCountsRelease:
+    """The release computed by Spark; a missing PySpark or Java is one line saying how to install it."""
+    from dpstream.spark import release_count_of_counts
+
+    with spark_session(master, conf) as spark:
+        release = release_count_of_counts(spark, mechanism, entities, groups, hierarchy)
     tree = release.tree
     say(
         f"Spark read {int(release.levels[0].count.sum()):,} groups in {tree.size(tree.levels - 1):,} leaf regions, "
