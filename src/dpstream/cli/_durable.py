@@ -140,9 +140,20 @@ class DurableRelease:
                                    f"append to; got -o {output_path} (nothing was written).")
         path = Path(state_path)
         params = dict(params, output=os.path.abspath(output_path))
-        if path.exists() or path.is_symlink():
+        resumed = path.exists() or path.is_symlink()
+        if resumed:
             state = StreamState.open(path)
-            try:
+        else:
+            target = prepare_output(output_path, force=force, inputs=[input_path])
+            if target.exists():
+                say(f"warning: {target} exists and a new state starts a new release over it: if it held an earlier "
+                    "release of this stream, publishing both spends the privacy budget again.")
+            key = None if seed is None else seed_key(seed)
+            with usage_errors():
+                check(key or bytes(32))  # refuse bad parameters before the state file exists
+            state = StreamState.create(path, params=params, key=key)
+        try:
+            if resumed:
                 try:
                     state.check_params(params)
                 except StateMismatchError as error:
@@ -150,28 +161,11 @@ class DurableRelease:
                 target = prepare_output(output_path, force=True, inputs=[input_path])
                 with usage_errors():
                     check(state.key)  # the command's parameters are checked as in a first run
-                    releaser = build(state.key)
-                if state.mechanism is not None:
-                    releaser = _restore(state.mechanism, state.key, releaser)
-                run = cls(state=state, releaser=releaser, method=method, output=target, resumed=True,
-                          from_stdin=input_path == "-", checkpoint_seconds=checkpoint_seconds)
-                run._open_output()
-            except BaseException:
-                state.close()
-                raise
-            return run
-        target = prepare_output(output_path, force=force, inputs=[input_path])
-        if target.exists():
-            say(f"warning: {target} exists and a new state starts a new release over it: if it held an earlier "
-                "release of this stream, publishing both spends the privacy budget again.")
-        key = None if seed is None else seed_key(seed)
-        with usage_errors():
-            check(key or bytes(32))  # refuse bad parameters before the state file exists
-        state = StreamState.create(path, params=params, key=key)
-        try:
             with usage_errors():
                 releaser = build(state.key)
-            run = cls(state=state, releaser=releaser, method=method, output=target, resumed=False,
+            if resumed and state.mechanism is not None:
+                releaser = _restore(state.mechanism, state.key, releaser)
+            run = cls(state=state, releaser=releaser, method=method, output=target, resumed=resumed,
                       from_stdin=input_path == "-", checkpoint_seconds=checkpoint_seconds)
             run._open_output()
         except BaseException:
