@@ -1,0 +1,147 @@
+"""The ingest transaction: one batch of values (or reports) through a source's mechanism into the database.
+
+:class:`LiveSources` keeps each source's mechanism in memory, loaded from the database on first use,
+with one lock per source.  :func:`ingest` runs one batch under that lock: the mechanism checks the
+batch first and refuses it whole, then the released values, the ledger row and the mechanism's new
+secret state are committed in one transaction
+(:meth:`Storage.commit_batch <dpstream.service.storage.Storage.commit_batch>`) before the answer is
+made.  After any failure the mechanism in memory is dropped and reloaded from the database, so a
+refused or failed batch changes nothing.
+
+A retry of a batch whose answer was lost names the same ``first_position``: it is recognized by the
+ledger (same length, same HMAC of its content under the source's key) and answered with the values
+released the first time, never ingested twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from dpstream.release import ToPLCollector
+from dpstream.service import mechanisms
+from dpstream.service.answers import released_json, released_rows_json
+from dpstream.service.errors import ApiError, unprocessable
+from dpstream.service.storage import ConflictError, Source, Storage
+
+__all__ = ["LiveSources", "batch_digest", "ingest"]
+
+
+def batch_digest(key: bytes, *arrays: np.ndarray) -> str:
+    """HMAC-SHA256 of a batch under the source's key: recognizes a retry, and tells nothing about the values
+    to whoever reads the ledger without the key (a plain hash of a few raw values could be inverted by guessing)."""
+    digest = hmac.new(key, digestmod=hashlib.sha256)
+    for array in arrays:
+        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()[:32]
+
+
+@dataclass
+class _Live:
+    """A source's mechanism in memory, at ``position``; dropped after any failure and reloaded."""
+
+    source: Source
+    mechanism: Any
+    position: int
+    key: bytes
+
+
+class LiveSources:
+    """The mechanisms of the streams and collectors, loaded from the database on first use, one lock each."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._live: dict[tuple[str, str], _Live] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, kind: str, name: str) -> threading.Lock:
+        """The lock of one source: hold it while using its mechanism."""
+        with self._guard:
+            return self._locks.setdefault((kind, name), threading.Lock())
+
+    def public(self, kind: str, name: str) -> Source:
+        """The source's public columns (404 when there is none)."""
+        source = self.storage.source(kind, name)
+        if source is None:
+            raise ApiError(404, f"no {kind} named {name!r}.")
+        return source
+
+    def live(self, kind: str, name: str) -> _Live:
+        """The source's mechanism (call with its lock held)."""
+        live = self._live.get((kind, name))
+        if live is None:
+            source = self.storage.source(kind, name, secret=True)
+            if source is None:
+                raise ApiError(404, f"no {kind} named {name!r}.")
+            cls = ToPLCollector if kind == "collector" else mechanisms.STREAM_METHODS[source.params["method"]]
+            mechanism = mechanisms.restore(cls, source.state)
+            live = _Live(source=replace(source, key=None, state=None), mechanism=mechanism, position=source.position,
+                         key=source.key)
+            self._live[(kind, name)] = live
+        return live
+
+    def drop(self, kind: str, name: str) -> None:
+        """Forget the source's mechanism: the next use reloads it from the database."""
+        self._live.pop((kind, name), None)
+
+
+def ingest(sources: LiveSources, kind: str, name: str, first_position: int | None, inputs: Any,
+           times: np.ndarray | None, release: Callable[[Any], np.ndarray]) -> bytes:
+    """Ingest one batch under the source's lock; the answer's JSON.
+
+    ``inputs`` is a stream's values, or a collector's ``(mechanism, report)`` arrays; ``release`` gives the
+    mechanism's released values for them (a TypeError or ValueError refuses the batch, 422).  ``times`` are
+    the values' times (now when None).
+    """
+    count = (inputs if kind == "stream" else inputs[0]).size
+    with sources.lock(kind, name):
+        live = sources.live(kind, name)
+        digest = batch_digest(live.key, *((inputs,) if kind == "stream" else inputs))
+        position = live.position
+        start = position if first_position is None else first_position
+        if start < position:
+            return _retry(sources.storage, live.source, start, count, digest, position)
+        if start > position:
+            raise ApiError(409, f"{kind} {name!r} is at position {position}; a batch at first_position {start} "
+                                f"would leave a gap (send positions {position}..{start - 1} first).")
+        try:
+            with unprocessable():  # the mechanism checks the batch first and refuses it whole
+                released = release(live.mechanism)
+            held = count - released.size  # the released positions are the batch's last ones
+            positions = np.arange(position + held, position + count)
+            stamps = np.full(released.size, time.time()) if times is None else times[held:]
+            facts = (mechanisms.stream_facts(live.mechanism) if kind == "stream"
+                     else mechanisms.collector_facts(live.mechanism))
+            public = {**live.source.public, **facts}
+            sources.storage.commit_batch(source=live.source, first_position=position, count=count, digest=digest,
+                                         state=mechanisms.snapshot(live.mechanism), public=public,
+                                         epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
+                                         positions=positions, times=stamps, values=released)
+        except ConflictError as error:
+            sources.drop(kind, name)
+            raise ApiError(409, f"{kind} {name!r}: {error} Retry the batch.") from None
+        except BaseException:
+            sources.drop(kind, name)
+            raise
+        live.position = position + count
+        live.source = replace(live.source, public=public, position=live.position)
+    return released_json(positions.tolist(), stamps.tolist(), released.tolist())
+
+
+def _retry(storage: Storage, source: Source, start: int, count: int, digest: str, position: int) -> bytes:
+    """The answer to a batch sent again at ``start``: the values released the first time (409 if it differs)."""
+    entry = storage.ledger_entry(source.id, start)
+    if entry is None or entry.count != count or entry.digest != digest:
+        raise ApiError(409, f"{source.kind} {source.name!r} is at position {position}; the batch at "
+                            f"first_position {start} is not the one ingested there (a retry must resend the "
+                            "same values).")
+    return released_rows_json(storage.released(source.id, after=start - 1, before=start + count, limit=count))

@@ -1,0 +1,95 @@
+"""What streams and collectors share: their creation, and the public reads of their released values,
+ledger and events (``GET /{kind}s/{name}/released``, ``/ledger``, ``/events``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from dpstream.service.answers import released_rows_json
+from dpstream.service.errors import ApiError
+from dpstream.service.ingest import LiveSources
+from dpstream.service.parsing import DEFAULT_LIMIT, MAX_LIMIT, query_int
+from dpstream.service.storage import ConflictError, Source, Storage
+
+__all__ = ["KEEPALIVE_SECONDS", "create_source", "events", "ledger", "released", "require"]
+
+#: Seconds of quiet after which an events stream sends a comment that keeps the connection alive.
+KEEPALIVE_SECONDS = 15.0
+
+
+def require(document: dict[str, Any], kind: str) -> None:
+    """422 unless the request gives the parameters every stream and collector needs."""
+    for required in ("epsilon", "upper_bound"):
+        if required not in document:
+            raise ApiError(422, f"a {kind} needs {required}.")
+
+
+async def create_source(storage: Storage, *, kind: str, name: str, params: dict[str, Any], public: dict[str, Any],
+                        key: bytes, state: str) -> Source:
+    """Store a new source (409 when one of that kind has the name already)."""
+    try:
+        return await run_in_threadpool(storage.create_source, kind=kind, name=name, params=params, public=public,
+                                       key=key, state=state)
+    except ConflictError as error:
+        raise ApiError(409, str(error)) from None
+
+
+def _limit(request: Request) -> int:
+    return min(query_int(request, "limit", minimum=1, default=DEFAULT_LIMIT), MAX_LIMIT)
+
+
+def released(sources: LiveSources, kind: str, name: str, request: Request) -> Response:
+    """A page of released values: after ``?after=`` (all when not given), at most ``?limit=``."""
+    source = sources.public(kind, name)
+    after = query_int(request, "after", minimum=-1, default=None)
+    rows = sources.storage.released(source.id, after=after, limit=_limit(request))
+    return Response(released_rows_json(rows), media_type="application/json")
+
+
+def ledger(sources: LiveSources, kind: str, name: str, request: Request) -> dict[str, Any]:
+    """The last ``?limit=`` batches of the ledger, oldest first (without their digests)."""
+    source = sources.public(kind, name)
+    return {"ledger": [{"first_position": row.first_position, "count": row.count, "epsilon": row.epsilon,
+                        "delta": row.delta, "recorded": row.recorded}
+                       for row in sources.storage.ledger(source.id, limit=_limit(request))]}
+
+
+async def events(sources: LiveSources, kind: str, name: str, request: Request, poll_seconds: float
+                 ) -> StreamingResponse:
+    """Server-sent events of the released values: after ``Last-Event-ID`` or ``?after=``, else from now on."""
+    source = await run_in_threadpool(sources.public, kind, name)
+    after = query_int(request, "after", minimum=-1, default=None)
+    last_id = request.headers.get("last-event-id")
+    if last_id is not None and re.fullmatch(r"[0-9]{1,18}", last_id):
+        after = int(last_id)
+    if after is None:  # from now on: every value released so far has a position below the stream's
+        after = source.position - 1
+    return StreamingResponse(_released_events(sources.storage, source.id, after, request, poll_seconds),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _released_events(storage: Storage, source_id: int, after: int, request: Request, poll_seconds: float
+                           ) -> AsyncIterator[str]:
+    cursor, quiet = after, 0.0
+    yield "retry: 2000\n\n"
+    while not await request.is_disconnected():
+        rows = await run_in_threadpool(storage.released, source_id, after=cursor, limit=MAX_LIMIT)
+        for position, stamp, value in rows:
+            yield (f"id: {position}\nevent: released\n"
+                   f'data: {{"position":{position},"time":{stamp!r},"value":{value!r}}}\n\n')
+        if rows:
+            cursor, quiet = rows[-1][0], 0.0
+            continue
+        await asyncio.sleep(poll_seconds)
+        quiet += poll_seconds
+        if quiet >= KEEPALIVE_SECONDS:
+            quiet = 0.0
+            yield ": keep-alive\n\n"

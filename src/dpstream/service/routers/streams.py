@@ -1,0 +1,91 @@
+"""``/streams``: central DP streams -- their creation, their values, and the public reads of what they released.
+
+Writes (``POST /streams``, ``POST /streams/{name}/values``) need the bearer token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from dpstream.service import mechanisms
+from dpstream.service.answers import describe
+from dpstream.service.dependencies import JsonObject, SettingsDep, SourcesDep, StorageDep, authorize
+from dpstream.service.errors import ApiError, logger, unprocessable
+from dpstream.service.ingest import ingest
+from dpstream.service.parsing import check_name, integer, numbers
+from dpstream.service.routers import common
+
+__all__ = ["SEED_WARNING", "router"]
+
+router = APIRouter()
+
+#: The warning a seeded stream is created with (in its answer and the log).
+SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
+
+#: The fields of a batch of values.
+_BATCH_FIELDS = ("values", "times", "first_position")
+
+
+@router.post("/streams", status_code=201, dependencies=[Depends(authorize)])
+async def create_stream(document: JsonObject, storage: StorageDep) -> JSONResponse:
+    name = check_name(document.pop("name", None))
+    method = document.pop("method", "tops")
+    seed = document.pop("seed", None)
+    common.require(document, "stream")
+    with unprocessable():
+        key = mechanisms.derive_key(seed)
+        mechanism = mechanisms.build_stream(method, document, key)
+    source = await common.create_source(storage, kind="stream", name=name, params={"method": method, **document},
+                                        public={**mechanisms.stream_facts(mechanism), "seeded": seed is not None},
+                                        key=key, state=mechanisms.snapshot(mechanism))
+    answer = describe(source)
+    if seed is not None:
+        logger.warning("stream %r: %s", name, SEED_WARNING)
+        answer["warning"] = SEED_WARNING
+    return JSONResponse(answer, status_code=201)
+
+
+@router.get("/streams")
+def list_streams(storage: StorageDep) -> dict[str, Any]:
+    return {"streams": [describe(source) for source in storage.sources("stream")]}
+
+
+@router.get("/streams/{name}")
+def get_stream(name: str, sources: SourcesDep) -> dict[str, Any]:
+    return describe(sources.public("stream", name))
+
+
+@router.post("/streams/{name}/values", dependencies=[Depends(authorize)])
+async def post_values(name: str, document: JsonObject, sources: SourcesDep) -> Response:
+    unknown = sorted(set(document) - set(_BATCH_FIELDS))
+    if unknown:
+        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; a batch has {', '.join(_BATCH_FIELDS)}.")
+    if "values" not in document:
+        raise ApiError(422, "a batch needs values.")
+    values = numbers(document["values"], "values")
+    times = None if document.get("times") is None else numbers(document["times"], "times", values.size)
+    first = document.get("first_position")
+    first = None if first is None else integer(first, "first_position", minimum=0)
+    body = await run_in_threadpool(ingest, sources, "stream", name, first, values, times,
+                                   lambda mechanism: np.asarray(mechanism.release(values), dtype=np.float64))
+    return Response(body, media_type="application/json")
+
+
+@router.get("/streams/{name}/ledger")
+def get_ledger(name: str, request: Request, sources: SourcesDep) -> dict[str, Any]:
+    return common.ledger(sources, "stream", name, request)
+
+
+@router.get("/streams/{name}/released")
+def get_released(name: str, request: Request, sources: SourcesDep) -> Response:
+    return common.released(sources, "stream", name, request)
+
+
+@router.get("/streams/{name}/events")
+async def stream_events(name: str, request: Request, sources: SourcesDep, settings: SettingsDep) -> StreamingResponse:
+    return await common.events(sources, "stream", name, request, settings.poll_seconds)
