@@ -32,7 +32,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -134,6 +134,12 @@ def _schema(blob: str, real: str, clustered: str) -> tuple[str, ...]:
 
 
 _PUBLIC_COLUMNS = "id, kind, name, params, public, position, released, created"
+_LEDGER_COLUMNS = "first_position, count, digest, epsilon, delta, recorded"
+
+
+def _ledger_row(row: tuple) -> LedgerRow:
+    return LedgerRow(first_position=int(row[0]), count=int(row[1]), digest=row[2], epsilon=float(row[3]),
+                     delta=float(row[4]), recorded=row[5])
 
 
 class Storage:
@@ -144,10 +150,27 @@ class Storage:
     real_type = "DOUBLE PRECISION"
     #: What follows the released table's definition: SQLite stores it in its primary key's order.
     clustered = ""
+    #: The query of the names of the tables in the database.
+    tables_query = ""
 
     def __init__(self, box: SecretBox | None = None) -> None:
         self._lock = threading.RLock()
         self._box = box
+        self._connection: Any = None
+
+    def _start(self, driver_error: type[Exception], refusal: Callable[[Exception], str], *setup: str) -> None:
+        """Run the ``setup`` statements on the new connection and prepare the schema.  On any failure the
+        connection is closed; a ``driver_error`` is raised again as a StorageError of message ``refusal(error)``."""
+        try:
+            for statement in setup:
+                self._connection.execute(statement)
+            self._prepare_schema()
+        except driver_error as error:
+            self._connection.close()
+            raise StorageError(refusal(error)) from None
+        except BaseException:  # a refused schema or key: the connection goes with the storage
+            self._connection.close()
+            raise
 
     # -- the dialect ---------------------------------------------------------------------------
 
@@ -167,8 +190,9 @@ class Storage:
         cursor.executemany(self._sql("INSERT INTO released (source_id, position, time, value) VALUES (?, ?, ?, ?)"),
                            zip([source_id] * positions.size, positions.tolist(), times.tolist(), values.tolist()))
 
-    def _tables(self, cursor: Any) -> set[str]:  # pragma: no cover
-        raise NotImplementedError
+    def _tables(self, cursor: Any) -> set[str]:
+        cursor.execute(self.tables_query)
+        return {row[0] for row in cursor.fetchall()}
 
     # -- the schema ----------------------------------------------------------------------------
 
@@ -237,8 +261,10 @@ class Storage:
         """The database, for messages (never with a password)."""
         raise NotImplementedError
 
-    def close(self) -> None:  # pragma: no cover
-        raise NotImplementedError
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._connection.close()
 
     def __enter__(self) -> Storage:
         return self
@@ -318,28 +344,24 @@ class Storage:
 
     def ledger_entry(self, source_id: int, first_position: int) -> LedgerRow | None:
         """The batch that started at ``first_position``, or None."""
-        rows = self._query("SELECT first_position, count, digest, epsilon, delta, recorded FROM ledger "
-                           "WHERE source_id = ? AND first_position = ?", (source_id, first_position))
-        return LedgerRow(first_position=int(rows[0][0]), count=int(rows[0][1]), digest=rows[0][2],
-                         epsilon=float(rows[0][3]), delta=float(rows[0][4]), recorded=rows[0][5]) if rows else None
+        rows = self._query(f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE source_id = ? AND first_position = ?",
+                           (source_id, first_position))
+        return _ledger_row(rows[0]) if rows else None
 
     def ledger(self, source_id: int, *, limit: int = 100) -> list[LedgerRow]:
         """The last ``limit`` batches, oldest first."""
-        rows = self._query("SELECT first_position, count, digest, epsilon, delta, recorded FROM ledger "
-                           "WHERE source_id = ? ORDER BY first_position DESC LIMIT ?", (source_id, limit))
-        return [LedgerRow(first_position=int(r[0]), count=int(r[1]), digest=r[2], epsilon=float(r[3]),
-                          delta=float(r[4]), recorded=r[5]) for r in reversed(rows)]
+        rows = self._query(f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE source_id = ? "
+                           "ORDER BY first_position DESC LIMIT ?", (source_id, limit))
+        return [_ledger_row(row) for row in reversed(rows)]
 
     def released(self, source_id: int, *, after: int | None, limit: int,
                  before: int | None = None) -> list[tuple[int, float, float]]:
         """Released ``(position, time, value)`` in position order: after ``after`` (all when None), before
         ``before`` (no end when None), at most ``limit``."""
         low = -1 if after is None else after
-        if before is None:
-            return self._query("SELECT position, time, value FROM released WHERE source_id = ? AND position > ? "
-                               "ORDER BY position LIMIT ?", (source_id, low, limit))
-        return self._query("SELECT position, time, value FROM released WHERE source_id = ? AND position > ? "
-                           "AND position < ? ORDER BY position LIMIT ?", (source_id, low, before, limit))
+        end, bound = ("", ()) if before is None else (" AND position < ?", (before,))
+        return self._query(f"SELECT position, time, value FROM released WHERE source_id = ? AND position > ?{end} "
+                           "ORDER BY position LIMIT ?", (source_id, low, *bound, limit))
 
 
 # -- SQLite ------------------------------------------------------------------------------------
@@ -353,6 +375,7 @@ class SQLiteStorage(Storage):
     """
 
     clustered = " WITHOUT ROWID"
+    tables_query = "SELECT name FROM sqlite_master WHERE type = 'table'"
 
     def __init__(self, path: str, *, box: SecretBox | None = None) -> None:
         super().__init__(box)
@@ -363,17 +386,8 @@ class SQLiteStorage(Storage):
             self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as error:
             raise StorageError(f"database {path}: {error}.") from None
-        try:
-            self._connection.execute("PRAGMA journal_mode = WAL")
-            self._connection.execute("PRAGMA synchronous = FULL")
-            self._connection.execute("PRAGMA busy_timeout = 10000")
-            self._prepare_schema()
-        except sqlite3.DatabaseError as error:
-            self._connection.close()
-            raise StorageError(f"database {path}: {error}.") from None
-        except BaseException:  # a refused schema or key: the connection goes with the storage
-            self._connection.close()
-            raise
+        self._start(sqlite3.DatabaseError, lambda error: f"database {path}: {error}.",
+                    "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA busy_timeout = 10000")
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -392,14 +406,6 @@ class SQLiteStorage(Storage):
     def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
             return self._connection.execute(text, tuple(args)).fetchall()
-
-    def _tables(self, cursor: Any) -> set[str]:
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        return {row[0] for row in cursor.fetchall()}
-
-    def close(self) -> None:
-        with self._lock:
-            self._connection.close()
 
 
 def _secure_file(path: str) -> None:
@@ -424,6 +430,7 @@ class PostgresStorage(Storage):
 
     placeholder = "%s"
     blob_type = "BYTEA"
+    tables_query = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
 
     def __init__(self, url: str, *, box: SecretBox | None = None) -> None:
         super().__init__(box)
@@ -439,14 +446,7 @@ class PostgresStorage(Storage):
             self._connection = psycopg.connect(url, autocommit=True)
         except psycopg.Error as error:
             raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
-        try:
-            self._prepare_schema()
-        except psycopg.Error as error:
-            self._connection.close()
-            raise StorageError(f"database {self._shown}: {_first_line(error)}") from None
-        except BaseException:  # a refused schema or key: the connection goes with the storage
-            self._connection.close()
-            raise
+        self._start(psycopg.Error, lambda error: f"database {self._shown}: {_first_line(error)}")
 
     def describe(self) -> str:
         return self._shown
@@ -466,14 +466,6 @@ class PostgresStorage(Storage):
         with cursor.copy("COPY released (source_id, position, time, value) FROM STDIN") as copy:
             for row in zip([source_id] * positions.size, positions.tolist(), times.tolist(), values.tolist()):
                 copy.write_row(row)
-
-    def _tables(self, cursor: Any) -> set[str]:
-        cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-        return {row[0] for row in cursor.fetchall()}
-
-    def close(self) -> None:
-        with self._lock:
-            self._connection.close()
 
 
 def _first_line(error: Exception) -> str:
