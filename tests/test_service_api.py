@@ -399,3 +399,60 @@ def test_a_seeded_stream_releases_what_release_seed_state_writes(http, tmp_path,
                                        "seed": 9}, headers=AUTH).status_code == 201
     released = http.post("/streams/s/values", json={"values": values.tolist()}, headers=AUTH).json()["released"]
     assert "".join(f"{r['value']!r}\n" for r in released) == (tmp_path / "out.txt").read_text()
+
+
+# -- the application's shape: writes behind the token, an OpenAPI document of the path parameters only -------
+
+def test_every_write_route_needs_the_token_and_no_read_route_does(http, app):
+    routes = [(method.upper(), path.replace("{name}", "nope")) for path, item in app.openapi()["paths"].items()
+              for method in item]
+    assert {method for method, _ in routes} == {"GET", "POST"} and len(routes) == 16
+    for method, path in routes:
+        answer = http.request(method, path, content=b"{}")
+        if method == "POST":
+            assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == "Bearer", (path, answer.text)
+        else:  # a read: public (the lists and health) or a 404 for the stream or collector that does not exist
+            assert answer.status_code in (200, 404), (path, answer.text)
+    assert TOKEN not in repr(app.state.settings)
+
+
+def test_the_openapi_document_has_path_parameters_only(app):
+    operations = [(path, operation) for path, item in app.openapi()["paths"].items() for operation in item.values()]
+    assert len(operations) == 16
+    for path, operation in operations:  # the token, the body and the query are read from the request itself
+        names = [(parameter["name"], parameter["in"]) for parameter in operation.get("parameters", [])]
+        assert names == ([("name", "path")] if "{name}" in path else []), (path, names)
+        assert "requestBody" not in operation, path
+
+
+def test_a_batch_that_loses_a_race_is_409_and_the_stream_goes_on_from_the_database(http, app, tmp_path):
+    other = create_app(database=f"sqlite:///{tmp_path}/api.db", token=TOKEN)  # a second process, the same database
+    values = _values(700)
+    _stream(http)
+    released = http.post("/streams/a/values", json={"values": values[:300].tolist()}, headers=AUTH).json()["released"]
+    answer = TestClient(other).post("/streams/a/values", json={"values": values[300:400].tolist()}, headers=AUTH)
+    released += answer.json()["released"]
+    lost = http.post("/streams/a/values", json={"values": [1.0] * 5, "first_position": 300}, headers=AUTH)
+    assert lost.status_code == 409 and "moved past position 300" in lost.json()["message"]
+    assert "Retry the batch" in lost.json()["message"]
+    again = http.post("/streams/a/values", json={"values": [1.0] * 5, "first_position": 300}, headers=AUTH)
+    assert again.status_code == 409 and "not the one ingested there" in again.json()["message"]
+    released += http.post("/streams/a/values", json={"values": values[400:].tolist(), "first_position": 400},
+                          headers=AUTH).json()["released"]
+    other.state.storage.close()
+    assert [r["value"] for r in released] == ToPS(**TOPS, key=derive_key(7)).release(values).tolist()
+
+
+def test_a_failure_while_committing_is_500_and_the_batch_can_be_sent_again(app, monkeypatch):
+    http = TestClient(app, raise_server_exceptions=False)
+    values = _values(600)
+    _stream(http)
+    released = http.post("/streams/a/values", json={"values": values[:300].tolist()}, headers=AUTH).json()["released"]
+    with monkeypatch.context() as patch:
+        patch.setattr(app.state.storage, "commit_batch", lambda **batch: 1 / 0)
+        failed = http.post("/streams/a/values", json={"values": values[300:].tolist()}, headers=AUTH)
+    assert failed.status_code == 500 and "never ingested twice" in failed.json()["message"]
+    assert http.get("/streams/a").json()["position"] == 300
+    released += http.post("/streams/a/values", json={"values": values[300:].tolist(), "first_position": 300},
+                          headers=AUTH).json()["released"]
+    assert [r["value"] for r in released] == ToPS(**TOPS, key=derive_key(7)).release(values).tolist()
