@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpstream.io import _NUMBER, InputError, ReadStats, _plain, iter_batches, iter_values, read_values
+from dpstream.io import InputError, ReadStats, iter_batches, iter_values, read_values
+from dpstream.io.records import _NUMBER, _plain
 
 
 def lazy(text, **options):

@@ -145,6 +145,22 @@ def test_header_row_is_copied_to_the_output(files):
     assert result.exit_code == 0 and np.loadtxt(tmp / "plain.csv", delimiter=",").shape == noisy.shape
 
 
+def test_a_header_of_another_width_or_on_stdin_is_not_copied(files):
+    tmp, noisy, _, transition_path = files
+    named = tmp / "named.csv"
+    np.savetxt(named, noisy, delimiter=",", fmt="%.17g", header="home,'work'", comments="")
+    result = _postprocess(named, transition_path, tmp / "out.csv")
+    assert result.exit_code == 0, result.output
+    assert f"warning: the header of {str(named)!r} has 2 names for 3 columns; it is not copied." in result.stderr
+    assert np.loadtxt(tmp / "out.csv", delimiter=",").shape == noisy.shape
+    # The header of counts read from stdin is not copied either.
+    np.savetxt(named, noisy, delimiter=",", fmt="%.17g", header="home,work,shop", comments="")
+    result = CliRunner().invoke(cli, ["postprocess", "-", "--transition", str(transition_path), "--users", "50",
+                                      "--epsilon", "0.5", "-o", str(tmp / "piped.csv")], input=named.read_text())
+    assert result.exit_code == 0, result.output
+    assert (tmp / "piped.csv").read_text() == (tmp / "out.csv").read_text()
+
+
 def test_missing_output_directory_fails_before_any_work(files):
     tmp, _, noisy_path, transition_path = files
     result = _postprocess(noisy_path, transition_path, tmp / "no-such-dir" / "o.csv")

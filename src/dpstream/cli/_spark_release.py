@@ -21,7 +21,7 @@ import numpy as np
 from dpstream._checks import check_stream_values
 from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._common import output_file, say
-from dpstream.io import _resolve
+from dpstream.io import resolve_columns
 from dpstream.release.by_key import new_secret, seed_secret, show_key
 
 __all__ = ["check_engine", "release_on_spark"]
@@ -124,7 +124,7 @@ def _value_column(spark: Any, input_path: str, *, column: str | None, key_column
     from dpstream.spark.by_key import read_table
 
     names = read_table(spark, input_path).columns
-    value, _, _ = _resolve(list(names), input_path, column, None, key_column)
+    value, _, _ = resolve_columns(names, input_path, column=column, key_column=key_column)
     return names[value]
 
 

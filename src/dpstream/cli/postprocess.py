@@ -26,7 +26,7 @@ from dpstream.cli._common import (
     write_csv,
 )
 from dpstream.cli._text import say_above_bar, text_table
-from dpstream.io import open_input, read_matrix
+from dpstream.io import read_matrix, read_matrix_with_header
 from dpstream.postprocess import (
     COUNT_SENSITIVITY,
     FIG3_MATRIX,
@@ -60,27 +60,15 @@ def _users_mismatch(noisy: np.ndarray, users: int, epsilon: float, sensitivity: 
             f"standard deviations from --users {users}; check --users, --epsilon and --sensitivity.")
 
 
-def _header(path: str, columns: int) -> list[str] | None:
-    """The header row of names of the matrix file ``path`` (already read by ``read_matrix``), if any.
-
-    ``read_matrix`` skips a first non-blank line only when every field is a name, so a first
-    line that is not all numbers is that header.  Stdin cannot be read twice: None.
-    """
-    if path == "-":
+def _header(path: str, names: list[str] | None, columns: int) -> list[str] | None:
+    """The header row the output repeats: the ``names`` of the header row of the matrix file
+    ``path`` (as :func:`~dpstream.io.read_matrix_with_header` reads them), if it has one with
+    a name per column.  A header read from stdin is not repeated."""
+    if path == "-" or names is None:
         return None
-    with open_input(path) as handle:
-        line = next((line.strip() for line in handle if line.strip()), "")
-    separator = "," if "," in line else "\t" if "\t" in line else None
-    raw = [line] if separator is None else line.split(separator)  # one column: the whole line
-    fields = [field.strip().strip('"').strip("'").strip() for field in raw]
-    try:
-        np.array(fields, dtype=float)
-        return None  # the first line is data
-    except ValueError:
-        pass
-    if len(fields) == columns:
-        return fields
-    say(f"warning: the header of {path!r} has {len(fields)} names for {columns} columns; it is not copied.")
+    if len(names) == columns:
+        return names
+    say(f"warning: the header of {path!r} has {len(names)} names for {columns} columns; it is not copied.")
     return None
 
 
@@ -142,7 +130,7 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
         check_positive_int(users, "users")
     output = prepare_output(output_path, force=force, inputs=[noisy_path, transition_path])
     plot = None if plot_path is None else prepare_output(plot_path, force=force, inputs=[noisy_path, transition_path])
-    noisy = read_matrix(noisy_path, "noisy counts")
+    noisy, names = read_matrix_with_header(noisy_path, "noisy counts")
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
     if transition.shape[0] != noisy.shape[1]:
         raise click.ClickException(
@@ -155,7 +143,7 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     if mismatch:
         say(mismatch)
     counts = round_counts(estimate.counts, users) if integer else estimate.counts
-    header = _header(noisy_path, noisy.shape[1])
+    header = _header(noisy_path, names, noisy.shape[1])
     if plot is not None and plot_locations is not None and max(plot_locations) >= noisy.shape[1]:
         raise click.BadParameter(f"column numbers must be below the {noisy.shape[1]} columns of {quote(noisy_path)}, "
                                  f"got {max(plot_locations)} (nothing was written).", param_hint="'--plot-locations'")
