@@ -1,7 +1,7 @@
 """A scripted sweep of bad inputs over every command.
 
 Every case runs in a workspace of small files and asserts what the command line promises
-(``dpstream.cli._common``): the expected exit code (2 for a usage error, 1 for a runtime error),
+(``dpstream.cli._app``): the expected exit code (2 for a usage error, 1 for a runtime error),
 no traceback, exactly one ``Error:`` line on stderr quoting at most 80 characters of any value,
 and a workspace left exactly as it was -- no output created, no temporary or partial file left,
 no input changed.  Cases run in-process (``CliRunner``), each under a time limit, so that none can

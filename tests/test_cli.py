@@ -290,7 +290,7 @@ def test_release_with_an_absurd_budget_is_one_line(runner):
 
 
 def test_output_file_replaces_the_target_only_on_success(tmp_path):
-    from dpstream.cli._common import output_file
+    from dpstream.cli._outputs import output_file
 
     target = tmp_path / "out.csv"
     target.write_text("old\n")

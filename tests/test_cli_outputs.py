@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
-from dpstream.cli._common import prepare_output
+from dpstream.cli._outputs import prepare_output
 
 
 def _run(*args):
@@ -80,7 +80,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dpstream import ToPS  # noqa: E402
-from dpstream.cli._common import output_file  # noqa: E402
+from dpstream.cli._outputs import output_file  # noqa: E402
 
 #: A release every test below can run on a short stream.
 OPTIONS = ["--epsilon", "1", "--upper-bound", "100", "--hold", "50", "--max-range", "64", "--seed", "1"]
@@ -231,7 +231,7 @@ def test_the_next_run_removes_what_a_killed_release_left_and_nothing_else(tmp_pa
 
 
 def test_stale_temporaries_of_dead_processes_only(tmp_path):
-    from dpstream.cli._common import remove_stale_temporaries
+    from dpstream.durable.files import remove_stale_temporaries
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its number now belongs to no process
@@ -243,8 +243,8 @@ def test_stale_temporaries_of_dead_processes_only(tmp_path):
     live.write_text("a running process's")
     link = tmp_path / f".out.txt.dpstream-{dead.pid}-4567abcd.tmp"
     link.symlink_to(tmp_path / "elsewhere")
-    assert remove_stale_temporaries(tmp_path, "out.txt") == [stale]
-    assert remove_stale_temporaries(tmp_path, "res") == [stale_dir]
+    assert remove_stale_temporaries(tmp_path / "out.txt") == [stale]
+    assert remove_stale_temporaries(tmp_path / "res") == [stale_dir]
     assert live.exists() and link.is_symlink() and not stale.exists() and not stale_dir.exists()
 
 
@@ -483,7 +483,8 @@ def test_evaluation_files_appear_all_together_or_not_at_all(tmp_path, monkeypatc
 
 
 def test_output_directory_moves_the_files_only_when_all_are_written(tmp_path):
-    from dpstream.cli._common import Stopped, output_directory
+    from dpstream.cli._app import Stopped
+    from dpstream.cli._outputs import output_directory
 
     paths = {"a": tmp_path / "out" / "a.csv", "b": tmp_path / "out" / "b.csv"}
     for failure in (RuntimeError("the second file failed"), Stopped(signal.SIGTERM)):
@@ -498,7 +499,7 @@ def test_output_directory_moves_the_files_only_when_all_are_written(tmp_path):
 
 
 def test_error_messages_quote_at_most_80_characters():
-    from dpstream.cli._common import one_line, quote
+    from dpstream.cli._app import one_line, quote
 
     assert len(quote("x" * 10_000)) < 120 and "x" * 81 not in quote("x" * 10_000)
     line = one_line("bad field '" + "y" * 5000 + "'\non line 2\x0b\x1c")

@@ -41,7 +41,8 @@ from dpstream.durable import (
 )
 from dpstream.durable import files as files_module
 from dpstream.durable.encoding import decode, encode
-from dpstream.durable.files import dump_state, parse_state, remove_stale_temporaries, write_atomic
+from dpstream.durable.files import remove_stale_temporaries, write_atomic
+from dpstream.durable.format import dump_state, parse_state
 from dpstream.privacy import EVENT_LEVEL
 
 PARAMS = {"method": "tops", "epsilon": 1.0, "upper_bound": 100.0, "hold": 65536, "seed": None}
@@ -333,9 +334,12 @@ def test_kill_during_saves_leaves_the_old_or_the_new_state(tmp_path):
 
 
 def test_only_this_files_own_stale_temporaries_are_removed(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its number now belongs to no process
     path = tmp_path / "state"
-    stale = tmp_path / ".state.4242.0123456789ab.tmp"
-    keep = [tmp_path / ".state.backup.tmp", tmp_path / ".other.4242.0123456789ab.tmp", tmp_path / "state.tmp"]
+    stale = tmp_path / f".state.dpstream-{dead.pid}-0123abcd.tmp"
+    keep = [tmp_path / ".state.backup.tmp", tmp_path / f".other.dpstream-{dead.pid}-0123abcd.tmp",
+            tmp_path / "state.tmp"]
     for file in (stale, *keep):
         file.write_text("x")
     assert remove_stale_temporaries(path) == [stale]

@@ -10,7 +10,7 @@ A long computation takes ``progress: Progress | None = None``.  When given, it i
 
 The units and the total are the computation's own and its docstring names them.  Library code
 never imports a progress bar: the command line turns the callback into one
-(``dpstream.cli._common.progress_bar``); a test can pass ``list.append`` on a tuple.
+(``dpstream.cli._app.progress_bar``); a test can pass ``list.append`` on a tuple.
 
 >>> calls = []
 >>> report = lambda done, total: calls.append((done, total))

@@ -2,8 +2,10 @@
 
 A command lives in the module named after it (``evaluate-X`` beside ``X``, ``topl-demo``
 beside ``demo``); each module registers its commands on the shared group :data:`cli` when it
-is imported here.  ``_common`` holds what they share: the group, one-line errors, the output
-checks and the seed warning.
+is imported here.  What they share is in ``_``-prefixed modules, which command modules import
+(never each other): ``_app`` the group, exit codes, signals and one-line messages; ``_options``
+the shared option parsers and help; ``_outputs`` the output checks and the outputs written whole
+or not at all; ``_spark`` what the commands on Spark share.
 """
 
 from dpstream.cli import (
@@ -17,6 +19,6 @@ from dpstream.cli import (
     release,  # noqa: F401  (registers release)
     serve,  # noqa: F401  (registers serve)
 )
-from dpstream.cli._common import cli, main
+from dpstream.cli._app import cli, main
 
 __all__ = ["cli", "main"]

@@ -25,7 +25,8 @@ import click
 import numpy as np
 
 from dpstream._checks import check_stream_values
-from dpstream.cli._common import check_finite, output_file, quote, report_reading, say
+from dpstream.cli._app import quote, report_reading, say
+from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
 

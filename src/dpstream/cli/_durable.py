@@ -52,7 +52,8 @@ from typing import Any, TextIO
 
 import click
 
-from dpstream.cli._common import Stopped, is_stream, prepare_output, say, usage_errors
+from dpstream.cli._app import Stopped, say, usage_errors
+from dpstream.cli._outputs import is_stream, prepare_output
 from dpstream.durable import Progress, StateMismatchError, StreamState
 from dpstream.durable.keys import seed_key
 from dpstream.io import Batch

@@ -19,8 +19,10 @@ import click
 import numpy as np
 
 from dpstream._checks import check_stream_values
+from dpstream.cli._app import say
 from dpstream.cli._columns import per_key_privacy
-from dpstream.cli._common import output_file, say
+from dpstream.cli._outputs import output_file
+from dpstream.cli._spark import spark_session
 from dpstream.io import resolve_columns
 from dpstream.release.by_key import new_secret, seed_secret, show_key
 
@@ -60,7 +62,6 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     ``build(bits)`` is the local engine's: a mechanism drawing from ``bits``; ``chunk`` the local
     engine's batch size, which decides which key's guarantee the local engine states.
     """
-    from dpstream.cli.count_of_counts import spark_session
     from dpstream.spark.by_key import keyed_frame, read_keyed
 
     with spark_session(master, conf) as spark:

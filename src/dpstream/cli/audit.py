@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dpstream.audit import DEFAULT_ALPHA, MECHANISMS, format_table, run_audit
-from dpstream.cli._common import cli, progress_bar, say
+from dpstream.cli._app import cli, progress_bar, say
 
 __all__ = ["audit"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dpstream.cli._common import cli
+from dpstream.cli._app import cli
 from dpstream.durable import format_ledger
 
 __all__ = ["budget"]

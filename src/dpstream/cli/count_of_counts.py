@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from dpstream.cli._common import (
-    SEED_HELP,
-    cli,
-    epsilon_option,
-    output_directory,
-    output_file,
-    prepare_output,
-    progress_bar,
-    quote,
-    say,
-    warn_if_seeded,
-    write_csv,
-)
+from dpstream.cli._app import cli, progress_bar, quote, say, warn_if_seeded
+from dpstream.cli._options import SEED_HELP, epsilon_option
+from dpstream.cli._outputs import output_directory, output_file, prepare_output, write_csv
+from dpstream.cli._spark import ENGINES, spark_conf_option, spark_session
 from dpstream.count_of_counts import (
     BottomUpCountOfCounts,
     CountOfCountsData,
@@ -49,10 +38,7 @@ from dpstream.evaluation.count_of_counts import (
     summarize,
 )
 from dpstream.noise import FloatNoise
-from dpstream.spark.session import DEFAULT_MASTER, SparkUnavailable
-
-#: What ``--engine`` accepts: this process (reading Parquet Entities in batches) or Spark.
-ENGINES = ("local", "spark")
+from dpstream.spark.session import DEFAULT_MASTER
 
 __all__ = ["STRATEGIES"]
 
@@ -89,17 +75,6 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     if value is not None and Path(value).suffix.lower() != ".png":
         raise click.BadParameter(f"the plot is a PNG file: its name must end in .png, got {value!r}.")
     return value
-
-
-def _spark_conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    """``--spark-conf KEY=VALUE`` (repeatable) as a dict."""
-    conf = {}
-    for text in values:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, e.g. spark.driver.memory=8g, got {text!r}.")
-        conf[key.strip()] = value.strip()
-    return conf
 
 
 def _release_table(release: CountOfCountsRelease) -> pa.Table:
@@ -140,6 +115,42 @@ def _plotted_regions(
     if not chosen:
         raise click.BadParameter(f"expected region names, got {names!r}.", param_hint="'--plot-regions'")
     return chosen
+
+
+def _check_options(*, engine: str, spark_master: str | None, spark_conf: dict[str, str], method: list[str],
+                   merge: str | None, plot_path: str | None, plot_regions: str | None, max_size: int | None,
+                   memory_limit: int) -> None:
+    """The usage errors of ``count-of-counts`` across options, before the outputs are looked at."""
+    if engine != "spark" and (spark_master is not None or spark_conf):
+        flag = "--spark-master" if spark_master is not None else "--spark-conf"
+        raise click.BadParameter("applies to --engine spark only.", param_hint=f"'{flag}'")
+    bottom_up = method == [BOTTOM_UP]
+    if bottom_up and merge is not None:
+        raise click.BadParameter("merging applies to the top-down release only, not to bu.", param_hint="'--merge'")
+    if plot_regions is not None and plot_path is None:
+        raise click.BadParameter("needs --plot FILE.", param_hint="'--plot-regions'")
+    dense = bottom_up or any(name != "hg" for name in method)
+    if max_size is not None and dense:
+        need = dense_memory(sys.maxsize, max_size)  # at least one region's rows, whatever the data
+        if need > memory_limit:
+            raise click.BadParameter(
+                f"{max_size} needs about {format_bytes(need)} of memory (dense rows of K + 1 cells at "
+                f"{BYTES_PER_CELL} bytes a cell), more than --memory-limit {format_bytes(memory_limit)}; "
+                "lower --max-size or raise --memory-limit (nothing was read or written).",
+                param_hint="'--max-size'",
+            )
+
+
+def _write_plot(release: CountOfCountsRelease, chosen: list[tuple[int, int]], target: Path, *, title: str) -> None:
+    """Draw the released histograms of the ``chosen`` regions into ``target``: the whole picture, or none."""
+    partial = target.with_name(f".{target.stem}.partial{target.suffix}")  # the suffix tells the format
+    try:
+        plot_region_histograms(release, chosen, partial, title=title)
+        partial.replace(target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    say(f"wrote the histograms of {len(chosen)} region(s) to {target}")
 
 
 @cli.command("count-of-counts")
@@ -244,7 +255,7 @@ def _plotted_regions(
 @click.option(
     "--spark-conf",
     multiple=True,
-    callback=_spark_conf,
+    callback=spark_conf_option,
     metavar="KEY=VALUE",
     help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.",
 )
@@ -275,24 +286,9 @@ def count_of_counts(
     (derived from --seed for a replayable test), so --engine local and --engine spark release the
     same table for the same seed.  Exit status 2 for a usage error, 1 for a failure.
     """
-    if engine != "spark" and (spark_master is not None or spark_conf):
-        flag = "--spark-master" if spark_master is not None else "--spark-conf"
-        raise click.BadParameter("applies to --engine spark only.", param_hint=f"'{flag}'")
+    _check_options(engine=engine, spark_master=spark_master, spark_conf=spark_conf, method=method, merge=merge,
+                   plot_path=plot_path, plot_regions=plot_regions, max_size=max_size, memory_limit=memory_limit)
     bottom_up = method == [BOTTOM_UP]
-    if bottom_up and merge is not None:
-        raise click.BadParameter("merging applies to the top-down release only, not to bu.", param_hint="'--merge'")
-    if plot_regions is not None and plot_path is None:
-        raise click.BadParameter("needs --plot FILE.", param_hint="'--plot-regions'")
-    dense = bottom_up or any(name != "hg" for name in method)
-    if max_size is not None and dense:
-        need = dense_memory(sys.maxsize, max_size)  # at least one region's rows, whatever the data
-        if need > memory_limit:
-            raise click.BadParameter(
-                f"{max_size} needs about {format_bytes(need)} of memory (dense rows of K + 1 cells at "
-                f"{BYTES_PER_CELL} bytes a cell), more than --memory-limit {format_bytes(memory_limit)}; "
-                "lower --max-size or raise --memory-limit (nothing was read or written).",
-                param_hint="'--max-size'",
-            )
     target = prepare_output(output_path, force=force, inputs=[entities, groups, hierarchy])
     plot_target = None
     if plot_path is not None:
@@ -337,36 +333,7 @@ def count_of_counts(
     say(f"privacy: {mechanism.privacy(tree.levels)}")
     say(f"wrote {table.num_rows:,} non-zero counts to {'stdout' if target is None else target}")
     if plot_target is not None:
-        partial = plot_target.with_name(f".{plot_target.stem}.partial{plot_target.suffix}")
-        try:
-            plot_region_histograms(release, chosen, partial, title=f"{label}, epsilon = {epsilon:g}")
-            partial.replace(plot_target)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        say(f"wrote the histograms of {len(chosen)} region(s) to {plot_target}")
-
-
-@contextmanager
-def spark_session(master: str | None, conf: dict[str, str]) -> Iterator[Any]:
-    """The Spark session of a command (``master`` None: spark-submit's, else local[*]), stopped at
-    the end unless an embedding program started it; a missing PySpark or Java is one line saying
-    how to install it."""
-    from dpstream.spark import make_session, require_spark
-
-    try:
-        require_spark()
-    except SparkUnavailable as error:
-        raise click.ClickException(str(error)) from None
-    from pyspark import SparkContext
-
-    owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
-    spark = make_session(master, conf)
-    try:
-        yield spark
-    finally:
-        if owned:
-            spark.stop()
+        _write_plot(release, chosen, plot_target, title=f"{label}, epsilon = {epsilon:g}")
 
 
 def _release_on_spark(

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dpstream.cli._common import cli, output_directory, prepare_output, say, usage_errors
+from dpstream.cli._app import cli, say, usage_errors
+from dpstream.cli._outputs import output_directory, prepare_output
 from dpstream.cli.release import RELEASE_METHODS, announce
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS
@@ -75,7 +76,7 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
 def report_demo(truth: np.ndarray, released: np.ndarray, *, hold: int, seed: int, paths: dict[str, Path], title: str,
                 intervals: int = 120) -> None:
     """What every demo prints (errors of 200 random range queries, totals) and its moving-average plot,
-    ``paths["plot"]`` (from :func:`~dpstream.cli._common.prepare_output`)."""
+    ``paths["plot"]`` (from :func:`~dpstream.cli._outputs.prepare_output`)."""
     queries = random_queries(make_rng(seed), truth.size, 200)
     metrics = error_metrics(prefix_range_sums(released, queries), prefix_range_sums(truth, queries), queries)
     click.echo(f"released {released.size:,} values (positions {hold:,} onwards)")

@@ -9,16 +9,9 @@ from typing import Any
 import click
 
 from dpstream._checks import check_percentile
-from dpstream.cli._common import (
-    cli,
-    floats,
-    output_directory,
-    prepare_output,
-    progress_bar,
-    quote,
-    usage_errors,
-    write_csv,
-)
+from dpstream.cli._app import cli, progress_bar, quote, usage_errors
+from dpstream.cli._options import floats
+from dpstream.cli._outputs import output_directory, prepare_output, write_csv
 from dpstream.cli._text import say_above_bar, text_table
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from dpstream.cli._common import cli, output_directory, prepare_output, progress_bar, say, write_csv
+from dpstream.cli._app import cli, progress_bar, say
+from dpstream.cli._outputs import output_directory, prepare_output, write_csv
 from dpstream.cli._text import say_above_bar, text_table
 from dpstream.datasets import load_dataset
 

@@ -11,20 +11,9 @@ import click
 import numpy as np
 
 from dpstream._checks import check_positive_int
-from dpstream.cli._common import (
-    cli,
-    epsilon_option,
-    epsilons_option,
-    floats,
-    output_directory,
-    output_file,
-    prepare_output,
-    progress_bar,
-    quote,
-    say,
-    usage_errors,
-    write_csv,
-)
+from dpstream.cli._app import cli, progress_bar, quote, say, usage_errors
+from dpstream.cli._options import epsilon_option, epsilons_option, floats
+from dpstream.cli._outputs import output_directory, output_file, prepare_output, write_csv
 from dpstream.cli._text import say_above_bar, text_table
 from dpstream.io import read_matrix, read_matrix_with_header
 from dpstream.postprocess import (

@@ -14,22 +14,13 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
+from dpstream.cli._app import Stopped, cli, report_reading, say, usage_errors, warn_if_seeded
 from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
-from dpstream.cli._common import (
-    SEED_HELP,
-    Stopped,
-    check_finite,
-    cli,
-    is_stream,
-    output_file,
-    prepare_output,
-    report_reading,
-    say,
-    usage_errors,
-    warn_if_seeded,
-)
+from dpstream.cli._options import SEED_HELP
+from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
+from dpstream.cli._spark import ENGINES
+from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
-from dpstream.cli.count_of_counts import ENGINES, _spark_conf
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.noise.bits import KeyedBits
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS

@@ -6,7 +6,7 @@ import socket
 
 import click
 
-from dpstream.cli._common import cli, say
+from dpstream.cli._app import cli, say
 
 __all__ = ["serve"]
 

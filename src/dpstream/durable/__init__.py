@@ -19,15 +19,15 @@ draw new noise for values already published, and publishing both runs spends the
 
 Choices, and why:
 
-* Explicit, versioned JSON (:mod:`~dpstream.durable.files`, :mod:`~dpstream.durable.encoding`),
+* Explicit, versioned JSON (:mod:`~dpstream.durable.format`, :mod:`~dpstream.durable.encoding`),
   not pickle: loading a pickle runs code, and its layout follows the classes of the day.
   Numpy arrays are base64 of their little-endian bytes, so floats (-0.0, subnormals, inf, NaN)
   and int64 come back bit for bit; Python integers beyond 2^53 are decimal strings.
 * A SHA-256 of the body in the header: a torn or edited file is refused with a clear error,
   never half-used.
-* Atomic replacement (temporary file of a unique name in the same directory, fsync, rename,
-  fsync of the directory), mode 0600 from the first byte: a crash at any moment leaves the old
-  state or the new one.
+* Atomic replacement (:mod:`~dpstream.durable.files`: a temporary file of a unique name in the
+  same directory, fsync, rename, fsync of the directory), mode 0600 from the first byte: a crash
+  at any moment leaves the old state or the new one.
 * An ``flock`` on ``FILE.lock``: two processes never drive one stream, and a killed process
   (even by SIGKILL) leaves no stale lock, because the kernel drops it with the process.
 * Readers (``dpstream budget``) take no lock: a save replaces the file whole, so they always see
@@ -39,7 +39,7 @@ file, and every copy of it, as safe as the raw data.  Only ``params``, ``progres
 ledger are public; they are all that ``dpstream budget`` prints.
 """
 
-from dpstream.durable.files import FORMAT, VERSION, StateDamagedError, StateError, StateInUseError
+from dpstream.durable.format import FORMAT, VERSION, StateDamagedError, StateError, StateInUseError
 from dpstream.durable.ledger import BudgetError, LedgerEntry
 from dpstream.durable.state import Progress, StateMismatchError, StreamState, format_ledger
 

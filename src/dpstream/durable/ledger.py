@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dpstream._checks import check_epsilon, check_nonnegative_int, check_probability
-from dpstream.durable.files import StateDamagedError, StateError
+from dpstream.durable.format import StateDamagedError, StateError
 
 __all__ = ["BudgetError", "LedgerEntry", "add_entry", "ledger_table", "utc_now"]
 

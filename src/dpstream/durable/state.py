@@ -14,17 +14,8 @@ import numpy as np
 
 from dpstream._checks import check_nonnegative_int
 from dpstream.durable.encoding import decode, encode
-from dpstream.durable.files import (
-    FORMAT,
-    VERSION,
-    StateDamagedError,
-    StateError,
-    StateLock,
-    dump_state,
-    parse_state,
-    remove_stale_temporaries,
-    write_atomic,
-)
+from dpstream.durable.files import StateLock, remove_stale_temporaries, write_atomic
+from dpstream.durable.format import FORMAT, VERSION, StateDamagedError, StateError, dump_state, parse_state
 from dpstream.durable.ledger import LedgerEntry, add_entry, ledger_table, utc_now
 
 __all__ = ["Progress", "StateMismatchError", "StreamState", "format_ledger"]

@@ -1,0 +1,302 @@
+"""What every ``dpstream`` command shares to run: the group, one-line errors, exit codes, signals, messages.
+
+Flags map to library classes in the command modules and nowhere else; the shared option
+parsers are in :mod:`dpstream.cli._options`, where a command writes in :mod:`dpstream.cli._outputs`.
+
+Errors and exit codes
+---------------------
+Every error is one line on stderr, ``Error: ...``, quoting at most 80 characters of any value
+(:func:`quote`), and the exit code says what kind of error it was:
+
+* ``0``: success.
+* ``2``: a usage error -- the command line itself is wrong (an unknown option, a value of the
+  wrong form or outside its range, options that do not go together); found before any input is
+  read or any output written.
+* ``1``: a runtime error -- what the command found while running: an input that is missing or
+  malformed, an output it may not write, a failed read or write, a computation that overflowed.
+* ``128 + N``: the command was stopped by signal ``N`` (SIGINT 130, SIGHUP 129, SIGTERM 143) --
+  the number a shell reports for a process killed by that signal -- after removing its temporary
+  files; nothing it was writing to a file was published.
+* A broken pipe on the output (``dpstream release ... -o - | head -1``) ends the command quietly
+  with code 1, as other Unix tools do when their reader goes away: no message, no traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import click
+
+from dpstream._progress import Progress
+from dpstream.io import InputError
+
+#: Exit code of a usage error (the command line is wrong).
+USAGE_ERROR = 2
+#: Exit code of a runtime error (what the command found while running).
+RUNTIME_ERROR = 1
+#: Signals that stop a command cleanly (temporary files removed); exit code 128 + the signal's number.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: At most this many characters of a value are quoted in an error message.
+QUOTE_LIMIT = 80
+
+__all__ = [
+    "QUOTE_LIMIT", "RUNTIME_ERROR", "STOP_SIGNALS", "USAGE_ERROR", "Stopped", "cli", "main", "one_line", "os_message",
+    "progress_bar", "quote", "report_reading", "say", "usage_errors", "warn_if_seeded",
+]
+
+class Stopped(BaseException):
+    """A stop signal (SIGTERM, SIGHUP) arrived; raised by the handlers :func:`main` installs.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` swallows it
+    on its way out: every ``with output_file(...)`` it passes removes its temporary file.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)``, cut in the middle to at most ``limit`` characters of the value.
+
+    >>> quote("abc")
+    "'abc'"
+    >>> quote("0123456789" * 10, limit=10)
+    "'012...6789' (100 characters)"
+    """
+    text = repr(value)
+    if not isinstance(value, str):
+        return _cut(text, limit)
+    if len(value) <= limit:
+        return text
+    return f"{text[0]}{_cut(text[1:-1], limit)}{text[-1]} ({len(value):,} characters)"
+
+
+_QUOTED = re.compile(rf"'[^'\n]{{{QUOTE_LIMIT + 1},}}'|\"[^\"\n]{{{QUOTE_LIMIT + 1},}}\"")
+#: The longest error line, whatever its source (a last line of defence behind :func:`quote`).
+_MESSAGE_LIMIT = 600
+
+
+def one_line(message: str) -> str:
+    """An error message as one line, every quoted run cut to :data:`QUOTE_LIMIT` characters.
+
+    >>> one_line("bad value\\n'" + "y" * 200 + "'")  # doctest: +ELLIPSIS
+    "bad value 'yyyy...yyyy'"
+    """
+    message = " ".join(message.split("\n"))
+    if not message.isprintable():  # no control character may break the line (or the terminal)
+        message = "".join(char if char.isprintable() else repr(char)[1:-1] for char in message)
+    message = _QUOTED.sub(lambda found: found[0][0] + _cut(found[0][1:-1], QUOTE_LIMIT) + found[0][0], message)
+    return _cut(message, _MESSAGE_LIMIT)
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
+
+
+class _Group(click.Group):
+    """The ``dpstream`` group: library errors become one-line messages with the right exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as error:
+            if error.errno == errno.EPIPE:  # the reader went away: end quietly
+                _quiet_broken_pipe()
+                raise click.exceptions.Exit(RUNTIME_ERROR) from None
+            raise click.ClickException(os_message(error)) from None
+        except (ValueError, TypeError, InputError) as error:
+            raise click.ClickException(str(error)) from None
+        except ArithmeticError as error:
+            raise click.ClickException(
+                f"the computation overflowed ({error}); the parameters (such as --epsilon) are outside "
+                "what floating-point arithmetic can handle."
+            ) from None
+        except MemoryError:
+            raise click.ClickException(
+                "not enough memory for these parameters (they set the size of what is kept in memory)."
+            ) from None
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        """Run the command; in standalone mode, every error is one line and the exit code follows the module's
+        rules (2 usage, 1 runtime, 128 + N on signal N, 1 quietly on a broken pipe)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        code = 0
+        try:
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+            code = result if isinstance(result, int) and not isinstance(result, bool) else 0
+        except click.exceptions.NoArgsIsHelpError as error:  # plain `dpstream`: the help, not an error
+            click.echo(error.ctx.get_help() if error.ctx else error.format_message(), err=True)
+            code = error.exit_code
+        except click.exceptions.Abort as error:
+            if isinstance(error.__cause__, KeyboardInterrupt):
+                say("Error: interrupted (nothing was written to an output file).")
+                code = 128 + signal.SIGINT
+            else:
+                say("Error: aborted.")
+                code = RUNTIME_ERROR
+        except KeyboardInterrupt:
+            say("Error: interrupted (nothing was written to an output file).")
+            code = 128 + signal.SIGINT
+        except Stopped as stop:
+            say(f"Error: stopped by {signal.Signals(stop.signum).name} (nothing was written to an output file).")
+            code = 128 + stop.signum
+        except click.UsageError as error:
+            say(f"Error: {one_line(error.format_message())}")
+            code = USAGE_ERROR
+        except click.ClickException as error:
+            say(f"Error: {one_line(error.format_message())}")
+            code = error.exit_code
+        try:  # what is still buffered for stdout goes now, where a broken pipe can still be handled
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+            code = code or RUNTIME_ERROR
+        sys.exit(code)
+
+
+def os_message(error: OSError) -> str:
+    """``[Errno 28] No space left on device: 'x'`` as ``x: no space left on device.``
+
+    >>> os_message(OSError(28, "No space left on device", "x"))
+    'x: no space left on device.'
+    """
+    reason = (error.strerror or str(error)).rstrip(".")
+    reason = reason[:1].lower() + reason[1:]
+    if error.filename is None:
+        return f"{reason}."
+    return f"{error.filename}: {reason}."
+
+
+def _quiet_broken_pipe() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail again."""
+    stdout = sys.stdout
+    with suppress(AttributeError, OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stdout.fileno())
+        os.close(null)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpstream")
+def cli() -> None:
+    """Publish statistics of data streams under differential privacy."""
+
+
+def main() -> None:
+    """Entry point: every error is one line on stderr; see the module docstring for the exit codes."""
+    _reserve_standard_descriptors()
+    previous = _install_stop_handlers()
+    try:
+        cli.main()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _reserve_standard_descriptors() -> None:
+    """Open /dev/null on a closed descriptor 0, 1 or 2.
+
+    Otherwise the first file the command opens would take its number, and anything written to
+    "stdout" would land in it.  Python has already set ``sys.stdout`` (or ``sys.stdin``) to
+    None for a closed descriptor, which :func:`prepare_output` refuses for ``-``.
+    """
+    for descriptor in (0, 1, 2):
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != descriptor:
+                os.dup2(null, descriptor)
+                os.close(null)
+
+
+def _install_stop_handlers() -> dict[int, Any]:
+    """Turn SIGTERM and SIGHUP into :class:`Stopped`; return the handlers they replace."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum: int, frame: object) -> None:
+        for other in STOP_SIGNALS:  # a second signal must not cut the clean-up short
+            signal.signal(other, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            continue  # nohup: a SIGHUP the user asked to ignore stays ignored
+        previous[signum] = signal.signal(signum, stop)
+    return previous
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """Turn the ``ValueError``/``TypeError`` of building objects from flags into a usage error (exit 2).
+
+    Wrap the construction of a mechanism from the command line's options in it, and nothing
+    that reads data: an error there is a runtime error.
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        raise click.UsageError(str(error)) from None
+
+
+def say(message: str) -> None:
+    """Progress and diagnostics go to stderr; stdout carries results only."""
+    click.echo(message, err=True)
+
+
+def report_reading(reader: Any, *, clipped: int | None, upper_bound: float) -> None:
+    """The lines every release prints after its input: the missing values met, and (with --clip,
+    ``clipped`` not None) how many values were clipped into [0, B]."""
+    if reader.stats.missing:
+        say(reader.stats.summary())
+    if clipped is not None:
+        say(f"--clip: {clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+
+
+def warn_if_seeded(seed: int | None) -> None:
+    """Warn on stderr that a release whose noise was seeded (``--seed``) is for testing only."""
+    if seed is not None:
+        say("warning: --seed makes the noise recomputable by anyone who knows it; this release is for testing only.")
+
+
+
+@contextmanager
+def progress_bar(*, desc: str, unit: str, total: int | None = None, leave: bool = True) -> Iterator[Progress]:
+    """A tqdm bar on stderr, fed by the library's progress callback (:mod:`dpstream._progress`).
+
+    Computations reported one after the other add up on the one bar (each starts again at
+    ``done = 0``).  Without ``total``, the bar takes the total the first computation announces.
+    ``leave=False`` clears the bar when it closes.
+    """
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave) as bar:
+        base = 0
+
+        def update(done: int, of: int) -> None:
+            nonlocal base
+            if done == 0:
+                base = bar.n
+                if bar.total is None:
+                    bar.total = of
+                    bar.refresh()
+            bar.update(base + done - bar.n)
+
+        yield update
