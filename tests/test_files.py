@@ -72,6 +72,19 @@ def test_opening_a_state_removes_a_dead_writers_temporary_only(tmp_path, dead_pi
     assert not stale.exists() and live.exists() and link.is_symlink()
 
 
+def test_a_dead_writers_temporary_of_the_older_name_is_removed_too(tmp_path, dead_pid):
+    path = tmp_path / "state"
+    StreamState.create(path, params=PARAMS).close()
+    older = tmp_path / f".state.{dead_pid}.0123456789ab.tmp"
+    older.write_bytes(b"a killed save of an older release")
+    live = tmp_path / f".state.{os.getppid()}.0123456789ab.tmp"
+    live.write_bytes(b"a running process's")
+    other = tmp_path / f".state2.{dead_pid}.0123456789ab.tmp"
+    other.write_bytes(b"another file's")
+    StreamState.open(path).close()
+    assert not older.exists() and live.exists() and other.exists()
+
+
 def test_a_locked_temporary_is_kept_whatever_its_number(tmp_path, dead_pid):
     # a writer in another process namespace may carry any number: its lock says that it lives
     path = tmp_path / "out.csv"

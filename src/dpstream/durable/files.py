@@ -53,6 +53,9 @@ __all__ = [
 
 #: Every temporary is named ``.NAME.dpstream-PID-RANDOM.tmp``; nothing else is ever removed as stale.
 _TEMPORARY = re.compile(r"^\.(?P<stem>.*)\.dpstream-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
+#: The name state files' temporaries had before (``.NAME.PID.HEX12.tmp``, NAME whole): still removed when stale,
+#: since a killed writer of an older release may have left one, holding secret state.
+_OLDER_TEMPORARY = re.compile(r"^\.(?P<stem>.*)\.(?P<pid>\d+)\.[0-9a-f]{12}\.tmp$")
 #: The part of a name kept in its temporary's name (which must stay below NAME_MAX, 255 bytes).
 _STEM_LIMIT = 180
 #: Errors of fsync on a directory that say only that its filesystem cannot sync a directory.
@@ -203,7 +206,8 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_temporaries(path: Path) -> list[Path]:
     """Remove the temporaries that killed writers of ``path`` left beside it; return them.
 
-    Only what matches ``.NAME.dpstream-PID-RANDOM.tmp`` for ``path``'s NAME exactly, is owned by
+    Only what matches ``.NAME.dpstream-PID-RANDOM.tmp`` for ``path``'s NAME exactly (or the older
+    ``.NAME.PID.HEX12.tmp`` of state files), is owned by
     this user, is a regular file or a directory (never a symbolic link), belongs to a process
     that no longer exists and is not locked is removed (see the module docstring).
     """
@@ -215,7 +219,14 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
         return removed
     for entry in entries:
         found = _TEMPORARY.match(entry.name)
-        if found is None or found["stem"] != stem or _pid_alive(int(found["pid"])):
+        older = None if found else _OLDER_TEMPORARY.match(entry.name)
+        if found is not None and found["stem"] == stem:
+            pid = int(found["pid"])
+        elif older is not None and older["stem"] == path.name:
+            pid = int(older["pid"])
+        else:
+            continue
+        if _pid_alive(pid):
             continue
         try:
             status = entry.stat(follow_symlinks=False)
