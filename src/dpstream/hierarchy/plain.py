@@ -20,8 +20,6 @@ rounded-up scale ``beta`` (at most epsilon): one value changes one node per leve
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
@@ -33,7 +31,7 @@ from dpstream.hierarchy.tree import (
     num_levels,
 )
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
+from dpstream.noise.grid import GridLaplace, to_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source
 
@@ -75,11 +73,9 @@ class PlainHierarchy:
         self.granularity: float | None = None
         self.spent_epsilon = epsilon
         if source.exact:
-            factor = Fraction(self.levels) / Fraction(epsilon)
-            self.granularity = choose_granularity(granularity, threshold, units_factor=factor)
-            theta_units = ceil_units(threshold, self.granularity)
-            scale_units = round_up_scale(theta_units * factor)
-            self.spent_epsilon = epsilon_of_scale(theta_units * self.levels, scale_units)
+            grid = GridLaplace.choose(threshold, epsilon, granularity, levels=self.levels)
+            self.granularity, theta_units, scale_units = grid.granularity, grid.units, grid.scale
+            self.spent_epsilon = grid.spent_epsilon
             values = to_units(np.minimum(values, theta_units * self.granularity), self.granularity, theta_units)
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")

@@ -64,14 +64,7 @@ from dpstream._checks import (
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.tree import draw_noise_levels
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import (
-    ceil_units,
-    choose_granularity,
-    epsilon_of_scale,
-    float_up,
-    round_up_scale,
-    to_units,
-)
+from dpstream.noise.grid import GridLaplace, to_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
@@ -231,14 +224,10 @@ class BinaryTreeCounter:
                             granularity=granularity)
 
     def _set_grid(self, bound: float, granularity: float | None) -> None:
-        factor = Fraction(self.levels) / Fraction(self.epsilon)
-        g = choose_granularity(granularity, bound, units_factor=factor)
-        self.granularity = g
-        self.bound_units = ceil_units(bound, g)
-        self.upper_bound = float_up(Fraction(self.bound_units) * Fraction(g))
-        self.noise_scale_units = round_up_scale(self.bound_units * factor)
-        self.noise_scale = float(self.noise_scale_units) * g
-        self.spent_epsilon = epsilon_of_scale(self.bound_units * self.levels, self.noise_scale_units)
+        noise = GridLaplace.choose(bound, self.epsilon, granularity, levels=self.levels)
+        self.granularity, self.bound_units, self.upper_bound = noise.granularity, noise.units, noise.bound
+        self.noise_scale_units, self.noise_scale = noise.scale, noise.scale_value
+        self.spent_epsilon = noise.spent_epsilon
         worst = 2**self.levels * self.bound_units + 40 * self.levels * self.noise_scale_units
         if worst >= MAX_EXACT_UNITS:
             raise ValueError(

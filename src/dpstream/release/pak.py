@@ -57,7 +57,7 @@ from dpstream.hierarchy import num_levels
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
 from dpstream.noise.float_continuous import float_laplace
-from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
+from dpstream.noise.grid import GridLaplace, ceil_units, to_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
@@ -204,11 +204,8 @@ class PAK(HoldOutRelease):
         check_magnitude(self.upper_bound / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
         check_magnitude(self.upper_bound * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
         self.granularity: float | None = None
-        if self._source.exact:
-            factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon),
-                         1 / Fraction(self.sum_epsilon))
-            self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
-            round_up_scale(ceil_units(self.upper_bound, self.granularity) * factor)  # a grid too fine: refused now
+        if self._source.exact:  # a grid too fine for the budget: refused now
+            self.granularity = self._noisier_on_grid(granularity).granularity
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
         self._start_hold_out()
@@ -274,17 +271,23 @@ class PAK(HoldOutRelease):
                                              noise=self._source.child("tree"))
             return
         g = self.granularity
-        factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon), 1 / Fraction(self.sum_epsilon))
+        factor = self._noisier_on_grid(g).scale_per_unit
         while ceil_units(tau, g) * factor > MAX_LAPLACE_NUMERATOR // 2 and 2 * g <= tau:
             g *= 2.0  # an uncapped tau far above B: a coarser grid, a function of the public tau
         self.granularity = g
         self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
                                          granularity=g, noise=self._source.child("tree"))
-        tau_units = self._stream.bound_units
         self._threshold = self._stream.upper_bound  # tau rounded up to the grid
-        self._sum_scale = round_up_scale(Fraction(tau_units) / Fraction(self.sum_epsilon),
-                                         what="held-out sum's noise scale")
-        self._sum_epsilon_spent = epsilon_of_scale(tau_units, self._sum_scale)
+        held = GridLaplace.on_grid(tau, self.sum_epsilon, g, what="held-out sum's noise scale")
+        self._sum_scale, self._sum_epsilon_spent = held.scale, held.spent_epsilon
+
+    def _noisier_on_grid(self, granularity: float | None) -> GridLaplace:
+        """The tree's noise or the held-out sum's on the grid for B, whichever has the larger scale per
+        unit of sensitivity: both measure on one grid, which must be coarse enough for the noisier."""
+        tree = (self.epsilon, num_levels(self.max_range, 2))
+        epsilon, levels = tree if Fraction(tree[1]) / Fraction(tree[0]) >= 1 / Fraction(self.sum_epsilon) else (
+            self.sum_epsilon, 1)
+        return GridLaplace.choose(self.upper_bound, epsilon, granularity, levels=levels)
 
     # -- the streaming contract: state and from_state ----------------------------------------
 

@@ -73,21 +73,13 @@ from dpstream._checks import (
 from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
 from dpstream.hierarchy.tree import consistency_weights, consistent_leaves, draw_noise_units
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import (
-    ceil_units,
-    choose_granularity,
-    epsilon_of_scale,
-    float_up,
-    is_power_of_two,
-    round_up_scale,
-    to_units,
-)
+from dpstream.noise.grid import GridLaplace, ceil_units, choose_granularity, is_power_of_two, to_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.smoothers import Smoother, make_smoother
 
-__all__ = ["HierarchicalPerturber", "PerturberState", "optimal_smoothed_levels"]
+__all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
 
 
 def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
@@ -112,6 +104,52 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     s = np.linspace(0.0, h - 1.0, 1000 * (h - 1) + 1)
     error = (fanout - 1) * np.maximum(log_r - s, 0.0) ** 3 * 2.0 / epsilon**2 + np.exp(2 * s * math.log(fanout)) / 36.0
     return int(min(h - 1, max(0, round(float(s[np.argmin(error)])))))
+
+
+def check_chunk_sums(max_range: int, units: int) -> None:
+    """Refuse a grid on which a chunk's sum of ``max_range`` values of at most ``units`` grid units
+    could reach 2^52 (the perturber sums grid units in float64, exactly below that)."""
+    if max_range * units >= 1 << 52:
+        raise ValueError(
+            f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
+            f"float64), got {max_range} * {units}; use a coarser granularity."
+        )
+
+
+@dataclass(frozen=True)
+class HierarchyShape:
+    """The public shape of ToPS's hierarchy: chunks of ``max_range`` values, fan-out ``b``,
+    ``h = ceil(log_b r)`` levels of which the ``s`` lowest are smoothed.
+
+    >>> HierarchyShape.of(1.0, 256, 16, None)
+    HierarchyShape(max_range=256, fanout=16, levels=2, smoothed_levels=1)
+    """
+
+    max_range: int
+    fanout: int
+    levels: int
+    smoothed_levels: int
+
+    @classmethod
+    def of(cls, epsilon: float, max_range: int, fanout: int, smoothed_levels: int | None) -> HierarchyShape:
+        """The shape checked; ``smoothed_levels`` None chooses s by Eq. 7 (:func:`optimal_smoothed_levels`)."""
+        max_range = check_positive_int(max_range, "max_range", minimum=2)
+        fanout = check_positive_int(fanout, "fanout", minimum=2)
+        levels = num_levels(max_range, fanout)
+        if smoothed_levels is None:
+            smoothed_levels = optimal_smoothed_levels(epsilon, max_range, fanout)
+        smoothed_levels = check_nonnegative_int(smoothed_levels, "smoothed_levels")
+        if smoothed_levels >= levels:
+            raise ValueError(
+                f"smoothed_levels must be < the hierarchy's {levels} levels "
+                f"(ceil(log_{fanout} {max_range})), got {smoothed_levels}."
+            )
+        return cls(max_range=max_range, fanout=fanout, levels=levels, smoothed_levels=smoothed_levels)
+
+    @property
+    def measured_levels(self) -> int:
+        """h - s."""
+        return self.levels - self.smoothed_levels
 
 
 @dataclass(kw_only=True)
@@ -217,17 +255,9 @@ class HierarchicalPerturber:
     ) -> None:
         threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
-        self.fanout = check_positive_int(fanout, "fanout", minimum=2)
-        self.levels = num_levels(self.max_range, self.fanout)
-        if smoothed_levels is None:
-            smoothed_levels = optimal_smoothed_levels(self.epsilon, self.max_range, self.fanout)
-        self.smoothed_levels = check_nonnegative_int(smoothed_levels, "smoothed_levels")
-        if self.smoothed_levels >= self.levels:
-            raise ValueError(
-                f"smoothed_levels must be < the hierarchy's {self.levels} levels "
-                f"(ceil(log_{self.fanout} {self.max_range})), got {self.smoothed_levels}."
-            )
+        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        self.max_range, self.fanout, self.levels, self.smoothed_levels = (
+            shape.max_range, shape.fanout, shape.levels, shape.smoothed_levels)
         self.smoother = make_smoother(smoother)
         self.block_size = self.fanout**self.smoothed_levels
         self.measured_levels = self.levels - self.smoothed_levels
@@ -269,18 +299,12 @@ class HierarchicalPerturber:
     def _set_grid(self, threshold: float, granularity: float | None) -> None:
         factor = Fraction(self.measured_levels) / Fraction(self.epsilon)
         g = choose_granularity(granularity, threshold, units_factor=factor)
-        self.granularity = g
-        self.threshold_units = ceil_units(threshold, g)
-        self.threshold = float_up(Fraction(self.threshold_units) * Fraction(g))
-        if self.max_range * self.threshold_units >= 1 << 52:
-            raise ValueError(
-                f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
-                f"float64), got {self.max_range} * {self.threshold_units}; use a coarser granularity."
-            )
-        sensitivity = self.threshold_units * self.measured_levels
-        self.noise_scale_units = round_up_scale(Fraction(sensitivity) / Fraction(self.epsilon))
-        self.noise_scale = float(self.noise_scale_units) * g
-        self.spent_epsilon = epsilon_of_scale(sensitivity, self.noise_scale_units)
+        units = ceil_units(threshold, g)
+        check_chunk_sums(self.max_range, units)  # before the scale, whose error it would hide
+        noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)
+        self.granularity, self.threshold_units, self.threshold = g, noise.units, noise.bound
+        self.noise_scale_units, self.noise_scale = noise.scale, noise.scale_value
+        self.spent_epsilon = noise.spent_epsilon
         self._inverse = 1.0 / g if is_power_of_two(g) else None
         self.consistency_denominator = consistency_weights(self.fanout, self.measured_levels)[0]
 
