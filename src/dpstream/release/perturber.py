@@ -70,10 +70,11 @@ from dpstream._checks import (
     check_positive_int,
     check_stream_values,
 )
-from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
-from dpstream.hierarchy.tree import consistency_weights, consistent_leaves, draw_noise_units
+from dpstream.hierarchy import num_levels
+from dpstream.hierarchy.arithmetic import GridArithmetic, arithmetic
+from dpstream.hierarchy.tree import consistency_weights
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import GridLaplace, ceil_units, choose_granularity, is_power_of_two, to_units
+from dpstream.noise.grid import GridLaplace, ceil_units, choose_granularity
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
@@ -278,19 +279,18 @@ class HierarchicalPerturber:
         if self.exact:
             self._set_grid(threshold, granularity)
         else:
-            if granularity is not None:
-                raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
-            self.granularity = None
-            self.threshold = threshold
-            self.noise_scale = self.threshold * self.measured_levels / self.epsilon
-            self.spent_epsilon = self.epsilon
+            self._arithmetic = arithmetic(False, bound=threshold, epsilon=self.epsilon, levels=self.measured_levels,
+                                          granularity=granularity)
+        ar = self._arithmetic
+        self.granularity, self.threshold, self.noise_scale = ar.granularity, ar.bound, ar.scale_value
+        self.spent_epsilon = ar.spent_epsilon
         prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
         self.prior = prior
         self.state = PerturberState(
             released=0,
             noise=None,
-            chunk_total=0 if self.exact else 0.0,
-            block_start_total=0 if self.exact else 0.0,
+            chunk_total=ar.zero,
+            block_start_total=ar.zero,
             block_end=block_end,
             prediction=prior,
             smoother_state=self.smoother.init(prior),
@@ -302,10 +302,8 @@ class HierarchicalPerturber:
         units = ceil_units(threshold, g)
         check_chunk_sums(self.max_range, units)  # before the scale, whose error it would hide
         noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)
-        self.granularity, self.threshold_units, self.threshold = g, noise.units, noise.bound
-        self.noise_scale_units, self.noise_scale = noise.scale, noise.scale_value
-        self.spent_epsilon = noise.spent_epsilon
-        self._inverse = 1.0 / g if is_power_of_two(g) else None
+        self._arithmetic = GridArithmetic(noise)
+        self.threshold_units, self.noise_scale_units = noise.units, noise.scale
         self.consistency_denominator = consistency_weights(self.fanout, self.measured_levels)[0]
 
     # -- snapshots -----------------------------------------------------------------------------
@@ -370,38 +368,41 @@ class HierarchicalPerturber:
 
     # -- noise ---------------------------------------------------------------------------
 
-    def _draw_chunk(self) -> np.ndarray:
-        st = self.state
-        sampler = self._source.sampler(st.released // self.max_range)
-        if self.exact:
-            levels = draw_noise_units(
-                sampler, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale_units
-            )
-            leaves = consistent_leaves(levels, self.fanout)
-            st.noise = leaves.integer[: self.blocks_per_chunk].copy()
-            st.noise_fraction = leaves.fraction()[: self.blocks_per_chunk].copy()
-        else:
-            levels = draw_noise_levels(
-                None, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale, noise=sampler
-            )
-            st.noise = make_consistent(levels, self.fanout)[0][: self.blocks_per_chunk].copy()
-        return st.noise
+    def _clock(self) -> int:
+        """Clock position of the next value (chunks start where it is a multiple of r)."""
+        return self.state.released + self.phase
+
+    def _draw_chunk(self) -> None:
+        """Draw the current chunk's node noise and make it consistent (its leaves' share, kept until the chunk ends)."""
+        st, ar = self.state, self._arithmetic
+        levels = ar.draw(self._source.sampler(self._clock() // self.max_range), self.blocks_per_chunk, self.fanout,
+                         self.measured_levels)
+        st.noise, st.noise_fraction = ar.consistent(levels, self.fanout, self.blocks_per_chunk)
 
     def _end_chunk(self) -> None:
         st = self.state
         st.noise = None
         st.noise_fraction = None
-        st.chunk_total = 0 if self.exact else 0.0
-        st.block_start_total = 0 if self.exact else 0.0
+        st.chunk_total = self._arithmetic.zero
+        st.block_start_total = self._arithmetic.zero
         st.block_end = min(self.block_size, self.max_range) - 1
+
+    def _block_totals(self, segment: np.ndarray, done_ends: np.ndarray) -> tuple[np.ndarray, Any, Any]:
+        """True sums of the blocks that end in ``segment`` (at indices ``done_ends``), and the chunk's running
+        sum after the segment and where the block after the last of them starts (as the state holds them).
+
+        On the exact path the sums are of integers below 2^52 in float64: exact in any order.
+        """
+        st, ar = self.state, self._arithmetic
+        cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]
+        end_totals = cumulative[done_ends + 1]
+        totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
+        block_start_total = ar.total(end_totals[-1].item()) if done_ends.size else st.block_start_total
+        return totals, ar.total(cumulative[-1].item()), block_start_total
 
     def _block_values(self, totals: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         """Block estimates ``u`` (real units) from true block totals and the chunk's noise."""
-        st = self.state
-        if not self.exact:
-            return totals + st.noise[blocks]
-        units = (totals + st.noise[blocks]) + st.noise_fraction[blocks]  # the first sum is an exact integer
-        return units * self.granularity
+        return self._arithmetic.estimates(totals, self.state.noise, self.state.noise_fraction, blocks)
 
     # -- batch -----------------------------------------------------------------------------
 
@@ -423,28 +424,15 @@ class HierarchicalPerturber:
 
     def _release(self, values: np.ndarray) -> np.ndarray:
         """The batch path, for values already checked and truncated."""
-        if self.exact:
-            values = self._units(values)
+        values = self._arithmetic.units(values)
         out = np.empty(values.size, dtype=np.float64)
         done = 0
         while done < values.size:
-            position = self.state.released % self.max_range
+            position = self._clock() % self.max_range
             take = min(values.size - done, self.max_range - position)
             out[done : done + take] = self._release_in_chunk(values[done : done + take], position)
             done += take
         return out
-
-    def _units(self, values: np.ndarray) -> np.ndarray:
-        """Values rounded to the grid, in grid units, as integral float64 (exact: below 2^53).
-
-        Equal to :func:`~dpstream.noise.grid.to_units` as floats; kept as float64 so that block
-        sums need no int64 conversion (sums of integers below 2^53 are exact in float64, and the
-        constructor keeps ``max_range * threshold_units`` below 2^52).
-        """
-        if self._inverse is not None:
-            units = np.multiply(values, self._inverse)
-            return np.rint(units, out=units)
-        return to_units(values, self.granularity, self.threshold_units).astype(np.float64)
 
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
         st, bs, n = self.state, self.block_size, segment.size
@@ -457,19 +445,7 @@ class HierarchicalPerturber:
         done_blocks = blocks[ends <= position + n - 1]
         done_ends = ends[: done_blocks.size] - position  # indices into segment
         counts = ends[: done_blocks.size] - done_blocks * bs + 1
-        if self.exact:  # integers in float64: any order of summation is exact
-            pieces = np.add.reduceat(segment, np.concatenate(([0], starts))) if n else np.zeros(1)
-            totals = pieces[: done_blocks.size].copy()
-            if totals.size:
-                totals[0] += st.chunk_total - st.block_start_total  # the part of the block before this call
-            chunk_total = st.chunk_total + int(pieces.sum())
-            block_start_total = chunk_total - (0 if done_blocks.size == blocks.size else int(pieces[-1]))
-        else:
-            cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]
-            end_totals = cumulative[done_ends + 1]
-            totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
-            chunk_total = cumulative[-1].item()
-            block_start_total = end_totals[-1].item() if done_blocks.size else st.block_start_total
+        totals, chunk_total, block_start_total = self._block_totals(segment, done_ends)
         sums = self._block_values(totals, done_blocks)
         if bs == 1:
             predictions = np.full(done_blocks.size + 1, st.prediction)  # never used: count is 1
@@ -492,29 +468,20 @@ class HierarchicalPerturber:
 
     # -- one value -------------------------------------------------------------------------
 
-    def _unit(self, value: float) -> int:
-        """One value in grid units, exactly as :func:`~dpstream.noise.grid.to_units` rounds a batch."""
-        if self._inverse is not None:
-            return round(value * self._inverse)  # round half to even, as numpy's rint
-        return min(round(value / self.granularity), self.threshold_units)
-
     def _release_one(self, value: float) -> float:
         """The one-value path, for a value already checked and truncated."""
         st = self.state
         if st.noise is None:
             self._draw_chunk()
         position = st.released % self.max_range
-        st.chunk_total += self._unit(value) if self.exact else value
+        st.chunk_total += self._arithmetic.unit(value)
         st.released += 1
         if position != st.block_end:
             return st.prediction
         bs = self.block_size
         block = position // bs
         total = st.chunk_total - st.block_start_total
-        if self.exact:
-            block_sum = (float(total + int(st.noise[block])) + float(st.noise_fraction[block])) * self.granularity
-        else:
-            block_sum = total + float(st.noise[block])
+        block_sum = self._arithmetic.estimate(total, st.noise, st.noise_fraction, block)
         count = position - block * bs + 1
         out = block_sum - (count - 1) * st.prediction
         if bs > 1:
