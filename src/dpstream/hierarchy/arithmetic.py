@@ -88,6 +88,10 @@ class GridArithmetic:
         """Every node's noise in grid units (int64), bottom level first, in one draw."""
         return draw_noise_units(sampler, n_leaves, fanout, n_levels, self.noise.scale)
 
+    def draw_one(self, sampler: NoiseSampler) -> int:
+        """One draw in grid units (the noise of a single query)."""
+        return int(sampler.laplace_units(self.noise.scale, 1)[0])
+
     def consistent(self, levels: list[np.ndarray], fanout: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The consistent noise of the first ``count`` leaves: its integer part and ``remainder / q``."""
         leaves = consistent_leaves(levels, fanout)
@@ -147,6 +151,9 @@ class FloatArithmetic:
 
     def draw(self, sampler: NoiseSampler, n_leaves: int, fanout: int, n_levels: int) -> list[np.ndarray]:
         return draw_noise_levels(None, n_leaves, fanout, n_levels, self.scale_value, noise=sampler)
+
+    def draw_one(self, sampler: NoiseSampler) -> float:
+        return float(sampler.laplace(self.scale_value, 1)[0])
 
     def consistent(self, levels: list[np.ndarray], fanout: int, count: int) -> tuple[np.ndarray, None]:
         return make_consistent(levels, fanout)[0][:count].copy(), None
