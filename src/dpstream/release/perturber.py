@@ -109,7 +109,7 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
 
 def check_chunk_sums(max_range: int, units: int) -> None:
     """Refuse a grid on which a chunk's sum of ``max_range`` values of at most ``units`` grid units
-    could reach 2^52 (the perturber sums grid units in float64, exactly below that)."""
+    could reach 2^52 (the limit the perturber has always kept, below float64's exact integers)."""
     if max_range * units >= 1 << 52:
         raise ValueError(
             f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
@@ -391,7 +391,7 @@ class HierarchicalPerturber:
         """True sums of the blocks that end in ``segment`` (at indices ``done_ends``), and the chunk's running
         sum after the segment and where the block after the last of them starts (as the state holds them).
 
-        On the exact path the sums are of integers below 2^52 in float64: exact in any order.
+        On the exact path they are int64 sums of grid units, below 2^52 (:func:`check_chunk_sums`): exact.
         """
         st, ar = self.state, self._arithmetic
         cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]

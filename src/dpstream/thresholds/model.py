@@ -297,22 +297,26 @@ def model_threshold(
     levels = tuple(range(num_levels(max_range, fanout))) if levels is None else tuple(int(s) for s in levels)
     queries = QueryLengths.random(max_range) if queries is None else queries
     held = _HeldOut(values, make_bits(seed), model_candidates(upper_bound, step))
-    return _four_steps(held, epsilon=epsilon, stream_epsilon=stream_epsilon, selection=selection, max_range=max_range,
-                       fanout=fanout, queries=queries, levels=levels, period=period, leaves=leaves)
+    structures = _Structures(max_range=max_range, fanout=fanout, queries=queries, levels=levels, period=period,
+                             leaves=leaves)
+    return _four_steps(held, structures, epsilon=epsilon, stream_epsilon=stream_epsilon, selection=selection)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Structures:
+    """The hierarchies the model scores: chunks of r values, fan-out b, the windows that matter, the
+    allowed s, and a period or the leaf lengths of a window (see :func:`model_threshold`)."""
+
+    max_range: int
+    fanout: int
+    queries: QueryLengths
+    levels: tuple[int, ...]
+    period: int | None
+    leaves: tuple[int, ...]
 
 
 def _four_steps(
-    held: _HeldOut,
-    *,
-    epsilon: float,
-    stream_epsilon: float,
-    selection: str,
-    max_range: int,
-    fanout: int,
-    queries: QueryLengths,
-    levels: tuple[int, ...],
-    period: int | None,
-    leaves: tuple[int, ...],
+    held: _HeldOut, structures: _Structures, *, epsilon: float, stream_epsilon: float, selection: str
 ) -> ModelChoice:
     """The four steps of :func:`model_threshold` on checked arguments, in the order they draw bits."""
     values = held.values
@@ -326,16 +330,15 @@ def _four_steps(
     # counts cannot rule out: a block longer than the window predicts every window inside it, and
     # at a small budget the counts cannot show that the level is stable on that scale.
     drift, drift_details, drift_spent = _drift(values, median, scale, epsilon * SHARES["drift"], held.bits,
-                                               upper=bool(leaves))
+                                               upper=bool(structures.leaves))
 
     # 3. selection of (theta, s)
     eps_prior = epsilon * SHARES["prior"]
-    rows, structures = _public_errors(
-        held.candidates, m=held.m, scale=scale, drift=drift, eps_prior=eps_prior, stream_epsilon=stream_epsilon,
-        max_range=max_range, fanout=fanout, queries=queries, levels=levels, period=period, leaves=leaves,
-    )
+    rows, shapes = _public_errors(held.candidates, structures, m=held.m, scale=scale, drift=drift,
+                                  eps_prior=eps_prior, stream_epsilon=stream_epsilon)
+    queries = structures.queries
     index, best, score, select_spent = held.select(rows, queries, selection, epsilon * SHARES["selection"])
-    s, measured, leaf = structures[best]
+    s, measured, leaf = shapes[best]
     theta = float(held.candidates[index])
 
     # 4. the prior
@@ -391,18 +394,13 @@ class _HeldOut:
 
 def _public_errors(
     candidates: np.ndarray,
+    structures: _Structures,
     *,
     m: int,
     scale: float,
     drift: float,
     eps_prior: float,
     stream_epsilon: float,
-    max_range: int,
-    fanout: int,
-    queries: QueryLengths,
-    levels: tuple[int, ...],
-    period: int | None,
-    leaves: tuple[int, ...],
 ) -> tuple[np.ndarray, list[tuple[int | None, int | None, int | None]]]:
     """Step 3's public part: the error of every structure at every candidate theta, in units of one
     value's excess (rows), and each row's structure ``(s, measured levels, leaf)``.
@@ -411,33 +409,34 @@ def _public_errors(
     with each number of measured levels, or, with ``period``, the periodic hierarchy with each
     number of measured levels (aligned windows are whole leaves: no smoothing error).
     """
+    max_range, fanout, queries = structures.max_range, structures.fanout, structures.queries
     excess, excess_square, spread = _exponential_summary(candidates, scale)
     prior_noise = 2.0 * (candidates / (m * eps_prior)) ** 2  # variance of the noisy mean of step 4
     model = ErrorModel(epsilon=stream_epsilon, max_range=max_range, fanout=fanout, queries=queries)
-    rows, structures = [], []
-    if period is not None:
-        factors = aligned_noise_factors(period=period, max_range=max_range, fanout=fanout, queries=queries)
+    rows, shapes = [], []
+    if structures.period is not None:
+        factors = aligned_noise_factors(period=structures.period, max_range=max_range, fanout=fanout, queries=queries)
         for d in factors:
             rows.append(2.0 * (candidates * d / stream_epsilon) ** 2 * factors[d] * m**2
                         / (queries.mean_square * scale**2))
-            structures.append((None, d, None))
-        return np.array(rows), structures
-    for s in levels:
+            shapes.append((None, d, None))
+        return np.array(rows), shapes
+    for s in structures.levels:
         bs = fanout**s
         summary = DataSummary(candidates, excess, excess_square, spread, drift,
                               prior_noise + drift * (m + bs) / 2.0)
         parts = model.components(summary, s)
         rows.append((parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2 / (queries.mean_square * scale**2))
-        structures.append((s, None, None))
-    for leaf in leaves:
+        shapes.append((s, None, None))
+    for leaf in structures.leaves:
         summary = DataSummary(candidates, excess, excess_square, spread, drift,
                               prior_noise + drift * (m + leaf) / 2.0)
         for d in model.leaf_levels(leaf):
             parts = model.leaf_components(summary, leaf, d)
             rows.append((parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2
                         / (queries.mean_square * scale**2))
-            structures.append((None, d, leaf))
-    return np.array(rows), structures
+            shapes.append((None, d, leaf))
+    return np.array(rows), shapes
 
 
 def selection_scores(counts: np.ndarray, public: np.ndarray, *, kappa: float, m: int) -> np.ndarray:
