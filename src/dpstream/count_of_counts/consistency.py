@@ -403,22 +403,8 @@ class BottomUpCountOfCounts(_Mechanism):
         The budget, all spent on the leaves.
     method : {"hc", "hg", "naive"}
         The Section 4 method of the leaves (default "hc").
-    max_size, max_size_epsilon, isotonic
+    max_size, max_size_epsilon, isotonic, seed, key, noise, memory_limit
         As for :class:`TopDownCountOfCounts`.
-    seed : None, int, numpy Generator or bit source
-        Where the secret key of the noise comes from (:func:`release_source`): None (default)
-        reads a fresh key from the operating system's CSPRNG, an int derives it from a seeded
-        PCG64 (tests; never publish a seeded release).  Every region draws its noise from
-        ``KeyedBits(key, ("count-of-counts", level, region))``, so the local and Spark engines
-        release the same tables for the same key.
-    key : bytes, optional
-        Instead of ``seed``: the secret key itself (at least 16 bytes).
-    noise : NoiseSampler, optional
-        Instead of ``seed``: the sampler itself, e.g. ``FloatNoise(rng=...)`` for a fast study
-        (not exact, not for publication) or ``ZeroNoise()`` for tests.
-    memory_limit : int, optional
-        Bytes the dense rows of the hc and naive methods may take (:func:`dense_memory`); a
-        ``K`` that needs more is refused before anything is allocated or drawn.
 
     Privacy
     -------

@@ -153,35 +153,18 @@ class PeriodicPerturber(HierarchicalPerturber):
 
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
         st, bs, n = self.state, self.block_size, segment.size
-        if st.noise is None:
-            self._draw_chunk()
+        seg = self._segment(segment, position)
         origin = self.phase if self._clock() < self.max_range else 0  # clock position of the stream's first value
-        first_block = position // bs
-        blocks = np.arange(first_block, (position + n - 1) // bs + 1)
-        starts = blocks[1:] * bs - position
-        ends = (blocks + 1) * bs - 1
-        done_blocks = blocks[ends <= position + n - 1]
-        done_ends = ends[: done_blocks.size] - position
-        skipped = np.maximum(done_blocks * bs, origin) - done_blocks * bs  # positions before the stream began
+        skipped = np.maximum(seg.done * bs, origin) - seg.done * bs  # positions before the stream began
         weights = self._cumulative[bs] - self._cumulative[skipped]  # shape summed over each leaf's values
         before = self._cumulative[bs - 1] - self._cumulative[skipped]  # ... over all but the last
-        totals, chunk_total, block_start_total = self._block_totals(segment, done_ends)
-        sums = self._block_values(totals, done_blocks)
-        after, new_smoother_state = self.smoother.step(st.smoother_state, sums / weights)
+        after, new_smoother_state = self.smoother.step(st.smoother_state, seg.sums / weights)
         predictions = np.concatenate(([st.prediction], after))
-        out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
+        out = np.repeat(predictions[: seg.blocks.size], seg.lengths)
         if not self._flat:
             out *= self.shape[(position + np.arange(n)) % bs]
-        out[done_ends] = sums - before * predictions[: done_blocks.size]
-        st.released += n
-        st.chunk_total = chunk_total
-        st.prediction = float(predictions[done_blocks.size])
-        st.smoother_state = new_smoother_state
-        if done_blocks.size:
-            st.block_start_total = block_start_total
-            st.block_end = int((done_blocks[-1] + 2) * bs - 1)
-        if position + n == self.max_range:
-            self._end_chunk()
+        out[seg.done_ends] = seg.sums - before * predictions[: seg.done.size]
+        self._advance(seg, position, n, predictions, new_smoother_state)
         return out
 
     def _release_one(self, value: float) -> float:

@@ -153,6 +153,19 @@ class HierarchyShape:
         return self.levels - self.smoothed_levels
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Segment:
+    """The blocks a batch of values of one chunk touches (:meth:`HierarchicalPerturber._segment`)."""
+
+    blocks: np.ndarray  # every block the segment touches
+    lengths: np.ndarray  # how many of its values fall in each
+    done: np.ndarray  # the blocks it completes ...
+    done_ends: np.ndarray  # ... their last index in the segment
+    sums: np.ndarray  # ... and their estimates u (real units)
+    chunk_total: Any  # the chunk's running sum after the segment
+    block_start_total: Any  # its value where the block after the last completed one starts
+
+
 @dataclass(kw_only=True)
 class PerturberState:
     """Everything the perturber needs to continue a stream (the noise source aside).
@@ -436,35 +449,47 @@ class HierarchicalPerturber:
 
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
         st, bs, n = self.state, self.block_size, segment.size
-        if st.noise is None:
-            self._draw_chunk()
-        first_block = position // bs
-        blocks = np.arange(first_block, (position + n - 1) // bs + 1)
-        starts = blocks[1:] * bs - position  # where each later block starts in the segment
-        ends = np.minimum((blocks + 1) * bs, self.max_range) - 1
-        done_blocks = blocks[ends <= position + n - 1]
-        done_ends = ends[: done_blocks.size] - position  # indices into segment
-        counts = ends[: done_blocks.size] - done_blocks * bs + 1
-        totals, chunk_total, block_start_total = self._block_totals(segment, done_ends)
-        sums = self._block_values(totals, done_blocks)
+        seg = self._segment(segment, position)
+        counts = seg.done_ends + position - seg.done * bs + 1  # values of each completed block
         if bs == 1:
-            predictions = np.full(done_blocks.size + 1, st.prediction)  # never used: count is 1
+            predictions = np.full(seg.done.size + 1, st.prediction)  # never used: count is 1
             new_smoother_state = st.smoother_state
         else:
-            after, new_smoother_state = self.smoother.step(st.smoother_state, sums / counts)
+            after, new_smoother_state = self.smoother.step(st.smoother_state, seg.sums / counts)
             predictions = np.concatenate(([st.prediction], after))
-        out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
-        out[done_ends] = sums - (counts - 1) * predictions[: done_blocks.size]
+        out = np.repeat(predictions[: seg.blocks.size], seg.lengths)
+        out[seg.done_ends] = seg.sums - (counts - 1) * predictions[: seg.done.size]
+        self._advance(seg, position, n, predictions, new_smoother_state)
+        return out
+
+    def _segment(self, segment: np.ndarray, position: int) -> _Segment:
+        """The blocks ``segment`` (values of one chunk from ``position`` on) touches, and the estimates
+        ``u`` of those it completes (drawing the chunk's noise first if it starts here)."""
+        st, bs, n = self.state, self.block_size, segment.size
+        if st.noise is None:
+            self._draw_chunk()
+        blocks = np.arange(position // bs, (position + n - 1) // bs + 1)
+        starts = blocks[1:] * bs - position  # where each later block starts in the segment
+        ends = np.minimum((blocks + 1) * bs, self.max_range) - 1
+        done = blocks[ends <= position + n - 1]
+        done_ends = ends[: done.size] - position  # indices into segment
+        totals, chunk_total, block_start_total = self._block_totals(segment, done_ends)
+        return _Segment(blocks=blocks, lengths=np.diff(np.concatenate(([0], starts, [n]))), done=done,
+                        done_ends=done_ends, sums=self._block_values(totals, done), chunk_total=chunk_total,
+                        block_start_total=block_start_total)
+
+    def _advance(self, seg: _Segment, position: int, n: int, predictions: np.ndarray, smoother_state: Any) -> None:
+        """Move the state past a released segment: its totals, the next prediction, the next block's end."""
+        st = self.state
         st.released += n
-        st.chunk_total = chunk_total
-        st.prediction = float(predictions[done_blocks.size])
-        st.smoother_state = new_smoother_state
-        if done_blocks.size:
-            st.block_start_total = block_start_total
-            st.block_end = int(min((done_blocks[-1] + 2) * bs, self.max_range) - 1)
+        st.chunk_total = seg.chunk_total
+        st.prediction = float(predictions[seg.done.size])
+        st.smoother_state = smoother_state
+        if seg.done.size:
+            st.block_start_total = seg.block_start_total
+            st.block_end = int(min((seg.done[-1] + 2) * self.block_size, self.max_range) - 1)
         if position + n == self.max_range:
             self._end_chunk()
-        return out
 
     # -- one value -------------------------------------------------------------------------
 

@@ -221,6 +221,11 @@ def _released(sampler: NoiseSampler, center: float, scale: float, granularity: f
     return float(k * Fraction(granularity))
 
 
+def _float_draw(sampler: FloatNoise, noise: str) -> float:
+    """``Z`` of the studies' float path: ``Laplace(1)`` or a standard normal from the sampler's generator."""
+    return float_laplace(sampler, 1.0, 1)[0] if noise == "laplace" else float_gaussian(sampler)
+
+
 def smooth_quantile_threshold(
     values: np.ndarray,
     *,
@@ -259,7 +264,7 @@ def smooth_quantile_threshold(
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
     if isinstance(chosen, FloatNoise):
-        draw = float_laplace(chosen, 1.0, 1)[0] if noise == "laplace" else float_gaussian(chosen)
+        draw = _float_draw(chosen, noise)
         return estimate + ss / a * float(draw)
     return _released(chosen, estimate, ss / a, granularity, upper_bound)
 
@@ -324,7 +329,7 @@ def pak_threshold(
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
     if isinstance(chosen, FloatNoise):
-        draw = float_laplace(chosen, 1.0, 1)[0] if noise == "laplace" else float_gaussian(chosen)
+        draw = _float_draw(chosen, noise)
         return multiplier * (estimate + kappa * ss / a * (float(draw) + offset))
     center = multiplier * (estimate + kappa * ss / a * offset)
     return _released(chosen, center, multiplier * kappa * ss / a, granularity, upper_bound)
