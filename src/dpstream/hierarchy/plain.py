@@ -9,7 +9,8 @@ Exact noise on a public grid (the default): values (already in ``[0, theta]``) a
 multiples of ``g`` (default the largest power of two at most ``theta / 2^20``), theta is rounded
 up to ``theta_units`` steps, and every node is its integer sum plus discrete Laplace noise of
 scale ``theta_units h / eps`` grid units (rounded up); a range sum is an integer times ``g``.
-``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).
+``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication), on the
+float arithmetic of :mod:`dpstream.hierarchy.arithmetic`.
 
 Privacy
 -------

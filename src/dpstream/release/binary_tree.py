@@ -32,7 +32,7 @@ below ``2^53`` grid units, which the constructor checks up front (``n tau_units`
 scales per node on a prefix must stay below ``2^53``; a prefix's noise exceeds that with
 probability below ``h e^-40``, and a count that would reach ``2^53`` units raises rather than
 rounds).  ``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for
-publication).
+publication): the same code on the float arithmetic of :mod:`dpstream.hierarchy.arithmetic`.
 
 Privacy
 -------

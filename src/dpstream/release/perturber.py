@@ -30,7 +30,8 @@ Laplace noise of scale ``theta_units (h - s) / eps`` grid units, rounded up to a
 remainder / q) g`` is a deterministic function of the exact measurements (not of ``T`` and the
 noise separately, which float sums would make it).  The smoother and the last-value rule are
 float post-processing of these estimates.  ``noise=FloatNoise(rng)`` runs the float algorithm
-of the studies instead (no grid, float Laplace; NOT for publication).
+of the studies instead (no grid, float Laplace; NOT for publication): the same code on the float
+arithmetic of :mod:`dpstream.hierarchy.arithmetic`.
 
 Privacy
 -------
