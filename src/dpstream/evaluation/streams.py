@@ -29,8 +29,10 @@ deviation and 10th/90th percentiles over rounds; :func:`plot_metric` draws the m
 
 Every method runs the float algorithm of its mechanism (``noise=FloatNoise(rng)``: no grid,
 numpy's float Laplace), so the studies reproduce the float implementation's numbers and stay
-fast.  Their outputs are NOT private releases; ``dpstream release`` and the mechanisms' defaults
-use exact noise.
+fast.  It is the library's mechanism itself on its float arithmetic
+(:mod:`dpstream.hierarchy.arithmetic` says why there is no separate float replica here).  Their
+outputs are NOT private releases; ``dpstream release`` and the mechanisms' defaults use exact
+noise.
 """
 
 from __future__ import annotations

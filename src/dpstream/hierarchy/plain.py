@@ -9,7 +9,8 @@ Exact noise on a public grid (the default): values (already in ``[0, theta]``) a
 multiples of ``g`` (default the largest power of two at most ``theta / 2^20``), theta is rounded
 up to ``theta_units`` steps, and every node is its integer sum plus discrete Laplace noise of
 scale ``theta_units h / eps`` grid units (rounded up); a range sum is an integer times ``g``.
-``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication).
+``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for publication), on the
+float arithmetic of :mod:`dpstream.hierarchy.arithmetic`.
 
 Privacy
 -------
@@ -20,20 +21,16 @@ rounded-up scale ``beta`` (at most epsilon): one value changes one node per leve
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
+from dpstream.hierarchy.arithmetic import arithmetic
 from dpstream.hierarchy.tree import (
     aggregate_levels,
     decomposed_range_sums,
-    draw_noise_levels,
-    draw_noise_units,
     num_levels,
 )
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source
 
@@ -72,26 +69,17 @@ class PlainHierarchy:
         values = np.asarray(values, dtype=np.float64)
         source = make_source(seed=seed, noise=noise, identity=("plain-hierarchy",))
         sampler = source.sampler()
-        self.granularity: float | None = None
-        self.spent_epsilon = epsilon
-        if source.exact:
-            factor = Fraction(self.levels) / Fraction(epsilon)
-            self.granularity = choose_granularity(granularity, threshold, units_factor=factor)
-            theta_units = ceil_units(threshold, self.granularity)
-            scale_units = round_up_scale(theta_units * factor)
-            self.spent_epsilon = epsilon_of_scale(theta_units * self.levels, scale_units)
-            values = to_units(np.minimum(values, theta_units * self.granularity), self.granularity, theta_units)
-        elif granularity is not None:
-            raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
-        scale = threshold * self.levels / epsilon
+        self._arithmetic = arithmetic(source.exact, bound=threshold, epsilon=epsilon, levels=self.levels,
+                                      granularity=granularity)
+        self.granularity, self.spent_epsilon = self._arithmetic.granularity, self._arithmetic.spent_epsilon
+        if source.exact:  # truncated at theta rounded to the grid: the same integers the units would reach
+            values = np.minimum(values, self._arithmetic.noise.units * self.granularity)
+        values = self._arithmetic.units(values)
         self._chunks = []
         for start in range(0, values.size, self.max_range):
             chunk = values[start : start + self.max_range]
             truth = aggregate_levels(chunk, self.fanout, self.levels)
-            if source.exact:
-                node_noise = draw_noise_units(sampler, chunk.size, self.fanout, self.levels, scale_units)
-            else:
-                node_noise = draw_noise_levels(None, chunk.size, self.fanout, self.levels, scale, noise=sampler)
+            node_noise = self._arithmetic.draw(sampler, chunk.size, self.fanout, self.levels)
             self._chunks.append((start, chunk.size, [t + n for t, n in zip(truth, node_noise, strict=True)]))
 
     def range_sums(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -103,4 +91,4 @@ class PlainHierarchy:
             lo = np.clip(starts - offset, 0, length)
             hi = np.clip(stops - offset, 0, length)
             total += decomposed_range_sums(levels, self.fanout, lo, np.maximum(hi, lo))
-        return total if self.granularity is None else total * self.granularity
+        return self._arithmetic.scaled(total)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -32,6 +33,7 @@ from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
 
 __all__ = [
     "DEFAULT_STEPS",
+    "GridLaplace",
     "MAX_SCALE_BITS",
     "ceil_units",
     "check_granularity",
@@ -255,3 +257,87 @@ def choose_granularity(granularity: object, bound: float, *, units_factor: Fract
     while step * 2.0 <= bound and ceil_units(bound, step) * factor > MAX_LAPLACE_NUMERATOR // 2:
         step *= 2.0
     return step
+
+
+# -- the grid-Laplace recipe of a central mechanism -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class GridLaplace:
+    """Discrete Laplace noise on a public grid for a query of bounded sensitivity, in one place.
+
+    Every central mechanism measures integer sums of grid units and adds discrete Laplace noise
+    to them; this is the recipe they share.  ``bound`` (a value's largest contribution, e.g. the
+    threshold theta) is rounded **up** to ``units = ceil(bound / g)`` grid units; ``levels``
+    measurements each of sensitivity ``units`` compose sequentially (the levels of a hierarchy;
+    1 for a single query), so the noise scale is ``units levels / epsilon`` grid units, rounded
+    up (:func:`round_up_scale`), and the budget actually spent, recomputed from that scale
+    (:func:`epsilon_of_scale`), is at most ``epsilon``.
+
+    Build it with :meth:`choose` (granularity None: the default grid for the bound and the
+    budget, :func:`choose_granularity`) or :meth:`on_grid` (a grid already chosen).
+
+    Attributes
+    ----------
+    granularity : float
+        g, the grid step.
+    units : int
+        The bound in grid units, ``ceil(bound / g)``: one measurement's sensitivity.
+    levels : int
+        Measurements composed sequentially.
+    epsilon : float
+        The budget asked for.
+    scale : Fraction
+        The noise scale in grid units, ``units levels / epsilon`` rounded up.
+    spent_epsilon : float
+        ``units levels / scale`` rounded up to a float: at most the ``epsilon`` asked.
+
+    >>> noise = GridLaplace.choose(10.0, 1.0, levels=3)
+    >>> noise.granularity == 2.0**-17, noise.units == 10 * 2**17, noise.scale == 30 * 2**17
+    (True, True, True)
+    >>> noise.spent_epsilon, noise.bound, noise.scale_value
+    (1.0, 10.0, 30.0)
+    >>> odd = GridLaplace.on_grid(1.0, 0.3, 0.25)
+    >>> odd.units, odd.scale > 4 / Fraction(0.3), odd.spent_epsilon <= 0.3, odd.scale_per_unit == 1 / Fraction(0.3)
+    (4, True, True, True)
+    """
+
+    granularity: float
+    units: int
+    levels: int
+    epsilon: float
+    scale: Fraction
+    spent_epsilon: float
+
+    @classmethod
+    def on_grid(cls, bound: float, epsilon: float, granularity: float, *, levels: int = 1,
+                what: str = "noise scale") -> GridLaplace:
+        """The noise for ``bound`` and ``epsilon`` on the grid of step ``granularity`` (already checked)."""
+        units = ceil_units(bound, granularity)
+        sensitivity = units * levels
+        scale = round_up_scale(Fraction(sensitivity) / Fraction(epsilon), what=what)
+        return cls(granularity=granularity, units=units, levels=levels, epsilon=epsilon, scale=scale,
+                   spent_epsilon=epsilon_of_scale(sensitivity, scale))
+
+    @classmethod
+    def choose(cls, bound: float, epsilon: float, granularity: float | None = None, *, levels: int = 1) -> GridLaplace:
+        """The noise on ``granularity`` checked, or on the default grid for ``bound`` and this noise's
+        scale per unit of sensitivity ``levels / epsilon`` (:func:`choose_granularity`).  A grid too
+        fine for the budget is refused here."""
+        factor = Fraction(levels) / Fraction(epsilon)
+        return cls.on_grid(bound, epsilon, choose_granularity(granularity, bound, units_factor=factor), levels=levels)
+
+    @property
+    def scale_per_unit(self) -> Fraction:
+        """``levels / epsilon``: the exact noise scale per grid unit of sensitivity (before rounding)."""
+        return Fraction(self.levels) / Fraction(self.epsilon)
+
+    @property
+    def bound(self) -> float:
+        """The bound rounded up to the grid, ``units g`` (the smallest float not below it)."""
+        return float_up(Fraction(self.units) * Fraction(self.granularity))
+
+    @property
+    def scale_value(self) -> float:
+        """The noise scale in the values' units, ``scale g`` (a float)."""
+        return float(self.scale) * self.granularity

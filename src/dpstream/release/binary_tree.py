@@ -32,7 +32,7 @@ below ``2^53`` grid units, which the constructor checks up front (``n tau_units`
 scales per node on a prefix must stay below ``2^53``; a prefix's noise exceeds that with
 probability below ``h e^-40``, and a count that would reach ``2^53`` units raises rather than
 rounds).  ``noise=FloatNoise(rng)`` runs the float algorithm of the studies (NOT for
-publication).
+publication): the same code on the float arithmetic of :mod:`dpstream.hierarchy.arithmetic`.
 
 Privacy
 -------
@@ -48,7 +48,6 @@ numbers produced.  With ``key=``, tree ``i`` draws from ``KeyedBits(key, ("binar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -62,25 +61,14 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream.hierarchy import num_levels
-from dpstream.hierarchy.tree import draw_noise_levels
+from dpstream.hierarchy.arithmetic import MAX_EXACT_UNITS, arithmetic
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import (
-    ceil_units,
-    choose_granularity,
-    epsilon_of_scale,
-    float_up,
-    round_up_scale,
-    to_units,
-)
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
 
 __all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
-
-#: Noisy counts stay exact multiples of a power-of-two grid below this many grid units.
-MAX_EXACT_UNITS = 1 << 53
 
 
 def prefix_nodes(count: int, levels: int) -> list[tuple[int, int]]:
@@ -215,30 +203,22 @@ class BinaryTreeCounter:
         check_magnitude(bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("binary-tree",))
         self.exact = self._source.exact
+        self._arithmetic = arithmetic(self.exact, bound=bound, epsilon=self.epsilon, levels=self.levels,
+                                      granularity=granularity)
+        self.granularity, self.upper_bound = self._arithmetic.granularity, self._arithmetic.bound
+        self.noise_scale, self.spent_epsilon = self._arithmetic.scale_value, self._arithmetic.spent_epsilon
         if self.exact:
-            self._set_grid(bound, granularity)
-        else:
-            if granularity is not None:
-                raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
-            self.granularity = None
-            self.upper_bound = bound
-            self.noise_scale = self.upper_bound * self.levels / self.epsilon
-            self.spent_epsilon = self.epsilon
+            self._check_exact_counts()
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET; grid units if exact)
-        zero = 0 if self.exact else 0.0
+        zero = self._arithmetic.zero
         self._state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)
         self._params = dict(epsilon=epsilon, upper_bound=upper_bound, max_range=max_range, clip=clip,
                             granularity=granularity)
 
-    def _set_grid(self, bound: float, granularity: float | None) -> None:
-        factor = Fraction(self.levels) / Fraction(self.epsilon)
-        g = choose_granularity(granularity, bound, units_factor=factor)
-        self.granularity = g
-        self.bound_units = ceil_units(bound, g)
-        self.upper_bound = float_up(Fraction(self.bound_units) * Fraction(g))
-        self.noise_scale_units = round_up_scale(self.bound_units * factor)
-        self.noise_scale = float(self.noise_scale_units) * g
-        self.spent_epsilon = epsilon_of_scale(self.bound_units * self.levels, self.noise_scale_units)
+    def _check_exact_counts(self) -> None:
+        """Refuse a grid on which a noisy count could reach 2^53 grid units (see the module docstring)."""
+        grid = self._arithmetic.noise
+        self.bound_units, self.noise_scale_units = grid.units, grid.scale
         worst = 2**self.levels * self.bound_units + 40 * self.levels * self.noise_scale_units
         if worst >= MAX_EXACT_UNITS:
             raise ValueError(
@@ -297,9 +277,7 @@ class BinaryTreeCounter:
     @property
     def count(self) -> float:
         """The noisy count of every value released so far (grid units times g, correctly rounded)."""
-        if self.exact:
-            return float(self._state.count * Fraction(self.granularity))
-        return self._state.count
+        return self._arithmetic.released_one(self._state.count)
 
     def privacy(self) -> PrivacyGuarantee:
         """``spent_epsilon``-DP (at most epsilon) at event level for values in [0, upper_bound]."""
@@ -325,11 +303,7 @@ class BinaryTreeCounter:
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels
         sampler = self._source.sampler(self._state.released // self.max_range)
-        if self.exact:
-            draws = sampler.laplace_units(self.noise_scale_units, 2 * size - 2)  # leaves first, then up
-            self.noise = np.split(draws, np.cumsum([size >> level for level in range(self.levels)])[:-1])
-        else:
-            self.noise = draw_noise_levels(None, size, 2, self.levels, self.noise_scale, noise=sampler)
+        self.noise = self._arithmetic.draw(sampler, size, 2, self.levels)  # leaves first, then up
         increments = np.diff(noise_prefix_sums(self.noise))[: self.max_range]
         self._state.increments = increments
         return increments
@@ -341,30 +315,11 @@ class BinaryTreeCounter:
         return self._release(values)
 
     def _release(self, values: np.ndarray) -> np.ndarray:
-        if self.exact:
-            units = to_units(values, self.granularity, self.bound_units)
-            return self._scale(self._release_units(units))
-        st = self._state
-        out = np.empty(values.size)
-        done = 0
-        while done < values.size:
-            position = st.released % self.max_range
-            increments = st.increments if st.increments is not None else self._start_tree()
-            take = min(values.size - done, self.max_range - position)
-            segment = values[done : done + take]
-            out[done : done + take] = segment + increments[position : position + take]
-            st.running += float(np.sum(segment))
-            st.count += float(np.sum(out[done : done + take]))
-            st.released += take
-            done += take
-            if position + take == self.max_range:
-                st.increments, st.running = None, 0.0
-        return out
-
-    def _release_units(self, units: np.ndarray) -> np.ndarray:
-        """The exact path: released increments in grid units (int64)."""
-        st = self._state
-        out = np.empty(units.size, dtype=np.int64)
+        """Values already checked: rounded to the grid on the exact path, then the increments of the
+        noisy count (grid units, or values on the float path), released as values."""
+        ar, st = self._arithmetic, self._state
+        units = ar.units(values)
+        out = np.empty(units.size, dtype=units.dtype)
         done = 0
         while done < units.size:
             position = st.released % self.max_range
@@ -372,19 +327,13 @@ class BinaryTreeCounter:
             take = min(units.size - done, self.max_range - position)
             segment = units[done : done + take]
             out[done : done + take] = segment + increments[position : position + take]
-            st.running += int(segment.sum())
-            st.count += int(out[done : done + take].sum())
+            st.running += ar.sum(segment)
+            st.count += ar.sum(out[done : done + take])
             st.released += take
             done += take
             if position + take == self.max_range:
-                st.increments, st.running = None, 0
-        return out
-
-    def _scale(self, units: np.ndarray) -> np.ndarray:
-        """Grid units to values: ``units g``, exact for a power-of-two g and ``|units| < 2^53``."""
-        if np.any(np.abs(units) >= MAX_EXACT_UNITS):
-            raise OverflowError("a noisy increment reached 2^53 grid units and cannot be released exactly.")
-        return units * self.granularity
+                st.increments, st.running = None, ar.zero
+        return ar.released(out)
 
     def release_one(self, value: float) -> float:
         """Release one value; equals the batch path for the same seed."""

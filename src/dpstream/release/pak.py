@@ -54,10 +54,10 @@ from dpstream._checks import (
     check_probability,
 )
 from dpstream.hierarchy import num_levels
+from dpstream.hierarchy.arithmetic import FloatArithmetic, GridArithmetic
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
-from dpstream.noise.float_continuous import float_laplace
-from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
+from dpstream.noise.grid import GridLaplace, ceil_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
@@ -204,11 +204,8 @@ class PAK(HoldOutRelease):
         check_magnitude(self.upper_bound / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
         check_magnitude(self.upper_bound * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
         self.granularity: float | None = None
-        if self._source.exact:
-            factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon),
-                         1 / Fraction(self.sum_epsilon))
-            self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
-            round_up_scale(ceil_units(self.upper_bound, self.granularity) * factor)  # a grid too fine: refused now
+        if self._source.exact:  # a grid too fine for the budget: refused now
+            self.granularity = self._noisier_on_grid(granularity).granularity
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
         self._start_hold_out()
@@ -216,6 +213,7 @@ class PAK(HoldOutRelease):
         self.held_sum: float | None = None
         self._sum_epsilon_spent: float | None = None
         self._sum_scale: Fraction | None = None
+        self._held_noise: GridArithmetic | FloatArithmetic | None = None  # of the held-out sum, once tau is known
 
     def privacy(self) -> PrivacyGuarantee:
         """(epsilon, delta) for any split: eps1 + eps2' on the hold-out, eps' on the rest, in parallel.
@@ -253,38 +251,40 @@ class PAK(HoldOutRelease):
             multiplier=self.multiplier, noise=self.threshold_noise,
         )
         self._start_tree(raw_threshold)
-        tau = self._threshold
-        if not self._source.exact:
-            truncated_sum = float(np.minimum(self._held, tau).sum())
-            held_sum = truncated_sum + float(float_laplace(sampler, tau / self.sum_epsilon, 1)[0])
-        else:
-            g, tau_units = self.granularity, self._stream.bound_units
-            total = int(to_units(np.minimum(self._held, tau), g, tau_units).sum())
-            noisy = total + int(self._source.sampler("sum").laplace_units(self._sum_scale, 1)[0])
-            held_sum = float(noisy * Fraction(g))
-        self.held_sum = held_sum
+        held = self._held_noise  # the held-out values truncated at tau, summed, plus Lap(tau / eps2)
+        total = held.sum(held.units(np.minimum(self._held, self._threshold)))
+        self.held_sum = held.released_one(total + held.draw_one(self._source.sampler("sum")))
 
     def _start_tree(self, raw_threshold: float) -> None:
         """Set tau from S-PAK's raw threshold and start the binary tree (also when a snapshot is restored)."""
         self.raw_threshold = raw_threshold
         tau = cap_threshold(raw_threshold, self.upper_bound, capped=self.capped)
-        if not self._source.exact:
-            self._threshold = tau
-            self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
-                                             noise=self._source.child("tree"))
-            return
-        g = self.granularity
-        factor = max(Fraction(num_levels(self.max_range, 2)) / Fraction(self.epsilon), 1 / Fraction(self.sum_epsilon))
-        while ceil_units(tau, g) * factor > MAX_LAPLACE_NUMERATOR // 2 and 2 * g <= tau:
-            g *= 2.0  # an uncapped tau far above B: a coarser grid, a function of the public tau
-        self.granularity = g
+        if self._source.exact:
+            g = self.granularity
+            factor = self._noisier_on_grid(g).scale_per_unit
+            while ceil_units(tau, g) * factor > MAX_LAPLACE_NUMERATOR // 2 and 2 * g <= tau:
+                g *= 2.0  # an uncapped tau far above B: a coarser grid, a function of the public tau
+            self.granularity = g
         self._stream = BinaryTreeCounter(epsilon=self.epsilon, upper_bound=tau, max_range=self.max_range,
-                                         granularity=g, noise=self._source.child("tree"))
-        tau_units = self._stream.bound_units
+                                         granularity=self.granularity, noise=self._source.child("tree"))
         self._threshold = self._stream.upper_bound  # tau rounded up to the grid
-        self._sum_scale = round_up_scale(Fraction(tau_units) / Fraction(self.sum_epsilon),
-                                         what="held-out sum's noise scale")
-        self._sum_epsilon_spent = epsilon_of_scale(tau_units, self._sum_scale)
+        self._held_noise = self._held_sum_noise(tau)
+
+    def _held_sum_noise(self, tau: float) -> GridArithmetic | FloatArithmetic:
+        """The arithmetic of the held-out sum: ``Lap(tau / eps2)`` on the tree's grid, or in float (the studies)."""
+        if not self._source.exact:
+            return FloatArithmetic(bound=tau, scale=tau / self.sum_epsilon, epsilon=self.sum_epsilon)
+        grid = GridLaplace.on_grid(tau, self.sum_epsilon, self.granularity, what="held-out sum's noise scale")
+        self._sum_scale, self._sum_epsilon_spent = grid.scale, grid.spent_epsilon
+        return GridArithmetic(grid)
+
+    def _noisier_on_grid(self, granularity: float | None) -> GridLaplace:
+        """The tree's noise or the held-out sum's on the grid for B, whichever has the larger scale per
+        unit of sensitivity: both measure on one grid, which must be coarse enough for the noisier."""
+        tree = (self.epsilon, num_levels(self.max_range, 2))
+        epsilon, levels = tree if Fraction(tree[1]) / Fraction(tree[0]) >= 1 / Fraction(self.sum_epsilon) else (
+            self.sum_epsilon, 1)
+        return GridLaplace.choose(self.upper_bound, epsilon, granularity, levels=levels)
 
     # -- the streaming contract: state and from_state ----------------------------------------
 

@@ -39,8 +39,6 @@ import dataclasses
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_nonnegative, check_positive_int
-from dpstream.hierarchy import draw_noise_levels, make_consistent
-from dpstream.hierarchy.tree import consistent_leaves, draw_noise_units
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
@@ -149,83 +147,24 @@ class PeriodicPerturber(HierarchicalPerturber):
             f"on each of d = {d} levels over leaves of one period of {self.period} values (eps/{d} each, sequential)")
         return dataclasses.replace(guarantee, composition=composition)
 
-    def _clock(self) -> int:
-        """Clock position of the next value."""
-        return self.state.released + self.phase
-
-    def _draw_chunk(self) -> np.ndarray:
-        st = self.state
-        sampler = self._source.sampler(self._clock() // self.max_range)
-        d, count = self.measured_levels, self.blocks_per_chunk
-        if self.exact:
-            leaves = consistent_leaves(draw_noise_units(sampler, count, self.fanout, d, self.noise_scale_units),
-                                       self.fanout)
-            st.noise = leaves.integer[:count].copy()
-            st.noise_fraction = leaves.fraction()[:count].copy()
-        else:
-            levels = draw_noise_levels(None, count, self.fanout, d, self.noise_scale, noise=sampler)
-            st.noise = make_consistent(levels, self.fanout)[0][:count].copy()
-        return st.noise
-
     def _end_chunk(self) -> None:
         super()._end_chunk()
         self.state.block_end = self.period - 1
 
-    def _release(self, values: np.ndarray) -> np.ndarray:
-        if self.exact:
-            values = self._units(values)
-        out = np.empty(values.size, dtype=np.float64)
-        done = 0
-        while done < values.size:
-            position = self._clock() % self.max_range
-            take = min(values.size - done, self.max_range - position)
-            out[done : done + take] = self._release_in_chunk(values[done : done + take], position)
-            done += take
-        return out
-
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
         st, bs, n = self.state, self.block_size, segment.size
-        if st.noise is None:
-            self._draw_chunk()
+        seg = self._segment(segment, position)
         origin = self.phase if self._clock() < self.max_range else 0  # clock position of the stream's first value
-        first_block = position // bs
-        blocks = np.arange(first_block, (position + n - 1) // bs + 1)
-        starts = blocks[1:] * bs - position
-        ends = (blocks + 1) * bs - 1
-        done_blocks = blocks[ends <= position + n - 1]
-        done_ends = ends[: done_blocks.size] - position
-        skipped = np.maximum(done_blocks * bs, origin) - done_blocks * bs  # positions before the stream began
+        skipped = np.maximum(seg.done * bs, origin) - seg.done * bs  # positions before the stream began
         weights = self._cumulative[bs] - self._cumulative[skipped]  # shape summed over each leaf's values
         before = self._cumulative[bs - 1] - self._cumulative[skipped]  # ... over all but the last
-        if self.exact:
-            pieces = np.add.reduceat(segment, np.concatenate(([0], starts))) if n else np.zeros(1)
-            totals = pieces[: done_blocks.size].copy()
-            if totals.size:
-                totals[0] += st.chunk_total - st.block_start_total
-            chunk_total = st.chunk_total + int(pieces.sum())
-            block_start_total = chunk_total - (0 if done_blocks.size == blocks.size else int(pieces[-1]))
-        else:
-            cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))
-            end_totals = cumulative[done_ends + 1]
-            totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
-            chunk_total = cumulative[-1].item()
-            block_start_total = end_totals[-1].item() if done_blocks.size else st.block_start_total
-        sums = self._block_values(totals, done_blocks)
-        after, new_smoother_state = self.smoother.step(st.smoother_state, sums / weights)
+        after, new_smoother_state = self.smoother.step(st.smoother_state, seg.sums / weights)
         predictions = np.concatenate(([st.prediction], after))
-        out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
+        out = np.repeat(predictions[: seg.blocks.size], seg.lengths)
         if not self._flat:
             out *= self.shape[(position + np.arange(n)) % bs]
-        out[done_ends] = sums - before * predictions[: done_blocks.size]
-        st.released += n
-        st.chunk_total = chunk_total
-        st.prediction = float(predictions[done_blocks.size])
-        st.smoother_state = new_smoother_state
-        if done_blocks.size:
-            st.block_start_total = block_start_total
-            st.block_end = int((done_blocks[-1] + 2) * bs - 1)
-        if position + n == self.max_range:
-            self._end_chunk()
+        out[seg.done_ends] = seg.sums - before * predictions[: seg.done.size]
+        self._advance(seg, position, n, predictions, new_smoother_state)
         return out
 
     def _release_one(self, value: float) -> float:
@@ -234,17 +173,14 @@ class PeriodicPerturber(HierarchicalPerturber):
             self._draw_chunk()
         clock = self._clock()
         position = clock % self.max_range
-        st.chunk_total += self._unit(value) if self.exact else value
+        st.chunk_total += self._arithmetic.unit(value)
         st.released += 1
         bs = self.block_size
         if position != st.block_end:
             return st.prediction * float(self.shape[position % bs])
         block = position // bs
         total = st.chunk_total - st.block_start_total
-        if self.exact:
-            block_sum = (float(total + int(st.noise[block])) + float(st.noise_fraction[block])) * self.granularity
-        else:
-            block_sum = total + float(st.noise[block])
+        block_sum = self._arithmetic.estimate(total, st.noise, st.noise_fraction, block)
         skipped = max(block * bs, self.phase if clock < self.max_range else 0) - block * bs
         out = block_sum - float(self._cumulative[bs - 1] - self._cumulative[skipped]) * st.prediction
         weight = self._cumulative[bs] - self._cumulative[skipped]

@@ -30,7 +30,8 @@ Laplace noise of scale ``theta_units (h - s) / eps`` grid units, rounded up to a
 remainder / q) g`` is a deterministic function of the exact measurements (not of ``T`` and the
 noise separately, which float sums would make it).  The smoother and the last-value rule are
 float post-processing of these estimates.  ``noise=FloatNoise(rng)`` runs the float algorithm
-of the studies instead (no grid, float Laplace; NOT for publication).
+of the studies instead (no grid, float Laplace; NOT for publication): the same code on the float
+arithmetic of :mod:`dpstream.hierarchy.arithmetic`.
 
 Privacy
 -------
@@ -70,24 +71,17 @@ from dpstream._checks import (
     check_positive_int,
     check_stream_values,
 )
-from dpstream.hierarchy import draw_noise_levels, make_consistent, num_levels
-from dpstream.hierarchy.tree import consistency_weights, consistent_leaves, draw_noise_units
+from dpstream.hierarchy import num_levels
+from dpstream.hierarchy.arithmetic import GridArithmetic, arithmetic
+from dpstream.hierarchy.tree import consistency_weights
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid import (
-    ceil_units,
-    choose_granularity,
-    epsilon_of_scale,
-    float_up,
-    is_power_of_two,
-    round_up_scale,
-    to_units,
-)
+from dpstream.noise.grid import GridLaplace, ceil_units, choose_granularity
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.smoothers import Smoother, make_smoother
 
-__all__ = ["HierarchicalPerturber", "PerturberState", "optimal_smoothed_levels"]
+__all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
 
 
 def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
@@ -112,6 +106,65 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     s = np.linspace(0.0, h - 1.0, 1000 * (h - 1) + 1)
     error = (fanout - 1) * np.maximum(log_r - s, 0.0) ** 3 * 2.0 / epsilon**2 + np.exp(2 * s * math.log(fanout)) / 36.0
     return int(min(h - 1, max(0, round(float(s[np.argmin(error)])))))
+
+
+def check_chunk_sums(max_range: int, units: int) -> None:
+    """Refuse a grid on which a chunk's sum of ``max_range`` values of at most ``units`` grid units
+    could reach 2^52 (the limit the perturber has always kept, below float64's exact integers)."""
+    if max_range * units >= 1 << 52:
+        raise ValueError(
+            f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
+            f"float64), got {max_range} * {units}; use a coarser granularity."
+        )
+
+
+@dataclass(frozen=True)
+class HierarchyShape:
+    """The public shape of ToPS's hierarchy: chunks of ``max_range`` values, fan-out ``b``,
+    ``h = ceil(log_b r)`` levels of which the ``s`` lowest are smoothed.
+
+    >>> HierarchyShape.of(1.0, 256, 16, None)
+    HierarchyShape(max_range=256, fanout=16, levels=2, smoothed_levels=1)
+    """
+
+    max_range: int
+    fanout: int
+    levels: int
+    smoothed_levels: int
+
+    @classmethod
+    def of(cls, epsilon: float, max_range: int, fanout: int, smoothed_levels: int | None) -> HierarchyShape:
+        """The shape checked; ``smoothed_levels`` None chooses s by Eq. 7 (:func:`optimal_smoothed_levels`)."""
+        max_range = check_positive_int(max_range, "max_range", minimum=2)
+        fanout = check_positive_int(fanout, "fanout", minimum=2)
+        levels = num_levels(max_range, fanout)
+        if smoothed_levels is None:
+            smoothed_levels = optimal_smoothed_levels(epsilon, max_range, fanout)
+        smoothed_levels = check_nonnegative_int(smoothed_levels, "smoothed_levels")
+        if smoothed_levels >= levels:
+            raise ValueError(
+                f"smoothed_levels must be < the hierarchy's {levels} levels "
+                f"(ceil(log_{fanout} {max_range})), got {smoothed_levels}."
+            )
+        return cls(max_range=max_range, fanout=fanout, levels=levels, smoothed_levels=smoothed_levels)
+
+    @property
+    def measured_levels(self) -> int:
+        """h - s."""
+        return self.levels - self.smoothed_levels
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Segment:
+    """The blocks a batch of values of one chunk touches (:meth:`HierarchicalPerturber._segment`)."""
+
+    blocks: np.ndarray  # every block the segment touches
+    lengths: np.ndarray  # how many of its values fall in each
+    done: np.ndarray  # the blocks it completes ...
+    done_ends: np.ndarray  # ... their last index in the segment
+    sums: np.ndarray  # ... and their estimates u (real units)
+    chunk_total: Any  # the chunk's running sum after the segment
+    block_start_total: Any  # its value where the block after the last completed one starts
 
 
 @dataclass(kw_only=True)
@@ -217,17 +270,9 @@ class HierarchicalPerturber:
     ) -> None:
         threshold = check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
-        self.fanout = check_positive_int(fanout, "fanout", minimum=2)
-        self.levels = num_levels(self.max_range, self.fanout)
-        if smoothed_levels is None:
-            smoothed_levels = optimal_smoothed_levels(self.epsilon, self.max_range, self.fanout)
-        self.smoothed_levels = check_nonnegative_int(smoothed_levels, "smoothed_levels")
-        if self.smoothed_levels >= self.levels:
-            raise ValueError(
-                f"smoothed_levels must be < the hierarchy's {self.levels} levels "
-                f"(ceil(log_{self.fanout} {self.max_range})), got {self.smoothed_levels}."
-            )
+        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        self.max_range, self.fanout, self.levels, self.smoothed_levels = (
+            shape.max_range, shape.fanout, shape.levels, shape.smoothed_levels)
         self.smoother = make_smoother(smoother)
         self.block_size = self.fanout**self.smoothed_levels
         self.measured_levels = self.levels - self.smoothed_levels
@@ -248,19 +293,18 @@ class HierarchicalPerturber:
         if self.exact:
             self._set_grid(threshold, granularity)
         else:
-            if granularity is not None:
-                raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
-            self.granularity = None
-            self.threshold = threshold
-            self.noise_scale = self.threshold * self.measured_levels / self.epsilon
-            self.spent_epsilon = self.epsilon
+            self._arithmetic = arithmetic(False, bound=threshold, epsilon=self.epsilon, levels=self.measured_levels,
+                                          granularity=granularity)
+        ar = self._arithmetic
+        self.granularity, self.threshold, self.noise_scale = ar.granularity, ar.bound, ar.scale_value
+        self.spent_epsilon = ar.spent_epsilon
         prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
         self.prior = prior
         self.state = PerturberState(
             released=0,
             noise=None,
-            chunk_total=0 if self.exact else 0.0,
-            block_start_total=0 if self.exact else 0.0,
+            chunk_total=ar.zero,
+            block_start_total=ar.zero,
             block_end=block_end,
             prediction=prior,
             smoother_state=self.smoother.init(prior),
@@ -269,19 +313,11 @@ class HierarchicalPerturber:
     def _set_grid(self, threshold: float, granularity: float | None) -> None:
         factor = Fraction(self.measured_levels) / Fraction(self.epsilon)
         g = choose_granularity(granularity, threshold, units_factor=factor)
-        self.granularity = g
-        self.threshold_units = ceil_units(threshold, g)
-        self.threshold = float_up(Fraction(self.threshold_units) * Fraction(g))
-        if self.max_range * self.threshold_units >= 1 << 52:
-            raise ValueError(
-                f"max_range * threshold / granularity must be below 2^52 (chunk sums of grid units exact in "
-                f"float64), got {self.max_range} * {self.threshold_units}; use a coarser granularity."
-            )
-        sensitivity = self.threshold_units * self.measured_levels
-        self.noise_scale_units = round_up_scale(Fraction(sensitivity) / Fraction(self.epsilon))
-        self.noise_scale = float(self.noise_scale_units) * g
-        self.spent_epsilon = epsilon_of_scale(sensitivity, self.noise_scale_units)
-        self._inverse = 1.0 / g if is_power_of_two(g) else None
+        units = ceil_units(threshold, g)
+        check_chunk_sums(self.max_range, units)  # before the scale, whose error it would hide
+        noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)
+        self._arithmetic = GridArithmetic(noise)
+        self.threshold_units, self.noise_scale_units = noise.units, noise.scale
         self.consistency_denominator = consistency_weights(self.fanout, self.measured_levels)[0]
 
     # -- snapshots -----------------------------------------------------------------------------
@@ -346,38 +382,41 @@ class HierarchicalPerturber:
 
     # -- noise ---------------------------------------------------------------------------
 
-    def _draw_chunk(self) -> np.ndarray:
-        st = self.state
-        sampler = self._source.sampler(st.released // self.max_range)
-        if self.exact:
-            levels = draw_noise_units(
-                sampler, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale_units
-            )
-            leaves = consistent_leaves(levels, self.fanout)
-            st.noise = leaves.integer[: self.blocks_per_chunk].copy()
-            st.noise_fraction = leaves.fraction()[: self.blocks_per_chunk].copy()
-        else:
-            levels = draw_noise_levels(
-                None, self.blocks_per_chunk, self.fanout, self.measured_levels, self.noise_scale, noise=sampler
-            )
-            st.noise = make_consistent(levels, self.fanout)[0][: self.blocks_per_chunk].copy()
-        return st.noise
+    def _clock(self) -> int:
+        """Clock position of the next value (chunks start where it is a multiple of r)."""
+        return self.state.released + self.phase
+
+    def _draw_chunk(self) -> None:
+        """Draw the current chunk's node noise and make it consistent (its leaves' share, kept until the chunk ends)."""
+        st, ar = self.state, self._arithmetic
+        levels = ar.draw(self._source.sampler(self._clock() // self.max_range), self.blocks_per_chunk, self.fanout,
+                         self.measured_levels)
+        st.noise, st.noise_fraction = ar.consistent(levels, self.fanout, self.blocks_per_chunk)
 
     def _end_chunk(self) -> None:
         st = self.state
         st.noise = None
         st.noise_fraction = None
-        st.chunk_total = 0 if self.exact else 0.0
-        st.block_start_total = 0 if self.exact else 0.0
+        st.chunk_total = self._arithmetic.zero
+        st.block_start_total = self._arithmetic.zero
         st.block_end = min(self.block_size, self.max_range) - 1
+
+    def _block_totals(self, segment: np.ndarray, done_ends: np.ndarray) -> tuple[np.ndarray, Any, Any]:
+        """True sums of the blocks that end in ``segment`` (at indices ``done_ends``), and the chunk's running
+        sum after the segment and where the block after the last of them starts (as the state holds them).
+
+        On the exact path they are int64 sums of grid units, below 2^52 (:func:`check_chunk_sums`): exact.
+        """
+        st, ar = self.state, self._arithmetic
+        cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]
+        end_totals = cumulative[done_ends + 1]
+        totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
+        block_start_total = ar.total(end_totals[-1].item()) if done_ends.size else st.block_start_total
+        return totals, ar.total(cumulative[-1].item()), block_start_total
 
     def _block_values(self, totals: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         """Block estimates ``u`` (real units) from true block totals and the chunk's noise."""
-        st = self.state
-        if not self.exact:
-            return totals + st.noise[blocks]
-        units = (totals + st.noise[blocks]) + st.noise_fraction[blocks]  # the first sum is an exact integer
-        return units * self.granularity
+        return self._arithmetic.estimates(totals, self.state.noise, self.state.noise_fraction, blocks)
 
     # -- batch -----------------------------------------------------------------------------
 
@@ -399,80 +438,61 @@ class HierarchicalPerturber:
 
     def _release(self, values: np.ndarray) -> np.ndarray:
         """The batch path, for values already checked and truncated."""
-        if self.exact:
-            values = self._units(values)
+        values = self._arithmetic.units(values)
         out = np.empty(values.size, dtype=np.float64)
         done = 0
         while done < values.size:
-            position = self.state.released % self.max_range
+            position = self._clock() % self.max_range
             take = min(values.size - done, self.max_range - position)
             out[done : done + take] = self._release_in_chunk(values[done : done + take], position)
             done += take
         return out
 
-    def _units(self, values: np.ndarray) -> np.ndarray:
-        """Values rounded to the grid, in grid units, as integral float64 (exact: below 2^53).
-
-        Equal to :func:`~dpstream.noise.grid.to_units` as floats; kept as float64 so that block
-        sums need no int64 conversion (sums of integers below 2^53 are exact in float64, and the
-        constructor keeps ``max_range * threshold_units`` below 2^52).
-        """
-        if self._inverse is not None:
-            units = np.multiply(values, self._inverse)
-            return np.rint(units, out=units)
-        return to_units(values, self.granularity, self.threshold_units).astype(np.float64)
-
     def _release_in_chunk(self, segment: np.ndarray, position: int) -> np.ndarray:
+        st, bs, n = self.state, self.block_size, segment.size
+        seg = self._segment(segment, position)
+        counts = seg.done_ends + position - seg.done * bs + 1  # values of each completed block
+        if bs == 1:
+            predictions = np.full(seg.done.size + 1, st.prediction)  # never used: count is 1
+            new_smoother_state = st.smoother_state
+        else:
+            after, new_smoother_state = self.smoother.step(st.smoother_state, seg.sums / counts)
+            predictions = np.concatenate(([st.prediction], after))
+        out = np.repeat(predictions[: seg.blocks.size], seg.lengths)
+        out[seg.done_ends] = seg.sums - (counts - 1) * predictions[: seg.done.size]
+        self._advance(seg, position, n, predictions, new_smoother_state)
+        return out
+
+    def _segment(self, segment: np.ndarray, position: int) -> _Segment:
+        """The blocks ``segment`` (values of one chunk from ``position`` on) touches, and the estimates
+        ``u`` of those it completes (drawing the chunk's noise first if it starts here)."""
         st, bs, n = self.state, self.block_size, segment.size
         if st.noise is None:
             self._draw_chunk()
-        first_block = position // bs
-        blocks = np.arange(first_block, (position + n - 1) // bs + 1)
+        blocks = np.arange(position // bs, (position + n - 1) // bs + 1)
         starts = blocks[1:] * bs - position  # where each later block starts in the segment
         ends = np.minimum((blocks + 1) * bs, self.max_range) - 1
-        done_blocks = blocks[ends <= position + n - 1]
-        done_ends = ends[: done_blocks.size] - position  # indices into segment
-        counts = ends[: done_blocks.size] - done_blocks * bs + 1
-        if self.exact:  # integers in float64: any order of summation is exact
-            pieces = np.add.reduceat(segment, np.concatenate(([0], starts))) if n else np.zeros(1)
-            totals = pieces[: done_blocks.size].copy()
-            if totals.size:
-                totals[0] += st.chunk_total - st.block_start_total  # the part of the block before this call
-            chunk_total = st.chunk_total + int(pieces.sum())
-            block_start_total = chunk_total - (0 if done_blocks.size == blocks.size else int(pieces[-1]))
-        else:
-            cumulative = np.cumsum(np.concatenate(([st.chunk_total], segment)))  # [i+1]: after segment[i]
-            end_totals = cumulative[done_ends + 1]
-            totals = end_totals - np.concatenate(([st.block_start_total], end_totals[:-1]))
-            chunk_total = cumulative[-1].item()
-            block_start_total = end_totals[-1].item() if done_blocks.size else st.block_start_total
-        sums = self._block_values(totals, done_blocks)
-        if bs == 1:
-            predictions = np.full(done_blocks.size + 1, st.prediction)  # never used: count is 1
-            new_smoother_state = st.smoother_state
-        else:
-            after, new_smoother_state = self.smoother.step(st.smoother_state, sums / counts)
-            predictions = np.concatenate(([st.prediction], after))
-        out = np.repeat(predictions[: blocks.size], np.diff(np.concatenate(([0], starts, [n]))))
-        out[done_ends] = sums - (counts - 1) * predictions[: done_blocks.size]
+        done = blocks[ends <= position + n - 1]
+        done_ends = ends[: done.size] - position  # indices into segment
+        totals, chunk_total, block_start_total = self._block_totals(segment, done_ends)
+        return _Segment(blocks=blocks, lengths=np.diff(np.concatenate(([0], starts, [n]))), done=done,
+                        done_ends=done_ends, sums=self._block_values(totals, done), chunk_total=chunk_total,
+                        block_start_total=block_start_total)
+
+    def _advance(self, seg: _Segment, position: int, n: int, predictions: np.ndarray, smoother_state: Any) -> None:
+        """Move the state past a released segment: its totals, the next prediction, the next block's end."""
+        st = self.state
         st.released += n
-        st.chunk_total = chunk_total
-        st.prediction = float(predictions[done_blocks.size])
-        st.smoother_state = new_smoother_state
-        if done_blocks.size:
-            st.block_start_total = block_start_total
-            st.block_end = int(min((done_blocks[-1] + 2) * bs, self.max_range) - 1)
+        st.chunk_total = seg.chunk_total
+        st.prediction = float(predictions[seg.done.size])
+        st.smoother_state = smoother_state
+        if seg.done.size:
+            st.block_start_total = seg.block_start_total
+            st.block_end = int(min((seg.done[-1] + 2) * self.block_size, self.max_range) - 1)
         if position + n == self.max_range:
             self._end_chunk()
-        return out
 
     # -- one value -------------------------------------------------------------------------
-
-    def _unit(self, value: float) -> int:
-        """One value in grid units, exactly as :func:`~dpstream.noise.grid.to_units` rounds a batch."""
-        if self._inverse is not None:
-            return round(value * self._inverse)  # round half to even, as numpy's rint
-        return min(round(value / self.granularity), self.threshold_units)
 
     def _release_one(self, value: float) -> float:
         """The one-value path, for a value already checked and truncated."""
@@ -480,17 +500,14 @@ class HierarchicalPerturber:
         if st.noise is None:
             self._draw_chunk()
         position = st.released % self.max_range
-        st.chunk_total += self._unit(value) if self.exact else value
+        st.chunk_total += self._arithmetic.unit(value)
         st.released += 1
         if position != st.block_end:
             return st.prediction
         bs = self.block_size
         block = position // bs
         total = st.chunk_total - st.block_start_total
-        if self.exact:
-            block_sum = (float(total + int(st.noise[block])) + float(st.noise_fraction[block])) * self.granularity
-        else:
-            block_sum = total + float(st.noise[block])
+        block_sum = self._arithmetic.estimate(total, st.noise, st.noise_fraction, block)
         count = position - block * bs + 1
         out = block_sum - (count - 1) * st.prediction
         if bs > 1:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -36,14 +35,14 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
-from dpstream.noise.grid import ceil_units, choose_granularity, round_up_scale
+from dpstream.noise.grid import GridLaplace
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import make_source
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
-from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
@@ -243,6 +242,13 @@ class ToPS(HoldOutRelease):
         self.model_choice: ModelChoice | None = None
         self._chosen: dict | None = None  # what the hold-out chose: theta, s, the prior (public)
         self._forced_levels = smoothed_levels
+        self._set_smoothers(smoother, window, alpha)
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
+        self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
+        self._start_hold_out()
+
+    def _set_smoothers(self, smoother: str | Smoother | None, window: int | None, alpha: float | None) -> None:
+        """The smoother of blocks and periods, and the one of leaves of a fraction of the window."""
         if smoother is None and self.period is not None:
             smoother, window = "moving_average", PERIOD_SMOOTHING if window is None else window
         params = {k: v for k, v in (("window", window), ("alpha", alpha)) if v is not None}
@@ -250,37 +256,32 @@ class ToPS(HoldOutRelease):
         # leaves of a fraction of the window are smoothed as periods are
         self._leaf_smoother = (make_smoother("moving_average", window=PERIOD_SMOOTHING) if smoother is None
                                else self._smoother)
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
-        # A perturber with a placeholder theta checks r, b and s now rather than after the hold;
-        # s does not depend on theta (Eq. 7), so its levels are the real ones.
-        self._perturber_args = dict(
-            epsilon=self.epsilon,
-            max_range=max_range,
-            fanout=fanout,
-            smoothed_levels=smoothed_levels,
-            smoother=self._smoother,
-        )
-        probe = HierarchicalPerturber(threshold=1.0, **self._perturber_args, noise=ZeroNoise())
-        self.max_range, self.fanout = probe.max_range, probe.fanout
-        self.levels, self.smoothed_levels = probe.levels, probe.smoothed_levels
-        # with the model, s is chosen after the hold-out: check and size the grid for the most levels
-        measured = probe.levels if (self.threshold_method == "model" and smoothed_levels is None) or period else (
-            probe.measured_levels)
+
+    def _set_hierarchy(self, max_range: int, fanout: int, smoothed_levels: int | None,
+                       granularity: float | None) -> None:
+        """Check r, b and s now rather than after the hold-out (s does not depend on theta, Eq. 7),
+        and choose the grid for the largest theta, B, and the most levels the hold-out may choose."""
+        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        self.max_range, self.fanout = shape.max_range, shape.fanout
+        self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
+        self._perturber_args = dict(epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
+                                    smoothed_levels=smoothed_levels, smoother=self._smoother)
+        chosen_later = self.threshold_method == "model" and smoothed_levels is None
+        measured = shape.levels if chosen_later or self.period else shape.measured_levels
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
         check_magnitude(self.upper_bound * measured / self.epsilon,
                         "the largest noise scale upper_bound * (h - s) / epsilon")
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
         self.granularity: float | None = None
         if self._source.exact:
-            factor = Fraction(measured) / Fraction(self.epsilon)
-            self.granularity = choose_granularity(granularity, self.upper_bound, units_factor=factor)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
-            round_up_scale(ceil_units(self.upper_bound, self.granularity) * factor)
+            noise = GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
+            check_chunk_sums(self.max_range, noise.units)
+            self.granularity = noise.granularity
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
-        if self.threshold_method == "model" and smoothed_levels is None:
+        if chosen_later:
             self.smoothed_levels = None  # chosen with theta when the hold-out ends
-        self._start_hold_out()
 
     # -- what the release has chosen, and its state ---------------------------------------
 

@@ -292,92 +292,151 @@ def model_threshold(
     max_range = check_positive_int(max_range, "max_range", minimum=2)
     fanout = check_positive_int(fanout, "fanout", minimum=2)
     values = np.asarray(values, dtype=np.float64)
-    m = values.size
-    if m < 1:
+    if values.size < 1:
         raise ValueError("the model threshold needs at least 1 held-out value, got 0.")
-    h = num_levels(max_range, fanout)
-    levels = tuple(range(h)) if levels is None else tuple(int(s) for s in levels)
+    levels = tuple(range(num_levels(max_range, fanout))) if levels is None else tuple(int(s) for s in levels)
     queries = QueryLengths.random(max_range) if queries is None else queries
-    bits = make_bits(seed)
-    candidates = model_candidates(upper_bound, step)
-    ordered = np.sort(values)
+    held = _HeldOut(values, make_bits(seed), model_candidates(upper_bound, step))
+    structures = _Structures(max_range=max_range, fanout=fanout, queries=queries, levels=levels, period=period,
+                             leaves=leaves)
+    return _four_steps(held, structures, epsilon=epsilon, stream_epsilon=stream_epsilon, selection=selection)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Structures:
+    """The hierarchies the model scores: chunks of r values, fan-out b, the windows that matter, the
+    allowed s, and a period or the leaf lengths of a window (see :func:`model_threshold`)."""
+
+    max_range: int
+    fanout: int
+    queries: QueryLengths
+    levels: tuple[int, ...]
+    period: int | None
+    leaves: tuple[int, ...]
+
+
+def _four_steps(
+    held: _HeldOut, structures: _Structures, *, epsilon: float, stream_epsilon: float, selection: str
+) -> ModelChoice:
+    """The four steps of :func:`model_threshold` on checked arguments, in the order they draw bits."""
+    values = held.values
 
     # 1. scale: the median by permute-and-flip on ranks
-    eps_scale = epsilon * SHARES["scale"]
-    at_most = np.searchsorted(ordered, candidates, side="right")
-    median = float(candidates[select("permute-and-flip", -np.abs(at_most - m / 2.0), epsilon=eps_scale, seed=bits)])
+    median, scale_spent = held.median(epsilon * SHARES["scale"])
     scale = median / _LN2
-    spent = selection_epsilon("permute-and-flip", eps_scale)
 
     # 2. drift: counts above the median in 4 blocks
-    eps_drift = epsilon * SHARES["drift"]
     # With leaves of a window to choose from, the structures are scored with the most drift the
     # counts cannot rule out: a block longer than the window predicts every window inside it, and
     # at a small budget the counts cannot show that the level is stable on that scale.
-    drift, drift_details, drift_spent = _drift(values, median, scale, eps_drift, bits, upper=bool(leaves))
-    spent += drift_spent
+    drift, drift_details, drift_spent = _drift(values, median, scale, epsilon * SHARES["drift"], held.bits,
+                                               upper=bool(structures.leaves))
 
     # 3. selection of (theta, s)
     eps_prior = epsilon * SHARES["prior"]
+    rows, shapes = _public_errors(held.candidates, structures, m=held.m, scale=scale, drift=drift,
+                                  eps_prior=eps_prior, stream_epsilon=stream_epsilon)
+    queries = structures.queries
+    index, best, score, select_spent = held.select(rows, queries, selection, epsilon * SHARES["selection"])
+    s, measured, leaf = shapes[best]
+    theta = float(held.candidates[index])
+
+    # 4. the prior
+    prior = noisy_mean(values, theta, epsilon=eps_prior, seed=held.bits)
+    spent = scale_spent + drift_spent + select_spent + _prior_spent(theta, eps_prior)
+    return ModelChoice(
+        threshold=theta, smoothed_levels=s, prior=prior,
+        predicted_error=score**2 * queries.mean_square * scale**2 / held.m**2, scale=scale, drift=drift,
+        epsilon_spent=spent, details={"median": median, "selection": selection, **drift_details},
+        measured_levels=measured, leaf=leaf,
+    )
+
+
+@dataclass(frozen=True)
+class _HeldOut:
+    """The held-out values of :func:`model_threshold`, its random bits and candidate thresholds, and
+    the two private selections made on them."""
+
+    values: np.ndarray
+    bits: object
+    candidates: np.ndarray
+    ordered: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ordered", np.sort(self.values))
+
+    @property
+    def m(self) -> int:
+        return self.values.size
+
+    def median(self, epsilon: float) -> tuple[float, float]:
+        """Step 1: the candidate nearest the median by permute-and-flip on ranks, and its budget."""
+        at_most = np.searchsorted(self.ordered, self.candidates, side="right")
+        index = select("permute-and-flip", -np.abs(at_most - self.m / 2.0), epsilon=epsilon, seed=self.bits)
+        return float(self.candidates[index]), selection_epsilon("permute-and-flip", epsilon)
+
+    def select(self, rows: np.ndarray, queries: QueryLengths, selection: str,
+               epsilon: float) -> tuple[int, int, float, float]:
+        """Step 3's private part: the index of theta, the row of its best structure, its score and the budget.
+
+        The counts enter every structure alike, so the best structure for a theta is the one with
+        the least public error: a public function of theta.  Only theta is selected privately.
+        """
+        above = self.m - np.searchsorted(self.ordered, self.candidates, side="left")  # m_theta = |{v >= theta}|
+        kappa = queries.mean / queries.mean_square  # weight of the truncation's variance term
+        best_level = np.argmin(rows, axis=0)
+        public = rows[best_level, np.arange(self.candidates.size)]
+        scores = selection_scores(above, public, kappa=kappa, m=self.m)
+        index = select(selection, scores, epsilon=epsilon, monotone=True, seed=self.bits)
+        return index, int(best_level[index]), float(scores[index]), selection_epsilon(selection, epsilon,
+                                                                                       monotone=True)
+
+
+def _public_errors(
+    candidates: np.ndarray,
+    structures: _Structures,
+    *,
+    m: int,
+    scale: float,
+    drift: float,
+    eps_prior: float,
+    stream_epsilon: float,
+) -> tuple[np.ndarray, list[tuple[int | None, int | None, int | None]]]:
+    """Step 3's public part: the error of every structure at every candidate theta, in units of one
+    value's excess (rows), and each row's structure ``(s, measured levels, leaf)``.
+
+    The structures are blocks of ``b^s`` values for each allowed s, the leaves of ``leaves``
+    with each number of measured levels, or, with ``period``, the periodic hierarchy with each
+    number of measured levels (aligned windows are whole leaves: no smoothing error).
+    """
+    max_range, fanout, queries = structures.max_range, structures.fanout, structures.queries
     excess, excess_square, spread = _exponential_summary(candidates, scale)
     prior_noise = 2.0 * (candidates / (m * eps_prior)) ** 2  # variance of the noisy mean of step 4
     model = ErrorModel(epsilon=stream_epsilon, max_range=max_range, fanout=fanout, queries=queries)
-    above = m - np.searchsorted(ordered, candidates, side="left")  # m_theta = |{v >= theta}|
-    kappa = queries.mean / queries.mean_square  # weight of the truncation's variance term
-    rows, structures = [], []
-    if period is not None:  # leaves of one period: aligned windows are whole leaves, no smoothing error
-        factors = aligned_noise_factors(period=period, max_range=max_range, fanout=fanout, queries=queries)
-        levels = tuple(factors)
-        rows = [2.0 * (candidates * d / stream_epsilon) ** 2 * factors[d] * m**2 / (queries.mean_square * scale**2)
-                for d in levels]
-    for s in levels if period is None else ():
+    rows, shapes = [], []
+    if structures.period is not None:
+        factors = aligned_noise_factors(period=structures.period, max_range=max_range, fanout=fanout, queries=queries)
+        for d in factors:
+            rows.append(2.0 * (candidates * d / stream_epsilon) ** 2 * factors[d] * m**2
+                        / (queries.mean_square * scale**2))
+            shapes.append((None, d, None))
+        return np.array(rows), shapes
+    for s in structures.levels:
         bs = fanout**s
         summary = DataSummary(candidates, excess, excess_square, spread, drift,
                               prior_noise + drift * (m + bs) / 2.0)
         parts = model.components(summary, s)
-        public = (parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2 / (queries.mean_square * scale**2)
-        rows.append(public)
-        structures.append((s, None, None))
-    for leaf in leaves if period is None else ():
+        rows.append((parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2 / (queries.mean_square * scale**2))
+        shapes.append((s, None, None))
+    for leaf in structures.leaves:
         summary = DataSummary(candidates, excess, excess_square, spread, drift,
                               prior_noise + drift * (m + leaf) / 2.0)
         for d in model.leaf_levels(leaf):
             parts = model.leaf_components(summary, leaf, d)
             rows.append((parts["noise"] + parts["smoothing"] + parts["prior"]) * m**2
                         / (queries.mean_square * scale**2))
-            structures.append((None, d, leaf))
-    # The counts enter every s alike, so the best s for a theta is the one with the least public
-    # error: a public function of theta.  Only theta is selected privately.
-    rows = np.array(rows)
-    best_level = np.argmin(rows, axis=0)
-    public = rows[best_level, np.arange(candidates.size)]
-    scores = selection_scores(above, public, kappa=kappa, m=m)
-    eps_select = epsilon * SHARES["selection"]
-    index = select(selection, scores, epsilon=eps_select, monotone=True, seed=bits)
-    spent += selection_epsilon(selection, eps_select, monotone=True)
-    leaf = None
-    if period is not None:
-        s, measured = None, levels[int(best_level[index])]
-    else:
-        s, measured, leaf = structures[int(best_level[index])]
-    theta = float(candidates[index])
-
-    # 4. the prior
-    prior = noisy_mean(values, theta, epsilon=eps_prior, seed=bits)
-    spent += _prior_spent(theta, eps_prior)
-
-    return ModelChoice(
-        threshold=theta,
-        smoothed_levels=s,
-        prior=prior,
-        predicted_error=float(scores[index]) ** 2 * queries.mean_square * scale**2 / m**2,
-        scale=scale,
-        drift=drift,
-        epsilon_spent=spent,
-        details={"median": median, "selection": selection, **drift_details},
-        measured_levels=measured,
-        leaf=leaf,
-    )
+            shapes.append((None, d, leaf))
+    return np.array(rows), shapes
 
 
 def selection_scores(counts: np.ndarray, public: np.ndarray, *, kappa: float, m: int) -> np.ndarray:

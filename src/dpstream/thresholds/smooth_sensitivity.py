@@ -54,7 +54,7 @@ from dpstream._checks import check_bound, check_choice, check_epsilon, check_per
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.continuous import rounded_laplace
 from dpstream.noise.float_continuous import float_gaussian, float_laplace
-from dpstream.noise.grid import check_granularity, default_granularity
+from dpstream.noise.grid import choose_granularity
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise
 
 __all__ = [
@@ -206,8 +206,11 @@ def _sampler(seed: BitsSeed, sampler: NoiseSampler | None, noise: str) -> NoiseS
     return chosen
 
 
-def _released(sampler: NoiseSampler, center: float, scale: float, granularity: float) -> float:
-    """``ceil((center + scale Z) / g) g`` for ``Z ~ Laplace(1)``, exactly (ZeroNoise: ``Z = 0``)."""
+def _released(sampler: NoiseSampler, center: float, scale: float, granularity: float | None,
+              upper_bound: float) -> float:
+    """``ceil((center + scale Z) / g) g`` for ``Z ~ Laplace(1)``, exactly (ZeroNoise: ``Z = 0``), on the
+    grid ``granularity`` or the default one for ``upper_bound`` (no discrete noise scale to fit: factor 0)."""
+    granularity = choose_granularity(granularity, upper_bound, units_factor=0)
     if isinstance(sampler, ZeroNoise):
         k = math.ceil(Fraction(center) / Fraction(granularity))
     else:
@@ -218,8 +221,9 @@ def _released(sampler: NoiseSampler, center: float, scale: float, granularity: f
     return float(k * Fraction(granularity))
 
 
-def _grid(granularity: float | None, upper_bound: float) -> float:
-    return default_granularity(upper_bound) if granularity is None else check_granularity(granularity, upper_bound)
+def _float_draw(sampler: FloatNoise, noise: str) -> float:
+    """``Z`` of the studies' float path: ``Laplace(1)`` or a standard normal from the sampler's generator."""
+    return float_laplace(sampler, 1.0, 1)[0] if noise == "laplace" else float_gaussian(sampler)
 
 
 def smooth_quantile_threshold(
@@ -260,9 +264,9 @@ def smooth_quantile_threshold(
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
     if isinstance(chosen, FloatNoise):
-        draw = float_laplace(chosen, 1.0, 1)[0] if noise == "laplace" else float_gaussian(chosen)
+        draw = _float_draw(chosen, noise)
         return estimate + ss / a * float(draw)
-    return _released(chosen, estimate, ss / a, _grid(granularity, upper_bound))
+    return _released(chosen, estimate, ss / a, granularity, upper_bound)
 
 
 def pak_parameters(
@@ -325,7 +329,7 @@ def pak_threshold(
     ss = smooth_sensitivity_quantile(values, percentile, upper_bound, b)
     estimate = float(np.sort(np.asarray(values, dtype=np.float64))[quantile_rank(len(values), percentile) - 1])
     if isinstance(chosen, FloatNoise):
-        draw = float_laplace(chosen, 1.0, 1)[0] if noise == "laplace" else float_gaussian(chosen)
+        draw = _float_draw(chosen, noise)
         return multiplier * (estimate + kappa * ss / a * (float(draw) + offset))
     center = multiplier * (estimate + kappa * ss / a * offset)
-    return _released(chosen, center, multiplier * kappa * ss / a, _grid(granularity, upper_bound))
+    return _released(chosen, center, multiplier * kappa * ss / a, granularity, upper_bound)

@@ -1,0 +1,191 @@
+"""How a central stream mechanism measures: on the public grid (exact) or in float (the studies).
+
+Each hierarchy mechanism (:class:`~dpstream.release.perturber.HierarchicalPerturber`, its
+periodic variant, :class:`~dpstream.release.binary_tree.BinaryTreeCounter` and
+:class:`~dpstream.hierarchy.plain.PlainHierarchy`) is written once, against an *arithmetic*: the
+object that turns values into what is summed, draws the nodes' noise, makes it consistent, and
+turns noisy sums back into released values.
+
+* :class:`GridArithmetic` (the default, for publication): values rounded to multiples of a
+  public granularity ``g`` and summed as integer grid units (int64); discrete Laplace noise
+  of a rational scale from exact samplers (:class:`~dpstream.noise.grid.GridLaplace`);
+  consistency in exact rationals; a released value is a deterministic function of the integer
+  measurements, times ``g``.
+* :class:`FloatArithmetic` (``noise=FloatNoise(rng)``, the studies; NOT for publication): the
+  values as they are, numpy's float Laplace, float least squares.  Fast, and the same law up to
+  the grid's rounding.
+
+Why one implementation with two arithmetics rather than float replicas in
+:mod:`dpstream.evaluation`: in these mechanisms the two paths differ *only* in their number
+arithmetic -- the chunking, the blocks, the prefix tiling of the tree, the smoother, the
+streaming state and its snapshots are one algorithm.  A replica would be a second copy of all of
+that, kept in step by hand, and the tests that compare the float and exact laws would compare two
+programs instead of two arithmetics.  (The local mechanisms are the other case: their float
+versions sample differently, so :mod:`dpstream.evaluation.float_ldp` holds them apart.)  Where
+the float path has no exact counterpart at all (S-PAK's Gaussian threshold) the library refuses it
+on the exact path and only a study's ``FloatNoise`` reaches it.
+
+Both classes offer the same attributes (``exact``, ``zero``, ``granularity``, ``bound``,
+``scale_value``, ``spent_epsilon``) and methods, so a mechanism never branches on the path.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from dpstream.hierarchy.tree import consistent_leaves, draw_noise_levels, draw_noise_units, make_consistent
+from dpstream.noise.grid import GridLaplace, is_power_of_two, to_units
+from dpstream.noise.sampler import NoiseSampler
+
+__all__ = ["MAX_EXACT_UNITS", "Arithmetic", "FloatArithmetic", "GridArithmetic", "arithmetic"]
+
+#: Integer grid units stay exact in float64 (and their multiples of a power-of-two ``g``) below this.
+MAX_EXACT_UNITS = 1 << 53
+
+
+class GridArithmetic:
+    """The exact path: integer grid units, discrete Laplace noise of ``noise.scale`` grid units.
+
+    >>> a = GridArithmetic(GridLaplace.on_grid(1.0, 1.0, 0.25, levels=2))
+    >>> a.units(np.array([0.3, 0.375, 1.0])).tolist(), a.unit(0.3), a.bound, a.scale_value
+    ([1, 2, 4], 1, 1.0, 2.0)
+    >>> a.released(np.array([3.0, -1.0])).tolist(), a.released_one(-3)
+    ([0.75, -0.25], -0.75)
+    """
+
+    exact = True
+    zero = 0
+
+    def __init__(self, noise: GridLaplace) -> None:
+        self.noise = noise
+        self.granularity = noise.granularity
+        self.bound = noise.bound
+        self.scale_value = noise.scale_value
+        self.spent_epsilon = noise.spent_epsilon
+        self._inverse = 1.0 / self.granularity if is_power_of_two(self.granularity) else None
+
+    def units(self, values: np.ndarray) -> np.ndarray:
+        """Values in ``[0, bound]`` rounded to the grid, in int64 grid units (:func:`~dpstream.noise.grid.to_units`)."""
+        return to_units(values, self.granularity, self.noise.units)
+
+    def unit(self, value: float) -> int:
+        """One value in grid units, exactly as :meth:`units` rounds a batch."""
+        if self._inverse is not None:
+            return round(value * self._inverse)  # round half to even, as numpy's rint
+        return min(round(value / self.granularity), self.noise.units)
+
+    def total(self, value: object) -> int:
+        """A sum of grid units as the exact integer it is (what a state stores)."""
+        return int(value)
+
+    def sum(self, units: np.ndarray) -> int:
+        """The exact integer sum of grid units."""
+        return int(np.sum(units))
+
+    def draw(self, sampler: NoiseSampler, n_leaves: int, fanout: int, n_levels: int) -> list[np.ndarray]:
+        """Every node's noise in grid units (int64), bottom level first, in one draw."""
+        return draw_noise_units(sampler, n_leaves, fanout, n_levels, self.noise.scale)
+
+    def draw_one(self, sampler: NoiseSampler) -> int:
+        """One draw in grid units (the noise of a single query)."""
+        return int(sampler.laplace_units(self.noise.scale, 1)[0])
+
+    def consistent(self, levels: list[np.ndarray], fanout: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The consistent noise of the first ``count`` leaves: its integer part and ``remainder / q``."""
+        leaves = consistent_leaves(levels, fanout)
+        return leaves.integer[:count].copy(), leaves.fraction()[:count].copy()
+
+    def estimates(self, totals: np.ndarray, noise: np.ndarray, fraction: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+        """Estimates of ``leaves`` in real units from their true totals (grid units) and the consistent noise."""
+        return ((totals + noise[leaves]) + fraction[leaves]) * self.granularity  # the first sum is an exact integer
+
+    def estimate(self, total: int, noise: np.ndarray, fraction: np.ndarray, leaf: int) -> float:
+        """:meth:`estimates` of one leaf, bit for bit."""
+        return (float(total + int(noise[leaf])) + float(fraction[leaf])) * self.granularity
+
+    def scaled(self, units: np.ndarray) -> np.ndarray:
+        """Grid units as values, ``units g``."""
+        return units * self.granularity
+
+    def released(self, units: np.ndarray) -> np.ndarray:
+        """Noisy grid units as values, ``units g``, refused from 2^53 units (exact below, for a power-of-two g)."""
+        if np.any(np.abs(units) >= MAX_EXACT_UNITS):
+            raise OverflowError("a noisy increment reached 2^53 grid units and cannot be released exactly.")
+        return self.scaled(units)
+
+    def released_one(self, units: int) -> float:
+        """One integer of grid units as a value, correctly rounded."""
+        return float(units * Fraction(self.granularity))
+
+
+class FloatArithmetic:
+    """The studies' float path: the values themselves, numpy's float Laplace of ``scale``.
+
+    >>> a = FloatArithmetic(bound=2.0, scale=4.0, epsilon=0.5)
+    >>> a.units(np.array([0.3])).tolist(), a.unit(0.3), a.granularity, a.spent_epsilon
+    ([0.3], 0.3, None, 0.5)
+    """
+
+    exact = False
+    zero = 0.0
+    granularity = None
+
+    def __init__(self, *, bound: float, scale: float, epsilon: float) -> None:
+        self.bound = bound
+        self.scale_value = scale
+        self.spent_epsilon = epsilon
+
+    def units(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def unit(self, value: float) -> float:
+        return value
+
+    def total(self, value: object) -> float:
+        return float(value)
+
+    def sum(self, values: np.ndarray) -> float:
+        return float(np.sum(values))
+
+    def draw(self, sampler: NoiseSampler, n_leaves: int, fanout: int, n_levels: int) -> list[np.ndarray]:
+        return draw_noise_levels(None, n_leaves, fanout, n_levels, self.scale_value, noise=sampler)
+
+    def draw_one(self, sampler: NoiseSampler) -> float:
+        return float(sampler.laplace(self.scale_value, 1)[0])
+
+    def consistent(self, levels: list[np.ndarray], fanout: int, count: int) -> tuple[np.ndarray, None]:
+        return make_consistent(levels, fanout)[0][:count].copy(), None
+
+    def estimates(self, totals: np.ndarray, noise: np.ndarray, fraction: None, leaves: np.ndarray) -> np.ndarray:
+        return totals + noise[leaves]
+
+    def estimate(self, total: float, noise: np.ndarray, fraction: None, leaf: int) -> float:
+        return total + float(noise[leaf])
+
+    def scaled(self, units: np.ndarray) -> np.ndarray:
+        return units
+
+    def released(self, units: np.ndarray) -> np.ndarray:
+        return units
+
+    def released_one(self, units: float) -> float:
+        return units
+
+
+Arithmetic = GridArithmetic | FloatArithmetic
+
+
+def arithmetic(exact: bool, *, bound: float, epsilon: float, levels: int, granularity: float | None) -> Arithmetic:
+    """The arithmetic of a hierarchy of ``levels`` measured levels for values in ``[0, bound]``.
+
+    Exact: :class:`GridArithmetic` on ``granularity`` or the default grid for the bound and the
+    budget (:meth:`~dpstream.noise.grid.GridLaplace.choose`).  Float: scale ``bound levels /
+    epsilon``, no grid (a ``granularity`` is refused).
+    """
+    if exact:
+        return GridArithmetic(GridLaplace.choose(bound, epsilon, granularity, levels=levels))
+    if granularity is not None:
+        raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
+    return FloatArithmetic(bound=bound, scale=bound * levels / epsilon, epsilon=epsilon)
