@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import (
     DRIFT_MARGIN,
     GRID_RATIO,
     SHARES,
+    _round_up,
+    _spent_laplace,
     model_candidates,
     model_threshold,
     noisy_mean,
@@ -145,3 +150,11 @@ def test_noisy_mean():
     assert np.all((0.0 <= draws) & (draws <= 10.0))
     # discrete Laplace of scale 10 / eps on the sum of 100 values: sd of the mean ~ sqrt(2) 10 / 100
     assert abs(draws.mean() - 5.0) < 5 * math.sqrt(2) * 0.1 / math.sqrt(300) + 0.01
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 1 << 20), st.floats(1e-4, 1e3))
+def test_a_spent_laplace_budget_is_never_understated_nor_above_the_budget(sensitivity, epsilon):
+    scale = _round_up(Fraction(sensitivity) / Fraction(epsilon))
+    spent = _spent_laplace(sensitivity, scale)
+    assert Fraction(sensitivity) / scale <= Fraction(spent) and spent <= epsilon

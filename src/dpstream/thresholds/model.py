@@ -222,8 +222,15 @@ def _round_up(value: Fraction) -> Fraction:
     return Fraction(math.ceil(value * (1 << shift)), 1 << shift)
 
 
+def _float_at_least(exact: Fraction) -> float:
+    """The smallest float at or above ``exact``: a spent budget is never understated."""
+    nearest = float(exact)
+    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
+
+
 def _spent_laplace(sensitivity: int, scale: Fraction) -> float:
-    return float(Fraction(sensitivity) / scale)
+    """The ε that Laplace noise of ``scale`` spends on a sensitivity (rounded up to a float)."""
+    return _float_at_least(Fraction(sensitivity) / scale)
 
 
 def model_threshold(
@@ -343,7 +350,8 @@ def _four_steps(
 
     # 4. the prior
     prior = noisy_mean(values, theta, epsilon=eps_prior, seed=held.bits)
-    spent = scale_spent + drift_spent + select_spent + _prior_spent(theta, eps_prior)
+    parts = (scale_spent, drift_spent, select_spent, _prior_spent(theta, eps_prior))
+    spent = _float_at_least(sum(map(Fraction, parts)))
     return ModelChoice(
         threshold=theta, smoothed_levels=s, prior=prior,
         predicted_error=score**2 * queries.mean_square * scale**2 / held.m**2, scale=scale, drift=drift,
