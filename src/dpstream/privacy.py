@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -39,6 +39,7 @@ __all__ = [
     "EVENT_LEVEL",
     "LOCAL_REPORT",
     "USER_STEP",
+    "Budget",
     "Composition",
     "EntityRow",
     "EpsilonDelta",
@@ -89,14 +90,20 @@ class Relation:
 
 
 class _NamedRelation(Relation):
-    """A relation without parameters, one instance of which dpstream names at module level."""
+    """A relation without parameters, named at module level: its class has that one instance."""
 
     __slots__ = ()
     name: ClassVar[str]  # type: ignore[misc]
     description: ClassVar[str]  # type: ignore[misc]
+    _instance: ClassVar[_NamedRelation | None] = None
 
-    def __reduce__(self) -> str:
-        return self.name  # pickled as the module-level constant: unpickles to the same object
+    def __new__(cls) -> _NamedRelation:
+        if cls.__dict__.get("_instance") is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance  # type: ignore[return-value]
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return type(self), ()  # unpickles (and copies) to the one instance
 
     @property
     def value(self) -> str:
@@ -200,13 +207,36 @@ def __getattr__(name: str) -> object:
 # -- budgets and the breakdown of a guarantee -------------------------------------------
 
 
+class Budget:
+    """What a part spends, in one accounting: how it prints and how budgets of its kind compose.
+
+    :class:`EpsilonDelta` is the accounting of dpstream; another (a zCDP ``rho``, say) is another
+    subclass with these three methods.  A :class:`Composition` composes budgets of one class.
+    """
+
+    __slots__ = ()
+
+    def label(self, local: bool = False) -> str:
+        """The budget as a guarantee names it (``"1-DP"``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def sequential(cls, budgets: Sequence[Budget]) -> Budget:
+        """The budget of parts that read the same data."""
+        raise NotImplementedError
+
+    @classmethod
+    def parallel(cls, budgets: Sequence[Budget]) -> Budget:
+        """The budget of parts that read disjoint data."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class EpsilonDelta:
+class EpsilonDelta(Budget):
     """An (epsilon, delta)-DP budget: pure DP when delta is 0.
 
-    The accounting a :class:`Part` spends in: :meth:`sequential` adds (basic composition; a delta
-    above 1 says nothing and is capped at 1), :meth:`parallel` takes the largest.  Another
-    accounting is another budget class with these three methods.
+    :meth:`sequential` adds (basic composition; a delta above 1 says nothing and is capped at 1),
+    :meth:`parallel` takes the largest.
 
     >>> EpsilonDelta(0.5).label(), EpsilonDelta(1.0, 1e-6).label(), EpsilonDelta(1.0).label(local=True)
     ('0.5-DP', '(1, 1e-06)-DP', '1-LDP')
@@ -227,12 +257,12 @@ class EpsilonDelta:
         return f"{self.epsilon:g}-{dp}" if self.delta == 0 else f"({self.epsilon:g}, {self.delta:g})-{dp}"
 
     @classmethod
-    def sequential(cls, budgets: tuple[EpsilonDelta, ...] | list[EpsilonDelta]) -> EpsilonDelta:
+    def sequential(cls, budgets: Sequence[EpsilonDelta]) -> EpsilonDelta:  # type: ignore[override]
         """The budget of parts that read the same data: epsilons add, deltas add (capped at 1)."""
         return cls(math.fsum(b.epsilon for b in budgets), min(1.0, math.fsum(b.delta for b in budgets)))
 
     @classmethod
-    def parallel(cls, budgets: tuple[EpsilonDelta, ...] | list[EpsilonDelta]) -> EpsilonDelta:
+    def parallel(cls, budgets: Sequence[EpsilonDelta]) -> EpsilonDelta:  # type: ignore[override]
         """The budget of parts that read disjoint data: the largest epsilon and the largest delta."""
         return cls(max(b.epsilon for b in budgets), max(b.delta for b in budgets))
 
@@ -245,8 +275,8 @@ class Part:
     ----------
     what : str
         The piece, named (``"NM-E threshold"``, ``"hierarchy"``).
-    budget : EpsilonDelta
-        What it spends.
+    budget : Budget
+        What it spends (an :class:`EpsilonDelta`).
     noise : str or None
         The sampler and source of randomness of its noise, when stated.
     text : str or None
@@ -254,14 +284,14 @@ class Part:
     """
 
     what: str
-    budget: EpsilonDelta
+    budget: Budget
     noise: str | None = None
     text: str | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.what, "what")
-        if not isinstance(self.budget, EpsilonDelta):
-            raise TypeError(f"budget must be a budget such as EpsilonDelta, got {self.budget!r}.")
+        if not isinstance(self.budget, Budget):
+            raise TypeError(f"budget must be a Budget such as EpsilonDelta, got {self.budget!r}.")
         _check_text(self.noise, "noise", optional=True)
         _check_text(self.text, "text", optional=True)
 
@@ -318,7 +348,7 @@ class Composition:
         _check_text(self.layout, "layout", optional=True)
 
     @property
-    def budget(self) -> EpsilonDelta:
+    def budget(self) -> Budget:
         """What the parts spend together."""
         budgets = [part.budget for part in self.parts]
         compose = type(budgets[0]).sequential if self.kind == "sequential" else type(budgets[0]).parallel
@@ -433,6 +463,8 @@ class PrivacyGuarantee:
         if not isinstance(breakdown, (Part, Composition)):
             raise TypeError(f"breakdown must be a Part or a Composition, got {breakdown!r}.")
         budget = breakdown.budget
+        if not isinstance(budget, EpsilonDelta):
+            raise TypeError(f"an (epsilon, delta) guarantee needs EpsilonDelta budgets, got {budget!r}.")
         guarantee = cls(epsilon=budget.epsilon, delta=budget.delta, neighbours=neighbours,
                         composition=breakdown.render(local), local=local, noise=breakdown.noise)
         object.__setattr__(guarantee, "breakdown", breakdown)
