@@ -90,12 +90,17 @@ class Relation:
 
 
 class _NamedRelation(Relation):
-    """A relation without parameters, named at module level: its class has that one instance."""
+    """A relation without parameters, named at module level: its class has that one instance.
+
+    A subclass gives its ``name`` (the constant's) and its ``description`` as class keywords.
+    """
 
     __slots__ = ()
-    name: ClassVar[str]  # type: ignore[misc]
-    description: ClassVar[str]  # type: ignore[misc]
     _instance: ClassVar[_NamedRelation | None] = None
+
+    def __init_subclass__(cls, *, name: str, description: str, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.description = name, description  # type: ignore[misc, assignment]
 
     def __new__(cls) -> _NamedRelation:
         if cls.__dict__.get("_instance") is None:
@@ -114,41 +119,27 @@ class _NamedRelation(Relation):
 
 
 @dataclass(frozen=True)
-class EventLevel(_NamedRelation):
+class EventLevel(_NamedRelation, name="EVENT_LEVEL",
+                 description="event level: two streams are neighbours when they differ in the value at one position"):
     """Streams that differ in the value at one position (central DP, Definition 2.1)."""
 
-    name: ClassVar[str] = "EVENT_LEVEL"
-    description: ClassVar[str] = (
-        "event level: two streams are neighbours when they differ in the value at one position"
-    )
-
 
 @dataclass(frozen=True)
-class EntityRow(_NamedRelation):
+class EntityRow(_NamedRelation, name="ENTITY_ROW",
+                description="entity level: the Entities table differs in one row (one group's size changes by one)"):
     """Count-of-counts databases whose Entities tables differ in one row (Kuo et al., Theorem 5.6)."""
 
-    name: ClassVar[str] = "ENTITY_ROW"
-    description: ClassVar[str] = (
-        "entity level: the Entities table differs in one row (one group's size changes by one)"
-    )
-
 
 @dataclass(frozen=True)
-class LocalReport(_NamedRelation):
+class LocalReport(_NamedRelation, name="LOCAL_REPORT", description=(
+        "local DP (Definition 2.2) at event level: each report carries one value; any two values are neighbours")):
     """Any two values of one report: the relation of a local randomizer (Definition 2.2)."""
 
-    name: ClassVar[str] = "LOCAL_REPORT"
-    description: ClassVar[str] = (
-        "local DP (Definition 2.2) at event level: each report carries one value; any two values are neighbours"
-    )
-
 
 @dataclass(frozen=True)
-class UserStep(_NamedRelation):
+class UserStep(_NamedRelation, name="USER_STEP",
+               description="bounded databases of n users differing in one user's location at one time step"):
     """Databases of n users that differ in one user's location at one time step (Cao et al., Section 4)."""
-
-    name: ClassVar[str] = "USER_STEP"
-    description: ClassVar[str] = "bounded databases of n users differing in one user's location at one time step"
 
 
 #: Streams that differ in the value at one position (central DP, Definition 2.1).

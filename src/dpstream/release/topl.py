@@ -486,16 +486,13 @@ class ToPLCollector:
 
 def _guarantee(epsilon: float, threshold_epsilon: float, hold: int) -> PrivacyGuarantee:
     threshold, stream = EpsilonDelta(threshold_epsilon), EpsilonDelta(epsilon)
-    reports = (
-        Part(what=f"one Square Wave report from each of the first {hold} values", budget=threshold,
-             text=f"the first {hold} values each send one Square Wave report ({threshold.label(local=True)})"),
-        Part(what="one Hybrid-mechanism report from every later value", budget=stream,
-             text=f"every later value one Hybrid-mechanism report ({stream.label(local=True)})"),
-    )
+    reports = (Part(what=f"one Square Wave report from each of the first {hold} values", budget=threshold,
+                    text=f"the first {hold} values each send one Square Wave report ({threshold.label(local=True)})"),
+               Part(what="one Hybrid-mechanism report from every later value", budget=stream,
+                    text=f"every later value one Hybrid-mechanism report ({stream.label(local=True)})"))
     return PrivacyGuarantee.of(Composition(kind="parallel", parts=reports, layout=(
         "LDP: {}, {}, each on a finite grid with exact probabilities; disjoint values, one report each, so nothing "
-        "composes; theta and the released stream are post-processing"
-    )), neighbours=LOCAL_REPORT, local=True)
+        "composes; theta and the released stream are post-processing")), neighbours=LOCAL_REPORT, local=True)
 
 
 class ToPL:
