@@ -425,7 +425,7 @@ class PrivacyGuarantee:
     composition: str
     local: bool = False
     noise: str | None = None
-    breakdown: Part | Composition = field(init=False)
+    breakdown: Part | Composition = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_nonnegative(self.epsilon, "epsilon"))
