@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import pickle
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -14,9 +16,24 @@ from dpstream.count_of_counts import BottomUpCountOfCounts, CountOfCountsData, T
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.noise import FloatNoise
 from dpstream.postprocess import LaplaceCounts
-from dpstream.privacy import ENTITY_ROW, EVENT_LEVEL, LOCAL_REPORT, USER_STEP, Neighbours, PrivacyGuarantee
+from dpstream.privacy import (
+    ENTITY_ROW,
+    EVENT_LEVEL,
+    LOCAL_REPORT,
+    USER_STEP,
+    Budget,
+    Composition,
+    EntityRow,
+    EpsilonDelta,
+    EventLevel,
+    Neighbours,
+    Part,
+    PrivacyGuarantee,
+    Relation,
+)
 from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLClient, ToPLCollector, ToPS
 from dpstream.smoothers import ExponentialSmoother, MovingAverageSmoother
+from dpstream.thresholds import noisy_max_epsilon
 
 
 def guarantee(epsilon: float, delta: float = 0.0, neighbours: Neighbours = EVENT_LEVEL, *, local: bool = False,
@@ -49,6 +66,53 @@ def test_every_mechanism_names_its_relation():
     for mechanism in (TopDownCountOfCounts(epsilon=1.0, max_size=5), BottomUpCountOfCounts(epsilon=1.0, max_size=5)):
         assert mechanism.privacy(2).neighbours is ENTITY_ROW
     assert LaplaceCounts(epsilon=1.0).privacy().neighbours is USER_STEP
+
+
+@dataclass(frozen=True)
+class Window(Relation):
+    """A relation with a parameter, as a w-event relation would be: neighbours within ``w`` positions."""
+
+    w: int
+
+    @property
+    def description(self) -> str:
+        return f"streams that differ in values within {self.w} consecutive positions"
+
+
+def test_a_relation_with_parameters_is_told_apart_by_its_parameters():
+    ten, twenty = Window(10), Window(20)
+    assert ten == Window(10) and hash(ten) == hash(Window(10)) and ten != twenty and ten != EVENT_LEVEL
+    assert str(twenty) == "streams that differ in values within 20 consecutive positions" and ten.name == "Window(w=10)"
+    first, second = guarantee(0.5, neighbours=ten), guarantee(0.25, neighbours=Window(10))
+    assert first.same_relation(second) and first.compose_sequential(second).neighbours == ten
+    assert not first.same_relation(guarantee(0.5, neighbours=twenty))
+    with pytest.raises(ValueError, match=r"needs one neighbour relation, got 'Window\(w=10\)' and 'Window\(w=20\)'"):
+        first.compose_parallel(guarantee(0.5, neighbours=twenty))
+    assert str(first).startswith("0.5-DP; neighbours: streams that differ in values within 10 consecutive positions;")
+
+
+def test_the_named_relations_are_values_and_singletons():
+    assert EVENT_LEVEL == EventLevel() and EVENT_LEVEL != ENTITY_ROW and ENTITY_ROW == EntityRow()
+    assert all(isinstance(relation, Relation) for relation in (EVENT_LEVEL, ENTITY_ROW, LOCAL_REPORT, USER_STEP))
+    assert copy.deepcopy(USER_STEP) is USER_STEP and pickle.loads(pickle.dumps(EventLevel())) is EVENT_LEVEL
+    assert [relation.name for relation in (EVENT_LEVEL, ENTITY_ROW, LOCAL_REPORT, USER_STEP)] == [
+        "EVENT_LEVEL", "ENTITY_ROW", "LOCAL_REPORT", "USER_STEP"]
+
+
+def test_neighbours_is_a_deprecated_alias_of_the_named_relations():
+    import dpstream.privacy as privacy
+
+    with pytest.warns(DeprecationWarning, match="Neighbours is deprecated"):
+        alias = privacy.Neighbours
+    assert alias.EVENT_LEVEL is EVENT_LEVEL and alias["USER_STEP"] is USER_STEP and len(alias) == 4
+    assert alias(ENTITY_ROW.description) is ENTITY_ROW and isinstance(LOCAL_REPORT, alias)
+    assert isinstance(Window(3), alias) and not isinstance("event level", alias)
+    with pytest.raises(AttributeError):
+        alias.WINDOW  # noqa: B018
+    with pytest.raises(ValueError, match="is not a valid Neighbours"):
+        alias("no such relation")
+    with pytest.warns(DeprecationWarning, match="relation.value is deprecated"):
+        assert EVENT_LEVEL.value == EVENT_LEVEL.description
 
 
 # -- the guarantee -------------------------------------------------------------------------------
@@ -156,6 +220,102 @@ def test_mechanisms_compose_their_parts():
     assert tops.privacy().epsilon == 2.0
     with_k = TopDownCountOfCounts(epsilon=1.0, max_size_epsilon=0.25).privacy(2)
     assert with_k.epsilon == 1.25 and with_k.composition.endswith("plus 0.25 to estimate K (sequential composition)")
+
+
+# -- the breakdown -------------------------------------------------------------------------------
+
+
+def test_budgets_compose_sequentially_and_in_parallel():
+    budgets = [EpsilonDelta(0.1, 1e-6), EpsilonDelta(0.2), EpsilonDelta(0.3, 0.5), EpsilonDelta(0.4, 0.75)]
+    assert EpsilonDelta.sequential(budgets) == EpsilonDelta(math.fsum([0.1, 0.2, 0.3, 0.4]), 1.0)
+    assert EpsilonDelta.parallel(budgets) == EpsilonDelta(0.4, 0.75)
+    assert (EpsilonDelta(2.0).label(), EpsilonDelta(2.0, 1e-9).label(local=True)) == ("2-DP", "(2, 1e-09)-LDP")
+    with pytest.raises(ValueError, match="epsilon must be a finite number >= 0"):
+        EpsilonDelta(-0.5)
+    with pytest.raises(ValueError, match=r"delta must be in \[0, 1\]"):
+        EpsilonDelta(1.0, 2.0)
+
+
+def test_the_statement_is_rendered_from_the_breakdown():
+    a = Part(what="a", budget=EpsilonDelta(0.5), noise="x", text="part a")
+    b = Part(what="b", budget=EpsilonDelta(0.25, 1e-9), noise="y + x")
+    laid_out = Composition(kind="parallel", parts=(a, b), layout="{} and {}; in parallel")
+    g = PrivacyGuarantee.of(laid_out, neighbours=EVENT_LEVEL)
+    assert (g.epsilon, g.delta, g.composition, g.noise) == (0.5, 1e-9, "part a and b; in parallel", "x + y")
+    assert g.breakdown is laid_out and g.breakdown.leaves() == (a, b)
+    # Without a layout the parts are listed, as compose_sequential lists guarantees.
+    listed = PrivacyGuarantee.of(Composition(kind="sequential", parts=(a, b)), neighbours=EVENT_LEVEL)
+    first = PrivacyGuarantee(epsilon=0.5, delta=0.0, neighbours=EVENT_LEVEL, composition="part a", noise="x")
+    second = PrivacyGuarantee(epsilon=0.25, delta=1e-9, neighbours=EVENT_LEVEL, composition="b", noise="y + x")
+    assert str(listed) == str(first.compose_sequential(second))
+    # A guarantee built from its fields is one part holding them; a text with braces is kept as written.
+    assert first.breakdown == Part(what="part a", budget=EpsilonDelta(0.5), noise="x")
+    assert first.compose_parallel(second, composition="{mine}").composition == "{mine}"
+
+
+def test_a_composition_refuses_bad_parts_and_mixed_accountings():
+    @dataclass(frozen=True)
+    class Rho(Budget):
+        """Another accounting (zCDP-like): rho adds under both compositions here."""
+
+        rho: float
+
+        def label(self, local: bool = False) -> str:
+            return f"{self.rho:g}-zCDP"
+
+        @classmethod
+        def sequential(cls, budgets):
+            return cls(math.fsum(b.rho for b in budgets))
+
+        parallel = sequential
+
+    one, two = Part(what="a", budget=Rho(0.5)), Part(what="b", budget=Rho(0.25))
+    both = Composition(kind="sequential", parts=(one, two))
+    assert both.budget == Rho(0.75) and both.render() == "sequential composition of [0.5-zCDP: a] and [0.25-zCDP: b]"
+    with pytest.raises(TypeError, match="parts must spend budgets of one accounting, got Rho, EpsilonDelta"):
+        Composition(kind="parallel", parts=(one, Part(what="c", budget=EpsilonDelta(1.0))))
+    with pytest.raises(TypeError, match=r"an \(epsilon, delta\) guarantee needs EpsilonDelta budgets"):
+        PrivacyGuarantee.of(both, neighbours=EVENT_LEVEL)
+    with pytest.raises(ValueError, match="kind must be one of sequential, parallel, got 'serial'"):
+        Composition(kind="serial", parts=(one,))
+    with pytest.raises(TypeError, match="parts must be a non-empty sequence"):
+        Composition(kind="parallel", parts=())
+    with pytest.raises(TypeError, match="budget must be a Budget"):
+        Part(what="a", budget=0.5)  # type: ignore[arg-type]
+
+
+def test_mechanisms_state_their_breakdown():
+    tops = ToPS(epsilon=0.5, upper_bound=100.0, threshold_method="nm-e", hold=10, max_range=256, seed=1)
+    g = tops.privacy()
+    assert g.breakdown.kind == "parallel" and [part.what for part in g.breakdown.leaves()] == ["NM-E threshold",
+                                                                                                 "hierarchy"]
+    threshold, hierarchy = g.breakdown.leaves()
+    assert threshold.budget == EpsilonDelta(noisy_max_epsilon(0.5, monotone=True)) and hierarchy.budget.epsilon == 0.5
+    assert g.epsilon == max(threshold.budget.epsilon, hierarchy.budget.epsilon)
+    assert threshold.noise == hierarchy.noise == g.noise
+
+    pak = PAK(epsilon=0.8, upper_bound=100.0, hold=100, max_range=1000, threshold_fraction=0.25, delta=1e-7, seed=1)
+    g = pak.privacy()
+    hold_out, rest = g.breakdown.parts
+    assert (g.breakdown.kind, hold_out.kind, rest.what) == ("parallel", "sequential", "binary tree on the rest")
+    spike, held_sum = hold_out.parts
+    assert spike.budget == EpsilonDelta(pak.threshold_epsilon, 1e-7) and held_sum.budget.delta == 0.0
+    assert g.epsilon == max(math.fsum([pak.threshold_epsilon, held_sum.budget.epsilon]), rest.budget.epsilon)
+
+    tree = BinaryTreeCounter(epsilon=0.5, upper_bound=100.0, max_range=1024, seed=1).privacy()
+    assert tree.breakdown.kind == "parallel" and [part.what for part in tree.breakdown.leaves()] == ["binary tree"]
+
+    topl = ToPL(epsilon=1.0, upper_bound=10.0, hold=20, threshold_epsilon=0.5).privacy()
+    assert topl.local and [part.budget.epsilon for part in topl.breakdown.leaves()] == [0.5, 1.0]
+    assert topl.epsilon == 1.0
+
+    with_k = TopDownCountOfCounts(epsilon=1.0, max_size_epsilon=0.25).privacy(2)
+    assert with_k.breakdown.kind == "sequential"
+    assert [part.budget.epsilon for part in with_k.breakdown.leaves()] == [1.0, 0.25]
+    without_k = BottomUpCountOfCounts(epsilon=1.0, max_size=5).privacy()
+    assert without_k.breakdown == Part(what="histograms", budget=EpsilonDelta(1.0), text=without_k.composition)
+    assert SquareWave(epsilon=2.0).privacy().breakdown.what == "SW report"
+    assert LaplaceCounts(epsilon=1.0).privacy().breakdown.budget == EpsilonDelta(1.0)
 
 
 # -- keyword-only constructors -------------------------------------------------------------------

@@ -62,7 +62,7 @@ from dpstream.count_of_counts.matching import (
 from dpstream.noise.bits import BitsSeed, KeyedBits, make_bits
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
 from dpstream.noise.source import NoiseSource, PooledNoise
-from dpstream.privacy import ENTITY_ROW, PrivacyGuarantee
+from dpstream.privacy import ENTITY_ROW, Composition, EpsilonDelta, Part, PrivacyGuarantee
 
 __all__ = [
     "IDENTITY",
@@ -214,18 +214,17 @@ class _Mechanism:
                 f"more than the memory limit of {format_bytes(self.memory_limit)}; nothing was released."
             )
 
-    def _with_k(self, histograms: PrivacyGuarantee) -> PrivacyGuarantee:
-        """``histograms``, plus the estimate of ``K`` when the release makes one (sequential composition)."""
+    def _with_k(self, histograms: str) -> PrivacyGuarantee:
+        """The guarantee of the histograms (``epsilon``, said ``histograms``), plus the estimate of ``K`` when
+        the release makes one (sequential composition)."""
+        release: Part | Composition = Part(what="histograms", budget=EpsilonDelta(self.epsilon), text=histograms)
         if self.max_size is None and self._needs_max_size() and self.max_size_epsilon is not None:
-            estimate_k = PrivacyGuarantee(
-                epsilon=self.max_size_epsilon,
-                delta=0.0,
-                neighbours=ENTITY_ROW,
-                composition="noisy largest group size K (noise scale 1/epsilon rounded up)",
-            )
-            note = f" plus {self.max_size_epsilon:g} to estimate K (sequential composition)"
-            return histograms.compose_sequential(estimate_k, composition=histograms.composition + note)
-        return histograms
+            k = EpsilonDelta(self.max_size_epsilon)
+            estimate_k = Part(what="noisy largest group size K (noise scale 1/epsilon rounded up)", budget=k,
+                              text=f"{k.epsilon:g} to estimate K")
+            release = Composition(kind="sequential", parts=(release, estimate_k),
+                                  layout="{} plus {} (sequential composition)")
+        return PrivacyGuarantee.of(release, neighbours=ENTITY_ROW)
 
 
 def _scale_text(scale: Fraction) -> str:
@@ -384,14 +383,7 @@ class TopDownCountOfCounts(_Mechanism):
                 f"epsilon/(L+1) per level, {_noise_name(self.noise)} of scale sensitivity / (epsilon/(L+1)) "
                 "rounded up"
             )
-        return self._with_k(
-            PrivacyGuarantee(
-                epsilon=self.epsilon,
-                delta=0.0,
-                neighbours=ENTITY_ROW,
-                composition=f"{split}, sequential over levels, parallel over the regions of a level",
-            )
-        )
+        return self._with_k(f"{split}, sequential over levels, parallel over the regions of a level")
 
 
 class BottomUpCountOfCounts(_Mechanism):
@@ -469,14 +461,7 @@ class BottomUpCountOfCounts(_Mechanism):
         """What a release spends (``levels`` is accepted for symmetry with the top-down release)."""
         scale = _scale_text(noise_scale(self.method, self.epsilon))
         return self._with_k(
-            PrivacyGuarantee(
-                epsilon=self.epsilon,
-                delta=0.0,
-                neighbours=ENTITY_ROW,
-                composition=(
-                    f"all of epsilon on the leaves ({self.method}, {_noise_name(self.noise)} of scale "
-                    f"sensitivity / epsilon rounded up = {scale}), parallel over the leaves; "
-                    "the upper levels are sums of the leaves"
-                ),
-            )
+            f"all of epsilon on the leaves ({self.method}, {_noise_name(self.noise)} of scale "
+            f"sensitivity / epsilon rounded up = {scale}), parallel over the leaves; the upper levels are sums of the "
+            "leaves"
         )

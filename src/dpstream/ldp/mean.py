@@ -52,7 +52,7 @@ from dpstream._checks import check_local_epsilon, check_unit_values
 from dpstream._checks import plain_number as plain
 from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, as_bits, check_indices, draw_words, sup_variance
 from dpstream.noise.bits import BitsSeed
-from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
+from dpstream.privacy import LOCAL_REPORT, EpsilonDelta, Part, PrivacyGuarantee
 
 __all__ = [
     "HM_PM_THRESHOLD",
@@ -69,10 +69,9 @@ MAX_PM_GRID = 1 << 20
 
 
 def _privacy(name: str, epsilon: float, core: WindowRandomizer) -> PrivacyGuarantee:
-    return PrivacyGuarantee(
-        epsilon=epsilon, delta=0.0, neighbours=LOCAL_REPORT, local=True,
-        composition=f"{name}: one report per value on a finite grid, {core.describe_ratio()}; no composition",
-    )
+    report = Part(what=f"{name} report", budget=EpsilonDelta(epsilon),
+                  text=f"{name}: one report per value on a finite grid, {core.describe_ratio()}; no composition")
+    return PrivacyGuarantee.of(report, neighbours=LOCAL_REPORT, local=True)
 
 
 def _pm_worst_case(epsilon: float, grid: np.ndarray, window: np.ndarray) -> np.ndarray:

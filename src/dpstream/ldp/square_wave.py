@@ -42,7 +42,7 @@ import numpy as np
 from dpstream._checks import check_local_epsilon, check_positive_int, check_unit_values
 from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, as_bits, check_indices, draw_words
 from dpstream.noise.bits import BitsSeed
-from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
+from dpstream.privacy import LOCAL_REPORT, EpsilonDelta, Part, PrivacyGuarantee
 
 __all__ = ["MAX_SW_GRID", "DensityEstimate", "SquareWave", "estimate_density"]
 
@@ -142,12 +142,10 @@ class SquareWave:
 
     def privacy(self) -> PrivacyGuarantee:
         """epsilon-LDP per report, with the exact ratio."""
-        core = self.core
-        return PrivacyGuarantee(
-            epsilon=self.epsilon, delta=0.0, neighbours=LOCAL_REPORT, local=True,
-            composition=(f"SW on a grid of {self.grid + 1} inputs and {self.outputs} outputs: one report per value, "
-                         f"{core.describe_ratio()}; no composition"),
-        )
+        report = Part(what="SW report", budget=EpsilonDelta(self.epsilon), text=(
+            f"SW on a grid of {self.grid + 1} inputs and {self.outputs} outputs: one report per value, "
+            f"{self.core.describe_ratio()}; no composition"))
+        return PrivacyGuarantee.of(report, neighbours=LOCAL_REPORT, local=True)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dpstream._checks import check_bound, check_epsilon, check_positive_int
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.geometric import discrete_laplace_scale
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, exact_noise
-from dpstream.privacy import USER_STEP, PrivacyGuarantee
+from dpstream.privacy import USER_STEP, EpsilonDelta, Part, PrivacyGuarantee
 
 __all__ = ["COUNT_SENSITIVITY", "LaplaceCounts", "laplace_scale"]
 
@@ -125,13 +125,9 @@ class LaplaceCounts:
 
     def privacy(self) -> PrivacyGuarantee:
         """What one step's release spends."""
-        return PrivacyGuarantee(
-            epsilon=self.epsilon,
-            delta=0.0,
-            neighbours=USER_STEP,
-            composition=(
-                f"{_noise_name(self.noise)} of scale sensitivity/epsilon rounded up = {self.scale!r} per cell "
-                f"(count-vector L1 sensitivity {self.sensitivity}, so {self.sensitivity}/scale <= epsilon); "
-                "epsilon per time step; T steps of one user's trajectory compose to T * epsilon"
-            ),
-        )
+        counts = Part(what="noisy counts of one time step", budget=EpsilonDelta(self.epsilon), text=(
+            f"{_noise_name(self.noise)} of scale sensitivity/epsilon rounded up = {self.scale!r} per cell "
+            f"(count-vector L1 sensitivity {self.sensitivity}, so {self.sensitivity}/scale <= epsilon); "
+            "epsilon per time step; T steps of one user's trajectory compose to T * epsilon"
+        ))
+        return PrivacyGuarantee.of(counts, neighbours=USER_STEP)

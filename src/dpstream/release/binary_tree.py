@@ -65,7 +65,7 @@ from dpstream.hierarchy.arithmetic import MAX_EXACT_UNITS, arithmetic
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
-from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
 
 __all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
@@ -289,16 +289,11 @@ class BinaryTreeCounter:
             )
         else:
             noise = f"Lap(tau*h/eps) = Lap({self.noise_scale:g})"
-        return PrivacyGuarantee(
-            epsilon=self.spent_epsilon,
-            delta=0.0,
-            neighbours=EVENT_LEVEL,
-            composition=(
-                f"{noise} on every node of h = {self.levels} levels "
-                f"(eps/{self.levels} each, sequential); a fresh tree per {self.max_range} values (parallel)"
-            ),
-            noise=self._source.describe(),
-        )
+        tree = Part(what="binary tree", budget=EpsilonDelta(self.spent_epsilon), noise=self._source.describe(),
+                    text=f"{noise} on every node of h = {self.levels} levels (eps/{self.levels} each, sequential)")
+        chunks = Composition(kind="parallel", parts=(tree,),
+                             layout=f"{{}}; a fresh tree per {self.max_range} values (parallel)")
+        return PrivacyGuarantee.of(chunks, neighbours=EVENT_LEVEL)
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels

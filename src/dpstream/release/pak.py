@@ -60,7 +60,7 @@ from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
 from dpstream.noise.grid import GridLaplace, ceil_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source
-from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.contract import PAK_STATE, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
@@ -221,27 +221,25 @@ class PAK(HoldOutRelease):
         eps2' and eps' are recomputed from the rounded-up scales once tau is known (they depend
         on tau in grid units); before, they are stated as eps2 and eps, upper bounds.
         """
-        exact = self._source.exact
         sum_epsilon = self.sum_epsilon if self._sum_epsilon_spent is None else self._sum_epsilon_spent
-        tree_epsilon = self.epsilon if self._stream is None else self._stream.spent_epsilon
         source = self._source.describe()
-        if exact:
+        threshold_noise = source
+        if self._source.exact:
             threshold_noise = ("S-PAK's Laplace threshold sampled exactly and rounded up to the grid (its center and "
                                f"scale are float64 evaluations, not covered exactly) + {source}")
-        else:
-            threshold_noise = source
-        threshold = PrivacyGuarantee(epsilon=self.threshold_epsilon, delta=self.delta, neighbours=EVENT_LEVEL,
-                                     composition="S-PAK threshold", noise=threshold_noise)
-        held_sum = PrivacyGuarantee(epsilon=sum_epsilon, delta=0.0, neighbours=EVENT_LEVEL, noise=source,
-                                    composition="Lap(tau/eps2) sum of the held-out values")
-        tree = PrivacyGuarantee(epsilon=tree_epsilon, delta=0.0, neighbours=EVENT_LEVEL, noise=source,
-                                composition="binary tree on the rest")
+        spent = EpsilonDelta(self.threshold_epsilon, self.delta)
+        threshold = Part(what="S-PAK threshold", budget=spent, noise=threshold_noise,
+                         text=f"S-PAK threshold {spent.label()}")
+        held_sum = Part(what="Lap(tau/eps2) sum of the held-out values", budget=EpsilonDelta(sum_epsilon),
+                        noise=source, text=f"Lap(tau/{sum_epsilon:g}) sum")
+        tree = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
         grid = "" if self.granularity is None else f" (grid g = {self.granularity:g})"
-        return threshold.compose_sequential(held_sum).compose_parallel(tree, composition=(
-            f"S-PAK threshold ({self.threshold_epsilon:g}, {self.delta:g})-DP and Lap(tau/{sum_epsilon:g}) "
-            f"sum, sequential, on the first {self.hold} values; binary tree {tree_epsilon:g}-DP on the "
-            f"rest; parallel composition{grid}"
-        ))
+        hold_out = Composition(kind="sequential", parts=(threshold, held_sum),
+                               layout=f"{{}} and {{}}, sequential, on the first {self.hold} values")
+        rest = Part(what="binary tree on the rest", budget=tree, noise=source,
+                    text=f"binary tree {tree.label()} on the rest")
+        release = Composition(kind="parallel", parts=(hold_out, rest), layout=f"{{}}; {{}}; parallel composition{grid}")
+        return PrivacyGuarantee.of(release, neighbours=EVENT_LEVEL)
 
     def _choose_threshold(self) -> None:
         sampler = self._source.sampler("threshold")

@@ -34,8 +34,6 @@ post-processing.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_nonnegative, check_positive_int
@@ -140,12 +138,7 @@ class PeriodicPerturber(HierarchicalPerturber):
 
     def privacy(self) -> PrivacyGuarantee:
         """As :meth:`HierarchicalPerturber.privacy`, for ``d`` levels over leaves of one period."""
-        guarantee = super().privacy()
-        d = self.measured_levels
-        composition = guarantee.composition.replace(
-            f"on each of h-s = {d} levels (eps/{d} each, sequential)",
-            f"on each of d = {d} levels over leaves of one period of {self.period} values (eps/{d} each, sequential)")
-        return dataclasses.replace(guarantee, composition=composition)
+        return self._guarantee(f"d = {self.measured_levels} levels over leaves of one period of {self.period} values")
 
     def _end_chunk(self) -> None:
         super()._end_chunk()

@@ -78,7 +78,7 @@ from dpstream.noise.bits import BitsSeed
 from dpstream.noise.grid import GridLaplace, ceil_units, choose_granularity
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
-from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.smoothers import Smoother, make_smoother
 
 __all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
@@ -361,6 +361,10 @@ class HierarchicalPerturber:
 
     def privacy(self) -> PrivacyGuarantee:
         """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]."""
+        return self._guarantee(f"h-s = {self.measured_levels} levels")
+
+    def _guarantee(self, levels: str) -> PrivacyGuarantee:
+        """:meth:`privacy`, the measured levels named by ``levels`` (``"h-s = 3 levels"``)."""
         h_s = self.measured_levels
         if self.exact:
             noise = (
@@ -369,16 +373,11 @@ class HierarchicalPerturber:
             )
         else:
             noise = f"Laplace noise of scale theta*(h-s)/eps = {self.noise_scale:g} "
-        return PrivacyGuarantee(
-            epsilon=self.spent_epsilon,
-            delta=0.0,
-            neighbours=EVENT_LEVEL,
-            composition=(
-                f"{noise}on each of h-s = {h_s} levels (eps/{h_s} each, sequential); "
-                f"a fresh hierarchy per {self.max_range} values (parallel)"
-            ),
-            noise=self._source.describe(),
-        )
+        hierarchy = Part(what="hierarchy", budget=EpsilonDelta(self.spent_epsilon), noise=self._source.describe(),
+                         text=f"{noise}on each of {levels} (eps/{h_s} each, sequential)")
+        chunks = Composition(kind="parallel", parts=(hierarchy,),
+                             layout=f"{{}}; a fresh hierarchy per {self.max_range} values (parallel)")
+        return PrivacyGuarantee.of(chunks, neighbours=EVENT_LEVEL)
 
     # -- noise ---------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ from dpstream.ldp.grid import DENOMINATOR_BITS, WindowRandomizer, as_bits, draw_
 from dpstream.ldp.mean import MAX_PM_GRID
 from dpstream.ldp.square_wave import MAX_SW_GRID
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.privacy import LOCAL_REPORT, PrivacyGuarantee
+from dpstream.privacy import LOCAL_REPORT, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.contract import TOPL, TOPL_COLLECTOR, read_header, snapshot_header
 from dpstream.release.topl_wire import (
     PM_REPORT,
@@ -485,16 +485,14 @@ class ToPLCollector:
 
 
 def _guarantee(epsilon: float, threshold_epsilon: float, hold: int) -> PrivacyGuarantee:
-    threshold = PrivacyGuarantee(epsilon=threshold_epsilon, delta=0.0, neighbours=LOCAL_REPORT,
-                                 composition=f"one Square Wave report from each of the first {hold} values", local=True)
-    stream = PrivacyGuarantee(epsilon=epsilon, delta=0.0, neighbours=LOCAL_REPORT,
-                              composition="one Hybrid-mechanism report from every later value", local=True)
-    return threshold.compose_parallel(stream, composition=(
-        f"LDP: the first {hold} values each send one Square Wave report ({threshold_epsilon:g}-LDP), every "
-        f"later value one Hybrid-mechanism report ({epsilon:g}-LDP), each on a finite grid with exact "
-        "probabilities; disjoint values, one report each, so nothing composes; theta and the released stream "
-        "are post-processing"
-    ))
+    threshold, stream = EpsilonDelta(threshold_epsilon), EpsilonDelta(epsilon)
+    reports = (Part(what=f"one Square Wave report from each of the first {hold} values", budget=threshold,
+                    text=f"the first {hold} values each send one Square Wave report ({threshold.label(local=True)})"),
+               Part(what="one Hybrid-mechanism report from every later value", budget=stream,
+                    text=f"every later value one Hybrid-mechanism report ({stream.label(local=True)})"))
+    return PrivacyGuarantee.of(Composition(kind="parallel", parts=reports, layout=(
+        "LDP: {}, {}, each on a finite grid with exact probabilities; disjoint values, one report each, so nothing "
+        "composes; theta and the released stream are post-processing")), neighbours=LOCAL_REPORT, local=True)
 
 
 class ToPL:

@@ -38,7 +38,7 @@ from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import GridLaplace
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import make_source
-from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
@@ -322,42 +322,32 @@ class ToPS(HoldOutRelease):
         depends on theta (in grid units), so before the hold-out ends it is stated as
         ``epsilon``, an upper bound on what it will be.
         """
-        stream = self.epsilon if self._stream is None else self._stream.spent_epsilon
+        stream = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
         noise = self._source.describe()
+        grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
         if self.threshold_method == "model":
-            spent = (self.threshold_epsilon if self.model_choice is None
-                     else self.model_choice.epsilon_spent + self._profile_spent)
+            spent = EpsilonDelta(self.threshold_epsilon if self.model_choice is None
+                                 else self.model_choice.epsilon_spent + self._profile_spent)
             levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
             if self.period is not None:
                 levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
             elif self.leaf is not None:
                 levels = f"d = {self._stream.measured_levels} over leaves of {self.leaf} values"
             profile = "" if not self._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
-            threshold = PrivacyGuarantee(epsilon=spent, delta=0.0, neighbours=EVENT_LEVEL, noise=noise, composition=(
-                f"model threshold on the first {self.hold} values (scale, drift, {self.selection}, prior{profile}; "
-                "sequential)"))
-            hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
-                                         composition=f"hierarchy on the rest, eps / ({levels}) on each measured level")
-            grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
-            return threshold.compose_parallel(hierarchy, composition=(
-                f"model threshold {spent:g}-DP on the first {self.hold} values (theta, s and the prior{profile}); "
-                "hierarchy "
-                f"{stream:g}-DP on the rest{grid} (eps / ({levels}) on each measured level); parallel composition"))
-        measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
-        if self._source.exact:
-            nm_e = noisy_max_epsilon(self.threshold_epsilon, monotone=True)
+            threshold = Part(what="model threshold", budget=spent, noise=noise, text=(
+                f"model threshold {spent.label()} on the first {self.hold} values (theta, s and the prior{profile})"))
+            per_level = f"eps / ({levels}) on each measured level"
         else:
-            nm_e = self.threshold_epsilon
-        threshold = PrivacyGuarantee(epsilon=nm_e, delta=0.0, neighbours=EVENT_LEVEL,
-                                     composition=f"NM-E threshold on the first {self.hold} values", noise=noise)
-        hierarchy = PrivacyGuarantee(epsilon=stream, delta=0.0, neighbours=EVENT_LEVEL, noise=noise,
-                                     composition=f"hierarchy on the rest, eps/{measured} on each of {measured} levels")
-        grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
-        return threshold.compose_parallel(hierarchy, composition=(
-            f"NM-E threshold {nm_e:g}-DP on the first {self.hold} values; "
-            f"hierarchy {stream:g}-DP on the rest{grid} (eps/{measured} on "
-            f"each of h - s = {measured} measured levels); parallel composition"
-        ))
+            measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
+            nm_e = EpsilonDelta(noisy_max_epsilon(self.threshold_epsilon, monotone=True) if self._source.exact
+                                else self.threshold_epsilon)
+            threshold = Part(what="NM-E threshold", budget=nm_e, noise=noise,
+                             text=f"NM-E threshold {nm_e.label()} on the first {self.hold} values")
+            per_level = f"eps/{measured} on each of h - s = {measured} measured levels"
+        hierarchy = Part(what="hierarchy", budget=stream, noise=noise,
+                         text=f"hierarchy {stream.label()} on the rest{grid} ({per_level})")
+        return PrivacyGuarantee.of(Composition(kind="parallel", parts=(threshold, hierarchy),
+                                               layout="{}; {}; parallel composition"), neighbours=EVENT_LEVEL)
 
     # -- releasing ---------------------------------------------------------------------
 
