@@ -27,7 +27,7 @@ from dpstream.count_of_counts import (
 from dpstream.count_of_counts.consistency import release_source
 from dpstream.count_of_counts.estimators import BYTES_PER_CELL, CHUNK_CELLS, dense_memory, format_bytes, noise_scale
 from dpstream.noise import ExactNoise, FloatNoise, ZeroNoise, discrete_laplace_pmf
-from dpstream.noise.geometric import discrete_laplace_scale
+from dpstream.noise.discrete_laplace_law import discrete_laplace_scale
 from dpstream.postprocess import LaplaceCounts
 
 ALPHA = 1e-9  # failure probability of each statistical assertion
@@ -164,7 +164,11 @@ def test_the_release_modules_call_no_float_sampler():
                 if isinstance(node, ast.ImportFrom):
                     names = {alias.name for alias in node.names}
                     assert not names & FLOAT_HELPERS, f"{path.name}:{node.lineno} imports {names & FLOAT_HELPERS}"
-                    assert node.module not in ("dpstream.noise.float_geometric", "dpstream.noise.laplace")
+                    assert node.module not in (
+                        "dpstream.noise.float_geometric",
+                        "dpstream.noise.float_noise",
+                        "dpstream.noise.laplace",
+                    )
 
 
 def test_hc_noise_follows_the_discrete_laplace_law_at_the_rounded_scale():

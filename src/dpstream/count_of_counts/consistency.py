@@ -22,7 +22,7 @@ budget adds to ``epsilon`` by sequential composition.
 
 The noise is exact discrete Laplace (:class:`~dpstream.noise.sampler.ExactNoise`, random bits
 from the operating system's CSPRNG unless seeded) at the scale ``sensitivity / budget`` rounded
-up to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`), so each
+up to a multiple of ``2^-20`` (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace_scale`), so each
 part spends at most its share, exactly.  A study may pass ``noise=FloatNoise(rng)`` for speed;
 that path is not exact and not for publication.
 """

@@ -2,7 +2,7 @@
 
 ``Lap(beta)`` has density ``exp(-|x| / beta) / (2 beta)`` and variance ``2 beta^2``.  Adding
 ``Lap(GS_f / epsilon)`` to a function of global L1 sensitivity ``GS_f`` is epsilon-DP.  The
-float sampler :func:`laplace_noise` lives in :mod:`dpstream.noise.float_continuous` (studies
+float sampler :func:`laplace_noise` lives in :mod:`dpstream.noise.float_noise` (studies
 only) and is re-exported here for old imports.
 
 :func:`report_noisy_max` runs on exact integer noise by default: integer queries (counts),
@@ -19,9 +19,9 @@ import numpy as np
 
 from dpstream._checks import check_epsilon
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.float_continuous import float_laplace, laplace_noise
+from dpstream.noise.float_noise import FloatNoise, float_laplace, laplace_noise
 from dpstream.noise.grid import epsilon_of_scale, round_up_scale
-from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
+from dpstream.noise.sampler import ExactNoise, NoiseSampler
 
 __all__ = ["laplace_noise", "laplace_variance", "noisy_max_epsilon", "noisy_max_scale", "report_noisy_max"]
 

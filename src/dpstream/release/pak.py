@@ -55,8 +55,8 @@ from dpstream._checks import (
 )
 from dpstream.hierarchy import num_levels
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
-from dpstream.noise.float_continuous import float_laplace
+from dpstream.noise.discrete_laplace_law import MAX_LAPLACE_NUMERATOR
+from dpstream.noise.float_noise import float_laplace
 from dpstream.noise.grid import ceil_units, choose_granularity, epsilon_of_scale, round_up_scale, to_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source

@@ -19,10 +19,10 @@ an index.  None of them releases a score.
 Exactness.  The scores are first put on a grid: ``u_i = floor(2^k q_i / Delta)`` (``k =``
 :data:`SCORE_BITS`), integers whose sensitivity is at most ``2^k + 1`` grid steps (``2^k`` for
 the change of ``q``, one more for the floor and the float rounding of a score).  Every random
-decision is then made on integers by the samplers of :mod:`dpstream.noise.exact`: the coins
-by :func:`~dpstream.noise.exact.bernoulli_exp` on rational exponents, the order by a
+decision is then made on integers by the exact samplers of :mod:`dpstream.noise`: the coins
+by :func:`~dpstream.noise.exact_primitives.bernoulli_exp` on rational exponents, the order by a
 Fisher-Yates shuffle of exact uniform integers, the noise by
-:func:`~dpstream.noise.exact.discrete_laplace` of a rational scale rounded up.  The budget a
+:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace` of a rational scale rounded up.  The budget a
 call spends is returned by :func:`selection_epsilon` (at most the ``epsilon`` asked).
 
 Privacy
@@ -46,7 +46,8 @@ import numpy as np
 
 from dpstream._checks import check_bool, check_bound, check_epsilon
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.noise.exact import bernoulli_exp, discrete_laplace, uniform_below
+from dpstream.noise.discrete_laplace_law import discrete_laplace
+from dpstream.noise.exact_primitives import bernoulli_exp, uniform_below
 
 __all__ = [
     "SCORE_BITS",
