@@ -150,7 +150,7 @@ SOURCES = ["count_of_counts", "postprocess/mechanism.py", "noise/geometric.py"]
 
 
 FLOAT_SAMPLERS = {"laplace", "geometric", "exponential", "normal", "standard_normal", "random"}
-FLOAT_HELPERS = {"laplace_noise", "double_geometric_noise", "report_noisy_max"}
+FLOAT_HELPERS = {"laplace_noise", "double_geometric_noise", "report_noisy_max", "report_noisy_max_counts"}
 
 
 def test_the_release_modules_call_no_float_sampler():

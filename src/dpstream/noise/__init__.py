@@ -15,6 +15,7 @@ studies only).  The old paths ``exact``, ``geometric``, ``continuous``, ``float_
 ``float_geometric`` still resolve their names, deprecated.
 """
 
+from dpstream._deprecation import moved_names
 from dpstream.noise.bits import BitSource, GeneratorBits, KeyedBits, SeededBits, SystemBits, make_bits
 from dpstream.noise.discrete_gaussian_law import discrete_gaussian, discrete_gaussian_pmf
 from dpstream.noise.discrete_laplace_law import (
@@ -26,7 +27,7 @@ from dpstream.noise.discrete_laplace_law import (
 )
 from dpstream.noise.exact_primitives import bernoulli, bernoulli_exp, uniform_below
 from dpstream.noise.float_noise import double_geometric_noise
-from dpstream.noise.laplace import laplace_noise, laplace_variance, report_noisy_max
+from dpstream.noise.laplace import laplace_noise, laplace_variance, report_noisy_max_counts
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise, make_noise
 from dpstream.noise.source import NoiseSource, PooledNoise, describe_noise
 
@@ -57,6 +58,9 @@ __all__ = [
     "laplace_variance",
     "make_bits",
     "make_noise",
-    "report_noisy_max",
+    "report_noisy_max_counts",
     "uniform_below",
 ]
+
+#: ``report_noisy_max`` was renamed ``report_noisy_max_counts`` (integer counts, not scores).
+__getattr__ = moved_names(__name__, {"report_noisy_max": "dpstream.noise.laplace:report_noisy_max_counts"})
