@@ -15,7 +15,7 @@ from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, Stocha
 from dpstream.noise import FloatNoise
 from dpstream.postprocess import LaplaceCounts
 from dpstream.privacy import ENTITY_ROW, EVENT_LEVEL, LOCAL_REPORT, USER_STEP, Neighbours, PrivacyGuarantee
-from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLClient, ToPLCollector, ToPS
+from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLCollector, ToPLRandomizer, ToPS
 from dpstream.smoothers import ExponentialSmoother, MovingAverageSmoother
 
 
@@ -168,7 +168,7 @@ def test_mechanisms_compose_their_parts():
         lambda: PAK(1.0, 10.0),
         lambda: ToPL(1.0, 10.0),
         lambda: ToPLCollector(1.0, 10.0),
-        lambda: ToPLClient(1.0, 10.0),
+        lambda: ToPLRandomizer(1.0, 10.0),
         lambda: BinaryTreeCounter(1.0, 10.0),
         lambda: SquareWave(1.0),
         lambda: StochasticRounding(1.0),
