@@ -57,7 +57,7 @@ def _data() -> CountOfCountsData:
 @pytest.mark.parametrize("methods", [("hc",), ("hg",), ("naive",), ("hg", "hc", "naive")])
 def test_top_down_levels_spend_at_most_epsilon_exactly(epsilon, methods):
     recording = Recording()
-    TopDownCountOfCounts(epsilon=epsilon, methods=methods, max_size=50, noise=recording).release(_data())
+    TopDownCountOfCounts(epsilon=epsilon, method=methods, max_size=50, noise=recording).release(_data())
     assert len(recording.calls) == 3  # one batch of noise per level
     level_methods = methods * 3 if len(methods) == 1 else methods
     spent = sum(Fraction(SENSITIVITY[m]) / scale for m, (scale, _) in zip(level_methods, recording.calls))
@@ -138,7 +138,7 @@ def test_no_release_path_calls_numpys_float_samplers(monkeypatch):
     # every generator built from a seed (SeededBits, make_rng) is strict
     monkeypatch.setattr(np.random, "default_rng", lambda seed=None: StrictGenerator(np.random.PCG64(seed)))
     data = _data()
-    TopDownCountOfCounts(epsilon=1.0, methods=("hg", "hc", "naive"), max_size_epsilon=0.1, seed=1).release(data)
+    TopDownCountOfCounts(epsilon=1.0, method=("hg", "hc", "naive"), max_size_epsilon=0.1, seed=1).release(data)
     BottomUpCountOfCounts(epsilon=1.0, max_size_epsilon=0.1, seed=StrictGenerator(np.random.PCG64(2))).release(data)
     estimate_max_size(10, 0.5, ExactNoise(bits=3))
     LaplaceCounts(epsilon=0.5, seed=2).release(np.array([[3, 2], [2, 3]]))
@@ -185,7 +185,7 @@ def test_hc_noise_follows_the_discrete_laplace_law_at_the_rounded_scale():
 
 def test_hg_applies_a_given_k_too():
     data = _data()  # the largest groups have sizes 9 and 40
-    for mechanism in (TopDownCountOfCounts(epsilon=1e9, methods="hg", max_size=5, seed=0),
+    for mechanism in (TopDownCountOfCounts(epsilon=1e9, method="hg", max_size=5, seed=0),
                       BottomUpCountOfCounts(epsilon=1e9, method="hg", max_size=5, seed=0)):
         release = mechanism.release(data)
         assert release.max_size == 5
@@ -196,7 +196,7 @@ def test_hg_applies_a_given_k_too():
                 np.repeat(data.truth(level).node, data.truth(level).count),
                 np.repeat(capped, data.truth(level).count), hist.n_nodes)
             assert np.array_equal(hist.size, expected.size) and np.array_equal(hist.count, expected.count)
-    assert TopDownCountOfCounts(epsilon=1e9, methods="hg", seed=0).release(data).levels[0].size.max() == 40
+    assert TopDownCountOfCounts(epsilon=1e9, method="hg", seed=0).release(data).levels[0].size.max() == 40
 
 
 def test_memory_is_checked_before_anything_is_drawn():
@@ -214,7 +214,7 @@ def test_memory_is_checked_before_anything_is_drawn():
         estimated.release(_data())
     assert [size for _, size in recording.calls] == [1]  # only K's noise was drawn
     # hg keeps no dense rows: the limit does not apply
-    TopDownCountOfCounts(epsilon=1.0, methods="hg", max_size=10**8, memory_limit=1, seed=0).release(_data())
+    TopDownCountOfCounts(epsilon=1.0, method="hg", max_size=10**8, memory_limit=1, seed=0).release(_data())
 
 
 def test_tiny_budgets_are_refused_in_one_line():

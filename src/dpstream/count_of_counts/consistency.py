@@ -29,6 +29,7 @@ that path is not exact and not for publication.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -398,8 +399,9 @@ class TopDownCountOfCounts(_Mechanism):
     ----------
     epsilon : float
         Total budget of the histograms, ``epsilon / (L + 1)`` per level.
-    methods : str or sequence of str
-        "hc" (default), "hg" or "naive"; one for all levels or one per level, root first.
+    method : str or sequence of str
+        "hc" (default), "hg" or "naive"; one for all levels or one per level, root first (the
+        keyword of :class:`BottomUpCountOfCounts` too; ``methods=``, its former name, is deprecated).
     max_size : int, optional
         Public bound ``K`` on group sizes (needed by "hc" and "naive"; "hg" caps at it too).
     max_size_epsilon : float, optional
@@ -442,7 +444,7 @@ class TopDownCountOfCounts(_Mechanism):
         self,
         *,
         epsilon: float,
-        methods: str | Sequence[str] = "hc",
+        method: str | Sequence[str] = "hc",
         max_size: int | None = None,
         max_size_epsilon: float | None = None,
         isotonic: str | None = None,
@@ -451,12 +453,17 @@ class TopDownCountOfCounts(_Mechanism):
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
         memory_limit: int | None = None,
+        methods: str | Sequence[str] | None = None,
     ):
+        if methods is not None:  # the former name of ``method``
+            warnings.warn("TopDownCountOfCounts(methods=) is deprecated: use method= (one method, or one per level).",
+                          DeprecationWarning, stacklevel=2)
+            method = methods
         super().__init__(
             epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
             noise=noise, key=key, memory_limit=memory_limit,
         )
-        names = (methods,) if isinstance(methods, str) else tuple(methods)
+        names = (method,) if isinstance(method, str) else tuple(method)
         if not names:
             raise ValueError("methods must name at least one method, got an empty sequence.")
         self.methods = tuple(check_choice(name, "method", METHODS) for name in names)
