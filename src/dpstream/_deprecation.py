@@ -1,4 +1,4 @@
-"""Old names kept working for one release: a module ``__getattr__`` that resolves them with a warning.
+"""Old names kept working for one release: moved module names and renamed keywords, with a warning.
 
 A module whose public names moved (or a module that moved as a whole) sets
 
@@ -15,7 +15,7 @@ import importlib
 import warnings
 from collections.abc import Callable
 
-__all__ = ["moved_names"]
+__all__ = ["moved_names", "renamed_keyword"]
 
 
 def moved_names(module: str, moves: dict[str, str]) -> Callable[[str], object]:
@@ -43,3 +43,17 @@ def moved_names(module: str, moves: dict[str, str]) -> Callable[[str], object]:
         return getattr(importlib.import_module(path), new_name)
 
     return __getattr__
+
+
+def renamed_keyword(owner: str, old: str, new: str, old_value: object, new_value: object) -> object:
+    """The value of a renamed keyword: ``new_value``, or ``old_value`` (with a warning) when given.
+
+    ``old_value`` is None when the caller did not pass the old keyword.
+
+    >>> renamed_keyword("f", "methods", "method", None, "hc")
+    'hc'
+    """
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{owner}({old}=) is deprecated: use {new}=.", DeprecationWarning, stacklevel=3)
+    return old_value

@@ -29,7 +29,6 @@ that path is not exact and not for publication.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -37,6 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream._deprecation import renamed_keyword
 from dpstream._progress import Progress, notify, shifted
 from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
 from dpstream.count_of_counts.estimators import (
@@ -400,8 +400,7 @@ class TopDownCountOfCounts(_Mechanism):
     epsilon : float
         Total budget of the histograms, ``epsilon / (L + 1)`` per level.
     method : str or sequence of str
-        "hc" (default), "hg" or "naive"; one for all levels or one per level, root first (the
-        keyword of :class:`BottomUpCountOfCounts` too; ``methods=``, its former name, is deprecated).
+        "hc" (default), "hg" or "naive"; one for all levels or one per level, root first.
     max_size : int, optional
         Public bound ``K`` on group sizes (needed by "hc" and "naive"; "hg" caps at it too).
     max_size_epsilon : float, optional
@@ -453,12 +452,9 @@ class TopDownCountOfCounts(_Mechanism):
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
         memory_limit: int | None = None,
-        methods: str | Sequence[str] | None = None,
+        methods: str | Sequence[str] | None = None,  # deprecated name of ``method``
     ):
-        if methods is not None:  # the former name of ``method``
-            warnings.warn("TopDownCountOfCounts(methods=) is deprecated: use method= (one method, or one per level).",
-                          DeprecationWarning, stacklevel=2)
-            method = methods
+        method = renamed_keyword("TopDownCountOfCounts", "methods", "method", methods, method)
         super().__init__(
             epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
             noise=noise, key=key, memory_limit=memory_limit,
