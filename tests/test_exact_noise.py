@@ -218,7 +218,7 @@ def test_draws_are_replayable_and_shaped():
 
 def test_overflow_is_refused_never_wrapped(monkeypatch):
     monkeypatch.setattr(
-        "dpstream.noise.discrete_laplace_law._geometric_exp1", lambda bits, m: np.full(m, 1 << 40, dtype=np.int64)
+        "dpstream.noise.discrete_laplace_law.geometric_exp1", lambda bits, m: np.full(m, 1 << 40, dtype=np.int64)
     )
     with pytest.raises(OverflowError, match="int64"):
         discrete_laplace(SeededBits(seed=0), 1 << 30, 1, 10)

@@ -14,7 +14,7 @@ import numpy as np
 
 from dpstream.noise.bits import BitSource
 from dpstream.noise.discrete_laplace_law import MAX_LAPLACE_NUMERATOR, discrete_laplace
-from dpstream.noise.exact_primitives import _CHUNK, _TWO32, _TWO64, _bernoulli_exp, _integer, _size
+from dpstream.noise.exact_primitives import CHUNK, bernoulli_exp_batch, check_integer, check_size
 
 __all__ = ["discrete_gaussian", "discrete_gaussian_pmf"]
 
@@ -32,31 +32,31 @@ def discrete_gaussian(bits: BitSource, sigma2_num, sigma2_den, size) -> np.ndarr
     >>> x.dtype, bool(abs(x.var() - 4.0) < 0.1)
     (dtype('int64'), True)
     """
-    a = _integer(sigma2_num, "sigma2_num", 1)
-    b = _integer(sigma2_den, "sigma2_den", 1)
+    a = check_integer(sigma2_num, "sigma2_num", 1)
+    b = check_integer(sigma2_den, "sigma2_den", 1)
     g = math.gcd(a, b)
     a, b = a // g, b // g
     t = math.isqrt(a // b) + 1  # floor(sqrt(a / b)) = isqrt(floor(a / b))
     if t > MAX_LAPLACE_NUMERATOR:
         raise ValueError(f"discrete Gaussian sigma must be below 2^40, got sigma^2 = {a}/{b}.")
-    shape, n = _size(size)
+    shape, n = check_size(size)
     out = np.empty(n, dtype=np.int64)
     den = 2 * a * b * t * t
     tb = t * b
     rate = 0.5  # acceptance rate so far (batch sizing only)
     filled = 0
     while filled < n:
-        need = min(n - filled, _CHUNK)
+        need = min(n - filled, CHUNK)
         m = int(need / rate * 1.05) + 16
         y = discrete_laplace(bits, t, 1, m)
         magnitude = np.abs(y)
-        if (int(magnitude.max()) * tb + a) < _TWO32 and den < _TWO64:
+        if (int(magnitude.max()) * tb + a) < (1 << 32) and den < (1 << 64):
             deviation = np.abs(magnitude * tb - a).astype(np.uint64)  # < 2^32, so its square fits
             num = deviation * deviation
         else:
             deviation = magnitude.astype(object) * tb - a
             num = deviation * deviation
-        kept = y[_bernoulli_exp(bits, num, den)]
+        kept = y[bernoulli_exp_batch(bits, num, den)]
         rate = max(kept.size / m, 0.05)
         take = min(kept.size, n - filled)
         out[filled : filled + take] = kept[:take]
@@ -73,7 +73,7 @@ def discrete_gaussian_pmf(x, sigma2_num, sigma2_den) -> np.ndarray:
     >>> float(discrete_gaussian_pmf(np.arange(-50, 51), 9, 2).sum())  # doctest: +ELLIPSIS
     1.0...
     """
-    sigma2 = _integer(sigma2_num, "sigma2_num", 1) / _integer(sigma2_den, "sigma2_den", 1)
+    sigma2 = check_integer(sigma2_num, "sigma2_num", 1) / check_integer(sigma2_den, "sigma2_den", 1)
     if sigma2 <= 100.0**2:
         support = np.arange(-math.ceil(40.0 * math.sqrt(sigma2)) - 1, math.ceil(40.0 * math.sqrt(sigma2)) + 2)
         normalizer = float(np.exp(-(support.astype(np.float64) ** 2) / (2.0 * sigma2)).sum())

@@ -35,13 +35,13 @@ import numpy as np
 
 from dpstream.noise.bits import BitSource
 from dpstream.noise.exact_primitives import (
-    _CHUNK,
-    _below,
-    _bernoulli_exp_unit,
-    _coins,
-    _geometric_exp1,
-    _integer,
-    _size,
+    CHUNK,
+    below,
+    bernoulli_exp_unit_batch,
+    check_integer,
+    check_size,
+    coins,
+    geometric_exp1,
 )
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "discrete_laplace_pmf",
     "discrete_laplace_scale",
     "double_geometric_pmf",
+    "double_geometric_ratio",
     "double_geometric_variance",
     "laplace_units_variance",
 ]
@@ -70,8 +71,8 @@ SCALE_BITS = 20
 
 
 def _laplace_args(t, s) -> tuple[int, int]:
-    t = _integer(t, "t", 1)
-    s = _integer(s, "s", 1)
+    t = check_integer(t, "t", 1)
+    s = check_integer(s, "s", 1)
     g = math.gcd(t, s)
     t, s = t // g, s // g
     if t > MAX_LAPLACE_NUMERATOR:
@@ -117,7 +118,7 @@ def discrete_laplace(bits: BitSource, t, s, size) -> np.ndarray:
     (dtype('int64'), True)
     """
     t, s = _laplace_args(t, s)
-    shape, n = _size(size)
+    shape, n = check_size(size)
     out = np.empty(n, dtype=np.int64)
     # Float only sizes the batches: a candidate survives the U step with probability
     # E[exp(-U/t)] = (1 - 1/e) / (t (1 - exp(-1/t))) and the sign step with (1 + exp(-s/t)) / 2.
@@ -125,18 +126,18 @@ def discrete_laplace(bits: BitSource, t, s, size) -> np.ndarray:
     v_limit = ((1 << 63) - t) // t  # U + t V stays below 2^63
     filled = 0
     while filled < n:
-        need = min(n - filled, _CHUNK)
+        need = min(n - filled, CHUNK)
         m = int(need / keep * 1.02) + 16
-        u = _below(bits, t, m)
-        u = u[_bernoulli_exp_unit(bits, u, t)]
-        v = _geometric_exp1(bits, u.size)
+        u = below(bits, t, m)
+        u = u[bernoulli_exp_unit_batch(bits, u, t)]
+        v = geometric_exp1(bits, u.size)
         if u.size and int(v.max()) > v_limit:
             raise OverflowError(
                 f"a discrete Laplace draw of scale {t}/{s} left the int64 range (probability < 1e-1000000)."
             )
         x = u.astype(np.int64) + np.int64(t) * v
         y = x // s if s > 1 else x
-        negative = _coins(bits, y.size)
+        negative = coins(bits, y.size)
         z = np.where(negative, -y, y)[~(negative & (y == 0))]
         take = min(z.size, n - filled)
         out[filled : filled + take] = z[:take]
@@ -174,11 +175,16 @@ def discrete_laplace_pmf(x, t, s) -> np.ndarray:
     >>> float(discrete_laplace_pmf(np.arange(-100, 101), 2, 1).sum())  # doctest: +ELLIPSIS
     1.0...
     """
-    rate = _integer(s, "s", 1) / _integer(t, "t", 1)
+    rate = check_integer(s, "s", 1) / check_integer(t, "t", 1)
     return math.tanh(rate / 2.0) * np.exp(-np.abs(np.asarray(x, dtype=np.float64)) * rate)
 
 
-def _ratio(scale: float) -> float:
+def double_geometric_ratio(scale: float) -> float:
+    """``a = exp(-1 / scale)`` of ``DGeom(scale)``, after checking that ``scale`` is a finite number > 0.
+
+    >>> double_geometric_ratio(1.0) == math.exp(-1.0)
+    True
+    """
     if not (isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"double-geometric scale must be a finite number > 0, got {scale!r}.")
     return math.exp(-1.0 / float(scale))
@@ -244,7 +250,7 @@ def double_geometric_pmf(k: np.ndarray | int, scale: float) -> np.ndarray:
     >>> float(double_geometric_pmf(np.arange(-200, 201), 3.0).sum())  # doctest: +ELLIPSIS
     1.0...
     """
-    ratio = _ratio(scale)
+    ratio = double_geometric_ratio(scale)
     k = np.abs(np.asarray(k, dtype=np.float64))
     return (1.0 - ratio) / (1.0 + ratio) * np.power(ratio, k)
 
@@ -256,7 +262,7 @@ def double_geometric_variance(scale: float) -> float:
     >>> double_geometric_variance(1.0) == 2 * a / (1 - a) ** 2 < 2.0
     True
     """
-    ratio = _ratio(scale)
+    ratio = double_geometric_ratio(scale)
     return 2.0 * ratio / (1.0 - ratio) ** 2
 
 

@@ -15,9 +15,12 @@ they are built of:
   Bernoulli(exp(-(gamma - floor(gamma)))).
 
 The samplers of the laws are in their own modules: :mod:`dpstream.noise.discrete_laplace_law`
-(their Algorithm 2) and :mod:`dpstream.noise.discrete_gaussian_law` (Algorithm 3), which build on
-the vectorized helpers here (``_below``, ``_coins``, ``_bernoulli_exp``, ``_geometric_exp1``,
-the argument checks and ``_in_chunks``).
+(their Algorithm 2) and :mod:`dpstream.noise.discrete_gaussian_law` (Algorithm 3).  They are built
+of the vectorized building blocks here, which work on arrays already checked: :func:`below`
+(uniform integers), :func:`coins`, :func:`bernoulli_exp_batch` and
+:func:`bernoulli_exp_unit_batch` (Bernoulli(exp(-num / den)) per element), :func:`geometric_exp1`,
+the argument checks :func:`check_size` and :func:`check_integer`, and the batch size
+:data:`CHUNK`.
 
 Every decision is made in integer arithmetic: numpy ``uint64`` where the numbers fit (with
 explicit overflow checks), Python integers in object arrays where they do not.  Floating
@@ -46,14 +49,27 @@ import numpy as np
 
 from dpstream.noise.bits import BitSource
 
-__all__ = ["bernoulli", "bernoulli_exp", "uniform_below"]
+__all__ = [
+    "CHUNK",
+    "bernoulli",
+    "bernoulli_exp",
+    "bernoulli_exp_batch",
+    "bernoulli_exp_unit_batch",
+    "below",
+    "check_integer",
+    "check_size",
+    "coins",
+    "geometric_exp1",
+    "uniform_below",
+]
 
 _TWO32 = 1 << 32
 _TWO64 = 1 << 64
 _MASK32 = np.uint64(_TWO32 - 1)
 _SHIFT32 = np.uint64(32)
-_CHUNK = 1 << 16  # draws per round of the discrete samplers: keeps the work arrays in cache
-_CLIP = 1 << 62  # an integer part of gamma this large can never be passed (see _bernoulli_exp)
+#: Draws per round of the discrete samplers: keeps the work arrays in cache.
+CHUNK = 1 << 16
+_CLIP = 1 << 62  # an integer part of gamma this large can never be passed (see bernoulli_exp_batch)
 
 
 # -- raw bits ------------------------------------------------------------------------------------
@@ -72,7 +88,7 @@ def _uniform32(bits: BitSource, n: int) -> np.ndarray:
     return words.view("<u4")[:n].astype(np.uint64)
 
 
-def _coins(bits: BitSource, n: int) -> np.ndarray:
+def coins(bits: BitSource, n: int) -> np.ndarray:
     """``n`` fair coins as a bool array (the bits of each word from least to most significant)."""
     words = _words(bits, (n + 63) // 64).astype("<u8", copy=False)
     return np.unpackbits(words.view(np.uint8), bitorder="little")[:n].view(bool)
@@ -93,7 +109,7 @@ def _rejection_rounds(m: int, draw) -> np.ndarray:
     return out
 
 
-def _below(bits: BitSource, n, m: int) -> np.ndarray:
+def below(bits: BitSource, n, m: int) -> np.ndarray:
     """``m`` uniform integers in [0, n) as uint64; ``n`` an int in [1, 2^64) or a uint64 array of length m."""
     if np.ndim(n) == 0:
         n = int(n)
@@ -157,7 +173,7 @@ def _bernoulli(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     if np.ndim(den) == 0 and int(den) >= _TWO64 or num.dtype == object:
         return _bernoulli_wide(bits, num.astype(object), int(den))
-    return _below(bits, den, m) < num
+    return below(bits, den, m) < num
 
 
 def _bernoulli_wide(bits: BitSource, num: np.ndarray, den: int) -> np.ndarray:
@@ -183,17 +199,17 @@ def _bernoulli_exp1(bits: BitSource, m: int) -> np.ndarray:
     """``m`` independent Bernoulli(exp(-1)): Algorithm 1 with gamma = 1 (``A_1 = 1`` always,
     ``A_2`` a fair coin, then ``A_K ~ Bernoulli(1 / K)``); 1 when the first ``A_K = 0`` has K odd."""
     result = np.zeros(m, dtype=bool)  # stopping at K = 2 gives 0
-    alive = np.flatnonzero(_coins(bits, m))
+    alive = np.flatnonzero(coins(bits, m))
     k = 3
     while alive.size:
-        go_on = _below(bits, k, alive.size) == 0
+        go_on = below(bits, k, alive.size) == 0
         result[alive[~go_on]] = k % 2 == 1
         alive = alive[go_on]
         k += 1
     return result
 
 
-def _geometric_exp1(bits: BitSource, m: int) -> np.ndarray:
+def geometric_exp1(bits: BitSource, m: int) -> np.ndarray:
     """``m`` independent counts ``V`` of Bernoulli(exp(-1)) successes before the first failure,
     ``P[V >= v] = exp(-v)``, as int64: one long run of trials cut at its failures."""
     out = np.empty(m, dtype=np.int64)
@@ -213,7 +229,7 @@ def _geometric_exp1(bits: BitSource, m: int) -> np.ndarray:
     return out
 
 
-def _bernoulli_exp_unit(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
+def bernoulli_exp_unit_batch(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
     """Bernoulli(exp(-num / den)) for ``0 <= num <= den`` (Algorithm 1 of CKS for gamma in [0, 1]).
 
     ``den`` is an int (``A_K ~ Bernoulli(num / (den K))`` in one draw) or a uint64 array (then
@@ -229,18 +245,18 @@ def _bernoulli_exp_unit(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
         else:
             go_on = _bernoulli(bits, num[alive], den[alive])
             if k > 1:
-                go_on[go_on] = _below(bits, k, int(go_on.sum())) == 0
+                go_on[go_on] = below(bits, k, int(go_on.sum())) == 0
         result[alive[~go_on]] = k % 2 == 1
         alive = alive[go_on]
         k += 1
     return result
 
 
-def _bernoulli_exp(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
+def bernoulli_exp_batch(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
     """Bernoulli(exp(-num / den)) for ``num >= 0``: a run of ``floor(gamma)`` Bernoulli(exp(-1))
     successes (drawn as one geometric count ``V``, passed when ``V >= floor(gamma)``), then
     Algorithm 1 on the fractional part.  ``num`` is uint64 or object; ``den`` as in
-    :func:`_bernoulli_exp_unit`.
+    :func:`bernoulli_exp_unit_batch`.
 
     An integer part above 2^62 is compared as 2^62: ``V`` counts generated trials, and no run
     could ever generate 2^62 of them, so the outcome is the same.
@@ -256,17 +272,18 @@ def _bernoulli_exp(bits: BitSource, num: np.ndarray, den) -> np.ndarray:
     has_whole = np.flatnonzero(np.asarray(whole > 0, dtype=bool))
     if has_whole.size:
         needed = np.minimum(whole[has_whole], _CLIP).astype(np.int64)
-        result[has_whole] = _geometric_exp1(bits, has_whole.size) >= needed
+        result[has_whole] = geometric_exp1(bits, has_whole.size) >= needed
     rest = np.flatnonzero(result & np.asarray(fraction > 0, dtype=bool))
     if rest.size:
-        result[rest] = _bernoulli_exp_unit(bits, fraction[rest], scalar_den if np.ndim(den) == 0 else den[rest])
+        result[rest] = bernoulli_exp_unit_batch(bits, fraction[rest], scalar_den if np.ndim(den) == 0 else den[rest])
     return result
 
 
 # -- argument handling ---------------------------------------------------------------------------
 
 
-def _size(size) -> tuple[tuple[int, ...], int]:
+def check_size(size) -> tuple[tuple[int, ...], int]:
+    """A sampler's ``size`` checked: the output shape and its number of draws."""
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
         shape = (int(size),)
     elif isinstance(size, tuple) and all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in size):
@@ -278,7 +295,8 @@ def _size(size) -> tuple[tuple[int, ...], int]:
     return shape, math.prod(shape)
 
 
-def _integer(value, name: str, minimum: int, maximum: int | None = None) -> int:
+def check_integer(value, name: str, minimum: int, maximum: int | None = None) -> int:
+    """A sampler's integer argument checked (``minimum <= value <= maximum``), as a Python int."""
     if not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
         raise TypeError(f"{name} must be an integer, got {value!r}.")
     value = int(value)
@@ -292,7 +310,7 @@ def _integer(value, name: str, minimum: int, maximum: int | None = None) -> int:
 def _integers(value, name: str, minimum: int, shape: tuple[int, ...], maximum: int = _TWO64 - 1):
     """A scalar Python int (any size up to ``maximum``) or a uint64 array broadcast to ``shape``."""
     if np.ndim(value) == 0 and not isinstance(value, np.ndarray):
-        return _integer(value, name, minimum, maximum)
+        return check_integer(value, name, minimum, maximum)
     array = np.asarray(value)
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integers, got an array of dtype {array.dtype}.")
@@ -312,11 +330,11 @@ def _full(value, m: int) -> np.ndarray:
 
 
 def _in_chunks(m: int, dtype, draw, *arguments) -> np.ndarray:
-    """``draw(*arguments_chunk, k)`` over chunks of :data:`_CHUNK` positions (array arguments are
+    """``draw(*arguments_chunk, k)`` over chunks of :data:`CHUNK` positions (array arguments are
     sliced, scalars passed as they are): small work arrays are several times faster."""
     out = np.empty(m, dtype=dtype)
-    for start in range(0, m, _CHUNK):
-        stop = min(start + _CHUNK, m)
+    for start in range(0, m, CHUNK):
+        stop = min(start + CHUNK, m)
         parts = [a[start:stop] if np.ndim(a) else a for a in arguments]
         out[start:stop] = draw(*parts, stop - start)
     return out
@@ -342,9 +360,9 @@ def uniform_below(bits: BitSource, n, size) -> np.ndarray:
     >>> x.dtype, int(x.min()), int(x.max())
     (dtype('int64'), 0, 5)
     """
-    shape, m = _size(size)
+    shape, m = check_size(size)
     n = _integers(n, "n", 1, shape, maximum=1 << 63)
-    return _in_chunks(m, np.int64, lambda bound, k: _below(bits, bound, k), n).reshape(shape)
+    return _in_chunks(m, np.int64, lambda bound, k: below(bits, bound, k), n).reshape(shape)
 
 
 def bernoulli(bits: BitSource, num, den, size) -> np.ndarray:
@@ -358,7 +376,7 @@ def bernoulli(bits: BitSource, num, den, size) -> np.ndarray:
     >>> bool(abs(x.mean() - 0.25) < 5 * (0.25 * 0.75 / 100_000) ** 0.5)
     True
     """
-    shape, m = _size(size)
+    shape, m = check_size(size)
     big = _TWO64 - 1 if np.ndim(num) or np.ndim(den) else None
     den = _integers(den, "den", 1, shape, maximum=big)
     num = _integers(num, "num", 0, shape, maximum=big)
@@ -381,8 +399,8 @@ def bernoulli_exp(bits: BitSource, num, den, size) -> np.ndarray:
     >>> bool(abs(x.mean() - 0.6065) < 0.01)
     True
     """
-    shape, m = _size(size)
+    shape, m = check_size(size)
     big = _TWO64 - 1 if np.ndim(num) or np.ndim(den) else None
     den = _integers(den, "den", 1, shape, maximum=big)
     num = _integers(num, "num", 0, shape, maximum=big)
-    return _in_chunks(m, bool, lambda p, q, k: _bernoulli_exp(bits, _full(p, k), q), num, den).reshape(shape)
+    return _in_chunks(m, bool, lambda p, q, k: bernoulli_exp_batch(bits, _full(p, k), q), num, den).reshape(shape)

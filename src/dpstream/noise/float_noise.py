@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpstream.noise.discrete_laplace_law import _ratio, check_rational_scale
+from dpstream.noise.discrete_laplace_law import check_rational_scale, double_geometric_ratio
 from dpstream.rng import Seed, make_rng
 
 __all__ = ["MAX_SCALE", "FloatNoise", "double_geometric_noise", "float_gaussian", "float_laplace", "laplace_noise"]
@@ -71,7 +71,7 @@ def double_geometric_noise(rng: np.random.Generator, scale: float, size: int | t
     >>> noise.dtype == np.int64, bool(abs(noise.var() - double_geometric_variance(2.0)) < 0.2)
     (True, True)
     """
-    _ratio(scale)  # validates the scale
+    double_geometric_ratio(scale)  # validates the scale
     if scale > MAX_SCALE:
         raise ValueError(
             f"double-geometric scale must be at most {MAX_SCALE:g} (epsilon / sensitivity >= {1 / MAX_SCALE:g}), "
