@@ -29,16 +29,16 @@ _CHUNK = 4_000_000
 
 
 def log_weight(k: np.ndarray, log_rate: np.ndarray, noisy: np.ndarray, scale: float,
-                quad: np.ndarray | float = 0.0) -> np.ndarray:
+               quad: np.ndarray | float = 0.0) -> np.ndarray:
     """``k ln lambda - ln k! - |r~ - k| / b - quad k^2 / 2``, concave in the integer ``k`` for ``quad >= 0``
     (``quad`` carries a Gaussian factor per cell, as :mod:`~dpstream.postprocess.temporal` uses it)."""
     return k * log_rate - gammaln(k + 1.0) - np.abs(noisy - k) / scale - 0.5 * quad * k * k
 
 
 def weight_windows(log_rate: np.ndarray, noisy: np.ndarray, scale: float, users: int,
-             quad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   quad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per cell, the interval ``[lo, hi]`` of ``k`` in ``0..n`` where the (tilted) log weight is
-    within ``_DROP`` of its largest: the weights are log-concave, so three integer bisections
+    within 50 (``_DROP``) of its largest: the weights are log-concave, so three integer bisections
     (the mode, then either end) find it.  Cells of rate 0 get ``[0, 0]``."""
     lo = np.zeros(log_rate.shape, dtype=np.int64)
     hi = np.zeros(log_rate.shape, dtype=np.int64)
@@ -101,7 +101,7 @@ def _exact_rows(log_rate: np.ndarray, noisy: np.ndarray, scale: float, users: in
         with np.errstate(invalid="ignore"):
             log_w = np.where(np.isfinite(log_rate[:, cell, None]),
                              log_weight(k.astype(np.float64), log_rate[:, cell, None], noisy[:, cell, None], scale,
-                                         quad[:, cell, None]),
+                                        quad[:, cell, None]),
                              np.where(k == 0, 0.0, -np.inf))
         log_w = np.where(inside, log_w, -np.inf)
         log_w -= log_w.max(axis=1, keepdims=True)
@@ -140,7 +140,7 @@ def exact_cost(lo: np.ndarray, hi: np.ndarray, users: int, width: np.ndarray | N
 
 
 def exact_means(log_rate: np.ndarray, noisy: np.ndarray, scale: float, users: int, lo: np.ndarray,
-                 hi: np.ndarray, cost: np.ndarray, quad: np.ndarray | None = None) -> np.ndarray:
+                hi: np.ndarray, cost: np.ndarray, quad: np.ndarray | None = None) -> np.ndarray:
     """The exact method on blocks of steps of similar cost (so the blocks' widths fit their rows)."""
     quad = np.zeros(log_rate.shape) if quad is None else quad
     order = np.argsort(cost, kind="stable")

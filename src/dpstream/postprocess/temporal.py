@@ -209,7 +209,7 @@ def temporal_mean(noisy: object, transition: object, *, users: int, epsilon: flo
     chosen = cost <= EXACT_MAX_COST
     if chosen.any():
         counts[chosen] = exact_means(log_rate[chosen], y[chosen], scale, n, lo[chosen], hi[chosen], cost[chosen],
-                                      d[chosen])
+                                     d[chosen])
     return _estimate(counts, n)
 
 
