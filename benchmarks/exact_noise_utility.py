@@ -28,7 +28,7 @@ from dpstream import HierarchicalPerturber, load_dataset
 from dpstream.evaluation import extend_stream
 from dpstream.evaluation.metrics import prefix_range_sums, random_queries
 from dpstream.noise import FloatNoise
-from dpstream.noise.grid import laplace_units_variance
+from dpstream.noise.discrete_laplace_law import laplace_units_variance
 from dpstream.thresholds import true_percentile
 
 HOLD, RANGE = 65536, 2**20

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from dpstream.client import Client  # noqa: E402
-from dpstream.release import ToPLClient as LocalToPL  # noqa: E402
+from dpstream.release import ToPLRandomizer as LocalToPL  # noqa: E402
 from service_helpers import TOKEN, PostgresServer, ServeProcess  # noqa: E402
 
 BATCH = 10_000

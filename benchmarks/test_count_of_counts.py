@@ -36,7 +36,7 @@ def test_three_levels_ten_million_groups(benchmark):
     assert [data.tree.size(level) for level in range(3)] == [1, STATES, COUNTIES]
 
     def release():
-        return TopDownCountOfCounts(epsilon=1.0, methods="hc", max_size=K, seed=1).release(data)
+        return TopDownCountOfCounts(epsilon=1.0, method="hc", max_size=K, seed=1).release(data)
 
     out = benchmark.pedantic(release, rounds=1, iterations=1)
     seconds = benchmark.stats.stats.max

@@ -1,4 +1,4 @@
-"""Speed of the exact samplers (``dpstream.noise.exact``) on one core.
+"""Speed of the exact samplers (``dpstream.noise.exact_primitives`` and the laws built on it) on one core.
 
 Run with ``.venv/bin/python -m pytest benchmarks/test_noise.py --benchmark-only -o addopts=""``.
 Target: the discrete Laplace draws at least 10^6 values per second from the operating system's

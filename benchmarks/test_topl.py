@@ -15,7 +15,7 @@ from dpstream import load_dataset
 from dpstream.evaluation import extend_stream
 from dpstream.ldp import SquareWave, estimate_density
 from dpstream.noise import SeededBits, SystemBits
-from dpstream.release import ToPLClient, ToPLCollector
+from dpstream.release import ToPLCollector, ToPLRandomizer
 
 N, HOLD, BUCKETS = 10**6, 65536, 1024
 
@@ -30,7 +30,7 @@ def pos() -> tuple[np.ndarray, float]:
 @pytest.mark.parametrize("source", ["seeded", "secure"])
 def test_client_hm_reports_of_a_million_values(benchmark, pos, source):
     values, bound = pos
-    client = ToPLClient(epsilon=1.0, upper_bound=bound, threshold=60.0)
+    client = ToPLRandomizer(epsilon=1.0, upper_bound=bound, threshold=60.0)
     bits = SeededBits(seed=0) if source == "seeded" else SystemBits()
     codes, outputs = benchmark.pedantic(client.report_batch, args=(values, bits), rounds=5, iterations=1)
     assert outputs.size == N
@@ -39,7 +39,7 @@ def test_client_hm_reports_of_a_million_values(benchmark, pos, source):
 
 def test_client_square_wave_reports_of_a_million_values(benchmark, pos):
     values, bound = pos
-    client = ToPLClient(epsilon=1.0, upper_bound=bound)
+    client = ToPLRandomizer(epsilon=1.0, upper_bound=bound)
     codes, outputs = benchmark.pedantic(client.report_batch, args=(values, SeededBits(seed=0)), rounds=5,
                                         iterations=1)
     assert outputs.size == N
@@ -60,7 +60,7 @@ def test_collector_end_to_end_on_a_million_reports(benchmark, pos):
     """Threshold from the first 65,536 reports (SW-W), then 10^6 - 65,536 HM reports estimated."""
     values, bound = pos
     bits = SeededBits(seed=2)
-    threshold_reports = ToPLClient(epsilon=1.0, upper_bound=bound).report_batch(values[:HOLD], bits)
+    threshold_reports = ToPLRandomizer(epsilon=1.0, upper_bound=bound).report_batch(values[:HOLD], bits)
 
     def run() -> np.ndarray:
         collector = ToPLCollector(epsilon=1.0, upper_bound=bound, hold=HOLD)

@@ -8,8 +8,7 @@ import pytest
 
 from dpstream.hierarchy import num_levels
 from dpstream.noise import ExactNoise, FloatNoise, KeyedBits, ZeroNoise
-from dpstream.noise.exact import discrete_laplace_pmf
-from dpstream.noise.grid import laplace_units_variance
+from dpstream.noise.discrete_laplace_law import discrete_laplace_pmf, laplace_units_variance
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release.binary_tree import BinaryTreeCounter, noise_prefix_sums, prefix_nodes
 

@@ -70,10 +70,10 @@ def assert_desiderata(data: CountOfCountsData, release) -> None:
 
 MECHANISMS = [
     lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=300, seed=seed),
-    lambda seed: TopDownCountOfCounts(epsilon=0.3, methods="hg", seed=seed),
-    lambda seed: TopDownCountOfCounts(epsilon=2.0, methods="naive", max_size=80, seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=0.3, method="hg", seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=2.0, method="naive", max_size=80, seed=seed),
     lambda seed: TopDownCountOfCounts(epsilon=1.0, max_size=300, isotonic="l2", merge="average", seed=seed),
-    lambda seed: TopDownCountOfCounts(epsilon=0.5, methods="hg", isotonic="l1", max_size_epsilon=0.1, seed=seed),
+    lambda seed: TopDownCountOfCounts(epsilon=0.5, method="hg", isotonic="l1", max_size_epsilon=0.1, seed=seed),
     lambda seed: BottomUpCountOfCounts(epsilon=1.0, max_size=300, seed=seed),
     lambda seed: BottomUpCountOfCounts(epsilon=1.0, method="hg", seed=seed),
 ]
@@ -90,18 +90,18 @@ def test_every_release_meets_the_four_desiderata(make):
 def test_mixed_methods_per_level_and_the_generators():
     rng = np.random.default_rng(21)
     data = housing_data(5000, n_states=3, n_counties=8, seed=rng)
-    release = TopDownCountOfCounts(epsilon=1.0, methods=("hg", "hc", "naive"), max_size=20_000, seed=1).release(data)
+    release = TopDownCountOfCounts(epsilon=1.0, method=("hg", "hc", "naive"), max_size=20_000, seed=1).release(data)
     assert_desiderata(data, release)
     taxis = taxi_data(30, seed=2)
     assert_desiderata(taxis, TopDownCountOfCounts(epsilon=1.0, max_size=5000, seed=3).release(taxis))
     with pytest.raises(ValueError, match="one per level"):
-        TopDownCountOfCounts(epsilon=1.0, methods=("hg", "hc"), max_size=10).release(data)
+        TopDownCountOfCounts(epsilon=1.0, method=("hg", "hc"), max_size=10).release(data)
 
 
 def test_with_no_noise_the_release_is_the_truth():
     data = random_data(np.random.default_rng(22))
     for mechanism in (TopDownCountOfCounts(epsilon=1e9, max_size=10_000, seed=0),
-                      TopDownCountOfCounts(epsilon=1e9, methods="hg", seed=0),
+                      TopDownCountOfCounts(epsilon=1e9, method="hg", seed=0),
                       BottomUpCountOfCounts(epsilon=1e9, max_size=10_000, seed=0)):
         assert level_errors(data, mechanism.release(data)) == [0.0] * data.tree.levels
 
@@ -233,7 +233,7 @@ def test_bad_hierarchies_and_inputs():
     with pytest.raises(ValueError, match="epsilon"):
         TopDownCountOfCounts(epsilon=-1.0)
     with pytest.raises(ValueError, match="method"):
-        TopDownCountOfCounts(epsilon=1.0, methods="hx")
+        TopDownCountOfCounts(epsilon=1.0, method="hx")
 
 
 def test_privacy_guarantees():
@@ -242,7 +242,7 @@ def test_privacy_guarantees():
     assert top.neighbours is ENTITY_ROW
     estimated = TopDownCountOfCounts(epsilon=0.9, max_size_epsilon=0.01).privacy(3)
     assert estimated.epsilon == pytest.approx(0.91) and "estimate K" in estimated.composition
-    assert TopDownCountOfCounts(epsilon=0.9, methods="hg", max_size_epsilon=0.01).privacy().epsilon == 0.9
+    assert TopDownCountOfCounts(epsilon=0.9, method="hg", max_size_epsilon=0.01).privacy().epsilon == 0.9
     bottom = BottomUpCountOfCounts(epsilon=1.0, max_size=10).privacy()
     assert bottom.epsilon == 1.0 and "leaves" in bottom.composition and bottom.neighbours is ENTITY_ROW
 

@@ -31,7 +31,7 @@ from dpstream.count_of_counts.histograms import (
     to_unattributed,
 )
 from dpstream.noise import ExactNoise, double_geometric_pmf
-from dpstream.noise.float_geometric import MAX_SCALE, double_geometric_noise
+from dpstream.noise.float_noise import MAX_SCALE, double_geometric_noise
 
 
 def lp_isotonic_l1(y: np.ndarray, lower: float, upper: float) -> float:

@@ -42,7 +42,7 @@ from dpstream.noise import (
     uniform_below,
 )
 from dpstream.noise.bits import encode_identity
-from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
+from dpstream.noise.discrete_laplace_law import MAX_LAPLACE_NUMERATOR
 
 ALPHA = 1e-4
 N = 10**6
@@ -217,7 +217,9 @@ def test_draws_are_replayable_and_shaped():
 
 
 def test_overflow_is_refused_never_wrapped(monkeypatch):
-    monkeypatch.setattr("dpstream.noise.exact._geometric_exp1", lambda bits, m: np.full(m, 1 << 40, dtype=np.int64))
+    monkeypatch.setattr(
+        "dpstream.noise.discrete_laplace_law.geometric_exp1", lambda bits, m: np.full(m, 1 << 40, dtype=np.int64)
+    )
     with pytest.raises(OverflowError, match="int64"):
         discrete_laplace(SeededBits(seed=0), 1 << 30, 1, 10)
 

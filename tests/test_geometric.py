@@ -1,5 +1,5 @@
-"""The double-geometric law (``dpstream.noise.geometric``, Definition 3 of Kuo et al.), numpy's
-float sampler of it kept for studies (``dpstream.noise.float_geometric``), and the exact
+"""The double-geometric law (``dpstream.noise.discrete_laplace_law``, Definition 3 of Kuo et al.), numpy's
+float sampler of it kept for studies (``dpstream.noise.float_noise``), and the exact
 rational scale a mechanism draws with (``discrete_laplace_scale``).
 
 Statistical checks use bounds derived from the distribution with failure probability
@@ -20,7 +20,7 @@ import pytest
 from scipy import stats
 
 from dpstream.noise import double_geometric_noise, double_geometric_pmf, double_geometric_variance
-from dpstream.noise.geometric import discrete_laplace_scale
+from dpstream.noise.discrete_laplace_law import discrete_laplace_scale
 
 ALPHA = 1e-9
 N = 200_000

@@ -12,7 +12,7 @@ is parsed (comments and docstrings, doctests included, are not code) and must co
   ``double_geometric_noise``) outside ``noise/``.
 
 The float path of the studies stays reachable only through an explicit ``FloatNoise`` handed in
-as ``noise=`` (``noise.float_continuous.float_laplace`` refuses anything else), and a call
+as ``noise=`` (``noise.float_noise.float_laplace`` refuses anything else), and a call
 ``noise.laplace(...)`` on a :class:`~dpstream.noise.sampler.NoiseSampler` is that explicit path
 (``ExactNoise.laplace`` raises).  Integer draws (``integers``, ``choice``, ``multinomial``,
 ``poisson``, ``binomial``) of the synthetic data generators are not noise and are not flagged.

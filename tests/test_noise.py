@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpstream.noise import FloatNoise, laplace_noise, laplace_variance, report_noisy_max
+from dpstream.noise import FloatNoise, laplace_noise, laplace_variance, report_noisy_max_counts
 from dpstream.noise.laplace import noisy_max_epsilon, noisy_max_scale
 from dpstream.noise.source import NoiseSource
 
@@ -100,7 +100,7 @@ def discrete_difference_at_least(d: int, scale: float) -> float:
 
 def frequency_of_first(counts, epsilon, trials, seed, **kwargs) -> float:
     noise = NoiseSource(seed=seed).sampler()
-    picks = [report_noisy_max(noise, counts, epsilon, **kwargs) for _ in range(trials)]
+    picks = [report_noisy_max_counts(noise, counts, epsilon, **kwargs) for _ in range(trials)]
     return float(np.mean(np.array(picks) == 0))
 
 
@@ -146,7 +146,7 @@ def test_report_noisy_max_picks_clear_winner_and_returns_int():
     for winner in range(5):
         counts = np.zeros(5, dtype=np.int64)
         counts[winner] = 10**6
-        index = report_noisy_max(noise, counts, 1.0)
+        index = report_noisy_max_counts(noise, counts, 1.0)
         assert type(index) is int and index == winner
 
 
@@ -155,12 +155,12 @@ def test_report_noisy_max_ties_go_to_the_lowest_index_and_offsets_compare_exactl
     offsets subtract exactly, even where float64 would round a score (2^53 + 0.5 is 2^53 in
     float64, so a float comparison would tie and pick index 0)."""
     noise = NoiseSource(seed=1).sampler()
-    assert report_noisy_max(noise, np.zeros(4, dtype=np.int64), 1e3, monotone=True) == 0
+    assert report_noisy_max_counts(noise, np.zeros(4, dtype=np.int64), 1e3, monotone=True) == 0
     big = np.array([2**53, 2**53])
-    assert report_noisy_max(noise, big, 1e3, offsets=np.array([0.0, -0.5]), monotone=True) == 1
+    assert report_noisy_max_counts(noise, big, 1e3, offsets=np.array([0.0, -0.5]), monotone=True) == 1
     assert float(2**53) - 0.0 == float(2**53) - -0.5  # what a float subtraction would see
-    assert report_noisy_max(noise, np.array([3, 3]), 1e3, offsets=np.array([0.75, 0.25]), monotone=True) == 1
-    assert report_noisy_max(noise, np.array([4, 3]), 1e3, offsets=np.array([0.75, 0.25]), monotone=True) == 0
+    assert report_noisy_max_counts(noise, np.array([3, 3]), 1e3, offsets=np.array([0.75, 0.25]), monotone=True) == 1
+    assert report_noisy_max_counts(noise, np.array([4, 3]), 1e3, offsets=np.array([0.75, 0.25]), monotone=True) == 0
 
 
 def test_report_noisy_max_float_path_is_the_argmax_of_scores_plus_generator_laplace():
@@ -168,14 +168,14 @@ def test_report_noisy_max_float_path_is_the_argmax_of_scores_plus_generator_lapl
     for seed in range(20):
         expected = int(np.argmax(scores + np.random.default_rng(seed).laplace(0.0, 1.0 / 0.8, scores.size)))
         noise = FloatNoise(rng=np.random.default_rng(seed))
-        assert report_noisy_max(noise, scores, 0.8, monotone=True) == expected
+        assert report_noisy_max_counts(noise, scores, 0.8, monotone=True) == expected
 
 
 def test_report_noisy_max_float_path_uniform_over_equal_scores():
     """Float path, equal scores: each of k indices with probability 1/k (exchangeable noise)."""
     k, trials = 4, 20_000
     noise = FloatNoise(rng=np.random.default_rng(8))
-    picks = np.array([report_noisy_max(noise, np.zeros(k), 0.7, monotone=True) for _ in range(trials)])
+    picks = np.array([report_noisy_max_counts(noise, np.zeros(k), 0.7, monotone=True) for _ in range(trials)])
     counts = np.bincount(picks, minlength=k) / trials
     assert np.all(np.abs(counts - 1.0 / k) <= hoeffding(trials, ALPHA / k))
 
@@ -191,21 +191,21 @@ def test_report_noisy_max_float_path_uniform_over_equal_scores():
 )
 def test_report_noisy_max_rejects_bad_counts(counts, match):
     with pytest.raises(ValueError, match=match):
-        report_noisy_max(0, counts, 1.0)
+        report_noisy_max_counts(0, counts, 1.0)
 
 
 def test_report_noisy_max_rejects_bad_offsets_and_sensitivities():
     with pytest.raises(ValueError, match="offsets must be finite and of shape"):
-        report_noisy_max(0, np.array([1, 2]), 1.0, offsets=np.array([0.0]))
+        report_noisy_max_counts(0, np.array([1, 2]), 1.0, offsets=np.array([0.0]))
     with pytest.raises(ValueError, match="offsets must be finite"):
-        report_noisy_max(0, np.array([1, 2]), 1.0, offsets=np.array([0.0, math.nan]))
+        report_noisy_max_counts(0, np.array([1, 2]), 1.0, offsets=np.array([0.0, math.nan]))
     with pytest.raises(ValueError, match="sensitivity of integer queries must be an integer >= 1, got 0.5"):
-        report_noisy_max(0, np.array([1, 2]), 1.0, sensitivity=0.5)
+        report_noisy_max_counts(0, np.array([1, 2]), 1.0, sensitivity=0.5)
     with pytest.raises(ValueError, match="scores must be a non-empty 1-D array"):
-        report_noisy_max(FloatNoise(rng=np.random.default_rng(0)), np.zeros((2, 2)), 1.0)
+        report_noisy_max_counts(FloatNoise(rng=np.random.default_rng(0)), np.zeros((2, 2)), 1.0)
 
 
 @pytest.mark.parametrize("epsilon, error", [(0.0, ValueError), (-1.0, ValueError), ("1", TypeError), (True, TypeError)])
 def test_report_noisy_max_rejects_bad_epsilon(epsilon, error):
     with pytest.raises(error, match="epsilon"):
-        report_noisy_max(0, np.zeros(3, dtype=np.int64), epsilon)
+        report_noisy_max_counts(0, np.zeros(3, dtype=np.int64), epsilon)

@@ -1,4 +1,4 @@
-"""The public grid (``dpstream.noise.grid``) and exact grid-rounded Laplace (``dpstream.noise.continuous``).
+"""The public grid (``dpstream.noise.grid``) and exact grid-rounded Laplace (``dpstream.noise.rounded_laplace``).
 
 Laws are checked with chi-square goodness-of-fit tests against probabilities computed from the
 Laplace CDF, every bin with an expected count of at least 5 plus one bin for each tail; a test
@@ -15,8 +15,7 @@ import pytest
 from scipy import stats
 
 from dpstream.noise import SeededBits, discrete_laplace
-from dpstream.noise.continuous import rounded_laplace
-from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
+from dpstream.noise.discrete_laplace_law import MAX_LAPLACE_NUMERATOR, laplace_units_variance
 from dpstream.noise.grid import (
     ceil_units,
     check_granularity,
@@ -26,11 +25,11 @@ from dpstream.noise.grid import (
     float_down,
     float_up,
     is_power_of_two,
-    laplace_units_variance,
     round_up_scale,
     rounding_variance,
     to_units,
 )
+from dpstream.noise.rounded_laplace import rounded_laplace
 
 # -- floats and rationals ----------------------------------------------------------------------
 
@@ -195,7 +194,7 @@ def test_rounded_laplace_law(center, scale, step):
 def test_scalar_bernoulli_exp_matches_exp_minus_gamma(gamma):
     """The one-at-a-time Bernoulli(exp(-gamma)) behind rounded_laplace: within 5 binomial sds
     over 100,000 draws (seeded words read in blocks, so that the test is quick)."""
-    from dpstream.noise.continuous import _bernoulli_exp
+    from dpstream.noise.rounded_laplace import _bernoulli_exp
 
     class Blocks:
         def __init__(self, seed):

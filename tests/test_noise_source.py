@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpstream.noise import ExactNoise, FloatNoise, KeyedBits, SeededBits, SystemBits, ZeroNoise
-from dpstream.noise.exact import discrete_laplace, discrete_laplace_pmf
+from dpstream.noise.discrete_laplace_law import discrete_laplace, discrete_laplace_pmf
 from dpstream.noise.source import NoiseSource, PooledNoise, describe_noise, make_source
 
 KEY = bytes(range(32))

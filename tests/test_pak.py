@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dpstream.cli import cli
 from dpstream.noise import FloatNoise, KeyedBits, ZeroNoise
-from dpstream.noise.exact import discrete_laplace
+from dpstream.noise.discrete_laplace_law import discrete_laplace
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release.pak import PAK, cap_threshold
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from dpstream.hierarchy.tree import consistent_leaves, draw_noise_units
 from dpstream.noise import ExactNoise, FloatNoise, KeyedBits, ZeroNoise
-from dpstream.noise.grid import laplace_units_variance
+from dpstream.noise.discrete_laplace_law import laplace_units_variance
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import ToPS
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
@@ -207,7 +207,7 @@ def test_noisy_profile_is_the_shrunk_noisy_bin_means_of_the_reference():
     from fractions import Fraction
 
     from dpstream.noise.bits import make_bits
-    from dpstream.noise.exact import discrete_laplace
+    from dpstream.noise.discrete_laplace_law import discrete_laplace
     from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 
     rng = np.random.default_rng(7)

@@ -31,7 +31,7 @@ from dpstream import HierarchicalPerturber
 from dpstream.hierarchy import level_sizes
 from dpstream.hierarchy.tree import consistent_leaves, draw_noise_units
 from dpstream.noise import ExactNoise, FloatNoise, KeyedBits, ZeroNoise
-from dpstream.noise.grid import laplace_units_variance
+from dpstream.noise.discrete_laplace_law import laplace_units_variance
 from dpstream.noise.source import NoiseSource
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels

@@ -31,7 +31,7 @@ from dpstream.privacy import (
     PrivacyGuarantee,
     Relation,
 )
-from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLClient, ToPLCollector, ToPS
+from dpstream.release import PAK, BinaryTreeCounter, HierarchicalPerturber, ToPL, ToPLCollector, ToPLRandomizer, ToPS
 from dpstream.smoothers import ExponentialSmoother, MovingAverageSmoother
 from dpstream.thresholds import noisy_max_epsilon
 
@@ -328,7 +328,7 @@ def test_mechanisms_state_their_breakdown():
         lambda: PAK(1.0, 10.0),
         lambda: ToPL(1.0, 10.0),
         lambda: ToPLCollector(1.0, 10.0),
-        lambda: ToPLClient(1.0, 10.0),
+        lambda: ToPLRandomizer(1.0, 10.0),
         lambda: BinaryTreeCounter(1.0, 10.0),
         lambda: SquareWave(1.0),
         lambda: StochasticRounding(1.0),

@@ -20,7 +20,7 @@ from dpstream.thresholds.select import (
     SELECTIONS,
     exponential_mechanism,
     permute_and_flip,
-    report_noisy_max,
+    report_noisy_max_scores,
     select,
     selection_epsilon,
     selection_probabilities,
@@ -92,7 +92,7 @@ def test_clear_winner_is_found(mechanism):
     assert select(mechanism, scores, epsilon=1.0, seed=3) == 17
 
 
-@pytest.mark.parametrize("sampler", [report_noisy_max, permute_and_flip, exponential_mechanism])
+@pytest.mark.parametrize("sampler", [report_noisy_max_scores, permute_and_flip, exponential_mechanism])
 def test_same_seed_same_choice(sampler):
     scores = np.linspace(0.0, -3.0, 30)
     assert sampler(scores, epsilon=1.0, seed=11) == sampler(scores, epsilon=1.0, seed=11)

@@ -284,7 +284,7 @@ def test_reports_for_another_collector_or_from_a_stale_client_are_409(http, app)
     _collector(http, "c")
     _collector(http, "d", epsilon=1.0)
     parameters_c = http.get("/collectors/c/parameters").text
-    from dpstream.release import ToPLClient as Local
+    from dpstream.release import ToPLRandomizer as Local
 
     stale = Local.from_json(parameters_c).report_batch(_values(10), bits=1).to_json()
     wrong = Local.from_json(http.get("/collectors/d/parameters").text).report_batch(_values(10), bits=1).to_json()

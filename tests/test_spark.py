@@ -48,8 +48,8 @@ def tables(data, tmp_path_factory):
 
 MECHANISMS = {
     "hc": lambda: TopDownCountOfCounts(epsilon=1.0, max_size=K, seed=3),
-    "hg-hc-naive": lambda: TopDownCountOfCounts(epsilon=0.5, methods=("hg", "hc", "naive"), max_size=K, seed=4),
-    "hg-average": lambda: TopDownCountOfCounts(epsilon=1.0, methods="hg", merge="average", seed=5),
+    "hg-hc-naive": lambda: TopDownCountOfCounts(epsilon=0.5, method=("hg", "hc", "naive"), max_size=K, seed=4),
+    "hg-average": lambda: TopDownCountOfCounts(epsilon=1.0, method="hg", merge="average", seed=5),
     "bu-estimated-k": lambda: BottomUpCountOfCounts(epsilon=1.0, method="naive", max_size_epsilon=0.1, seed=6),
 }
 

@@ -20,7 +20,7 @@ from dpstream.evaluation import ExperimentConfig, run_study
 from dpstream.ldp import HybridMechanism, SquareWave
 from dpstream.noise import SeededBits
 from dpstream.privacy import LOCAL_REPORT
-from dpstream.release import Report, ReportBatch, ToPL, ToPLClient, ToPLCollector
+from dpstream.release import Report, ReportBatch, ToPL, ToPLCollector, ToPLRandomizer
 from dpstream.release.topl import PM_REPORT, SR_REPORT, SW_REPORT
 from dpstream.thresholds.square_wave import eq8_errors, prune_tail, square_wave_threshold
 
@@ -119,11 +119,11 @@ def test_the_collector_needs_only_reports_sent_as_plain_data():
     collector = ToPLCollector(epsilon=1.0, upper_bound=100.0, hold=hold, max_range=4096, threshold_epsilon=2.0)
     bits = SeededBits(seed=5)
     released = []
-    clients: dict[str, ToPLClient] = {}  # a client reads the published document (parsed once per version here)
+    clients: dict[str, ToPLRandomizer] = {}  # a client reads the published document (parsed once per version here)
     for value in values:
         published = collector.parameters_json()
         if published not in clients:
-            clients[published] = ToPLClient.from_json(published)
+            clients[published] = ToPLRandomizer.from_json(published)
         client = clients[published]
         wire = json.dumps(client.report(value, bits))  # a report is two integers
         out = collector.receive(tuple(json.loads(wire)))
@@ -152,7 +152,7 @@ def test_collector_keeps_no_raw_value():
 def _published(collector: ToPLCollector, theta: float) -> ToPLCollector:
     """The collector as if theta were published: the tests fix theta to check the estimator alone."""
     current = collector.client()
-    collector._parameters = ToPLClient(epsilon=current.epsilon, upper_bound=current.upper_bound, threshold=theta,
+    collector._parameters = ToPLRandomizer(epsilon=current.epsilon, upper_bound=current.upper_bound, threshold=theta,
                                        threshold_epsilon=current.threshold_epsilon, buckets=current.buckets)
     collector._received = collector.hold
     return collector
@@ -160,7 +160,7 @@ def _published(collector: ToPLCollector, theta: float) -> ToPLCollector:
 
 def test_stream_estimates_are_unbiased_for_values_below_and_above_theta():
     theta, eps, n = 40.0, 1.0, 200_000
-    client = ToPLClient(epsilon=eps, upper_bound=100.0, threshold=theta)
+    client = ToPLRandomizer(epsilon=eps, upper_bound=100.0, threshold=theta)
     collector = _published(ToPLCollector(epsilon=eps, upper_bound=100.0, hold=1), theta)
     hm = HybridMechanism(epsilon=eps)
     for k, value in enumerate((0.0, 13.0, 40.0, 90.0, 27.123)):
@@ -200,7 +200,7 @@ def test_collector_rejects_malformed_reports():
 
 
 def test_report_batches_go_through_json_and_back():
-    client = ToPLClient(epsilon=1.0, upper_bound=100.0, threshold=30.0)
+    client = ToPLRandomizer(epsilon=1.0, upper_bound=100.0, threshold=30.0)
     batch = client.report_batch(_stream(50), 3)
     with pytest.raises(TypeError):
         json.dumps(batch.report)  # numpy arrays are not JSON ...
@@ -218,11 +218,11 @@ def test_parameters_go_through_json_and_back_and_change_with_theta():
     collector = ToPLCollector(epsilon=0.8, upper_bound=50.0, threshold_epsilon=2.0, hold=500, max_range=256,
                               buckets=64, stream_grid=256)
     before = collector.parameters_json()
-    client = ToPLClient.from_json(before)
+    client = ToPLRandomizer.from_json(before)
     assert client == collector.client() and client.to_json() == before
     assert (client.buckets, client.stream_grid, client.threshold) == (64, 256, None)
     collector.receive_batch(client.report_batch(_stream(500) / 2, 1))
-    after = ToPLClient.from_json(collector.parameters_json())
+    after = ToPLRandomizer.from_json(collector.parameters_json())
     assert after.threshold == collector.threshold and after.parameters_id != client.parameters_id
 
 
@@ -234,7 +234,7 @@ def _tamper(text: str, **changes) -> str:
 
 
 def test_bad_parameter_documents_are_refused_plainly():
-    good = ToPLClient(epsilon=1.0, upper_bound=100.0, buckets=32).to_json()
+    good = ToPLRandomizer(epsilon=1.0, upper_bound=100.0, buckets=32).to_json()
     cases = {
         "not valid JSON": good[:-1],
         "must be a JSON object": "[1, 2]",
@@ -248,7 +248,7 @@ def test_bad_parameter_documents_are_refused_plainly():
     }
     for message, text in cases.items():
         with pytest.raises(ValueError, match=message):
-            ToPLClient.from_json(text)
+            ToPLRandomizer.from_json(text)
 
 
 def _resealed(document: dict) -> str:
@@ -258,20 +258,20 @@ def _resealed(document: dict) -> str:
 
 
 def test_parameters_with_wrong_values_or_foreign_mechanisms_are_refused():
-    document = json.loads(ToPLClient(epsilon=1.0, upper_bound=100.0, buckets=32).to_json())
+    document = json.loads(ToPLRandomizer(epsilon=1.0, upper_bound=100.0, buckets=32).to_json())
     with pytest.raises(ValueError, match=r"ToPL parameters: threshold must be <= upper_bound 100, got 150\."):
-        ToPLClient.from_json(_resealed({**document, "threshold": 150.0}))
+        ToPLRandomizer.from_json(_resealed({**document, "threshold": 150.0}))
     with pytest.raises(ValueError, match="ToPL parameters: epsilon must be a finite number > 0, got -1.0"):
-        ToPLClient.from_json(_resealed({**document, "epsilon": -1.0}))
+        ToPLRandomizer.from_json(_resealed({**document, "epsilon": -1.0}))
     other = json.loads(json.dumps(document))
     other["mechanisms"]["square_wave"]["q"] += 1
     with pytest.raises(ValueError, match=r"mechanisms.square_wave.q is \d+, but the parameters give \d+ here"):
-        ToPLClient.from_json(_resealed(other))
+        ToPLRandomizer.from_json(_resealed(other))
 
 
 def test_the_collector_refuses_reports_made_with_other_parameters_or_off_the_grid():
     collector = ToPLCollector(epsilon=1.0, upper_bound=100.0, hold=100, max_range=256, buckets=32)
-    stale = ToPLClient(epsilon=2.0, upper_bound=100.0, buckets=32).report_batch([1.0], 0).to_json()
+    stale = ToPLRandomizer(epsilon=2.0, upper_bound=100.0, buckets=32).report_batch([1.0], 0).to_json()
     with pytest.raises(ValueError, match="were made with parameters '[0-9a-f]{16}', but the collector's are "
                                          "'[0-9a-f]{16}' \\(theta is not yet published\\)"):
         collector.receive_json(stale)
@@ -317,24 +317,24 @@ def test_the_two_process_example_of_the_docs_runs(tmp_path):
 
 
 def test_the_client_clips_or_names_a_bad_value_plainly():
-    client = ToPLClient(epsilon=1.0, upper_bound=100.0)
+    client = ToPLRandomizer(epsilon=1.0, upper_bound=100.0)
     with pytest.raises(ValueError, match=r"^value at position 3 \(0-based\) is 900, outside \[0, 100\] "
                                          r"\(clip=True clips it\)\.$"):
         client.report_batch([1.0, 2.0, 3.0, 900.0], 0)
     with pytest.raises(ValueError, match=r"^value at position 0 \(0-based\) is nan, not a finite number\.$"):
         client.report(np.float64("nan"), 0)
-    clipping = ToPLClient(epsilon=1.0, upper_bound=100.0, clip=True)
+    clipping = ToPLRandomizer(epsilon=1.0, upper_bound=100.0, clip=True)
     assert np.array_equal(clipping.report_batch([900.0, -5.0], 4).report, client.report_batch([100.0, 0.0], 4).report)
     with pytest.raises(TypeError, match="clip must be True or False, got 1"):
-        ToPLClient(epsilon=1.0, upper_bound=100.0, clip=1)
+        ToPLRandomizer(epsilon=1.0, upper_bound=100.0, clip=1)
 
 
 def test_no_message_shows_a_numpy_repr():
     """Errors print plain numbers, never np.float64(...) or np.int64(...)."""
     collector = _published(ToPLCollector(epsilon=1.0, upper_bound=10.0, hold=1, buckets=8), 5.0)
     attempts = [
-        lambda: ToPLClient(epsilon=1.0, upper_bound=np.float64(10.0), threshold=np.float64(11.5)),
-        lambda: ToPLClient(epsilon=1.0, upper_bound=10.0).report_batch(np.array([np.float64(12.5)]), 0),
+        lambda: ToPLRandomizer(epsilon=1.0, upper_bound=np.float64(10.0), threshold=np.float64(11.5)),
+        lambda: ToPLRandomizer(epsilon=1.0, upper_bound=10.0).report_batch(np.array([np.float64(12.5)]), 0),
         lambda: collector.receive_batch(np.array([PM_REPORT], dtype=np.int8), np.array([np.int64(10**6)])),
         lambda: collector.receive_batch(np.array([SR_REPORT]), np.array([np.float64(0.5)])),
         lambda: collector.receive_batch(np.array([SW_REPORT]), np.array([np.int64(3)])),
@@ -371,9 +371,9 @@ def test_release_privacy_and_errors():
         topl.release_one("3")
     assert ToPL(epsilon=0.5, upper_bound=100.0, hold=10, clip=True, seed=0).release([500.0] * 12).size == 2
     with pytest.raises(ValueError, match=r"threshold must be <= upper_bound 10, got 11\."):
-        ToPLClient(epsilon=1.0, upper_bound=10.0, threshold=11.0)
+        ToPLRandomizer(epsilon=1.0, upper_bound=10.0, threshold=11.0)
     with pytest.raises(ValueError, match=r"buckets must be an integer in \[2, 65536\], got 1000000\."):
-        ToPLClient(epsilon=1.0, upper_bound=10.0, buckets=10**6)
+        ToPLRandomizer(epsilon=1.0, upper_bound=10.0, buckets=10**6)
     with pytest.raises(ValueError, match=r"stream_grid must be an integer >= 1, got 0\."):
         ToPL(epsilon=1.0, upper_bound=10.0, stream_grid=0)
     with pytest.raises(ValueError, match="variant must be one of"):

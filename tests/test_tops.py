@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dpstream import HierarchicalPerturber, ToPS
 from dpstream.noise import FloatNoise, KeyedBits, ZeroNoise
-from dpstream.noise.grid import laplace_units_variance
+from dpstream.noise.discrete_laplace_law import laplace_units_variance
 from dpstream.noise.source import NoiseSource
 from dpstream.privacy import EVENT_LEVEL
 from dpstream.release import optimal_smoothed_levels

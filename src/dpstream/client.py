@@ -1,7 +1,7 @@
 """Python clients of ``dpstream serve``: :class:`Client` for streams and collectors, :class:`ToPLClient` for reports.
 
 :class:`ToPLClient` fetches a collector's public parameters, randomizes values locally with the
-library's ToPL client (:class:`dpstream.release.ToPLClient`) and posts only the reports, in the
+library's ToPL randomizer (:class:`dpstream.release.ToPLRandomizer`) and posts only the reports, in the
 wire format of :mod:`dpstream.release.topl_wire`: raw values never leave the process.
 
 Every error answer of the service raises :class:`ServiceError` with its status and message.
@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.release.topl import ToPLClient as _LocalToPL
+from dpstream.release.topl_randomizer import ToPLRandomizer
 
 __all__ = ["Client", "ServiceError", "ToPLClient"]
 
@@ -184,9 +184,9 @@ class ToPLClient:
         self.clip = clip
         self._bits = None if bits is None else make_bits(bits)  # one source for every batch
 
-    def parameters(self) -> _LocalToPL:
+    def parameters(self) -> ToPLRandomizer:
         """The collector's current public parameters, checked by the library's ToPL client."""
-        return _LocalToPL.from_json(self.client.collector_parameters(self.collector), clip=self.clip)
+        return ToPLRandomizer.from_json(self.client.collector_parameters(self.collector), clip=self.clip)
 
     def send(self, values: Sequence[float] | np.ndarray) -> list[dict[str, Any]]:
         """Randomize ``values`` locally and post the reports; returns the estimates the collector released."""

@@ -301,7 +301,7 @@ def count_of_counts(
         mechanism: TopDownCountOfCounts | BottomUpCountOfCounts = (
             BottomUpCountOfCounts(epsilon=epsilon, method="hc", **options)  # type: ignore[arg-type]
             if bottom_up
-            else TopDownCountOfCounts(epsilon=epsilon, methods=method, merge=merge or "weighted", **options)  # type: ignore[arg-type]
+            else TopDownCountOfCounts(epsilon=epsilon, method=method, merge=merge or "weighted", **options)  # type: ignore[arg-type]
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None
@@ -362,7 +362,7 @@ STUDY_NOISE: dict[str, Any] = {
 
 
 def _hc(eps: float, k: int, noise: Any, **extra: Any) -> Any:
-    return lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hc", max_size=k, **noise(seed), **extra)
+    return lambda seed: TopDownCountOfCounts(epsilon=eps, method="hc", max_size=k, **noise(seed), **extra)
 
 
 #: Named strategies of the evaluation: factories (epsilon, K, noise) -> (seed -> mechanism), where
@@ -371,15 +371,15 @@ STRATEGIES: dict[str, Any] = {
     "hc": lambda eps, k, noise: _hc(eps, k, noise),
     "hc-average": lambda eps, k, noise: _hc(eps, k, noise, merge="average"),
     "hc-l2": lambda eps, k, noise: _hc(eps, k, noise, isotonic="l2"),
-    "hg": lambda eps, k, noise: lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hg", **noise(seed)),
+    "hg": lambda eps, k, noise: lambda seed: TopDownCountOfCounts(epsilon=eps, method="hg", **noise(seed)),
     "hg-average": lambda eps, k, noise: (
-        lambda seed: TopDownCountOfCounts(epsilon=eps, methods="hg", merge="average", **noise(seed))
+        lambda seed: TopDownCountOfCounts(epsilon=eps, method="hg", merge="average", **noise(seed))
     ),
     "bu": lambda eps, k, noise: (
         lambda seed: BottomUpCountOfCounts(epsilon=eps, method="hc", max_size=k, **noise(seed))
     ),
     "naive": lambda eps, k, noise: (
-        lambda seed: TopDownCountOfCounts(epsilon=eps, methods="naive", max_size=k, **noise(seed))
+        lambda seed: TopDownCountOfCounts(epsilon=eps, method="naive", max_size=k, **noise(seed))
     ),
 }
 

@@ -23,7 +23,7 @@ budget adds to ``epsilon`` by sequential composition.
 
 The noise is exact discrete Laplace (:class:`~dpstream.noise.sampler.ExactNoise`, random bits
 from the operating system's CSPRNG unless seeded) at the scale ``sensitivity / budget`` rounded
-up to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`), so each
+up to a multiple of ``2^-20`` (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace_scale`), so each
 part spends at most its share, exactly.  A study may pass ``noise=FloatNoise(rng)`` for speed;
 that path is not exact and not for publication.
 """
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
+from dpstream._deprecation import renamed_keyword
 from dpstream._progress import Progress, notify, shifted
 from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
 from dpstream.count_of_counts.estimators import (
@@ -257,7 +258,7 @@ class TopDownCountOfCounts(_Mechanism):
     ----------
     epsilon : float
         Total budget of the histograms, ``epsilon / (L + 1)`` per level.
-    methods : str or sequence of str
+    method : str or sequence of str
         "hc" (default), "hg" or "naive"; one for all levels or one per level, root first.
     max_size : int, optional
         Public bound ``K`` on group sizes (needed by "hc" and "naive"; "hg" caps at it too).
@@ -301,7 +302,7 @@ class TopDownCountOfCounts(_Mechanism):
         self,
         *,
         epsilon: float,
-        methods: str | Sequence[str] = "hc",
+        method: str | Sequence[str] = "hc",
         max_size: int | None = None,
         max_size_epsilon: float | None = None,
         isotonic: str | None = None,
@@ -310,12 +311,14 @@ class TopDownCountOfCounts(_Mechanism):
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
         memory_limit: int | None = None,
+        methods: str | Sequence[str] | None = None,  # deprecated name of ``method``
     ):
+        method = renamed_keyword("TopDownCountOfCounts", "methods", "method", methods, method)
         super().__init__(
             epsilon=epsilon, max_size=max_size, max_size_epsilon=max_size_epsilon, isotonic=isotonic, seed=seed,
             noise=noise, key=key, memory_limit=memory_limit,
         )
-        names = (methods,) if isinstance(methods, str) else tuple(methods)
+        names = (method,) if isinstance(method, str) else tuple(method)
         if not names:
             raise ValueError("methods must name at least one method, got an empty sequence.")
         self.methods = tuple(check_choice(name, "method", METHODS) for name in names)

@@ -8,7 +8,7 @@ spends its ``epsilon`` once, by parallel composition.
 Noise.  Every method adds discrete Laplace (double-geometric) noise to integer queries, drawn
 by a :class:`~dpstream.noise.sampler.NoiseSampler`: :class:`~dpstream.noise.sampler.ExactNoise`
 samples it exactly from random bits (CKS 2020), at the scale ``Delta / epsilon`` rounded **up**
-to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`).
+to a multiple of ``2^-20`` (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace_scale`).
 
 Privacy
 -------
@@ -50,7 +50,7 @@ from dpstream.count_of_counts.histograms import (
     largest_remainder_round,
     project_to_simplex,
 )
-from dpstream.noise.geometric import discrete_laplace_scale
+from dpstream.noise.discrete_laplace_law import discrete_laplace_scale
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource
 
@@ -79,7 +79,7 @@ SENSITIVITY = {"hc": 1, "hg": 1, "naive": 2}
 
 def noise_scale(method: str, epsilon: float | Fraction) -> Fraction:
     """The exact discrete Laplace scale of ``method`` at budget ``epsilon``: sensitivity / epsilon,
-    rounded up to a multiple of ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`).
+    rounded up to a multiple of ``2^-20`` (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace_scale`).
 
     >>> noise_scale("naive", 0.5), noise_scale("hc", Fraction(1, 3))
     (Fraction(4, 1), Fraction(3, 1))

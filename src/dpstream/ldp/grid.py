@@ -26,7 +26,7 @@ The randomizer (:class:`WindowRandomizer`)
   ``P + [r > 0] <= L Q``, where ``L <= e^eps`` is the rational lower bound of
   :func:`exp_lower_bound`: the ratio is at most ``e^eps``, checked in exact integer arithmetic,
   and within about ``1 / Q`` of it.
-* **Sampling.**  Two uniform integers below ``2^62`` per value (:func:`~dpstream.noise.exact.uniform_below`,
+* **Sampling.**  Two uniform integers below ``2^62`` per value (:func:`~dpstream.noise.exact_primitives.uniform_below`,
   one 64-bit word each and never rejected): ``U_1 < frac 2^62`` rounds up; ``U_2 < M`` puts the
   report in the window at the offset where ``U_2`` falls among the masses ``m_k``, else
   ``o = (U_2 - M) // Q`` is uniform over the ``n`` outputs outside it.  A batch therefore reads
@@ -62,7 +62,7 @@ import numpy as np
 
 from dpstream._checks import plain_number as plain
 from dpstream.noise.bits import BitSource, BitsSeed, make_bits
-from dpstream.noise.exact import uniform_below
+from dpstream.noise.exact_primitives import uniform_below
 
 __all__ = [
     "DENOMINATOR",
@@ -118,7 +118,7 @@ def draw_words(bits: BitSource, size: int, columns: int) -> np.ndarray:
     """``size x columns`` uniform integers in ``[0, 2^62)`` as int64, row by row.
 
     Each is one 64-bit word of ``bits`` (a power-of-two bound is never rejected by
-    :func:`~dpstream.noise.exact.uniform_below`), so row ``k`` of a batch holds the same numbers as
+    :func:`~dpstream.noise.exact_primitives.uniform_below`), so row ``k`` of a batch holds the same numbers as
     the ``k``-th of single-row calls on the same source.
     """
     return uniform_below(bits, DENOMINATOR, (size, columns))

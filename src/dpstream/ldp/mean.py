@@ -27,7 +27,7 @@ exact privacy ratio, the estimator and its variance, derived in full):
   continuous mechanisms and is within 0.1% of it on the default grid.
 
 Draws.  Every decision is a comparison of a uniform integer below 2^62 (one 64-bit word of the bit
-source, from :func:`~dpstream.noise.exact.uniform_below`) with an integer: SR and PM take two per
+source, from :func:`~dpstream.noise.exact_primitives.uniform_below`) with an integer: SR and PM take two per
 value (rounding, report), HM three (branch first).  A batch reads the source exactly as a loop of
 single values does, so the two give the same reports.
 

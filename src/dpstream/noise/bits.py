@@ -1,4 +1,4 @@
-"""Sources of uniform random bits for the exact samplers of :mod:`dpstream.noise.exact`.
+"""Sources of uniform random bits for the exact samplers of :mod:`dpstream.noise`.
 
 A bit source has one method, ``words(n)``, that returns ``n`` independent uniform 64-bit words
 as a ``numpy.uint64`` array (possibly read-only).  Consecutive calls continue one stream: the

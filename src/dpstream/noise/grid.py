@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpstream._checks import check_bound
-from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
+from dpstream.noise.discrete_laplace_law import MAX_LAPLACE_NUMERATOR
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -44,7 +44,6 @@ __all__ = [
     "float_down",
     "float_up",
     "is_power_of_two",
-    "laplace_units_variance",
     "round_up_scale",
     "rounding_variance",
     "to_units",
@@ -187,7 +186,7 @@ def round_up_scale(exact: Fraction, *, bits: int = MAX_SCALE_BITS, what: str = "
     """``ceil(exact 2^k) / 2^k`` with the largest ``k <= bits`` whose numerator fits the sampler.
 
     The exact samplers take a scale ``t / s`` with ``t <= 2^40``
-    (:data:`~dpstream.noise.exact.MAX_LAPLACE_NUMERATOR`); rounding up keeps the privacy
+    (:data:`~dpstream.noise.discrete_laplace_law.MAX_LAPLACE_NUMERATOR`); rounding up keeps the privacy
     guarantee (a larger scale is more private).  A scale above ``2^40`` units is refused: the
     grid is then too fine for the budget.
 
@@ -221,18 +220,6 @@ def epsilon_of_scale(sensitivity: int | Fraction, scale: Fraction) -> float:
     0.5
     """
     return float_up(Fraction(sensitivity) / Fraction(scale))
-
-
-def laplace_units_variance(scale: Fraction) -> float:
-    """Variance ``2 a / (1 - a)^2``, ``a = exp(-1 / scale)``, of discrete Laplace noise (in units^2).
-
-    It is below the continuous ``2 scale^2`` (by about 1/6 for large scales).
-
-    >>> round(laplace_units_variance(Fraction(10)), 4), 2 * 10**2
-    (199.8334, 200)
-    """
-    ratio = math.exp(-1.0 / float(scale))
-    return 2.0 * ratio / (-math.expm1(-1.0 / float(scale))) ** 2
 
 
 def choose_granularity(granularity: object, bound: float, *, units_factor: Fraction | float) -> float:

@@ -2,11 +2,13 @@
 
 ``Lap(beta)`` has density ``exp(-|x| / beta) / (2 beta)`` and variance ``2 beta^2``.  Adding
 ``Lap(GS_f / epsilon)`` to a function of global L1 sensitivity ``GS_f`` is epsilon-DP.  The
-float sampler :func:`laplace_noise` lives in :mod:`dpstream.noise.float_continuous` (studies
+float sampler :func:`laplace_noise` lives in :mod:`dpstream.noise.float_noise` (studies
 only) and is re-exported here for old imports.
 
-:func:`report_noisy_max` runs on exact integer noise by default: integer queries (counts),
-discrete Laplace noise, and an exact comparison of the noisy scores.
+:func:`report_noisy_max_counts` runs on exact integer noise by default: integer queries (counts),
+discrete Laplace noise, public offsets, and an exact comparison of the noisy scores.  (The
+selection on real-valued scores, floored to a grid first, is
+:func:`dpstream.thresholds.select.report_noisy_max_scores`.)
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from functools import lru_cache
 import numpy as np
 
 from dpstream._checks import check_epsilon
+from dpstream._deprecation import moved_names
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.float_continuous import float_laplace, laplace_noise
+from dpstream.noise.float_noise import FloatNoise, float_laplace, laplace_noise
 from dpstream.noise.grid import epsilon_of_scale, round_up_scale
-from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
+from dpstream.noise.sampler import ExactNoise, NoiseSampler
 
-__all__ = ["laplace_noise", "laplace_variance", "noisy_max_epsilon", "noisy_max_scale", "report_noisy_max"]
+__all__ = ["laplace_noise", "laplace_variance", "noisy_max_epsilon", "noisy_max_scale", "report_noisy_max_counts"]
+
+#: ``report_noisy_max`` was renamed :func:`report_noisy_max_counts` (integer counts, not scores).
+__getattr__ = moved_names(__name__, {"report_noisy_max": "dpstream.noise.laplace:report_noisy_max_counts"})
 
 
 def laplace_variance(scale: float) -> float:
@@ -38,7 +44,7 @@ def _sensitivity(value: object) -> int:
 
 
 def noisy_max_scale(epsilon: float, *, sensitivity: int = 1, monotone: bool = False) -> Fraction:
-    """The discrete Laplace scale of :func:`report_noisy_max`, in units of the integer queries.
+    """The discrete Laplace scale of :func:`report_noisy_max_counts`, in units of the integer queries.
 
     ``sensitivity / epsilon`` for monotone queries and twice that otherwise, rounded **up** to
     a multiple of ``2^-k`` (:func:`~dpstream.noise.grid.round_up_scale`).
@@ -56,7 +62,7 @@ def _scale(epsilon: float, sensitivity: int, monotone: bool) -> Fraction:
 
 
 def noisy_max_epsilon(epsilon: float, *, sensitivity: int = 1, monotone: bool = False) -> float:
-    """The budget :func:`report_noisy_max` actually spends for ``epsilon``: at most ``epsilon``.
+    """The budget :func:`report_noisy_max_counts` actually spends for ``epsilon``: at most ``epsilon``.
 
     It is ``factor sensitivity / scale`` for the rounded-up scale, rounded up to a float.
 
@@ -84,7 +90,7 @@ def _integer_counts(counts: object) -> np.ndarray:
     raise ValueError("counts must be integers on the exact path (pass FloatNoise for real-valued scores).")
 
 
-def report_noisy_max(
+def report_noisy_max_counts(
     noise: NoiseSampler | BitsSeed,
     counts: np.ndarray,
     epsilon: float,
@@ -137,32 +143,43 @@ def report_noisy_max(
 
     Examples
     --------
-    >>> report_noisy_max(1, np.array([0, 10**6, 0]), 1.0)
+    >>> report_noisy_max_counts(1, np.array([0, 10**6, 0]), 1.0)
     1
-    >>> report_noisy_max(1, np.array([0, 0]), 1e3, offsets=np.array([0.5, 0.25]), monotone=True)
+    >>> report_noisy_max_counts(1, np.array([0, 0]), 1e3, offsets=np.array([0.5, 0.25]), monotone=True)
     1
     """
     epsilon = check_epsilon(epsilon)
     noise = _as_noise(noise)
-    factor = 1 if monotone else 2
     if isinstance(noise, FloatNoise):
-        scores = np.asarray(counts, dtype=np.float64)
-        if scores.ndim != 1 or scores.size == 0:
-            raise ValueError(f"scores must be a non-empty 1-D array, got shape {scores.shape}.")
-        if offsets is not None:
-            scores = scores - np.asarray(offsets, dtype=np.float64)
-        if not (isinstance(sensitivity, numbers.Real) and not isinstance(sensitivity, bool) and sensitivity > 0):
-            raise ValueError(f"sensitivity must be a number > 0, got {sensitivity!r}.")
-        noisy = scores + float_laplace(noise, factor * float(sensitivity) / epsilon, scores.size)
-        return int(np.argmax(noisy))
+        return _float_noisy_max(noise, counts, epsilon, offsets, sensitivity, 1 if monotone else 2)
     values = _integer_counts(counts)
     scale = noisy_max_scale(epsilon, sensitivity=sensitivity, monotone=monotone)
     noisy = values + noise.laplace_units(scale, values.size)
     if offsets is None:
         return int(np.argmax(noisy))
+    return _exact_argmax(noisy, offsets)
+
+
+def _float_noisy_max(noise: FloatNoise, counts: object, epsilon: float, offsets: np.ndarray | None,
+                     sensitivity: float, factor: int) -> int:
+    """The float path of the studies: ``argmax(counts - offsets + Lap(factor sensitivity / epsilon))``."""
+    scores = np.asarray(counts, dtype=np.float64)
+    if scores.ndim != 1 or scores.size == 0:
+        raise ValueError(f"scores must be a non-empty 1-D array, got shape {scores.shape}.")
+    if offsets is not None:
+        scores = scores - np.asarray(offsets, dtype=np.float64)
+    if not (isinstance(sensitivity, numbers.Real) and not isinstance(sensitivity, bool) and sensitivity > 0):
+        raise ValueError(f"sensitivity must be a number > 0, got {sensitivity!r}.")
+    noisy = scores + float_laplace(noise, factor * float(sensitivity) / epsilon, scores.size)
+    return int(np.argmax(noisy))
+
+
+def _exact_argmax(noisy: np.ndarray, offsets: object) -> int:
+    """The index maximizing ``noisy_i - offsets_i`` exactly (ties: the lowest index; see
+    :func:`report_noisy_max_counts`): integer parts compared first, then fractional parts."""
     offsets = np.asarray(offsets, dtype=np.float64)
-    if offsets.shape != values.shape or not np.all(np.isfinite(offsets)):
-        raise ValueError(f"offsets must be finite and of shape {values.shape}, got shape {offsets.shape}.")
+    if offsets.shape != noisy.shape or not np.all(np.isfinite(offsets)):
+        raise ValueError(f"offsets must be finite and of shape {noisy.shape}, got shape {offsets.shape}.")
     whole = np.floor(offsets)
     fraction = offsets - whole  # exact: the fractional part of a float is a float
     if np.max(np.abs(whole)) >= 2.0**62:

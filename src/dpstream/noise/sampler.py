@@ -12,14 +12,15 @@ A :class:`NoiseSampler` has two methods:
 Three implementations:
 
 * :class:`ExactNoise` draws ``laplace_units`` exactly from a bit source
-  (:func:`~dpstream.noise.exact.discrete_laplace`); it has no float path and raises
+  (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace`); it has no float path and raises
   ``NotImplementedError`` from ``laplace``, so a release that has not moved to the grid cannot
   silently fall back to float noise.
 * :class:`FloatNoise` wraps a ``numpy.random.Generator``: ``laplace`` is numpy's float Laplace
-  (bit for bit what :func:`~dpstream.noise.laplace.laplace_noise` draws), and ``laplace_units``
+  (bit for bit what :func:`~dpstream.noise.float_noise.laplace_noise` draws), and ``laplace_units``
   the double-geometric law of the same scale drawn by numpy's float geometric sampler
-  (:func:`~dpstream.noise.float_geometric.double_geometric_noise`) -- the same law as
-  :class:`ExactNoise`, not exactly sampled: for studies.
+  (:func:`~dpstream.noise.float_noise.double_geometric_noise`) -- the same law as
+  :class:`ExactNoise`, not exactly sampled: for studies.  It lives with the float samplers in
+  :mod:`dpstream.noise.float_noise` and is importable from here.
 * :class:`ZeroNoise` returns zeros of the right shape and dtype (after checking the scale), so
   tests can check a mechanism's arithmetic exactly.
 
@@ -39,10 +40,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.noise.exact import discrete_laplace
-from dpstream.noise.float_continuous import laplace_noise
-from dpstream.noise.float_geometric import double_geometric_noise
-from dpstream.rng import Seed, make_rng
+from dpstream.noise.discrete_laplace_law import check_rational_scale, discrete_laplace
+from dpstream.noise.float_noise import FloatNoise
 
 __all__ = ["ExactNoise", "FloatNoise", "NoiseSampler", "ZeroNoise", "exact_noise", "make_noise"]
 
@@ -60,18 +59,6 @@ class NoiseSampler(Protocol):
     def laplace(self, scale: float, size: Size) -> np.ndarray:  # pragma: no cover - protocol
         """Continuous ``Lap(scale)`` noise, float64."""
         ...
-
-
-def _rational_scale(scale: object) -> Fraction:
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Rational):
-        raise TypeError(
-            f"scale must be an exact rational (a Fraction or an int), got {scale!r}; "
-            f"convert a float with Fraction(x).limit_denominator()."
-        )
-    scale = Fraction(scale)
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}.")
-    return scale
 
 
 def _float_scale(scale: object) -> float:
@@ -105,7 +92,7 @@ class ExactNoise:
 
     def laplace_units(self, scale: Fraction, size: Size) -> np.ndarray:
         """Discrete Laplace draws of ``scale = t / s`` (``t <= 2^40`` once reduced), int64."""
-        scale = _rational_scale(scale)
+        scale = check_rational_scale(scale)
         return discrete_laplace(self.bits, scale.numerator, scale.denominator, size)
 
     def laplace(self, scale: float, size: Size) -> np.ndarray:
@@ -119,38 +106,6 @@ class ExactNoise:
         return f"ExactNoise(bits={self.bits!r})"
 
 
-class FloatNoise:
-    """Today's floating-point noise from a ``numpy.random.Generator`` (studies and replays).
-
-    ``laplace`` is ``laplace_noise(rng, scale, size)``; ``laplace_units`` is the double-geometric
-    law of the same scale as :class:`ExactNoise`, drawn by numpy's float geometric sampler (a
-    float scale above 1e15 is refused).  Neither is exact.
-
-    Parameters
-    ----------
-    rng : int, Generator or None
-        Passed to :func:`~dpstream.rng.make_rng`; a Generator is shared, not copied.
-
-    >>> a = FloatNoise(rng=np.random.default_rng(1)).laplace(2.0, 3)
-    >>> bool((a == np.random.default_rng(1).laplace(0.0, 2.0, 3)).all())
-    True
-    """
-
-    def __init__(self, *, rng: Seed = None) -> None:
-        self.rng = make_rng(rng)
-
-    def laplace_units(self, scale: Fraction, size: Size) -> np.ndarray:
-        """Double-geometric draws of ``scale`` (numpy's float geometric sampler), int64."""
-        return double_geometric_noise(self.rng, float(_rational_scale(scale)), size)
-
-    def laplace(self, scale: float, size: Size) -> np.ndarray:
-        """``Lap(scale)`` draws, float64."""
-        return laplace_noise(self.rng, scale, size)
-
-    def __repr__(self) -> str:
-        return f"FloatNoise(rng={self.rng!r})"
-
-
 class ZeroNoise:
     """No noise: zeros of the right shape and dtype, after the same checks of the scale.
 
@@ -162,7 +117,7 @@ class ZeroNoise:
 
     def laplace_units(self, scale: Fraction, size: Size) -> np.ndarray:
         """Zeros as int64."""
-        _rational_scale(scale)
+        check_rational_scale(scale)
         return np.zeros(size, dtype=np.int64)
 
     def laplace(self, scale: float, size: Size) -> np.ndarray:

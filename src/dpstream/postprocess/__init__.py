@@ -2,26 +2,18 @@
 
 :mod:`~dpstream.postprocess.markov` holds the public Markov model and the synthetic users,
 :mod:`~dpstream.postprocess.mechanism` the per-step Laplace release,
-:mod:`~dpstream.postprocess.estimators` the MAP and MLE post-processing,
-:mod:`~dpstream.postprocess.posterior` the per-step posterior mean, and
-:mod:`~dpstream.postprocess.temporal` the estimators that use the whole series.  The synthetic
+:mod:`~dpstream.postprocess.estimate` what every estimator shares (the :class:`Estimate` result,
+input checks, the priors of Eq. 7 and the MLE), :mod:`~dpstream.postprocess.estimators` the MAP,
+:mod:`~dpstream.postprocess.posterior` the per-step posterior mean (its exact method in
+:mod:`~dpstream.postprocess.exact_posterior`), :mod:`~dpstream.postprocess.temporal` the
+estimators that use the whole series, and :mod:`~dpstream.postprocess.dispatch` the one entry
+point :func:`postprocess` that chooses among them.  The synthetic
 studies of Section 6 and their metrics are in :mod:`dpstream.evaluation.postprocess`.
 """
 
-from dpstream.postprocess.estimators import (
-    FORMS,
-    METHODS,
-    PRIORS,
-    Estimate,
-    kkt_residual,
-    map_estimate,
-    map_objective,
-    map_solve,
-    mle_estimate,
-    postprocess,
-    prior_marginals,
-    round_counts,
-)
+from dpstream.postprocess.dispatch import METHODS, postprocess
+from dpstream.postprocess.estimate import PRIORS, Estimate, mle_estimate, prior_marginals
+from dpstream.postprocess.estimators import FORMS, kkt_residual, map_estimate, map_objective, map_solve, round_counts
 from dpstream.postprocess.markov import (
     FIG3_MATRIX,
     check_transition,

@@ -31,30 +31,24 @@ for the Stirling form).  Sum over ``l`` is continuous (exact form) and non-decre
 The answer comes with the KKT residual: how far ``mu`` lies from the subdifferential of each
 ``f_l`` at ``r_l`` (with the ``r >= 0`` multiplier), and the largest ``|sum_l r_l - n|``.
 
-The MLE baseline (Lee et al., KDD 2015: the same problem without the prior) minimises
-``sum_l |r_l - r~_l|`` subject to the same constraints.  Its minimisers are not unique; we
-return the Euclidean projection of ``r~`` onto ``{r >= 0, sum r = n}``, which is always one
-of them (it lowers only counts above 0 when ``sum max(r~, 0) >= n`` and raises counts only
-otherwise), the closest in the Euclidean sense among them, and deterministic.
+The MLE baseline (no prior) is :func:`~dpstream.postprocess.estimate.mle_estimate`.
 
 Everything here is post-processing: no randomness, no privacy budget spent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from scipy.special import digamma, gammaln, lambertw
 
 from dpstream._checks import check_choice, check_positive_int
-from dpstream.postprocess.markov import check_transition, propagate
+from dpstream._deprecation import moved_names
+from dpstream.postprocess.estimate import PRIORS, Estimate, check_marginals, check_noisy, mle_estimate, prior_marginals
 from dpstream.postprocess.mechanism import COUNT_SENSITIVITY, laplace_scale
 
 __all__ = [
     "FORMS",
     "PRIORS",
-    "METHODS",
     "Estimate",
     "prior_marginals",
     "map_estimate",
@@ -63,81 +57,21 @@ __all__ = [
     "map_objective",
     "kkt_residual",
     "round_counts",
-    "postprocess",
 ]
 
+#: The one entry point and its methods moved to :mod:`dpstream.postprocess.dispatch`.
+__getattr__ = moved_names(
+    __name__,
+    {"METHODS": "dpstream.postprocess.dispatch:METHODS", "postprocess": "dpstream.postprocess.dispatch:postprocess"},
+)
+
 FORMS = ("exact", "stirling")
-PRIORS = ("frequency", "uniform")
-#: ``map`` / ``mle`` (this module), ``mean`` (:mod:`~dpstream.postprocess.posterior`), ``kalman`` and
-#: ``smooth`` (:mod:`~dpstream.postprocess.temporal`).
-METHODS = ("map", "mle", "mean", "kalman", "smooth")
 
 _EULER = 0.5772156649015329
 #: Stirling form: the inflection point of Eq. 10's ``G`` and ``G'`` there, ``1 - ln 2``.
 _KINK = 0.5
 _KINK_SLOPE = 1.0 - np.log(2.0)
 _MAX_ITERATIONS = 200
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Post-processed counts with the certificate of how well they solve their problem.
-
-    Attributes
-    ----------
-    counts : ndarray
-        ``T x m`` estimates, ``>= 0``, every row summing to ``n`` (to rounding).
-    multipliers : ndarray or None
-        MAP: the ``T`` Lagrange multipliers ``mu`` of the sum constraints; posterior mean: the
-        ``T`` tilts ``theta`` (the multiplier's counterpart); MLE and temporal: None.
-    kkt_residual : float
-        MAP: largest violation of the stationarity conditions (in units of the objective's
-        slope, nats per count).  MLE: ``||r - r~||_1`` minus its lower bound (the optimality gap).
-        Posterior mean: the tilt search's largest ``|sum - n|``.  Temporal: 0 (no optimisation).
-    sum_residual : float
-        Largest ``|sum_l r_l - n|`` over the steps.
-    iterations : int
-        Outer iterations of the multiplier search (0 for the MLE).
-    unconverged : int
-        MAP: steps still open when the iteration limit was reached (their counts are the
-        best bracket interpolation and their ``kkt_residual`` shows how far off they are);
-        0 for the MLE.
-    """
-
-    counts: np.ndarray
-    multipliers: np.ndarray | None
-    kkt_residual: float
-    sum_residual: float
-    iterations: int
-    unconverged: int = 0
-
-
-# -- input checks ----------------------------------------------------------------------------
-
-
-def _check_noisy(noisy: object) -> np.ndarray:
-    try:
-        array = np.array(noisy, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"noisy counts must be a T x m array of numbers, got {noisy!r:.80}.") from None
-    if array.ndim == 1:
-        array = array[None, :]
-    if array.ndim != 2 or array.size == 0:
-        raise ValueError(f"noisy counts must be a non-empty T x m array, got shape {array.shape}.")
-    bad = np.argwhere(~np.isfinite(array))
-    if bad.size:
-        row, col = bad[0]
-        raise ValueError(f"noisy counts must be finite; row {row + 1}, column {col + 1} is {float(array[row, col])!r}.")
-    return array
-
-
-def _check_marginals(marginals: object, shape: tuple[int, int]) -> np.ndarray:
-    array = np.asarray(marginals, dtype=np.float64)
-    if array.shape != shape:
-        raise ValueError(f"marginals must have the noisy counts' shape {shape}, got {array.shape}.")
-    if not np.all(np.isfinite(array)) or np.any(array < 0) or np.any(array.sum(axis=1) <= 0):
-        raise ValueError("marginals must be finite, >= 0, with a positive sum in every row.")
-    return array / array.sum(axis=1, keepdims=True)
 
 
 # -- the two forms of G = ln r! ---------------------------------------------------------------
@@ -237,6 +171,47 @@ def _response(mu: np.ndarray, log_p: np.ndarray, y_plus: np.ndarray, slope_y: np
     return r, slope
 
 
+def _bracket(p: np.ndarray, log_p: np.ndarray, y_plus: np.ndarray, n: int, weight: float,
+             form: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The multipliers' starting bracket ``[lo, hi]`` and first guess, per step: at ``lo`` every
+    count is 0; at ``hi`` the most likely location alone holds ``>= n`` users."""
+    best = np.argmax(p, axis=1)
+    rows = np.arange(p.shape[0])
+    lo = _g_slope_at_zero(form) - weight - log_p.max(axis=1)
+    hi = _g_slope(np.maximum(y_plus[rows, best], float(n)), form) + weight - log_p[rows, best]
+    return lo, hi, np.clip(np.log(n + 0.5 * (p > 0).sum(axis=1)), lo, hi)
+
+
+def _last_correction(counts: np.ndarray, slopes: np.ndarray, excess: np.ndarray, converged: np.ndarray,
+                     sides: tuple[np.ndarray, np.ndarray], bracket: tuple[np.ndarray, np.ndarray], mu: np.ndarray,
+                     y_plus: np.ndarray, n: int) -> np.ndarray:
+    """The MAP solver's last correction, in place of ``counts`` and ``mu``; returns the rows that took
+    the Newton step.
+
+    Rows that met the tolerance take one Newton step in r (the counts that moved absorb the tiny
+    excess).  Rows whose bracket closed on a jump of sum r(mu) (the Stirling form's linear piece)
+    interpolate between the two sides of the jump (``sides``: the counts at the bracket's ends),
+    both of which minimise the Lagrangian at that mu.  Rows still open at the iteration limit take
+    the same interpolation (the caller counts them as unconverged).
+    """
+    r_lo, r_hi = sides
+    lo, hi = bracket
+    total = slopes.sum(axis=1)
+    step = converged & (total > 0)
+    before = counts[step]
+    after = before - (excess[step] / total[step])[:, None] * slopes[step]
+    kink = y_plus[step]  # a count on one side of its noisy value stays on that side
+    below = np.where(before < kink, np.minimum(after, kink), after)
+    counts[step] = np.where(before > kink, np.maximum(after, kink), below)
+    jump = ~converged
+    if jump.any():
+        low_sum, high_sum = r_lo[jump].sum(axis=1), r_hi[jump].sum(axis=1)
+        theta = np.clip((n - low_sum) / np.maximum(high_sum - low_sum, 1e-300), 0.0, 1.0)
+        counts[jump] = r_lo[jump] + theta[:, None] * (r_hi[jump] - r_lo[jump])
+        mu[jump] = 0.5 * (lo[jump] + hi[jump])
+    return step
+
+
 def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, form: str = "exact",
               tolerance: float = 1e-10, sensitivity: float = COUNT_SENSITIVITY) -> Estimate:
     """MAP estimate (Section 5.3) for given marginals ``P^t`` (``T x m``); see the module docstring.
@@ -250,8 +225,8 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
     >>> round(float(est.counts.sum()), 9), bool(est.kkt_residual < 1e-8)
     (10.0, True)
     """
-    y = _check_noisy(noisy)
-    p = _check_marginals(marginals, y.shape)
+    y = check_noisy(noisy)
+    p = check_marginals(marginals, y.shape)
     n = check_positive_int(users, "users")
     weight = 1.0 / laplace_scale(epsilon, sensitivity)
     form = check_choice(form, "form", FORMS)
@@ -260,13 +235,8 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
         log_p = np.log(p)
     y_plus = np.maximum(y, 0.0)
     slope_y = _g_slope(y_plus, form)
-    g0 = _g_slope_at_zero(form)
-    # Bracket: at lo every count is 0; at hi the most likely location alone holds >= n users.
-    best = np.argmax(p, axis=1)
+    lo, hi, mu = _bracket(p, log_p, y_plus, n, weight, form)
     rows = np.arange(steps)
-    lo = g0 - weight - log_p.max(axis=1)
-    hi = _g_slope(np.maximum(y_plus[rows, best], float(n)), form) + weight - log_p[rows, best]
-    mu = np.clip(np.log(n + 0.5 * (p > 0).sum(axis=1)), lo, hi)
     counts = np.empty_like(y)
     slopes = np.zeros_like(y)
     r_lo = np.zeros_like(y)  # r(lo) = 0
@@ -303,24 +273,7 @@ def map_solve(noisy: object, marginals: object, *, users: int, epsilon: float, f
         # Converged rows keep the mu their counts answer, moved by the final Newton step below.
         mu[active] = np.where(done, np.where(total_slope > 0, newton, a_mu), np.where(ok, newton, 0.5 * (a_lo + a_hi)))
         active = active[~(done | closed)]
-    # Last correction.  Rows that met the tolerance take one Newton step in r (the counts
-    # that moved absorb the tiny excess).  Rows whose bracket closed on a jump of sum r(mu)
-    # (the Stirling form's linear piece) interpolate between the two sides of the jump, both
-    # of which minimise the Lagrangian at that mu.  Rows still open at the iteration limit
-    # take the same interpolation and are counted as unconverged.
-    total = slopes.sum(axis=1)
-    step = converged & (total > 0)
-    before = counts[step]
-    after = before - (excess[step] / total[step])[:, None] * slopes[step]
-    kink = y_plus[step]  # a count on one side of its noisy value stays on that side
-    below = np.where(before < kink, np.minimum(after, kink), after)
-    counts[step] = np.where(before > kink, np.maximum(after, kink), below)
-    jump = ~converged
-    if jump.any():
-        low_sum, high_sum = r_lo[jump].sum(axis=1), r_hi[jump].sum(axis=1)
-        theta = np.clip((n - low_sum) / np.maximum(high_sum - low_sum, 1e-300), 0.0, 1.0)
-        counts[jump] = r_lo[jump] + theta[:, None] * (r_hi[jump] - r_lo[jump])
-        mu[jump] = 0.5 * (lo[jump] + hi[jump])
+    step = _last_correction(counts, slopes, excess, converged, (r_lo, r_hi), (lo, hi), mu, y_plus, n)
     np.maximum(counts, 0.0, out=counts)
     flat = converged & ~step
     if flat.any():
@@ -427,30 +380,7 @@ def map_objective(
     return (weight * np.abs(r - y) + _g(r, form) - prior).sum(axis=1)
 
 
-# -- priors, MLE, rounding, one entry point ----------------------------------------------------
-
-
-def prior_marginals(noisy: object, transition: object, prior: str = "frequency") -> np.ndarray:
-    """The marginals ``P^t`` of Eq. 7 from one of Section 5.2.2's two initial distributions.
-
-    ``frequency``: ``P^1`` = the first noisy count vector with negative counts set to 0,
-    normalised (uniform if nothing is left); ``uniform``: ``P^1 = 1/m``.  Both use only the
-    released counts and public knowledge.
-    """
-    y = _check_noisy(noisy)
-    matrix = check_transition(transition)
-    if matrix.shape[0] != y.shape[1]:
-        raise ValueError(
-            f"transition is {matrix.shape[0]} x {matrix.shape[0]} but the counts have {y.shape[1]} columns."
-        )
-    prior = check_choice(prior, "prior", PRIORS)
-    m = y.shape[1]
-    first = np.maximum(y[0], 0.0)
-    if prior == "uniform" or first.sum() <= 0:
-        initial = np.full(m, 1.0 / m)
-    else:
-        initial = first / first.sum()
-    return propagate(initial, matrix, y.shape[0])
+# -- the MAP with the prior of Eq. 7, rounding --------------------------------------------------
 
 
 def map_estimate(
@@ -471,38 +401,9 @@ def map_estimate(
     >>> est.counts.sum(axis=1).round(9).tolist()
     [100.0, 100.0]
     """
-    y = _check_noisy(noisy)
+    y = check_noisy(noisy)
     return map_solve(
         y, prior_marginals(y, transition, prior), users=users, epsilon=epsilon, form=form, sensitivity=sensitivity
-    )
-
-
-def mle_estimate(noisy: object, *, users: int) -> Estimate:
-    """MLE baseline: the Euclidean projection of each row onto ``{r >= 0, sum r = n}``.
-
-    >>> mle_estimate([[5.0, -1.0, 7.0]], users=10).counts.tolist()
-    [[4.0, 0.0, 6.0]]
-    """
-    y = _check_noisy(noisy)
-    n = check_positive_int(users, "users")
-    m = y.shape[1]
-    ordered = -np.sort(-y, axis=1)
-    cumulative = np.cumsum(ordered, axis=1) - n
-    index = np.arange(1, m + 1)
-    support = (ordered - cumulative / index) > 0
-    last = m - 1 - np.argmax(support[:, ::-1], axis=1)  # support is a prefix; its last True
-    tau = cumulative[np.arange(y.shape[0]), last] / (last + 1)
-    counts = np.maximum(y - tau[:, None], 0.0)
-    sums = counts.sum(axis=1)
-    y_plus = np.maximum(y, 0.0)
-    bound = np.maximum(-y, 0.0).sum(axis=1) + np.abs(y_plus.sum(axis=1) - n)
-    gap = np.abs(counts - y).sum(axis=1) - bound
-    return Estimate(
-        counts=counts,
-        multipliers=None,
-        kkt_residual=float(np.max(np.abs(gap))),
-        sum_residual=float(np.max(np.abs(sums - n))),
-        iterations=0,
     )
 
 
@@ -523,34 +424,3 @@ def round_counts(counts: object, users: int) -> np.ndarray:
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(r.shape[1])[None, :].repeat(r.shape[0], axis=0), axis=1)
     return (floor + (rank < short[:, None])).astype(np.int64)
-
-
-def postprocess(noisy: object, transition: object, *, users: int, epsilon: float, method: str = "map",
-                prior: str = "frequency", form: str = "exact", sensitivity: float = COUNT_SENSITIVITY,
-                likelihood: str | None = None) -> Estimate:
-    """One entry point for the CLI and the experiments; ``method`` is one of :data:`METHODS`:
-    ``map`` (Cao et al.), ``mle`` (no prior), ``mean`` (posterior mean per step), ``kalman``
-    (linear smoother over all steps), ``smooth`` (exact per step with the other steps' evidence).
-
-    ``epsilon`` and ``sensitivity`` describe the release (noise of scale ``sensitivity / epsilon``
-    per cell); the MLE does not depend on them.  ``likelihood`` (``laplace`` or
-    ``discrete_laplace``; None: what ``LaplaceCounts`` declares) is the release's noise law; the
-    posterior-mean methods use it, the MAP's continuous relaxation is the same for both and ``form``
-    is the MAP's only."""
-    method = check_choice(method, "method", METHODS)
-    laplace_scale(epsilon, sensitivity)  # validates both
-    if method == "mle":
-        return mle_estimate(noisy, users=users)
-    if method == "mean":
-        from dpstream.postprocess.posterior import posterior_mean
-
-        return posterior_mean(noisy, transition, users=users, epsilon=epsilon, prior=prior, sensitivity=sensitivity,
-                              likelihood=likelihood)
-    if method in ("kalman", "smooth"):
-        from dpstream.postprocess.temporal import kalman_smooth, temporal_mean
-
-        function = kalman_smooth if method == "kalman" else temporal_mean
-        return function(noisy, transition, users=users, epsilon=epsilon, prior=prior, sensitivity=sensitivity,
-                        likelihood=likelihood)
-    return map_estimate(noisy, transition, users=users, epsilon=epsilon, prior=prior, form=form,
-                        sensitivity=sensitivity)

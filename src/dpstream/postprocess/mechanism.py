@@ -9,7 +9,7 @@ import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.geometric import discrete_laplace_scale
+from dpstream.noise.discrete_laplace_law import discrete_laplace_scale
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, exact_noise
 from dpstream.privacy import USER_STEP, EpsilonDelta, Part, PrivacyGuarantee
 
@@ -21,7 +21,7 @@ COUNT_SENSITIVITY = 2.0
 
 def laplace_scale(epsilon: float, sensitivity: float = COUNT_SENSITIVITY) -> float:
     """Scale ``lambda`` of the per-step noise: ``Delta / epsilon`` rounded **up** to a multiple of
-    ``2^-20`` (:func:`~dpstream.noise.geometric.discrete_laplace_scale`), the scale
+    ``2^-20`` (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace_scale`), the scale
     :class:`LaplaceCounts` draws with; ``Delta = sensitivity``, by default 2 (one user moves; 1
     for add/remove-one-user neighbours).  The float is exact (at most 40 significant bits).
 

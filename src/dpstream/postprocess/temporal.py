@@ -40,7 +40,7 @@ the evidence's gradient at the smoothed mean.  What is approximate: the other st
 through Gaussian messages (their Laplace noise treated as Gaussian of the same variance, their
 integrality ignored); with ``m > 3`` the evidence's correlations are fitted.  Steps whose
 exact programme would cost more than
-:data:`~dpstream.postprocess.posterior.EXACT_MAX_COST` keep the ``kalman`` answer.
+:data:`~dpstream.postprocess.exact_posterior.EXACT_MAX_COST` keep the ``kalman`` answer.
 
 Cost: the filter and smoother are a loop over the steps with ``O(m^3)`` work each (about 50
 microseconds a step for 3 locations, 6 ms for 100) and keep ``O(T m^2)`` numbers, so these
@@ -60,17 +60,11 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from dpstream._checks import check_positive_int
+from dpstream.postprocess.estimate import Estimate, check_noisy, mle_estimate, prior_marginals
+from dpstream.postprocess.exact_posterior import EXACT_MAX_COST, exact_cost, exact_means, log_weight, weight_windows
 from dpstream.postprocess.markov import check_transition
 from dpstream.postprocess.mechanism import COUNT_SENSITIVITY, laplace_scale
-from dpstream.postprocess.posterior import (
-    EXACT_MAX_COST,
-    _exact_cost,
-    _exact_means,
-    _log_weight,
-    _windows,
-    check_likelihood,
-    noise_variance,
-)
+from dpstream.postprocess.posterior import check_likelihood, noise_variance
 
 __all__ = ["kalman_smooth", "temporal_mean"]
 
@@ -134,9 +128,7 @@ def _smooth(noisy: np.ndarray, transition: np.ndarray, marginals: np.ndarray, us
 
 
 def _inputs(noisy, transition, users, epsilon, prior, sensitivity, likelihood):
-    from dpstream.postprocess.estimators import _check_noisy, prior_marginals
-
-    y = _check_noisy(noisy)
+    y = check_noisy(noisy)
     matrix = check_transition(transition)
     n = check_positive_int(users, "users")
     scale = laplace_scale(epsilon, sensitivity)
@@ -148,8 +140,6 @@ def _inputs(noisy, transition, users, epsilon, prior, sensitivity, likelihood):
 
 
 def _estimate(counts: np.ndarray, users: int):
-    from dpstream.postprocess.estimators import Estimate
-
     return Estimate(counts=counts, multipliers=None, kkt_residual=0.0,
                     sum_residual=float(np.max(np.abs(counts.sum(axis=1) - users))), iterations=0)
 
@@ -167,8 +157,6 @@ def kalman_smooth(noisy: object, transition: object, *, users: int, epsilon: flo
     >>> est.counts.sum(axis=1).round(9).tolist(), bool((est.counts >= 0).all())
     ([100.0, 100.0], True)
     """
-    from dpstream.postprocess.estimators import mle_estimate
-
     y, matrix, n, _, variance, _, floored = _inputs(noisy, transition, users, epsilon, prior, sensitivity, likelihood)
     if y.shape[1] == 1:
         return _estimate(np.full(y.shape, float(n)), n)
@@ -186,8 +174,6 @@ def temporal_mean(noisy: object, transition: object, *, users: int, epsilon: flo
     >>> est.counts.sum(axis=1).round(9).tolist(), bool((est.counts >= 0).all())
     ([100.0, 100.0], True)
     """
-    from dpstream.postprocess.estimators import mle_estimate
-
     y, matrix, n, scale, variance, marginals, floored = _inputs(noisy, transition, users, epsilon, prior,
                                                                  sensitivity, likelihood)
     steps, m = y.shape
@@ -217,13 +203,13 @@ def temporal_mean(noisy: object, transition: object, *, users: int, epsilon: flo
     with np.errstate(divide="ignore"):
         log_rate = np.log(n * marginals) + linear
     log_rate += _mode_tilt(log_rate, y, scale, d, n)[:, None]
-    lo, hi = _windows(log_rate, y, scale, n, d)
-    cost = _exact_cost(lo, hi, n)
+    lo, hi = weight_windows(log_rate, y, scale, n, d)
+    cost = exact_cost(lo, hi, n)
     counts = kalman.copy()
     chosen = cost <= EXACT_MAX_COST
     if chosen.any():
-        counts[chosen] = _exact_means(log_rate[chosen], y[chosen], scale, n, lo[chosen], hi[chosen], cost[chosen],
-                                      d[chosen])
+        counts[chosen] = exact_means(log_rate[chosen], y[chosen], scale, n, lo[chosen], hi[chosen], cost[chosen],
+                                     d[chosen])
     return _estimate(counts, n)
 
 
@@ -240,8 +226,8 @@ def _mode_tilt(log_rate: np.ndarray, noisy: np.ndarray, scale: float, quad: np.n
         for _ in range(rounds):
             mid = (a + b) // 2
             with np.errstate(invalid="ignore"):
-                falling = (_log_weight(mid + 1.0, shifted, noisy, scale, quad)
-                           < _log_weight(mid.astype(np.float64), shifted, noisy, scale, quad))
+                falling = (log_weight(mid + 1.0, shifted, noisy, scale, quad)
+                           < log_weight(mid.astype(np.float64), shifted, noisy, scale, quad))
             b, a = np.where(falling, mid, b), np.where(falling, a, np.minimum(mid + 1, b))
         return np.where(live, a, 0).sum(axis=1)
 

@@ -56,7 +56,7 @@ from dpstream._checks import (
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import FloatArithmetic, GridArithmetic
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.exact import MAX_LAPLACE_NUMERATOR
+from dpstream.noise.discrete_laplace_law import MAX_LAPLACE_NUMERATOR
 from dpstream.noise.grid import GridLaplace, ceil_units
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import make_source

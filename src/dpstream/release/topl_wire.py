@@ -1,6 +1,6 @@
 """ToPL's wire format: the JSON a collector publishes and the JSON of the reports clients send back.
 
-This module is the one definition of the format (version 1); :class:`~dpstream.release.ToPLClient`,
+This module is the one definition of the format (version 1); :class:`~dpstream.release.ToPLRandomizer`,
 :class:`~dpstream.release.topl.ReportBatch` and :class:`~dpstream.release.ToPLCollector` read and
 write it through the functions here, and a service accepts exactly this.
 
@@ -130,7 +130,7 @@ def load_parameters(text: object) -> dict[str, Any]:
     """Parse and check a parameters document; returns its fields (with ``id``).
 
     Checks the format, the fields and their JSON types, and that ``id`` matches the content; the
-    values themselves are checked by :meth:`ToPLClient.from_json <dpstream.release.ToPLClient.from_json>`.
+    values themselves are checked by :meth:`ToPLRandomizer.from_json <dpstream.release.ToPLRandomizer.from_json>`.
 
     >>> load_parameters('{"format": "dpstream.topl.parameters/0"}')  # doctest: +ELLIPSIS
     Traceback (most recent call last):

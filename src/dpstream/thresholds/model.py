@@ -68,7 +68,7 @@ import numpy as np
 from dpstream._checks import check_bound, check_choice, check_epsilon, check_positive_int
 from dpstream.hierarchy import num_levels
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.noise.exact import discrete_laplace
+from dpstream.noise.discrete_laplace_law import discrete_laplace
 from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths, aligned_noise_factors
 from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon
 

@@ -14,7 +14,7 @@ Exact path (the default).  The data enter the score only through the integer cou
 ``m_theta``; report-noisy-max adds discrete Laplace noise of scale ``1 / eps`` (rounded up,
 :func:`~dpstream.noise.laplace.noisy_max_scale`) to ``-m_theta`` and subtracts the public first
 term, a float, comparing the noisy scores exactly
-(:func:`~dpstream.noise.laplace.report_noisy_max`).  ``noise=FloatNoise(rng)`` computes the float
+(:func:`~dpstream.noise.laplace.report_noisy_max_counts`).  ``noise=FloatNoise(rng)`` computes the float
 scores and adds numpy's float Laplace, as the studies do (NOT for publication).
 
 Algorithm 1 writes ``m_theta <- |{i | v_i <= theta}|``.  That contradicts Eq. 5 and the
@@ -31,7 +31,7 @@ import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.laplace import noisy_max_epsilon, report_noisy_max
+from dpstream.noise.laplace import noisy_max_epsilon, report_noisy_max_counts
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
 
 __all__ = [
@@ -163,7 +163,7 @@ def noisy_max_threshold(
     held-out values, event level (neighbours differ in one value).  The counts ``-m_theta``
     have sensitivity 1 and are monotone, so discrete Laplace of scale ``1/epsilon`` suffices;
     the first term of Eq. 6 is public and compared exactly (see
-    :func:`~dpstream.noise.laplace.report_noisy_max`).  Only theta is released.
+    :func:`~dpstream.noise.laplace.report_noisy_max_counts`).  Only theta is released.
 
     >>> data = np.minimum(np.random.default_rng(3).geometric(0.2, 65536), 1000).astype(float)
     >>> theta = noisy_max_threshold(data, epsilon=1.0, upper_bound=1000, max_range=2**20,
@@ -181,9 +181,9 @@ def noisy_max_threshold(
         scores = nm_e_scores(
             values, candidates, stream_epsilon=stream_epsilon, max_range=max_range, fanout=fanout, c=c
         )
-        return float(candidates[report_noisy_max(sampler, scores, epsilon, monotone=True)])
+        return float(candidates[report_noisy_max_counts(sampler, scores, epsilon, monotone=True)])
     slope = nm_e_slope(np.asarray(values).size, stream_epsilon=stream_epsilon, max_range=max_range, fanout=fanout,
                        c=c)
     counts = -nm_e_counts(values, candidates)
-    index = report_noisy_max(sampler, counts, epsilon, offsets=slope * candidates, monotone=True)
+    index = report_noisy_max_counts(sampler, counts, epsilon, offsets=slope * candidates, monotone=True)
     return float(candidates[index])

@@ -27,7 +27,7 @@ import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.noise.exact import discrete_laplace
+from dpstream.noise.discrete_laplace_law import discrete_laplace
 
 __all__ = ["noisy_profile", "profile_epsilon"]
 

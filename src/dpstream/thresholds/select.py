@@ -4,8 +4,10 @@ Each takes float scores ``q_1 .. q_K`` of sensitivity ``Delta`` (one neighbourin
 every score by at most ``Delta``; *monotone* when all move in the same direction) and returns
 an index.  None of them releases a score.
 
-* :func:`report_noisy_max` -- the index of the largest ``q_i + Z_i``, ``Z_i`` discrete Laplace
-  (Dwork and Roth, Section 3.3).
+* :func:`report_noisy_max_scores` -- the index of the largest ``q_i + Z_i``, ``Z_i`` discrete
+  Laplace (Dwork and Roth, Section 3.3), on real scores floored to a grid (the budget counts one
+  more grid step for ties); :func:`dpstream.noise.laplace.report_noisy_max_counts` is the same
+  selection on integer counts, with public offsets.
 * :func:`permute_and_flip` -- McKenna and Sheldon (NeurIPS 2020): visit the candidates in a
   uniformly random order and stop at the first ``i`` whose coin, of probability
   ``exp(-eps (q* - q_i) / (c Delta))`` with ``q*`` the largest score, comes up heads (``c = 1``
@@ -19,10 +21,10 @@ an index.  None of them releases a score.
 Exactness.  The scores are first put on a grid: ``u_i = floor(2^k q_i / Delta)`` (``k =``
 :data:`SCORE_BITS`), integers whose sensitivity is at most ``2^k + 1`` grid steps (``2^k`` for
 the change of ``q``, one more for the floor and the float rounding of a score).  Every random
-decision is then made on integers by the samplers of :mod:`dpstream.noise.exact`: the coins
-by :func:`~dpstream.noise.exact.bernoulli_exp` on rational exponents, the order by a
+decision is then made on integers by the exact samplers of :mod:`dpstream.noise`: the coins
+by :func:`~dpstream.noise.exact_primitives.bernoulli_exp` on rational exponents, the order by a
 Fisher-Yates shuffle of exact uniform integers, the noise by
-:func:`~dpstream.noise.exact.discrete_laplace` of a rational scale rounded up.  The budget a
+:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace` of a rational scale rounded up.  The budget a
 call spends is returned by :func:`selection_epsilon` (at most the ``epsilon`` asked).
 
 Privacy
@@ -45,15 +47,17 @@ from fractions import Fraction
 import numpy as np
 
 from dpstream._checks import check_bool, check_bound, check_epsilon
+from dpstream._deprecation import moved_names
 from dpstream.noise.bits import BitsSeed, make_bits
-from dpstream.noise.exact import bernoulli_exp, discrete_laplace, uniform_below
+from dpstream.noise.discrete_laplace_law import discrete_laplace
+from dpstream.noise.exact_primitives import bernoulli_exp, uniform_below
 
 __all__ = [
     "SCORE_BITS",
     "SELECTIONS",
     "exponential_mechanism",
     "permute_and_flip",
-    "report_noisy_max",
+    "report_noisy_max_scores",
     "select",
     "selection_epsilon",
     "selection_probabilities",
@@ -61,6 +65,9 @@ __all__ = [
 
 #: Scores are floored to multiples of ``Delta / 2^SCORE_BITS`` before any random decision.
 SCORE_BITS = 10
+
+#: ``report_noisy_max`` was renamed :func:`report_noisy_max_scores` (scores, not counts).
+__getattr__ = moved_names(__name__, {"report_noisy_max": "dpstream.thresholds.select:report_noisy_max_scores"})
 
 _GRID = 1 << SCORE_BITS
 _SENSITIVITY_UNITS = _GRID + 1  # the change of a score, plus one step for the floor and float rounding
@@ -130,8 +137,8 @@ def _coins(bits, gaps: np.ndarray, epsilon: Fraction, divisor: int) -> np.ndarra
     return out
 
 
-def report_noisy_max(scores: object, *, epsilon: float, sensitivity: float = 1.0, monotone: bool = False,
-                     seed: BitsSeed = None) -> int:
+def report_noisy_max_scores(scores: object, *, epsilon: float, sensitivity: float = 1.0, monotone: bool = False,
+                            seed: BitsSeed = None) -> int:
     """Index of the largest score plus exact discrete Laplace noise (ties: the lowest index).
 
     Parameters
@@ -151,7 +158,7 @@ def report_noisy_max(scores: object, *, epsilon: float, sensitivity: float = 1.0
     ``selection_epsilon("report-noisy-max", epsilon, monotone=monotone)``-DP (at most epsilon);
     see the module docstring.
 
-    >>> report_noisy_max([0.0, 50.0, 0.0], epsilon=1.0, seed=1)
+    >>> report_noisy_max_scores([0.0, 50.0, 0.0], epsilon=1.0, seed=1)
     1
     """
     epsilon, sensitivity, monotone = _check(epsilon, sensitivity, monotone)
@@ -165,7 +172,7 @@ def permute_and_flip(scores: object, *, epsilon: float, sensitivity: float = 1.0
                      seed: BitsSeed = None) -> int:
     """Permute-and-flip (McKenna and Sheldon, 2020), sampled exactly.
 
-    Parameters are those of :func:`report_noisy_max`.
+    Parameters are those of :func:`report_noisy_max_scores`.
 
     Privacy
     -------
@@ -195,7 +202,7 @@ def exponential_mechanism(scores: object, *, epsilon: float, sensitivity: float 
                           seed: BitsSeed = None) -> int:
     """The exponential mechanism, sampled exactly by rejection.
 
-    Parameters are those of :func:`report_noisy_max`.
+    Parameters are those of :func:`report_noisy_max_scores`.
 
     Privacy
     -------
@@ -242,7 +249,7 @@ def _check(epsilon: object, sensitivity: object, monotone: object) -> tuple[floa
 
 #: name -> sampler, in the order the studies report them.
 SELECTIONS = {
-    "report-noisy-max": report_noisy_max,
+    "report-noisy-max": report_noisy_max_scores,
     "permute-and-flip": permute_and_flip,
     "exponential": exponential_mechanism,
 }

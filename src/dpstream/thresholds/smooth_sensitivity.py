@@ -32,7 +32,7 @@ Exact sampling on a grid (the default).  The proofs above need *continuous* nois
 dilation property of the Laplace density has no integer counterpart.  So the threshold is
 released rounded **up** to a public grid of step ``g`` (post-processing, which keeps the
 guarantee), and that rounded value, ``ceil((center + scale Z) / g) g`` with ``Z ~ Laplace(1)``,
-is sampled exactly from random bits (:func:`~dpstream.noise.continuous.rounded_laplace`).  What
+is sampled exactly from random bits (:func:`~dpstream.noise.rounded_laplace.rounded_laplace`).  What
 this covers: the law of the released threshold is exactly that of the continuous mechanism
 rounded to the grid, for the ``center`` and ``scale`` the code computes.  What it does not
 cover: ``center`` and ``scale`` are float64 evaluations of the formulas (the smooth
@@ -52,9 +52,9 @@ import numpy as np
 
 from dpstream._checks import check_bound, check_choice, check_epsilon, check_percentile, check_probability
 from dpstream.noise.bits import BitsSeed
-from dpstream.noise.continuous import rounded_laplace
-from dpstream.noise.float_continuous import float_gaussian, float_laplace
+from dpstream.noise.float_noise import float_gaussian, float_laplace
 from dpstream.noise.grid import choose_granularity
+from dpstream.noise.rounded_laplace import rounded_laplace
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise
 
 __all__ = [
