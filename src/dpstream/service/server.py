@@ -8,7 +8,7 @@ bounds of :class:`ClientLimits` added:
 
 * the request head (request line and headers) must be complete within ``header_timeout``
   seconds of the connection's opening, or of the request's first byte on a kept-alive
-  connection, and be at most ``max_head_bytes`` long (431 beyond);
+  connection, and within its first ``max_head_bytes`` bytes (431 beyond);
 * the body must be complete within ``body_timeout`` seconds of the head's end, plus one second
   for every ``body_min_rate`` bytes received: a body sent at ``body_min_rate`` bytes a second or
   faster always arrives, whatever its size, and a client trickling it is cut off after about
@@ -66,7 +66,7 @@ class ClientLimits:
     body_min_rate: float = 16384.0
     #: Connections served at once; requests on any connection beyond are answered 503.
     max_connections: int = 1000
-    #: Bytes of a request head (431 beyond).
+    #: A request head still incomplete after this many bytes is refused (431).
     max_head_bytes: int = 65536
 
     def __post_init__(self) -> None:
