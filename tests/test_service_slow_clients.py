@@ -277,3 +277,11 @@ def test_the_help_shows_the_defaults_the_server_uses():
 def test_limits_refuse_times_and_rates_that_are_not_positive(field_name, value):
     with pytest.raises(ValueError, match=f"{field_name} must be a positive number"):
         ClientLimits(**{field_name: value})
+
+
+@pytest.mark.parametrize("option", ["--header-timeout", "--body-timeout", "--body-min-rate"])
+def test_serve_refuses_a_limit_that_is_not_a_number_in_one_line(tmp_path, monkeypatch, option):
+    monkeypatch.chdir(tmp_path)  # where a database would be created
+    result = CliRunner().invoke(cli, ["serve", "--token", TOKEN, option, "nan"])
+    assert result.exit_code == 2 and "must be a positive number" in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -62,8 +62,8 @@ def serve(database: str, host: str, port: int, token: str | None, database_key: 
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together.")
     given = {"header_timeout": header_timeout, "body_timeout": body_timeout, "body_min_rate": body_min_rate,
              "max_connections": max_connections}
-    limits = ClientLimits(**{name: value for name, value in given.items() if value is not None})
     try:
+        limits = ClientLimits(**{name: value for name, value in given.items() if value is not None})  # NaN passes click
         key = None if database_key is None else parse_database_key(database_key)
         app = create_app(database=database, token=token, database_key=key,
                          max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
