@@ -2,11 +2,14 @@
 
 One server with short deadlines (1.5 s for a head, 1.5 s plus the minimum rate for a body) and a
 cap of 40 connections.  An attack is one thread driving a bounded number of sockets, each sending a
-little at a time until the server closes them or a hard limit passes.
+little at a time until the server closes them or a hard limit passes.  That the clock stands still
+while the server itself does not read is tested on the protocol alone, in this process, under an
+application that takes its body late.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -24,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
-from dpstream.service.server import ClientLimits
+from dpstream.service.server import ClientLimits, build_server, listen
 from service_helpers import SOURCE, TOKEN, free_port
 
 HEAD_TIMEOUT = 1.5
@@ -205,6 +208,47 @@ def test_a_kept_alive_connection_trickling_its_next_request_is_cut_off(server):
         lasted = time.monotonic() - start
     assert received.startswith(b"HTTP/1.1 408 "), received[:200]
     assert HEAD_TIMEOUT - 0.05 <= lasted <= HEAD_TIMEOUT + SLACK, lasted
+
+
+async def _late_reader(scope, receive, send):
+    """An application that takes its request's body only after 2.5 s, and answers its length."""
+    if scope["type"] == "lifespan":
+        while (message := await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await asyncio.sleep(2.5)
+    body, more = b"", True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body, more = body + message.get("body", b""), message.get("more_body", False)
+    answer = str(len(body)).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(answer))]})
+    await send({"type": "http.response.body", "body": answer})
+
+
+def test_the_clock_stands_still_while_the_server_does_not_read():
+    # a body of 2 MiB sent at once, read by the application after 2.5 s: uvicorn stops reading at 64 kB
+    # unread, so the client waits for the server, and a body deadline of 1 s (no rate allowance) must not cut it
+    limits = ClientLimits(body_timeout=1.0, body_min_rate=1e12)
+    listener = listen("127.0.0.1", 0)
+    server = build_server(_late_reader, limits, log_level="warning")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        body = b"x" * (2 * 1024 * 1024)
+        with socket.create_connection(listener.getsockname()) as sock:
+            sock.settimeout(10.0)
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            answer = http.client.HTTPResponse(sock)
+            answer.begin()
+            assert answer.status == 200 and answer.read() == str(len(body)).encode()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
 
 
 def test_a_large_body_slower_than_the_body_timeout_but_above_the_minimum_rate_is_ingested(server):

@@ -36,8 +36,8 @@ from enum import Enum
 from typing import Any, ClassVar
 
 import uvicorn
-from fastapi import FastAPI
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -271,7 +271,7 @@ class _ClientGone:
     by a deadline, as ``ClientDisconnect``; uvicorn would log it with a traceback, once per client.
     """
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -286,9 +286,9 @@ def listen(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
 
 
-def build_server(app: FastAPI, limits: ClientLimits, *, log_level: str = "info", ssl_certfile: str | None = None,
+def build_server(app: ASGIApp, limits: ClientLimits, *, log_level: str = "info", ssl_certfile: str | None = None,
                  ssl_keyfile: str | None = None) -> uvicorn.Server:
-    """The uvicorn server of ``app``, reading requests with :class:`BoundedHttpProtocol` under ``limits``."""
+    """The uvicorn server of ``app`` (the service or any ASGI application) reading with :class:`BoundedHttpProtocol`."""
     config = uvicorn.Config(_ClientGone(app), http=BoundedHttpProtocol.with_limits(limits), log_level=log_level,
                             ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, server_header=False)
     return uvicorn.Server(config)
