@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import click
 
 from dpstream.cli._app import cli, say
@@ -28,6 +26,16 @@ DEFAULT_DATABASE = "sqlite:///dpstream.db"
                    "(AES-256-GCM); a database made with it opens only with it. Give it through the environment.")
 @click.option("--max-body-bytes", default=None, type=click.IntRange(min=1024), metavar="N",
               help="Largest request body (default 8 MiB: a batch of 100,000 values with times).")
+@click.option("--header-timeout", default=None, type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Seconds a client has to send a request's head (request line and headers), from the connection's "
+                   "opening or the request's first byte; beyond, 408 and closed (default 10).")
+@click.option("--body-timeout", default=None, type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Seconds a client has to send a request's body, plus one second for every --body-min-rate bytes "
+                   "received; beyond, 408 and closed (default 10).")
+@click.option("--body-min-rate", default=None, type=click.FloatRange(min=0, min_open=True), metavar="BYTES",
+              help="Bytes a second a body sent at never runs out of time (default 16384).")
+@click.option("--max-connections", default=None, type=click.IntRange(min=1), metavar="N",
+              help="Connections served at once: while more are open, every request is answered 503 (default 1000).")
 @click.option("--ssl-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve HTTPS with this certificate (PEM); with --ssl-keyfile.")
 @click.option("--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -35,24 +43,27 @@ DEFAULT_DATABASE = "sqlite:///dpstream.db"
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(database: str, host: str, port: int, token: str | None, database_key: str | None,
-          max_body_bytes: int | None,
+          max_body_bytes: int | None, header_timeout: float | None, body_timeout: float | None,
+          body_min_rate: float | None, max_connections: int | None,
           ssl_certfile: str | None, ssl_keyfile: str | None, log_level: str) -> None:
     """Serve differentially private streams and ToPL collectors over HTTP until stopped.
 
     Writes need Authorization: Bearer TOKEN; reads (released values, events, the page) are public.
     The database holds SECRET keys and states: keep it readable by the service only.
     """
-    import uvicorn
-
     from dpstream.service import StorageError, create_app
     from dpstream.service.app import MAX_BODY_BYTES
     from dpstream.service.secrets import parse_database_key
+    from dpstream.service.server import ClientLimits, build_server, listen
 
     if not token:
         raise click.UsageError("a token is needed: --token TOKEN or the environment variable DPSTREAM_TOKEN.")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together.")
+    given = {"header_timeout": header_timeout, "body_timeout": body_timeout, "body_min_rate": body_min_rate,
+             "max_connections": max_connections}
     try:
+        limits = ClientLimits(**{name: value for name, value in given.items() if value is not None})  # NaN passes click
         key = None if database_key is None else parse_database_key(database_key)
         app = create_app(database=database, token=token, database_key=key,
                          max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
@@ -61,12 +72,11 @@ def serve(database: str, host: str, port: int, token: str | None, database_key: 
     except StorageError as error:
         raise click.ClickException(str(error)) from None
     try:  # bound here, so that a port in use is one line, not a server that starts and stops
-        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        listener = listen(host, port)
     except OSError as error:
         reason = (error.strerror or str(error)).lower()
         raise click.ClickException(f"cannot listen on {host}:{port}: {reason}.") from None
     scheme = "https" if ssl_certfile else "http"
     say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{listener.getsockname()[1]}")
-    config = uvicorn.Config(app, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                            server_header=False)
-    uvicorn.Server(config).run(sockets=[listener])
+    build_server(app, limits, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile).run(
+        sockets=[listener])
