@@ -57,6 +57,7 @@ from dpstream.durable import Progress, StateMismatchError, StreamState
 from dpstream.durable.keys import seed_key
 from dpstream.io import Batch
 from dpstream.release.by_key import BY_KEY, ByKey, key_secret
+from dpstream.release.registry import class_of_kind
 
 __all__ = ["CHECKPOINT_SECONDS", "DurableRelease", "seed_key"]
 
@@ -360,8 +361,6 @@ def _per_key(build: Callable[[bytes], Any], max_keys: int) -> Callable[[bytes], 
 
 def _restore(snapshot: dict[str, Any], key: bytes, fresh: Any) -> Any:
     """The releaser of a state's snapshot; ``fresh`` is the command's releaser, built anew (per key: its ByKey)."""
-    from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
-
     kind = snapshot.get("mechanism")
     if kind == BY_KEY and isinstance(fresh, ByKey):
         keys = len(snapshot["keys"])
@@ -370,10 +369,10 @@ def _restore(snapshot: dict[str, Any], key: bytes, fresh: Any) -> Any:
                                    f"--max-keys {keys:,} or more to continue it.")
         return ByKey.from_state(snapshot, build=fresh.build, max_keys=fresh.max_keys,
                                 restore=lambda name, stream: _restore(stream, key_secret(key, name), None))
-    kinds = {"tops": ToPS, "binary-tree": BinaryTreeCounter, "pak": PAK, "topl": ToPL}
-    if kind not in kinds:
+    cls = class_of_kind(kind)
+    if cls is None:
         raise click.ClickException(f"the state holds a mechanism of kind {kind!r}, which --state cannot continue.")
-    return kinds[kind].from_state(_with_key(snapshot, key))
+    return cls.from_state(_with_key(snapshot, key))
 
 
 class _ReplayCheck:
