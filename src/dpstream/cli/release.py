@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import click
 import numpy as np
 
+from dpstream.cli import _durable as durable
 from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
 from dpstream.cli._common import (
     SEED_HELP,
@@ -254,8 +255,6 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                      time_column: str | None, key_column: str | None, max_keys: int, missing: str, seed: int | None,
                      hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
-    from dpstream.cli._durable import DurableRelease
-
     chosen = REGISTRY[method]
     if not chosen.durable:
         raise click.UsageError(f"--state applies to --method {_names(lambda entry: entry.durable)}, not {method}.")
@@ -270,10 +269,10 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # a missing input: no state is made
     try:
-        run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
-                                   output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                                   build=lambda key: chosen.build({**options, "hold": hold}, key=key),
-                                   max_keys=max_keys if keyed else None)
+        run = durable.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
+                            output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                            build=lambda key: chosen.build({**options, "hold": hold}, key=key),
+                            max_keys=max_keys if keyed else None)
     except BaseException:
         reader.close()
         raise
@@ -310,7 +309,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
             run.abandon()
-            run.stopped(error)
+            durable.stopped(run, error)
             raise
         except BaseException:
             run.abandon()

@@ -30,6 +30,7 @@ from typing import Any
 from dpstream._checks import check_choice
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
+from dpstream.durable.snapshots import with_key
 from dpstream.release import ToPLCollector
 from dpstream.release.registry import served
 
@@ -70,8 +71,10 @@ _RESERVED = ("noise", "key", "seed")
 MAX_HOLD = 1 << 22
 MAX_RANGE = 1 << 22
 
-#: The format of the text of :func:`snapshot` (the secret_state column).
+#: The format of the text of :func:`snapshot` (the secret_state column): the snapshot with its key.
 STATE_FORMAT = "dpstream.state/1"
+#: The format of a snapshot stored without its key (:func:`dpstream.durable.snapshots.keyless`), the key beside it.
+KEYLESS_FORMAT = "dpstream.state/2"
 
 
 def _keywords(cls: Any) -> tuple[str, ...]:
@@ -126,13 +129,24 @@ def snapshot(mechanism: Any) -> str:
     return json.dumps({"format": STATE_FORMAT, "state": encode(mechanism.state, "state")}, allow_nan=False)
 
 
-def restore(cls: type, text: str) -> Any:
-    """The mechanism of class ``cls`` continued from :func:`snapshot`'s text."""
+def restore(cls: Any, text: str, key: bytes | None = None) -> Any:
+    """The mechanism of class ``cls`` continued from :func:`snapshot`'s text and the stream's ``key``.
+
+    A snapshot of format :data:`KEYLESS_FORMAT` is stored without its key (the key is stored once,
+    in its own column: :mod:`dpstream.durable.snapshots`) and needs ``key``; one of
+    :data:`STATE_FORMAT` carries it (``key``, when given, is the same key).
+    """
     document = json.loads(text)
-    if document.get("format") != STATE_FORMAT:
-        raise ValueError(f"a stored state of format {document.get('format')!r} cannot be read (this dpstream reads "
-                         f"{STATE_FORMAT!r}).")
-    return cls.from_state(decode(document["state"]))
+    stored = document.get("format")
+    if stored not in (STATE_FORMAT, KEYLESS_FORMAT):
+        raise ValueError(f"a stored state of format {stored!r} cannot be read (this dpstream reads "
+                         f"{STATE_FORMAT!r} and {KEYLESS_FORMAT!r}).")
+    state = decode(document["state"])
+    if key is not None:
+        state = with_key(state, key)
+    elif stored == KEYLESS_FORMAT:
+        raise ValueError(f"a stored state of format {KEYLESS_FORMAT!r} needs the stream's key.")
+    return cls.from_state(state)
 
 
 def _guarantee(mechanism: Any) -> dict[str, Any]:
