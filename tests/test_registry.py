@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 
 from dpstream.audit import MECHANISMS
 from dpstream.cli import cli
-from dpstream.release import BinaryTreeCounter
+from dpstream.durable import StreamState
+from dpstream.release import BinaryTreeCounter, ToPS
 from dpstream.release.contract import read_header
 from dpstream.release.registry import (
     REGISTRY,
@@ -144,3 +145,25 @@ def test_an_option_of_another_mechanism_is_refused_and_the_deprecated_noise_flag
     assert new.exit_code == old.exit_code == 2 and "is float-only" in new.stderr
     assert old.stderr == "warning: --noise is deprecated; use --threshold-noise.\n" + new.stderr
     assert "--noise" not in runner.invoke(cli, ["release", "--help"]).output.replace("--threshold-noise", "")
+
+
+def test_the_optional_tops_options_reach_the_constructor_and_a_state_only_when_given(tmp_path):
+    values = np.random.default_rng(5).gamma(2.0, 6.0, 600).clip(0, 40).round(1)
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"{v}\n" for v in values))
+    common = ["--epsilon", "1", "--upper-bound", "40", "--hold", "200", "--max-range", "64", "--seed", "2"]
+    chosen = ["--period", "8", "--profile-bins", "4", "--selection", "exponential", "--no-window-leaves", "--c", "30"]
+    _release(str(source), "-o", str(tmp_path / "out"), *common, *chosen)
+    expected = ToPS(epsilon=1.0, upper_bound=40.0, hold=200, max_range=64, period=8, profile_bins=4,
+                    selection="exponential", window_leaves=False, c=30.0, seed=2).release(values)
+    assert (tmp_path / "out").read_text() == "".join(f"{v!r}\n" for v in expected.tolist())
+    _release(str(source), "-o", str(tmp_path / "plain"), *common, "--state", str(tmp_path / "plain.state"))
+    _release(str(source), "-o", str(tmp_path / "given"), *common, *chosen, "--state", str(tmp_path / "given.state"))
+    plain = StreamState.read(tmp_path / "plain.state").params
+    given = StreamState.read(tmp_path / "given.state").params
+    assert not {"selection", "profile_bins", "window_leaves", "c"} & plain.keys()
+    assert (given["selection"], given["profile_bins"], given["window_leaves"], given["c"]) == ("exponential", 4,
+                                                                                               False, 30.0)
+    refused = CliRunner().invoke(cli, ["release", str(source), "-o", "-", "--method", "bt", "--epsilon", "1",
+                                       "--upper-bound", "40", "--selection", "exponential"])
+    assert refused.exit_code == 2 and "--selection does not apply to --method bt." in refused.stderr

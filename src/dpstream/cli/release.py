@@ -38,6 +38,7 @@ from dpstream.release.registry import REGISTRY, Mechanism, specific_options
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
 from dpstream.spark.session import DEFAULT_MASTER
+from dpstream.thresholds.select import SELECTIONS
 
 __all__ = ["RELEASE_METHODS", "announce"]
 
@@ -95,6 +96,16 @@ class _Methods(click.Choice):
 @click.option("--period", type=int, default=None,
               help="tops: measure one leaf per period of this many values, counted from the first value (e.g. "
                    "1440: days of minutes); windows of whole periods err by their leaves' noise only.")
+@click.option("--selection", type=click.Choice(list(SELECTIONS)), default=None,
+              help="tops, model: how the threshold is selected privately  [default: permute-and-flip].")
+@click.option("--profile-bins", type=int, default=None,
+              help="tops, model, with --period: bins of a private profile of the period shaping the predictions "
+                   "inside it (default 0: flat predictions).")
+@click.option("--window-leaves/--no-window-leaves", default=None,
+              help="tops, model, with --query-length: also score leaves of a fraction of the window (default) or "
+                   "blocks of b^s values only.")
+@click.option("--c", "c", type=float, default=None,
+              help="tops, nm-e: the constant c of the paper's Eq. 6 choosing s  [default: 60].")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--time-column", default=None,
               help="Column of each value's time: the output becomes CSV 'time,value' (the time text as written).")
@@ -225,7 +236,7 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
     given = {name for name in (*specific_options(), *_DEPRECATED)
              if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
     for name in sorted(given):
-        if _DEPRECATED.get(name, name) not in chosen.options:
+        if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
@@ -259,7 +270,8 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     if not chosen.durable:
         raise click.UsageError(f"--state applies to --method {_names(lambda entry: entry.durable)}, not {method}.")
     specific = specific_options()
-    applies = {name: value for name, value in options.items() if name not in specific or name in chosen.options}
+    applies = {name: value for name, value in options.items()
+               if name not in specific or name in chosen.options or (name in chosen.optional and value is not None)}
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
     # the columns change the output's format; they are recorded when given (states without them stay valid)

@@ -83,6 +83,9 @@ class Mechanism:
     describe: Callable[[Any], str]
     #: Method-specific options of ``release`` -> the constructor keyword each sets.
     options: Mapping[str, str] = field(default_factory=dict)
+    #: Method-specific options set only when given (None: the constructor's default), recorded in a state only
+    #: then (states made before they existed stay valid) -> the constructor keyword each sets.
+    optional: Mapping[str, str] = field(default_factory=dict)
     #: Constructor keywords the entry sets itself.
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: ``noise(seed, key)``: the constructor keywords of a seed (None: the OS CSPRNG) or a durable release's key.
@@ -105,6 +108,8 @@ class Mechanism:
         """
         keywords = {name: options[name] for name in COMMON_OPTIONS}
         keywords.update((keyword, options[name]) for name, keyword in self.options.items())
+        keywords.update((keyword, options[name]) for name, keyword in self.optional.items()
+                        if options.get(name) is not None)
         return self.cls(**keywords, **self.fixed, **self.noise(seed, key))
 
 
@@ -141,7 +146,7 @@ def mechanism(name: str) -> Mechanism:
 
 def specific_options() -> frozenset[str]:
     """The method-specific options of all registered mechanisms."""
-    return frozenset().union(*(entry.options for entry in _ENTRIES.values()))
+    return frozenset().union(*(entry.options.keys() | entry.optional.keys() for entry in _ENTRIES.values()))
 
 
 def class_of_kind(kind: object) -> Callable[..., Any] | None:
@@ -208,6 +213,7 @@ _PAK_OPTIONS = {**_same_names("hold", "delta", "threshold_fraction", "multiplier
                 "noise": "threshold_noise"}
 
 register(Mechanism("tops", ToPS, TOPS, _describe_tops, _TOPS_OPTIONS, service=1,
+                   optional=_same_names("selection", "profile_bins", "window_leaves", "c"),
                    audits=("tops", "tops-periodic", "nm-e")))
 register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3, audits=("pak",)))
 register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},
