@@ -234,7 +234,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any]) -> None:
     """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option."""
     given = {name for name in (*specific_options(), *_DEPRECATED)
-             if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+             if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
     for name in sorted(given):
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
