@@ -3,7 +3,7 @@
 A keyed state holds every key's mechanism snapshot (each key in ``key=`` mode: the snapshot
 leaves the tree noise out, a restored key recomputes it), so its size grows with the keys.  For
 ``--keys`` keys (default 1,000) fed ``--rows`` rows in one batch, this reports per method the
-time to take the snapshot (:func:`dpstream.cli._durable._snapshot`), to save the state
+time to take the snapshot (:func:`dpstream.durable.snapshots.keyless`), to save the state
 (:meth:`StreamState.save`: encode, write, fsync, rename), the file's size, the time to open it
 again and to restore every key's mechanism from it (what a resumed run does first); once after
 every key's hold-out (``--hold``, small) and once for ToPS inside the default hold-out of 65,536
@@ -26,9 +26,10 @@ import time
 
 import numpy as np
 
-from dpstream.cli._durable import _per_key, _restore, _snapshot
 from dpstream.durable import Progress, StreamState
 from dpstream.durable.keys import seed_key
+from dpstream.durable.release import per_key, restore
+from dpstream.durable.snapshots import keyless
 from dpstream.noise.bits import KeyedBits
 from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 
@@ -45,7 +46,7 @@ def builders(hold: int) -> dict[str, object]:
 
 def measure(name: str, build, *, keys: int, rows: int, rounds: int = 3) -> str:
     rng = np.random.default_rng(0)
-    streams = _per_key(build, keys)(seed_key(1))
+    streams = per_key(build, keys)(seed_key(1))
     names = [f"meter-{k}" for k in rng.permutation(np.arange(rows) % keys)]
     streams.release(rng.gamma(2.0, 6.0, rows).clip(0, 100), names)
     folder = tempfile.mkdtemp()
@@ -53,7 +54,7 @@ def measure(name: str, build, *, keys: int, rows: int, rounds: int = 3) -> str:
     with StreamState.create(f"{folder}/state", params={"method": name}) as state:
         for round_ in range(rounds):
             start = time.perf_counter()
-            state.mechanism = _snapshot(streams)
+            state.mechanism = keyless(streams.state)
             taken = time.perf_counter()
             state.progress = Progress(consumed=round_ + 1)
             state.save()
@@ -63,7 +64,7 @@ def measure(name: str, build, *, keys: int, rows: int, rounds: int = 3) -> str:
     start = time.perf_counter()
     with StreamState.open(f"{folder}/state") as state:
         opened = time.perf_counter()
-        restored = _restore(state.mechanism, seed_key(1), _per_key(build, keys)(seed_key(1)))
+        restored = restore(state.mechanism, seed_key(1), per_key(build, keys)(seed_key(1)))
         done = time.perf_counter()
     assert restored.position == rows
     return (f"{name:<22} {len(streams):>6,} keys {rows:>10,} rows: snapshot {min(snapshot_times) * 1e3:6.1f} ms, "

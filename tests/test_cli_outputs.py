@@ -1,5 +1,7 @@
 """Every command checks where it writes in one place, before any work, with one wording."""
 
+import dataclasses
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -400,7 +402,6 @@ def test_the_mechanisms_refuse_parameters_that_overflow():
 
 def test_a_value_that_is_not_finite_is_never_written(tmp_path, monkeypatch):
     """The last line of defence: an overflow the up-front checks missed stops the release."""
-    from dpstream.cli import release as release_module
     from dpstream.release import BinaryTreeCounter
 
     def overflowing(options):
@@ -409,8 +410,10 @@ def test_a_value_that_is_not_finite_is_never_written(tmp_path, monkeypatch):
         counter.release = lambda values: np.where(np.arange(len(values)) == 3, np.inf, honest(values))
         return counter
 
-    method = release_module.RELEASE_METHODS["bt"]
-    monkeypatch.setitem(release_module.RELEASE_METHODS, "bt", type(method)(overflowing, method.describe))
+    from dpstream.release import registry
+
+    patched = dataclasses.replace(registry.REGISTRY["bt"], cls=lambda **options: overflowing(options))
+    monkeypatch.setitem(registry._ENTRIES, "bt", patched)
     source, out = tmp_path / "in.txt", tmp_path / "out.txt"
     _stream(source)
     for target in (out, "-"):

@@ -22,6 +22,7 @@ from dpstream.noise.sampler import FloatNoise, ZeroNoise
 from dpstream.noise.source import NoiseSource
 from dpstream.release import PAK, BinaryTreeCounter, StreamRelease, ToPLCollector, ToPS
 from dpstream.release.contract import STATE_VERSION
+from dpstream.release.registry import REGISTRY
 
 KEY = bytes(range(32))
 HOLD = 300
@@ -59,9 +60,12 @@ MAKERS = {
     "tops-window-leaves": lambda kind: make_tops(kind, query_length=96),  # the model chooses leaves of 24
     "bt": make_bt,
     "pak": make_pak,
-    "pak-uncapped": lambda kind: make_pak(kind, capped=False),
+    "pak-uncapped": lambda kind: make_pak(kind, **REGISTRY["pak-uncapped"].fixed),
 }
 KINDS = ("key", "seed", "float")
+#: The registered mechanisms (:mod:`dpstream.release.registry`) whose streaming contract this file tests: those of
+#: MAKERS, and ToPL (:func:`test_topl_simulation_continues_from_its_snapshot`).
+CONTRACT_TESTED = frozenset(name for name in MAKERS if name in REGISTRY) | {"topl"}
 
 
 def run_split(make, splits: list[int], *, one_by_one: bool = False) -> np.ndarray:

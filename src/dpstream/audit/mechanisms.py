@@ -23,6 +23,10 @@ count-of-counts[-hg,   one group's size is 2 or 3 in a region of 4 groups (metho
 laplace-counts         one user moves between two locations; the two noisy (integer) counts
 =====================  ==========================================================================
 
+Every mechanism of the registry (:mod:`dpstream.release.registry`) names the experiments here that
+audit it (``Mechanism.audits``: the binary tree, ``bt``, is audited by ``binary-tree``); a
+registered mechanism without one fails ``tests/test_registry.py``.
+
 Support tests of additive noise read the grid step from the mechanism's ``granularity``
 attribute (:func:`~dpstream.audit.core.granularity_of`): the released noisy value must be the
 true answer plus an integer multiple of it.  A mechanism without one (floating-point Laplace)

@@ -1,19 +1,20 @@
-"""``dpstream release``: continual release of one stream, and the table of its ``--method`` choices.
+"""``dpstream release``: continual release of one stream.
 
-:data:`RELEASE_METHODS` maps each ``--method`` to the library class it builds and the options
-it reads; the flags of ``release`` map to constructor arguments there and nowhere else.
+Its ``--method`` choices are the registry of mechanisms (:mod:`dpstream.release.registry`): each
+entry says which class it builds and which of the options below it reads, mapped to which
+constructor arguments; the flags of ``release`` map to constructor arguments there and nowhere else.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 import click
 import numpy as np
 
+from dpstream.cli import _durable as durable
 from dpstream.cli._app import Stopped, cli, report_reading, say, usage_errors, warn_if_seeded
 from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
 from dpstream.cli._options import SEED_HELP
@@ -22,13 +23,13 @@ from dpstream.cli._spark import ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
-from dpstream.noise.bits import KeyedBits
-from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
+from dpstream.release.registry import REGISTRY, Mechanism, specific_options
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
 from dpstream.spark.session import DEFAULT_MASTER
+from dpstream.thresholds.select import SELECTIONS
 
 __all__ = ["RELEASE_METHODS", "announce"]
 
@@ -36,114 +37,33 @@ __all__ = ["RELEASE_METHODS", "announce"]
 _CHUNK = 65536
 
 
-def _build_tops(options: dict[str, Any]) -> ToPS:
-    return ToPS(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
-                max_range=options["max_range"], fanout=options["fanout"], smoother=options["smoother"],
-                window=options["window"], alpha=options["alpha"], threshold_epsilon=options["threshold_epsilon"],
-                threshold_step=options["threshold_step"], clip=options["clip"], granularity=options["granularity"],
-                seed=options["seed"], key=options.get("key"), threshold_method=options["threshold_method"],
-                query_length=options["query_length"], smoothed_levels=options["smoothed_levels"],
-                period=options["period"])
+#: ``release``'s table of ``--method`` choices: the registry of mechanisms (deprecated name, kept one release).
+RELEASE_METHODS = REGISTRY
+
+#: The hidden, deprecated spelling of an option -> the option it stands for.
+_DEPRECATED = {"noise_alias": "noise"}
 
 
-def _describe_tops(tops: ToPS) -> str:
-    if tops.period is not None:
-        how = "NM-E" if tops.model_choice is None else (
-            f"prior {tops.model_choice.prior:.6g}; error model for windows of {tops.query_length or tops.period} "
-            "values from a period boundary")
-        return (f"threshold theta = {tops.threshold:g}, one leaf per period of {tops.period} values (the first "
-                f"released value at phase {tops.hold % tops.period}), d = {tops.period_levels} measured levels ({how})")
-    if tops.leaf is not None:
-        return (f"threshold theta = {tops.threshold:g}, leaves of {tops.leaf} values counted from the first value "
-                f"(the first released value at phase {tops.hold % tops.leaf}), d = {tops.period_levels} measured "
-                f"levels, prior {tops.model_choice.prior:.6g} (error model for windows of {tops.query_length} values "
-                "starting anywhere)")
-    if tops.model_choice is None:
-        return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
-                f"of h = {tops.levels}")
-    windows = "random queries" if tops.query_length is None else f"windows of {tops.query_length} values"
-    return (f"threshold theta = {tops.threshold:g}, smoothed levels s = {tops.smoothed_levels} of h = {tops.levels}, "
-            f"prior {tops.model_choice.prior:.6g} (error model for {windows})")
+class _Methods(click.Choice):
+    """``--method``: the registered mechanisms, read when the command runs (a mechanism registered later too)."""
 
+    def __init__(self) -> None:
+        super().__init__([])
 
-def _build_pak(options: dict[str, Any], capped: bool = True) -> PAK:
-    return PAK(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
-               max_range=options["max_range"], threshold_fraction=options["threshold_fraction"], delta=options["delta"],
-               multiplier=options["multiplier"], threshold_noise=options["noise"], capped=capped, clip=options["clip"],
-               granularity=options["granularity"], seed=options["seed"], key=options.get("key"))
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return tuple(REGISTRY)
 
-
-def _describe_pak(pak: PAK) -> str:
-    kind = "capped at B" if pak.capped else "UNCAPPED, as in the ToPS paper"
-    return (f"threshold tau = {pak.threshold:g} (S-PAK {kind}; before the cap {pak.raw_threshold:g}); "
-            f"noisy sum of the first {pak.hold:,} values = {pak.held_sum:.6g}")
-
-
-def _build_bt(options: dict[str, Any]) -> BinaryTreeCounter:
-    return BinaryTreeCounter(epsilon=options["epsilon"], upper_bound=options["upper_bound"],
-                             max_range=options["max_range"], clip=options["clip"], granularity=options["granularity"],
-                             seed=options["seed"], key=options.get("key"))
-
-
-def _describe_bt(counter: BinaryTreeCounter) -> str:
-    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
-
-
-#: The identity of the simulated clients' keyed bits of ``release --method topl --state``.
-_TOPL_IDENTITY = ("topl",)
-
-
-def _build_topl(options: dict[str, Any]) -> ToPL:
-    # with --state, the clients' bits are one keyed stream (ToPL has no key= mode): a snapshot records how many words
-    # were read, and a resumed run reads the same words again for the values after it
-    key = options.get("key")
-    return ToPL(epsilon=options["epsilon"], upper_bound=options["upper_bound"], hold=options["hold"],
-                max_range=options["max_range"], threshold_epsilon=options["threshold_epsilon"], clip=options["clip"],
-                seed=options["seed"] if key is None else KeyedBits(key=key, identity=_TOPL_IDENTITY))
-
-
-def _describe_topl(topl: ToPL) -> str:
-    return (f"threshold theta = {topl.threshold:g} (Square Wave reports + Eq. 8, {topl.collector.variant}); "
-            f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
-
-
-@dataclass(frozen=True)
-class _Method:
-    """How ``release --method NAME`` builds its releaser and which of the options it reads.
-
-    A releaser has ``release(values) -> np.ndarray``, ``release_one(value) -> float | None``,
-    ``threshold`` (None until published), ``position``, ``hold`` and ``privacy()``.
-    """
-
-    build: Callable[[dict[str, Any]], Any]
-    describe: Callable[[Any], str]
-    #: Method-specific options; setting any other one is an error rather than silently ignored.
-    options: frozenset[str] = frozenset()
-
-
-_TOPS_OPTIONS = frozenset(
-    {"hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step", "granularity",
-     "threshold_method", "query_length", "smoothed_levels", "period"}
-)
-_PAK_OPTIONS = frozenset({"hold", "delta", "threshold_fraction", "multiplier", "noise", "granularity"})
-
-RELEASE_METHODS: dict[str, _Method] = {
-    "tops": _Method(_build_tops, _describe_tops, _TOPS_OPTIONS),
-    "pak": _Method(_build_pak, _describe_pak, _PAK_OPTIONS),
-    "pak-uncapped": _Method(lambda options: _build_pak(options, capped=False), _describe_pak, _PAK_OPTIONS),
-    "bt": _Method(_build_bt, _describe_bt, frozenset({"granularity"})),
-    "topl": _Method(_build_topl, _describe_topl, frozenset({"hold", "threshold_epsilon"})),
-}
-_SPECIFIC_OPTIONS = frozenset().union(*(method.options for method in RELEASE_METHODS.values()))
-#: The methods ``--state`` continues (their mechanisms have the streaming contract and keyed noise).
-_DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt", "topl")
+    @choices.setter
+    def choices(self, value: object) -> None:
+        pass
 
 
 @cli.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="Where the released values go, one per line ('-' is stdout).")
-@click.option("--method", type=click.Choice(list(RELEASE_METHODS)), default="tops", show_default=True,
+@click.option("--method", type=_Methods(), default="tops", show_default=True,
               help="Release mechanism.")
 @click.option("--epsilon", type=float, required=True, help="Privacy budget of the release.")
 @click.option("--upper-bound", type=float, required=True, help="Public bound B: values lie in [0, B].")
@@ -167,6 +87,16 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt", "topl")
 @click.option("--period", type=int, default=None,
               help="tops: measure one leaf per period of this many values, counted from the first value (e.g. "
                    "1440: days of minutes); windows of whole periods err by their leaves' noise only.")
+@click.option("--selection", type=click.Choice(list(SELECTIONS)), default=None,
+              help="tops, model: how the threshold is selected privately  [default: permute-and-flip].")
+@click.option("--profile-bins", type=int, default=None,
+              help="tops, model, with --period: bins of a private profile of the period shaping the predictions "
+                   "inside it (default 0: flat predictions).")
+@click.option("--window-leaves/--no-window-leaves", default=None,
+              help="tops, model, with --query-length: also score leaves of a fraction of the window (default) or "
+                   "blocks of b^s values only.")
+@click.option("--c", "c", type=float, default=None,
+              help="tops, nm-e: the constant c of the paper's Eq. 6 choosing s  [default: 60].")
 @click.option("--column", default=None, help="Column to read when INPUT has several.")
 @click.option("--time-column", default=None,
               help="Column of each value's time: the output becomes CSV 'time,value' (the time text as written).")
@@ -185,8 +115,11 @@ _DURABLE_METHODS = ("tops", "pak", "pak-uncapped", "bt", "topl")
               help="pak: eps1/eps, the share of the budget for the threshold (the rest for the held-out sum).")
 @click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
               help="pak: the multiplier r of PAK's Eq. 15.")
-@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
+@click.option("--threshold-noise", "noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+              show_default=True,
               help="pak: noise of the smooth-sensitivity threshold (gaussian is float-only and refused here).")
+@click.option("--noise", "noise_alias", type=click.Choice(["laplace", "gaussian"]), default=None, hidden=True,
+              help="Deprecated spelling of --threshold-noise.")
 @click.option("--granularity", type=float, default=None,
               help="tops, pak, bt: the public grid step g of the exact noise (default: the largest power of two "
                    "<= B / 2^20); values are rounded to multiples of g, thresholds rounded up.")
@@ -229,11 +162,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     it, never re-drawing noise for a published position (see the README, "Long-running
     releases").  From stdin, the producer continues from the consumed count the state records.
     """
-    chosen = RELEASE_METHODS[method]
+    chosen = REGISTRY[method]
     context = click.get_current_context()
-    for name in sorted(_SPECIFIC_OPTIONS - chosen.options):
-        if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
-            raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}.")
+    _check_options(context, chosen, options)
+    if key_column is not None and not chosen.per_key:
+        raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     describe = chosen.describe
     check_engine(context, engine=engine, input_path=input_path, key_column=key_column, time_column=time_column,
@@ -246,14 +179,14 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
-        releaser = chosen.build({**options, "hold": hold, "seed": seed})
+        releaser = chosen.build({**options, "hold": hold}, seed=seed)
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
     if engine == "spark":
-        release_on_spark(input_path, target, build=lambda bits: chosen.build({**options, "hold": hold, "seed": bits}),
+        release_on_spark(input_path, target, build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
                          key_column=key_column, column=column, seed=seed, upper_bound=options["upper_bound"],
                          clip=options["clip"], hold=releaser.hold, chunk=_CHUNK, master=spark_master, conf=spark_conf)
         return
@@ -263,7 +196,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     written = "the output stops before it" if is_stream(target) else "nothing was written"
     if time_column is not None or key_column is not None:
         release_columns(reader, target, releaser,
-                        build=lambda bits: chosen.build({**options, "hold": hold, "seed": bits}),
+                        build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
                         announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
                         time=time_column is not None, keyed=key_column is not None, written=written,
                         upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
@@ -289,6 +222,30 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     say(f"released {released:,} values after holding out {releaser.hold:,}.")
 
 
+def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any]) -> None:
+    """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option."""
+    given = {name for name in (*specific_options(), *_DEPRECATED)
+             if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
+    for name in sorted(given):
+        if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
+            raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
+    for alias, name in _DEPRECATED.items():
+        value = options.pop(alias)
+        if alias in given:
+            say(f"warning: {_flag(context, alias)} is deprecated; use {_flag(context, name)}.")
+            options[name] = value
+
+
+def _names(applies: Callable[[Mechanism], bool]) -> str:
+    """The registered methods an option applies to, for a message."""
+    return ", ".join(name for name, entry in REGISTRY.items() if applies(entry))
+
+
+def _flag(context: click.Context, name: str) -> str:
+    """The command-line spelling of the option stored as ``name``."""
+    return next(param.opts[0] for param in context.command.params if param.name == name)
+
+
 def warn_if_released_before(target: Any) -> None:
     """Without --state, replacing an existing output releases the stream afresh: say that it spends the budget again."""
     if target is not None and not is_stream(target) and target.exists():
@@ -300,13 +257,12 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                      time_column: str | None, key_column: str | None, max_keys: int, missing: str, seed: int | None,
                      hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
-    from dpstream.cli._durable import DurableRelease
-
-    chosen = RELEASE_METHODS[method]
-    if method not in _DURABLE_METHODS:
-        raise click.UsageError(f"--state applies to --method {', '.join(_DURABLE_METHODS)}, not {method}.")
-    applies = {name: value for name, value in options.items() if name not in _SPECIFIC_OPTIONS or name in
-               chosen.options}
+    chosen = REGISTRY[method]
+    if not chosen.durable:
+        raise click.UsageError(f"--state applies to --method {_names(lambda entry: entry.durable)}, not {method}.")
+    specific = specific_options()
+    applies = {name: value for name, value in options.items()
+               if name not in specific or name in chosen.options or (name in chosen.optional and value is not None)}
     params = {"method": method, **applies, "hold": hold if "hold" in chosen.options else None, "seed": seed,
               "column": column, "missing": missing}
     # the columns change the output's format; they are recorded when given (states without them stay valid)
@@ -316,10 +272,10 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # a missing input: no state is made
     try:
-        run = DurableRelease.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
-                                   output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                                   build=lambda key: chosen.build({**options, "hold": hold, "seed": None, "key": key}),
-                                   max_keys=max_keys if keyed else None)
+        run = durable.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
+                            output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                            build=lambda key: chosen.build({**options, "hold": hold}, key=key),
+                            max_keys=max_keys if keyed else None)
     except BaseException:
         reader.close()
         raise
@@ -356,7 +312,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
             run.abandon()
-            run.stopped(error)
+            durable.stopped(run, error)
             raise
         except BaseException:
             run.abandon()

@@ -33,6 +33,9 @@ Choices, and why:
 * Readers (``dpstream budget``) take no lock: a save replaces the file whole, so they always see
   a complete state.
 
+:class:`~dpstream.durable.release.DurableRelease` runs a release on a state: it starts or
+continues it, checkpoints, and checks what a resumed run writes again.
+
 What is secret: the whole file.  The key lets anyone recompute and subtract the noise of every
 released value; the mechanism state holds raw input values (a hold-out) and noise.  Keep the
 file, and every copy of it, as safe as the raw data.  Only ``params``, ``progress`` and the
@@ -41,9 +44,11 @@ ledger are public; they are all that ``dpstream budget`` prints.
 
 from dpstream.durable.format import FORMAT, VERSION, StateDamagedError, StateError, StateInUseError
 from dpstream.durable.ledger import BudgetError, LedgerEntry
+from dpstream.durable.release import DurableRelease, ParameterError, ResumeError
 from dpstream.durable.state import Progress, StateMismatchError, StreamState, format_ledger
 
 __all__ = [
-    "FORMAT", "VERSION", "BudgetError", "LedgerEntry", "Progress", "StateDamagedError", "StateError",
-    "StateInUseError", "StateMismatchError", "StreamState", "format_ledger",
+    "FORMAT", "VERSION", "BudgetError", "DurableRelease", "LedgerEntry", "ParameterError", "Progress",
+    "ResumeError", "StateDamagedError", "StateError", "StateInUseError", "StateMismatchError", "StreamState",
+    "format_ledger",
 ]

@@ -16,7 +16,8 @@ ToPS, the binary-tree counter, PAK (capped and uncapped), ToPL's collector and i
   ``type(m).from_state(decode(encode(m.state)))`` releases from then on exactly what ``m``
   releases, bit for bit.
 
-What a snapshot holds.  ``mechanism`` (the kind, e.g. ``"tops"``) and ``version`` (of this
+What a snapshot holds.  ``mechanism`` (the kind, e.g. ``"tops"``; ``"binary-tree"`` written by
+earlier versions is read as ``"bt"``) and ``version`` (of this
 layout, :data:`STATE_VERSION`), ``params`` (the constructor's arguments, as given), ``noise``
 (the noise source: :attr:`dpstream.noise.source.NoiseSource.state`) and the mechanism's own
 progress (held-out values, the chosen threshold, the current tree's running sums).
@@ -50,22 +51,36 @@ __all__ = [
     "BINARY_TREE",
     "PAK_STATE",
     "STATE_VERSION",
+    "STORED_KINDS",
     "TOPL",
     "TOPL_COLLECTOR",
     "TOPS",
     "StreamRelease",
     "read_header",
     "snapshot_header",
+    "stored_kind",
 ]
 
 #: Version of the snapshot layout; a snapshot of another version is refused.
 STATE_VERSION = 1
-#: The ``mechanism`` field of each kind of snapshot.
+#: The ``mechanism`` field of each kind of snapshot: the mechanism's registered name
+#: (:mod:`dpstream.release.registry`; PAK capped or not is ``"pak"``).
 TOPS = "tops"
-BINARY_TREE = "binary-tree"
+BINARY_TREE = "bt"
 PAK_STATE = "pak"
 TOPL_COLLECTOR = "topl-collector"
 TOPL = "topl"
+#: Kinds that snapshots of earlier versions name otherwise -> the kind of today (they keep being read).
+STORED_KINDS = {"binary-tree": BINARY_TREE}
+
+
+def stored_kind(kind: object) -> object:
+    """The kind of today of a snapshot's ``mechanism`` field (earlier versions' names mapped).
+
+    >>> stored_kind("binary-tree"), stored_kind("tops")
+    ('bt', 'tops')
+    """
+    return STORED_KINDS.get(kind, kind) if isinstance(kind, str) else kind
 
 
 @runtime_checkable
@@ -113,7 +128,7 @@ def read_header(state: object, kind: str) -> tuple[dict[str, Any], NoiseSource |
     """
     if not isinstance(state, dict) or "mechanism" not in state:
         raise TypeError(f"a mechanism's state must be the dict its state property gave, got {type(state).__name__}.")
-    if state["mechanism"] != kind:
+    if stored_kind(state["mechanism"]) != kind:
         raise ValueError(f"a snapshot of {state['mechanism']!r} cannot restore {kind!r}.")
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"a {kind} snapshot of layout version {state.get('version')!r} cannot be read by this "

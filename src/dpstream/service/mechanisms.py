@@ -1,8 +1,9 @@
 """The service's mechanisms: which parameters each accepts, how its noise key is made, and its secret state.
 
-One place maps the HTTP API's ``method`` to a class (:data:`STREAM_METHODS`); the parameters a
-request may give are the class's own keyword arguments (less ``seed``, ``noise`` and ``key``,
-which the service sets), checked by the class itself, so the API validates exactly as the library.
+The HTTP API's ``method`` of a stream is a mechanism of the registry that the service offers
+(:mod:`dpstream.release.registry`, :data:`STREAM_METHODS` its view); the parameters a request may
+give are the class's own keyword arguments (less ``seed``, ``noise`` and ``key``, which the
+service sets), checked by the class itself, so the API validates exactly as the library.
 
 Noise.  Every stream's mechanism is built with ``key=``: its noise is a deterministic function of
 a secret 32-byte key and the identity of each node (:class:`dpstream.noise.KeyedBits`), never of
@@ -23,12 +24,15 @@ from __future__ import annotations
 import inspect
 import json
 import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dpstream._checks import check_choice
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
-from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
+from dpstream.durable.snapshots import with_key
+from dpstream.release import ToPLCollector
+from dpstream.release.registry import served
 
 __all__ = [
     "COLLECTOR_PARAMETERS",
@@ -42,8 +46,22 @@ __all__ = [
     "stream_facts",
 ]
 
-#: The HTTP API's ``method`` of a stream -> the class that releases it.
-STREAM_METHODS: dict[str, type] = {"tops": ToPS, "bt": BinaryTreeCounter, "pak": PAK}
+
+class _StreamMethods(Mapping[str, Any]):
+    """The HTTP API's ``method`` of a stream -> the class that releases it: the registry's served mechanisms."""
+
+    def __getitem__(self, name: str) -> Any:
+        return served()[name].cls
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(served())
+
+    def __len__(self) -> int:
+        return len(served())
+
+
+#: The HTTP API's ``method`` of a stream -> the class that releases it (a view of the registry).
+STREAM_METHODS: Mapping[str, Any] = _StreamMethods()
 
 #: Parameters the service sets itself, never taken from a request.
 _RESERVED = ("noise", "key", "seed")
@@ -53,11 +71,13 @@ _RESERVED = ("noise", "key", "seed")
 MAX_HOLD = 1 << 22
 MAX_RANGE = 1 << 22
 
-#: The format of the text of :func:`snapshot` (the secret_state column).
+#: The format of the text of :func:`snapshot` (the secret_state column): the snapshot with its key.
 STATE_FORMAT = "dpstream.state/1"
+#: The format of a snapshot stored without its key (:func:`dpstream.durable.snapshots.keyless`), the key beside it.
+KEYLESS_FORMAT = "dpstream.state/2"
 
 
-def _keywords(cls: type) -> tuple[str, ...]:
+def _keywords(cls: Any) -> tuple[str, ...]:
     signature = inspect.signature(cls.__init__)
     return tuple(name for name, p in signature.parameters.items()
                  if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _RESERVED)
@@ -93,10 +113,10 @@ def derive_key(seed: object) -> bytes:
 
 def build_stream(method: object, params: dict[str, Any], key: bytes) -> Any:
     """A fresh mechanism of ``method`` with ``params`` (checked by the class) and noise keyed by ``key``."""
-    method = check_choice(method, "method", tuple(STREAM_METHODS))
-    cls = STREAM_METHODS[method]
-    params = _check_plain(params, _keywords(cls), f"method {method!r}")
-    return cls(**params, key=key)
+    entries = served()
+    entry = entries[check_choice(method, "method", tuple(entries))]
+    params = _check_plain(params, _keywords(entry.cls), f"method {entry.name!r}")
+    return entry.cls(**params, **entry.fixed, **entry.noise(None, key))
 
 
 def build_collector(params: dict[str, Any]) -> ToPLCollector:
@@ -109,13 +129,24 @@ def snapshot(mechanism: Any) -> str:
     return json.dumps({"format": STATE_FORMAT, "state": encode(mechanism.state, "state")}, allow_nan=False)
 
 
-def restore(cls: type, text: str) -> Any:
-    """The mechanism of class ``cls`` continued from :func:`snapshot`'s text."""
+def restore(cls: Any, text: str, key: bytes | None = None) -> Any:
+    """The mechanism of class ``cls`` continued from :func:`snapshot`'s text and the stream's ``key``.
+
+    A snapshot of format :data:`KEYLESS_FORMAT` is stored without its key (the key is stored once,
+    in its own column: :mod:`dpstream.durable.snapshots`) and needs ``key``; one of
+    :data:`STATE_FORMAT` carries it (``key``, when given, is the same key).
+    """
     document = json.loads(text)
-    if document.get("format") != STATE_FORMAT:
-        raise ValueError(f"a stored state of format {document.get('format')!r} cannot be read (this dpstream reads "
-                         f"{STATE_FORMAT!r}).")
-    return cls.from_state(decode(document["state"]))
+    stored = document.get("format")
+    if stored not in (STATE_FORMAT, KEYLESS_FORMAT):
+        raise ValueError(f"a stored state of format {stored!r} cannot be read (this dpstream reads "
+                         f"{STATE_FORMAT!r} and {KEYLESS_FORMAT!r}).")
+    state = decode(document["state"])
+    if key is not None:
+        state = with_key(state, key)
+    elif stored == KEYLESS_FORMAT:
+        raise ValueError(f"a stored state of format {KEYLESS_FORMAT!r} needs the stream's key.")
+    return cls.from_state(state)
 
 
 def _guarantee(mechanism: Any) -> dict[str, Any]:

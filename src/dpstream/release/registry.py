@@ -1,0 +1,224 @@
+"""The registry of release mechanisms: the one table the CLI, the service, durable releases and the tests read.
+
+Each :class:`Mechanism` entry says, under the mechanism's one name (``release --method NAME``, the
+HTTP API's ``method``, the ledger's ``method``):
+
+* ``cls`` -- the class it builds, and ``fixed`` -- the constructor keywords the entry sets itself
+  (``pak-uncapped`` is PAK with ``capped=False``);
+* ``kind`` -- the ``mechanism`` field of its snapshots (:mod:`dpstream.release.contract`), which
+  is how a stored snapshot finds its class again (:func:`class_of_kind`);
+* ``options`` -- the command's method-specific options it reads, each mapped to the constructor
+  keyword it sets (the options every mechanism reads, :data:`COMMON_OPTIONS`, are passed as they
+  are); an option of another mechanism is refused rather than silently ignored;
+* ``noise`` -- how a ``seed`` or a durable release's secret ``key`` reaches the constructor;
+* ``describe`` -- the line ``release`` says about what the mechanism chose;
+* whether ``release --state`` continues it (``durable``), whether it runs per key
+  (``per_key``) and whether the service offers it (``service``);
+* ``audits`` -- the :mod:`dpstream.audit` experiments that check its privacy claim.
+
+Adding a mechanism is its module, one :func:`register` call (here, for the built-in ones) and,
+when it is new, its relation; ``tests/test_registry.py`` fails if a registered mechanism has no
+audit experiment or no contract test.
+
+Names stored by earlier versions keep being read: the binary tree's snapshots said
+``"binary-tree"`` (:data:`dpstream.release.contract.STORED_KINDS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dpstream.noise.bits import KeyedBits
+from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
+from dpstream.release.pak import PAK
+from dpstream.release.topl import ToPL
+from dpstream.release.tops import ToPS
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "REGISTRY",
+    "Mechanism",
+    "class_of_kind",
+    "mechanism",
+    "register",
+    "served",
+    "specific_options",
+    "unregister",
+]
+
+#: The options every mechanism reads, passed to its constructor under the same name.
+COMMON_OPTIONS = ("epsilon", "upper_bound", "max_range", "clip")
+
+
+def keyed_noise(seed: int | None, key: bytes | None) -> dict[str, Any]:
+    """The constructor keywords of a mechanism with a ``key=`` mode: its ``seed``, or the durable release's key."""
+    return {"seed": seed, "key": key}
+
+
+#: The identity of the simulated clients' keyed bits of ``release --method topl --state``.
+TOPL_IDENTITY = ("topl",)
+
+
+def _topl_noise(seed: int | None, key: bytes | None) -> dict[str, Any]:
+    # ToPL has no key= mode: with a key its clients' bits are one keyed stream, whose snapshot records how many
+    # words were read, and a resumed run reads the same words again for the values after it
+    return {"seed": seed if key is None else KeyedBits(key=key, identity=TOPL_IDENTITY)}
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One registered release mechanism (see the module docstring)."""
+
+    #: The one name: ``release --method``, the API's ``method``, the ledger's ``method``.
+    name: str
+    #: The class (or any callable taking its keyword arguments) the entry builds.
+    cls: Callable[..., Any]
+    #: The ``mechanism`` field of its snapshots.
+    kind: str
+    #: What ``release`` says about the mechanism once it chose its threshold.
+    describe: Callable[[Any], str]
+    #: Method-specific options of ``release`` -> the constructor keyword each sets.
+    options: Mapping[str, str] = field(default_factory=dict)
+    #: Method-specific options set only when given (None: the constructor's default), recorded in a state only
+    #: then (states made before they existed stay valid) -> the constructor keyword each sets.
+    optional: Mapping[str, str] = field(default_factory=dict)
+    #: Constructor keywords the entry sets itself.
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: ``noise(seed, key)``: the constructor keywords of a seed (None: the OS CSPRNG) or a durable release's key.
+    noise: Callable[[int | None, bytes | None], dict[str, Any]] = keyed_noise
+    #: Whether ``release --state`` continues it (its snapshots restore with the key alone).
+    durable: bool = True
+    #: Whether ``release --key-column`` runs one of it per key.
+    per_key: bool = True
+    #: Whether the service offers it (``POST /streams`` with this ``method``): 0 if not, else its place in the
+    #: service's list of methods (which its error messages name in that order).
+    service: int = 0
+    #: The names of the :mod:`dpstream.audit` experiments that check its privacy claim.
+    audits: tuple[str, ...] = ()
+
+    def build(self, options: Mapping[str, Any], *, seed: Any = None, key: bytes | None = None) -> Any:
+        """The mechanism of ``release``'s ``options`` (by option name), with noise from ``seed`` or ``key``.
+
+        ``seed`` is what the mechanism's ``seed=`` takes (an int, a generator or bits: the Spark
+        engine passes each key's bits); ``options`` needs the common options and this entry's own.
+        """
+        keywords = {name: options[name] for name in COMMON_OPTIONS}
+        keywords.update((keyword, options[name]) for name, keyword in self.options.items())
+        keywords.update((keyword, options[name]) for name, keyword in self.optional.items()
+                        if options.get(name) is not None)
+        return self.cls(**keywords, **self.fixed, **self.noise(seed, key))
+
+
+#: Every registered mechanism by name, in the order ``release --method`` lists them (read-only view).
+_ENTRIES: dict[str, Mechanism] = {}
+REGISTRY: Mapping[str, Mechanism] = MappingProxyType(_ENTRIES)
+
+
+def register(entry: Mechanism) -> Mechanism:
+    """Add ``entry`` to the registry (its name must be new); return it."""
+    if not isinstance(entry, Mechanism):
+        raise TypeError(f"register takes a Mechanism, got {type(entry).__name__}.")
+    if entry.name in _ENTRIES:
+        raise ValueError(f"a mechanism named {entry.name!r} is registered already.")
+    _ENTRIES[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> None:
+    """Remove the mechanism ``name`` from the registry (tests that register a throw-away one)."""
+    del _ENTRIES[name]
+
+
+def mechanism(name: str) -> Mechanism:
+    """The registered mechanism ``name``.
+
+    >>> mechanism("bt").cls.__name__
+    'BinaryTreeCounter'
+    """
+    if name not in _ENTRIES:
+        raise ValueError(f"method must be one of {', '.join(_ENTRIES)}; got {name!r}.")
+    return _ENTRIES[name]
+
+
+def specific_options() -> frozenset[str]:
+    """The method-specific options of all registered mechanisms."""
+    return frozenset().union(*(entry.options.keys() | entry.optional.keys() for entry in _ENTRIES.values()))
+
+
+def class_of_kind(kind: object) -> Callable[..., Any] | None:
+    """The class whose snapshots have ``mechanism`` field ``kind`` (names of earlier versions too), or None.
+
+    >>> class_of_kind("binary-tree").__name__
+    'BinaryTreeCounter'
+    """
+    wanted = stored_kind(kind)
+    return next((entry.cls for entry in _ENTRIES.values() if entry.kind == wanted), None)
+
+
+def served() -> dict[str, Mechanism]:
+    """The mechanisms the service offers, by name, in the service's order."""
+    return {entry.name: entry for entry in sorted(_ENTRIES.values(), key=lambda entry: entry.service) if entry.service}
+
+
+# -- how each mechanism describes what it chose ------------------------------------------------
+
+
+def _describe_tops(tops: ToPS) -> str:
+    if tops.period is not None:
+        how = "NM-E" if tops.model_choice is None else (
+            f"prior {tops.model_choice.prior:.6g}; error model for windows of {tops.query_length or tops.period} "
+            "values from a period boundary")
+        return (f"threshold theta = {tops.threshold:g}, one leaf per period of {tops.period} values (the first "
+                f"released value at phase {tops.hold % tops.period}), d = {tops.period_levels} measured levels ({how})")
+    if tops.leaf is not None:
+        return (f"threshold theta = {tops.threshold:g}, leaves of {tops.leaf} values counted from the first value "
+                f"(the first released value at phase {tops.hold % tops.leaf}), d = {tops.period_levels} measured "
+                f"levels, prior {tops.model_choice.prior:.6g} (error model for windows of {tops.query_length} values "
+                "starting anywhere)")
+    if tops.model_choice is None:
+        return (f"threshold theta = {tops.threshold:g} (NM-E), smoothed levels s = {tops.smoothed_levels} "
+                f"of h = {tops.levels}")
+    windows = "random queries" if tops.query_length is None else f"windows of {tops.query_length} values"
+    return (f"threshold theta = {tops.threshold:g}, smoothed levels s = {tops.smoothed_levels} of h = {tops.levels}, "
+            f"prior {tops.model_choice.prior:.6g} (error model for {windows})")
+
+
+def _describe_pak(pak: PAK) -> str:
+    kind = "capped at B" if pak.capped else "UNCAPPED, as in the ToPS paper"
+    return (f"threshold tau = {pak.threshold:g} (S-PAK {kind}; before the cap {pak.raw_threshold:g}); "
+            f"noisy sum of the first {pak.hold:,} values = {pak.held_sum:.6g}")
+
+
+def _describe_bt(counter: BinaryTreeCounter) -> str:
+    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
+
+
+def _describe_topl(topl: ToPL) -> str:
+    return (f"threshold theta = {topl.threshold:g} (Square Wave reports + Eq. 8, {topl.collector.variant}); "
+            f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
+
+
+def _same_names(*names: str) -> dict[str, str]:
+    return {name: name for name in names}
+
+
+_TOPS_OPTIONS = _same_names("hold", "fanout", "smoother", "window", "alpha", "threshold_epsilon", "threshold_step",
+                            "granularity", "threshold_method", "query_length", "smoothed_levels", "period")
+# ``noise`` is the name the option has in state files and ledgers (--threshold-noise, formerly --noise)
+_PAK_OPTIONS = {**_same_names("hold", "delta", "threshold_fraction", "multiplier", "granularity"),
+                "noise": "threshold_noise"}
+
+register(Mechanism("tops", ToPS, TOPS, _describe_tops, _TOPS_OPTIONS, service=1,
+                   optional=_same_names("selection", "profile_bins", "window_leaves", "c"),
+                   audits=("tops", "tops-periodic", "nm-e")))
+register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3, audits=("pak",)))
+register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},
+                   audits=("pak",)))
+register(Mechanism("bt", BinaryTreeCounter, BINARY_TREE, _describe_bt, _same_names("granularity"), service=2,
+                   audits=("binary-tree",)))
+register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "threshold_epsilon"), noise=_topl_noise,
+                   audits=("square-wave", "hm")))
