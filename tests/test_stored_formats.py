@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from dpstream.cli import cli
-from dpstream.durable.files import dump_state, parse_state
+from dpstream.durable.format import dump_state, parse_state
 from dpstream.release import PAK, BinaryTreeCounter, ToPS
 from dpstream.service import create_app
 from dpstream.service.mechanisms import derive_key
@@ -67,6 +67,7 @@ def test_a_stored_state_file_continues_as_one_uninterrupted_run(tmp_path, method
 
 def test_a_stored_service_database_continues_its_streams(tmp_path):
     shutil.copy(STORED / "service.db", tmp_path / "service.db")
+    (tmp_path / "service.db").chmod(0o600)  # a checkout gives the file the umask's mode; the service wants 0600
     values = np.loadtxt(STORED / "input.txt")
     app = create_app(database=f"sqlite:///{tmp_path}/service.db", token=TOKEN)
     try:
