@@ -17,6 +17,12 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
 secret state in ONE transaction, and only if the source is still at the position the batch
 started from: a crash at any moment leaves either all of them or none.
 
+Several processes may share one database.  Every write is one transaction whose outcome the database
+decides: a batch commits only at the position it started from (a second process's batch at the same
+position finds it moved and writes nothing), and the creation of a source and of the schema are
+serialized -- SQLite's writers by ``BEGIN IMMEDIATE``, PostgreSQL's by a transaction-scoped advisory
+lock -- so ids come from the rows committed before (never two alike) and a name is taken once.
+
 With a database key (:mod:`~dpstream.service.secrets`) the two secret columns are sealed with
 AES-256-GCM before they are written; ``dpstream_schema.encryption`` records that the database is
 encrypted (a sealed check value), so a missing or wrong key is refused at start.
@@ -64,6 +70,11 @@ SCHEMA_VERSION = 1
 MIGRATIONS: dict[int, tuple[str, ...]] = {}
 
 _KINDS = ("stream", "collector")
+
+#: PostgreSQL advisory lock keys (see :meth:`Storage._serialize`): the schema's creation and migration, and the
+#: creation of sources.
+SCHEMA_LOCK = 0x64707374_00000001
+SOURCES_LOCK = 0x64707374_00000002
 
 
 class StorageError(Exception):
@@ -190,6 +201,11 @@ class Storage:
         cursor.executemany(self._sql("INSERT INTO released (source_id, position, time, value) VALUES (?, ?, ?, ?)"),
                            zip([source_id] * positions.size, positions.tolist(), times.tolist(), values.tolist()))
 
+    def _serialize(self, cursor: Any, lock: int) -> None:
+        """Wait, inside a transaction, until no other one of this ``lock`` runs, in any process; held until commit.
+
+        Nothing to do for SQLite, whose ``BEGIN IMMEDIATE`` already admits one writer at a time."""
+
     def _tables(self, cursor: Any) -> set[str]:
         cursor.execute(self.tables_query)
         return {row[0] for row in cursor.fetchall()}
@@ -198,6 +214,7 @@ class Storage:
 
     def _prepare_schema(self) -> None:
         with self._lock, self._transaction() as cursor:
+            self._serialize(cursor, SCHEMA_LOCK)  # processes started at once: one creates, the others see it made
             tables = self._tables(cursor)
             if not tables:
                 for statement in _schema(self.blob_type, self.real_type, self.clustered):
@@ -281,6 +298,7 @@ class Storage:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}.")
         now = _now()
         with self._lock, self._transaction() as cursor:
+            self._serialize(cursor, SOURCES_LOCK)  # the name check and MAX(id) see every source committed before
             cursor.execute(self._sql("SELECT 1 FROM sources WHERE kind = ? AND name = ?"), (kind, name))
             if cursor.fetchall():
                 raise ConflictError(f"a {kind} named {name!r} exists already.")
@@ -310,6 +328,12 @@ class Storage:
         columns = _PUBLIC_COLUMNS + (", secret_key, secret_state" if secret else "")
         rows = self._query(f"SELECT {columns} FROM sources WHERE kind = ? AND name = ?", (kind, name))
         return self._source(rows[0], secret) if rows else None
+
+    def position(self, kind: str, name: str) -> tuple[int, int] | None:
+        """The source's ``(id, position)`` as committed now (None when there is none): whether a mechanism kept in
+        memory is still the database's (another process may have moved the source on)."""
+        rows = self._query("SELECT id, position FROM sources WHERE kind = ? AND name = ?", (kind, name))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def sources(self, kind: str) -> list[Source]:
         """Every stream (or collector), by name, public columns only."""
@@ -369,9 +393,12 @@ class Storage:
 class SQLiteStorage(Storage):
     """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns.
 
-    The database file is created with mode 0600, and an existing one that other users can read
-    or write is refused: it holds the secret keys and states.  (SQLite gives its ``-wal`` and
-    ``-shm`` files the database file's permissions.)
+    The database file and its ``-wal`` and ``-shm`` files are created with mode 0600 (the latter two
+    before SQLite opens them, whatever mode SQLite would give them), and an existing one that other
+    users can read or write is refused: they hold the secret keys and states.
+
+    Several processes on one machine may open the same file: WAL lets them read while one writes,
+    ``BEGIN IMMEDIATE`` admits one writer at a time and the busy timeout makes the others wait for it.
     """
 
     clustered = " WITHOUT ROWID"
@@ -381,13 +408,14 @@ class SQLiteStorage(Storage):
         super().__init__(box)
         self.path = path
         if path != ":memory:":
-            _secure_file(path)
+            for name in (path, f"{path}-wal", f"{path}-shm"):
+                _secure_file(name, path)
         try:
             self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as error:
             raise StorageError(f"database {path}: {error}.") from None
         self._start(sqlite3.DatabaseError, lambda error: f"database {path}: {error}.",
-                    "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA busy_timeout = 10000")
+                    "PRAGMA busy_timeout = 10000", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL")
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -408,19 +436,22 @@ class SQLiteStorage(Storage):
             return self._connection.execute(text, tuple(args)).fetchall()
 
 
-def _secure_file(path: str) -> None:
-    """Create the database file with mode 0600, or refuse an existing one that others can read or write."""
+def _secure_file(name: str, path: str) -> None:
+    """Create the file ``name`` of the database ``path`` (itself, or its ``-wal`` or ``-shm``) with mode 0600, or
+    refuse an existing one that others can read or write."""
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        descriptor = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as error:
-        raise StorageError(f"database {path}: cannot open it ({error.strerror}).") from None
+        raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
+                           f"({error.strerror}).") from None
     try:
         mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
     finally:
         os.close(descriptor)
     if mode & 0o077:
-        raise StorageError(f"database {path} has mode {mode:04o}: it holds secret keys, so no other user may read it; "
-                           f"run chmod 600 {path}.")
+        holds = "secret keys" if name == path else "pages of the database and its secret keys"
+        raise StorageError(f"database {'' if name == path else 'file '}{name} has mode {mode:04o}: it holds {holds}, "
+                           f"so no other user may read it; run chmod 600 {name}.")
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------
@@ -455,6 +486,9 @@ class PostgresStorage(Storage):
     def _transaction(self) -> Iterator[Any]:
         with self._connection.transaction(), self._connection.cursor() as cursor:
             yield cursor
+
+    def _serialize(self, cursor: Any, lock: int) -> None:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
 
     def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock, self._connection.cursor() as cursor:
