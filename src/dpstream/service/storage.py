@@ -33,11 +33,13 @@ A database made by another schema version is migrated when a migration is known
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -174,7 +176,7 @@ class Storage:
         connection is closed; a ``driver_error`` is raised again as a StorageError of message ``refusal(error)``."""
         try:
             for statement in setup:
-                self._connection.execute(statement)
+                self._setup(statement)
             self._prepare_schema()
         except driver_error as error:
             self._connection.close()
@@ -182,6 +184,9 @@ class Storage:
         except BaseException:  # a refused schema or key: the connection goes with the storage
             self._connection.close()
             raise
+
+    def _setup(self, statement: str) -> None:
+        self._connection.execute(statement)
 
     # -- the dialect ---------------------------------------------------------------------------
 
@@ -390,6 +395,10 @@ class Storage:
 
 # -- SQLite ------------------------------------------------------------------------------------
 
+#: How long a SQLite connection waits for another process's write before it gives up.
+_BUSY_SECONDS = 10.0
+
+
 class SQLiteStorage(Storage):
     """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns.
 
@@ -415,7 +424,21 @@ class SQLiteStorage(Storage):
         except sqlite3.DatabaseError as error:
             raise StorageError(f"database {path}: {error}.") from None
         self._start(sqlite3.DatabaseError, lambda error: f"database {path}: {error}.",
-                    "PRAGMA busy_timeout = 10000", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL")
+                    f"PRAGMA busy_timeout = {int(_BUSY_SECONDS * 1000)}", "PRAGMA journal_mode = WAL",
+                    "PRAGMA synchronous = FULL")
+
+    def _setup(self, statement: str) -> None:
+        """Run a statement of the start, waiting as the busy timeout would: SQLite refuses at once, rather than
+        waits for, the change to WAL of a new file that another process is changing too (it could deadlock)."""
+        deadline = time.monotonic() + _BUSY_SECONDS
+        while True:
+            try:
+                self._connection.execute(statement)
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -438,16 +461,23 @@ class SQLiteStorage(Storage):
 
 def _secure_file(name: str, path: str) -> None:
     """Create the file ``name`` of the database ``path`` (itself, or its ``-wal`` or ``-shm``) with mode 0600, or
-    refuse an existing one that others can read or write."""
+    refuse an existing one that others can read or write.
+
+    An existing file is only looked at, never opened: closing a descriptor of a file would drop the locks
+    SQLite holds on it for another connection of this process.
+    """
     try:
-        descriptor = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        return
+    except FileExistsError:
+        pass
     except OSError as error:
         raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
                            f"({error.strerror}).") from None
-    try:
-        mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
-    finally:
-        os.close(descriptor)
+    mode = stat.S_IMODE(os.stat(name).st_mode)
+    if not os.access(name, os.R_OK | os.W_OK):
+        raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
+                           f"({os.strerror(errno.EACCES)}).")
     if mode & 0o077:
         holds = "secret keys" if name == path else "pages of the database and its secret keys"
         raise StorageError(f"database {'' if name == path else 'file '}{name} has mode {mode:04o}: it holds {holds}, "
