@@ -474,10 +474,13 @@ def _secure_file(name: str, path: str) -> None:
     except OSError as error:
         raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
                            f"({error.strerror}).") from None
-    mode = stat.S_IMODE(os.stat(name).st_mode)
-    if not os.access(name, os.R_OK | os.W_OK):
+    status = os.stat(name)
+    refused = (errno.EISDIR if stat.S_ISDIR(status.st_mode)
+               else None if os.access(name, os.R_OK | os.W_OK) else errno.EACCES)
+    if refused is not None:
         raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
-                           f"({os.strerror(errno.EACCES)}).")
+                           f"({os.strerror(refused)}).")
+    mode = stat.S_IMODE(status.st_mode)
     if mode & 0o077:
         holds = "secret keys" if name == path else "pages of the database and its secret keys"
         raise StorageError(f"database {'' if name == path else 'file '}{name} has mode {mode:04o}: it holds {holds}, "
