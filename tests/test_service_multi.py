@@ -189,12 +189,12 @@ def test_two_serve_processes_started_at_once_share_one_database(database_url, tm
         for server in servers:
             server.wait()
         clients = [httpx.Client(base_url=server.url, headers=AUTH, timeout=30) for server in servers]
-        names = [(f"s{i}", process) for i in range(12) for process in (0, 1)]
+        names = [(f"s{i}", process) for i in range(30) for process in (0, 1)]
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(
                 lambda job: clients[job[1]].post("/streams", json={"name": job[0], **TOPS, "seed": SEED}).status_code,
                 names))
-        assert sorted(statuses) == [201] * 12 + [409] * 12
+        assert sorted(statuses) == [201] * 30 + [409] * 30
         values = _values(1000, seed=8)
         single = create_app(database=f"sqlite:///{tmp_path}/single.db", token=TOKEN)  # one process, the same seed
         assert _post(single, "/streams", {"name": "s0", **TOPS, "seed": SEED}).status_code == 201
