@@ -466,15 +466,20 @@ def _secure_file(name: str, path: str) -> None:
     An existing file is only looked at, never opened: closing a descriptor of a file would drop the locks
     SQLite holds on it for another connection of this process.
     """
-    try:
-        os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-        return
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
-                           f"({error.strerror}).") from None
-    status = os.stat(name)
+    while True:
+        try:
+            os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            return
+        except FileExistsError:
+            pass
+        except OSError as error:
+            raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
+                               f"({error.strerror}).") from None
+        try:
+            status = os.stat(name)
+            break
+        except FileNotFoundError:  # removed meanwhile (another process closed the database last): create it
+            continue
     refused = (errno.EISDIR if stat.S_ISDIR(status.st_mode)
                else None if os.access(name, os.R_OK | os.W_OK) else errno.EACCES)
     if refused is not None:
