@@ -118,20 +118,20 @@ def test_a_batch_sent_to_both_processes_at_once_is_ingested_once(apps):
 
 
 def test_writers_appending_through_both_processes_at_once_get_contiguous_positions(apps):
-    hold, size, batches = TOPS["hold"], TOPS["hold"], 8  # one batch fills the hold-out
+    hold, size, batches, writers = TOPS["hold"], TOPS["hold"], 6, 4  # one batch fills the hold-out
     assert _post(apps[0], "/streams", {"name": "s", **TOPS, "seed": SEED}).status_code == 201
-    data = [_values(size * batches, seed=20 + process).reshape(batches, size) for process in (0, 1)]
+    data = [_values(size * batches, seed=20 + writer).reshape(batches, size) for writer in range(writers)]
 
-    def write(process):  # no first_position: each batch goes wherever the stream is when it is committed
-        return [_post(apps[process], "/streams/s/values", {"values": batch.tolist()}) for batch in data[process]]
+    def write(writer):  # no first_position: each batch goes wherever the stream is when it is committed
+        return [_post(apps[writer % 2], "/streams/s/values", {"values": batch.tolist()}) for batch in data[writer]]
 
-    with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(write, (0, 1)))
-    total = 2 * batches * size
+    with ThreadPoolExecutor(writers) as pool:
+        answers = list(pool.map(write, range(writers)))
+    total = writers * batches * size
     ordered = np.full(total, np.nan)
     released = {}
-    for process, batch_answers in enumerate(answers):
-        for batch, answer in zip(data[process], batch_answers):
+    for writer, batch_answers in enumerate(answers):
+        for batch, answer in zip(data[writer], batch_answers):
             assert answer.status_code == 200, answer.text
             rows = answer.json()["released"]
             # where a batch's released values start tells where it landed; the one that released none is the hold-out
@@ -163,6 +163,36 @@ def test_a_collector_serves_and_accepts_the_theta_another_process_published(apps
         expected = local.receive_batch(batch.mechanism, batch.report)
     assert [r["value"] for r in released] == expected.tolist()
     assert [r["position"] for r in released] == list(range(300, 900))
+
+
+def test_a_postgresql_writer_of_a_source_waits_for_another_process(postgres_server, monkeypatch):
+    from dpstream.service import storage as module
+
+    url = postgres_server.new_database()
+    first, second = open_storage(url), open_storage(url)
+    order = []
+
+    def write_second():
+        with second.writer(7):
+            order.append("second")
+
+    try:
+        with first.writer(7):
+            waiting = threading.Thread(target=write_second)
+            with second.writer(8):  # another source: not held up
+                order.append("other")
+            waiting.start()
+            waiting.join(0.3)
+            order.append("first")
+        waiting.join(5)
+        assert order == ["other", "first", "second"]
+        monkeypatch.setattr(module, "WRITER_WAIT_SECONDS", 0.2)
+        with first.writer(7), pytest.raises(module.ConflictError, match="another process has been writing"):
+            with second.writer(7):
+                pass
+    finally:
+        first.close()
+        second.close()
 
 
 def test_processes_started_at_once_on_a_fresh_database_share_one_schema(database_url):

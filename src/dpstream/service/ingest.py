@@ -9,11 +9,13 @@ made.  After any failure the mechanism in memory is dropped and reloaded from th
 refused or failed batch changes nothing.
 
 Several processes may serve one database, so the mechanism in memory is only a copy of the database's:
-each batch first reads the source's committed position and reloads the mechanism when another process
-moved it on.  A batch whose commit finds the source moved meanwhile (another process committed there
-first), or that the mechanism refuses while the source moved, is tried again on the reloaded
-mechanism (at most :data:`ATTEMPTS` times): no process refuses a batch on the strength of a position
-or parameters the database has left behind.
+each batch takes the source's writer lock (:meth:`Storage.writer <dpstream.service.storage.Storage.writer>`:
+PostgreSQL's writers of one source wait for each other, whatever their process), reads the source's
+committed position and reloads the mechanism when another process moved it on.  A batch whose commit
+finds the source moved meanwhile (SQLite, where writers do not wait: another process committed there
+first), or that the mechanism refuses while the source moved, is tried again on the reloaded mechanism
+(at most :data:`ATTEMPTS` times): no process refuses a batch on the strength of a position or
+parameters the database has left behind.
 
 A retry of a batch whose answer was lost names the same ``first_position``: it is recognized by the
 ledger (same length, same HMAC of its content under the source's key) and answered with the values
@@ -86,6 +88,16 @@ class LiveSources:
             raise ApiError(404, f"no {kind} named {name!r}.")
         return source
 
+    def source_id(self, kind: str, name: str) -> int:
+        """The source's id (404 when there is none); it never changes, so the one in memory is good."""
+        live = self._live.get((kind, name))
+        if live is not None:
+            return live.source.id
+        stored = self.storage.position(kind, name)
+        if stored is None:
+            raise ApiError(404, f"no {kind} named {name!r}.")
+        return stored[0]
+
     def live(self, kind: str, name: str) -> _Live:
         """The source's mechanism as the database has it now (call with its lock held): loaded on first use, and
         again when the committed position is not the one in memory (another process moved the source on)."""
@@ -116,16 +128,20 @@ def ingest(sources: LiveSources, kind: str, name: str, first_position: int | Non
     the values' times (now when None).
     """
     with sources.lock(kind, name):
-        for _ in range(ATTEMPTS):
-            live = sources.live(kind, name)
-            try:
-                return _ingest_at(sources, live, first_position, inputs, times, release)
-            except _Moved as moved:
-                sources.drop(kind, name)
-                reason = str(moved)
-            except BaseException:
-                sources.drop(kind, name)
-                raise
+        try:
+            with sources.storage.writer(sources.source_id(kind, name)):
+                for _ in range(ATTEMPTS):
+                    live = sources.live(kind, name)
+                    try:
+                        return _ingest_at(sources, live, first_position, inputs, times, release)
+                    except _Moved as moved:
+                        sources.drop(kind, name)
+                        reason = str(moved)
+                    except BaseException:
+                        sources.drop(kind, name)
+                        raise
+        except ConflictError as error:  # another process kept the source too long
+            reason = str(error)
     raise ApiError(409, f"{kind} {name!r}: {reason} Retry the batch.")
 
 

@@ -21,7 +21,9 @@ Several processes may share one database.  Every write is one transaction whose 
 decides: a batch commits only at the position it started from (a second process's batch at the same
 position finds it moved and writes nothing), and the creation of a source and of the schema are
 serialized -- SQLite's writers by ``BEGIN IMMEDIATE``, PostgreSQL's by a transaction-scoped advisory
-lock -- so ids come from the rows committed before (never two alike) and a name is taken once.
+lock -- so ids come from the rows committed before (never two alike) and a name is taken once.  On
+PostgreSQL the writers of one source also wait for each other while a batch is computed
+(:meth:`PostgresStorage.writer`), so that a batch seldom has to be computed again.
 
 With a database key (:mod:`~dpstream.service.secrets`) the two secret columns are sealed with
 AES-256-GCM before they are written; ``dpstream_schema.encryption`` records that the database is
@@ -77,6 +79,10 @@ _KINDS = ("stream", "collector")
 #: creation of sources.
 SCHEMA_LOCK = 0x64707374_00000001
 SOURCES_LOCK = 0x64707374_00000002
+#: The first of the two keys of a source's writer lock (:meth:`PostgresStorage.writer`); the second is its id.
+WRITER_LOCKS = 0x64707374
+#: How long a batch waits for another process to finish writing the same source before it is refused (409).
+WRITER_WAIT_SECONDS = 60.0
 
 
 class StorageError(Exception):
@@ -210,6 +216,15 @@ class Storage:
         """Wait, inside a transaction, until no other one of this ``lock`` runs, in any process; held until commit.
 
         Nothing to do for SQLite, whose ``BEGIN IMMEDIATE`` already admits one writer at a time."""
+
+    @contextmanager
+    def writer(self, source_id: int) -> Iterator[None]:
+        """Hold the right to write the source while a batch is computed and committed, against every other process;
+        ConflictError after :data:`WRITER_WAIT_SECONDS` of waiting.
+
+        Nothing for SQLite: its commits are serialized and conditional on the position, a batch that loses the
+        race is tried again (:func:`dpstream.service.ingest.ingest`)."""
+        yield
 
     def _tables(self, cursor: Any) -> set[str]:
         cursor.execute(self.tables_query)
@@ -527,6 +542,22 @@ class PostgresStorage(Storage):
 
     def _serialize(self, cursor: Any, lock: int) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+
+    @contextmanager
+    def writer(self, source_id: int) -> Iterator[None]:
+        """A session advisory lock of the source, taken by polling ``pg_try_advisory_lock`` so that the waiting
+        does not hold the connection the process's other requests share; PostgreSQL frees it if the process dies."""
+        keys, pause = (WRITER_LOCKS, source_id % (1 << 31)), 0.001  # two int4 keys; a shared one only waits
+        deadline = time.monotonic() + WRITER_WAIT_SECONDS
+        while not self._query("SELECT pg_try_advisory_lock(?, ?)", keys)[0][0]:
+            if time.monotonic() > deadline:
+                raise ConflictError(f"another process has been writing this source for {WRITER_WAIT_SECONDS:g} s.")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
+        try:
+            yield
+        finally:
+            self._query("SELECT pg_advisory_unlock(?, ?)", keys)
 
     def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock, self._connection.cursor() as cursor:
