@@ -224,7 +224,7 @@ def test_two_serve_processes_started_at_once_share_one_database(database_url, tm
                 lambda job: clients[job[1]].post("/streams", json={"name": job[0], **TOPS, "seed": SEED}).status_code,
                 names))
         assert sorted(statuses) == [201] * 30 + [409] * 30
-        values = _values(1000, seed=8)
+        values = _values(21_000, seed=8)
         single = create_app(database=f"sqlite:///{tmp_path}/single.db", token=TOKEN)  # one process, the same seed
         assert _post(single, "/streams", {"name": "s0", **TOPS, "seed": SEED}).status_code == 201
         released, alone = [], []
@@ -234,14 +234,27 @@ def test_two_serve_processes_started_at_once_share_one_database(database_url, tm
             assert answer.status_code == 200, answer.text
             released += answer.json()["released"]
             alone += _post(single, "/streams/s0/values", document).json()["released"]
-        single.state.storage.close()
-        assert [r["value"] for r in released] == [r["value"] for r in alone]
-        assert [r["position"] for r in released] == [r["position"] for r in alone] == list(range(100, 1000))
-        assert [client.get("/streams/s0").json()["position"] for client in clients] == [1000, 1000]
-        for client in clients:
-            client.close()
         for server in servers:  # no request failed (a 500 is logged)
             assert "failed" not in server.log.read_text(), server.log.read_text()[-2000:]
+        # the first process is killed while it may be writing a large batch: the other one takes the batch on
+        document = {"values": values[1000:].tolist(), "first_position": 1000}
+        killer = threading.Timer(0.03, servers[0].kill)
+        killer.start()
+        try:
+            clients[0].post("/streams/s0/values", json=document)
+        except httpx.TransportError:
+            pass
+        killer.join()
+        answer = clients[1].post("/streams/s0/values", json=document)
+        assert answer.status_code == 200, answer.text
+        released += answer.json()["released"]
+        alone += _post(single, "/streams/s0/values", document).json()["released"]
+        single.state.storage.close()
+        assert [r["value"] for r in released] == [r["value"] for r in alone]
+        assert [r["position"] for r in released] == [r["position"] for r in alone] == list(range(100, 21_000))
+        assert clients[1].get("/streams/s0").json()["position"] == 21_000
+        for client in clients:
+            client.close()
     finally:
         for server in servers:
             server.stop()
