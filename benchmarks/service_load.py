@@ -14,6 +14,13 @@ Measured (client and server on one machine, so they share its cores):
   advance by the client (reports/s of the service; randomizing is the clients' work);
 * latency: ``--requests`` batches of 1,000 values, one at a time (p50, p99, max in ms).
 
+On PostgreSQL it then measures one and two ``dpstream serve`` processes on one database, as behind a
+round-robin load balancer: two streams fed at once by two clients, ``--values`` values each in batches
+of 10,000, batch ``i`` of a stream sent to process ``i mod P`` (values/s of both streams together);
+and the latency of 1,000-value batches sent one at a time, alternating between the processes, so
+that every batch reaches a process whose copy of the stream another process moved on (it reloads
+the mechanism from the database first).
+
 Bounded: every phase sends a fixed count; the whole run takes well under a minute per database.
 """
 
@@ -23,6 +30,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -77,6 +85,54 @@ def measure(database: str, *, values: int, reports: int, requests: int, seed: in
         server.stop()
 
 
+def measure_processes(database: str, *, processes: int, values: int, requests: int, seed: int = 0
+                      ) -> dict[str, float]:
+    """Two streams fed at once over ``processes`` servers on one database, and alternating small batches."""
+    rng = np.random.default_rng(seed)
+    servers = [ServeProcess(database).launch() for _ in range(processes)]
+    try:
+        for server in servers:
+            server.wait()
+        data = {name: rng.integers(0, 80, values).astype(float) for name in ("a", "b")}
+        with Client(servers[0].url, TOKEN) as client:
+            for name in data:
+                client.create_stream(name, epsilon=1.0, upper_bound=100.0, hold=BATCH)
+                client.send(name, data[name][:BATCH], first_position=0)  # the hold-out: theta is chosen
+
+        def feed(name: str, shift: int) -> None:
+            clients = [Client(server.url, TOKEN) for server in servers]
+            for i, first in enumerate(range(BATCH, values, BATCH)):
+                clients[(i + shift) % processes].send(name, data[name][first:first + BATCH], first_position=first)
+            for client in clients:
+                client.close()
+
+        threads = [threading.Thread(target=feed, args=(name, shift)) for shift, name in enumerate(data)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        rate = 2 * (values - BATCH) / (time.perf_counter() - start)
+
+        clients = [Client(server.url, TOKEN) for server in servers]
+        clients[0].create_stream("latency", epsilon=1.0, upper_bound=100.0, hold=SMALL)
+        small = rng.integers(0, 80, SMALL * (requests + 1)).astype(float)
+        clients[0].send("latency", small[:SMALL], first_position=0)
+        seconds = []
+        for i in range(1, requests + 1):
+            start = time.perf_counter()
+            clients[i % processes].send("latency", small[i * SMALL:(i + 1) * SMALL], first_position=i * SMALL)
+            seconds.append(time.perf_counter() - start)
+        for client in clients:
+            client.close()
+        ms = np.asarray(seconds) * 1e3
+        return {"ingest_values_per_s": rate, "latency_p50_ms": float(np.percentile(ms, 50)),
+                "latency_p99_ms": float(np.percentile(ms, 99)), "latency_max_ms": float(ms.max())}
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
@@ -85,7 +141,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2_000)
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args()
-    results = {}
+    results: dict[str, dict[str, float]] = {}
+    shared: dict[str, dict[str, float]] = {}
     for kind in (["sqlite", "postgresql"] if args.database == "both" else [args.database]):
         if kind == "sqlite":
             with tempfile.TemporaryDirectory() as folder:
@@ -96,15 +153,24 @@ def main() -> None:
             try:
                 results[kind] = measure(postgres.new_database(), values=args.values, reports=args.reports,
                                         requests=args.requests)
+                for processes in (1, 2):
+                    shared[f"{processes} process{'es' if processes > 1 else ''}"] = measure_processes(
+                        postgres.new_database(), processes=processes, values=args.values, requests=args.requests)
             finally:
                 postgres.stop()
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({**results, **({"postgresql, shared": shared} if shared else {})}, indent=2))
         return
     print(f"{'database':<12}{'values/s':>12}{'reports/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     for kind, r in results.items():
         print(f"{kind:<12}{r['ingest_values_per_s']:>12,.0f}{r['reports_per_s']:>12,.0f}"
               f"{r['latency_p50_ms']:>9.1f}{r['latency_p99_ms']:>9.1f}{r['latency_max_ms']:>9.1f}")
+    if shared:
+        print("\npostgresql, one database: two streams at once, batches round-robin over the processes")
+        print(f"{'processes':<12}{'values/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+        for kind, r in shared.items():
+            print(f"{kind:<12}{r['ingest_values_per_s']:>12,.0f}{r['latency_p50_ms']:>9.1f}"
+                  f"{r['latency_p99_ms']:>9.1f}{r['latency_max_ms']:>9.1f}")
 
 
 if __name__ == "__main__":

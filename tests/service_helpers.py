@@ -3,8 +3,8 @@
 :class:`PostgresServer` runs the Debian server binaries (``/usr/lib/postgresql/*/bin``) in a
 temporary directory on a free port of 127.0.0.1; ``initdb`` refuses to run as root, so as root
 both it and ``pg_ctl`` run as the ``postgres`` user (``runuser -u postgres``).
-:class:`ServeProcess` starts ``dpstream serve`` as a subprocess, waits for ``/health`` and can be
-SIGKILLed and started again on the same port.
+:class:`ServeProcess` starts ``dpstream serve`` as a subprocess (several at once with :meth:`ServeProcess.launch`),
+waits for ``/health`` and can be SIGKILLed and started again on the same port.
 """
 
 from __future__ import annotations
@@ -102,6 +102,11 @@ class ServeProcess:
         self.log = Path(tempfile.mkstemp(prefix="dpstream-serve-", suffix=".log")[1])
 
     def start(self, timeout: float = 60.0) -> ServeProcess:
+        """Start the server and wait until it answers ``/health``."""
+        return self.launch().wait(timeout)
+
+    def launch(self) -> ServeProcess:
+        """Start the server without waiting for it (:meth:`wait` does): several can then start at once."""
         env = dict(os.environ, PYTHONPATH=str(SOURCE), DPSTREAM_TOKEN=self.token)
         if self.database_key is not None:
             env["DPSTREAM_DATABASE_KEY"] = self.database_key
@@ -111,6 +116,10 @@ class ServeProcess:
                  str(self.port), "--log-level", "warning"],
                 env=env, cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=log)
         self.starts += 1
+        return self
+
+    def wait(self, timeout: float = 60.0) -> ServeProcess:
+        """Wait until the server answers ``/health``; RuntimeError with its log's end if it exits or stays silent."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -14,6 +14,7 @@ from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
 from dpstream.service import create_app
 from dpstream.service.app import MAX_LIMIT
 from dpstream.service.mechanisms import derive_key
+from dpstream.service.storage import ConflictError
 
 TOKEN = "api-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -425,20 +426,34 @@ def test_the_openapi_document_has_path_parameters_only(app):
         assert "requestBody" not in operation, path
 
 
-def test_a_batch_that_loses_a_race_is_409_and_the_stream_goes_on_from_the_database(http, app, tmp_path):
+def test_a_batch_that_loses_a_race_is_409_and_the_stream_goes_on_from_the_database(http, app, tmp_path,
+                                                                                    monkeypatch):
     other = create_app(database=f"sqlite:///{tmp_path}/api.db", token=TOKEN)  # a second process, the same database
     values = _values(700)
     _stream(http)
     released = http.post("/streams/a/values", json={"values": values[:300].tolist()}, headers=AUTH).json()["released"]
     answer = TestClient(other).post("/streams/a/values", json={"values": values[300:400].tolist()}, headers=AUTH)
     released += answer.json()["released"]
+    # the first process's mechanism is behind the database: it reloads, and answers as the database stands
     lost = http.post("/streams/a/values", json={"values": [1.0] * 5, "first_position": 300}, headers=AUTH)
-    assert lost.status_code == 409 and "moved past position 300" in lost.json()["message"]
-    assert "Retry the batch" in lost.json()["message"]
-    again = http.post("/streams/a/values", json={"values": [1.0] * 5, "first_position": 300}, headers=AUTH)
-    assert again.status_code == 409 and "not the one ingested there" in again.json()["message"]
-    released += http.post("/streams/a/values", json={"values": values[400:].tolist(), "first_position": 400},
+    assert lost.status_code == 409 and "is at position 400" in lost.json()["message"]
+    assert "not the one ingested there" in lost.json()["message"]
+    again = http.post("/streams/a/values", json={"values": values[300:400].tolist(), "first_position": 300},
+                      headers=AUTH)
+    assert again.json() == answer.json()  # the other process's batch, recognized by the ledger
+    released += http.post("/streams/a/values", json={"values": values[400:500].tolist(), "first_position": 400},
                           headers=AUTH).json()["released"]
+    with monkeypatch.context() as patch:  # every commit finds the stream moved on: refused after a few tries
+        def moved(**batch):
+            raise ConflictError(f"the source moved past position {batch['first_position']} while this batch was "
+                                "ingested.")
+        patch.setattr(other.state.storage, "commit_batch", moved)
+        lost = TestClient(other).post("/streams/a/values", json={"values": values[500:].tolist()}, headers=AUTH)
+    assert lost.status_code == 409 and "moved past position 500" in lost.json()["message"]
+    assert "Retry the batch" in lost.json()["message"]
+    last = TestClient(other).post("/streams/a/values", json={"values": values[500:].tolist(), "first_position": 500},
+                                  headers=AUTH)
+    released += last.json()["released"]
     other.state.storage.close()
     assert [r["value"] for r in released] == ToPS(**TOPS, key=derive_key(7)).release(values).tolist()
 

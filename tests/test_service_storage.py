@@ -143,6 +143,31 @@ def test_the_sqlite_file_is_readable_by_its_owner_only(tmp_path):
         open_storage(f"sqlite:///{path}")
 
 
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+def test_the_sqlite_wal_and_shm_files_are_the_owners_only(tmp_path, suffix):
+    path = tmp_path / "secret.db"
+    previous = os.umask(0)  # a umask that would let SQLite's own files be read by anyone
+    try:
+        storage = open_storage(f"sqlite:///{path}")
+        _commit(storage, _source(storage), 0, 3, 3)
+        for name in (path, tmp_path / "secret.db-wal", tmp_path / "secret.db-shm"):
+            assert stat.S_IMODE(os.stat(name).st_mode) == 0o600, name
+        storage.close()
+    finally:
+        os.umask(previous)
+    companion = tmp_path / f"secret.db{suffix}"
+    companion.touch()
+    os.chmod(companion, 0o640)
+    with pytest.raises(StorageError, match=re.escape(f"database file {companion} has mode 0640: it holds pages of the "
+                                                     f"database and its secret keys") + ".*" +
+                       re.escape(f"run chmod 600 {companion}.")):
+        open_storage(f"sqlite:///{path}")
+    os.chmod(companion, 0o600)
+    again = open_storage(f"sqlite:///{path}")
+    assert again.source("stream", "s").position == 3
+    again.close()
+
+
 @pytest.mark.parametrize("url, message", [
     ("mysql://x", "must start with sqlite:/// or postgresql://"),
     ("sqlite://", "names no file"),

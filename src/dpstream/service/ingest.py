@@ -8,6 +8,15 @@ secret state are committed in one transaction
 made.  After any failure the mechanism in memory is dropped and reloaded from the database, so a
 refused or failed batch changes nothing.
 
+Several processes may serve one database, so the mechanism in memory is only a copy of the database's:
+each batch takes the source's writer lock (:meth:`Storage.writer <dpstream.service.storage.Storage.writer>`:
+PostgreSQL's writers of one source wait for each other, whatever their process), reads the source's
+committed position and reloads the mechanism when another process moved it on.  A batch whose commit
+finds the source moved meanwhile (SQLite, where writers do not wait: another process committed there
+first), or that the mechanism refuses while the source moved, is tried again on the reloaded mechanism
+(at most :data:`ATTEMPTS` times): no process refuses a batch on the strength of a position or
+parameters the database has left behind.
+
 A retry of a batch whose answer was lost names the same ``first_position``: it is recognized by the
 ledger (same length, same HMAC of its content under the source's key) and answered with the values
 released the first time, never ingested twice.
@@ -31,7 +40,10 @@ from dpstream.service.answers import released_json, released_rows_json
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.storage import ConflictError, Source, Storage
 
-__all__ = ["LiveSources", "batch_digest", "ingest"]
+__all__ = ["ATTEMPTS", "LiveSources", "batch_digest", "ingest"]
+
+#: How many times a batch is tried on a reloaded mechanism while other processes move its source on.
+ATTEMPTS = 8
 
 
 def batch_digest(key: bytes, *arrays: np.ndarray) -> str:
@@ -55,7 +67,8 @@ class _Live:
 
 
 class LiveSources:
-    """The mechanisms of the streams and collectors, loaded from the database on first use, one lock each."""
+    """The mechanisms of the streams and collectors, loaded from the database on first use and whenever the
+    database moved on without them, one lock each."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
@@ -75,13 +88,25 @@ class LiveSources:
             raise ApiError(404, f"no {kind} named {name!r}.")
         return source
 
-    def live(self, kind: str, name: str) -> _Live:
-        """The source's mechanism (call with its lock held)."""
+    def source_id(self, kind: str, name: str) -> int:
+        """The source's id (404 when there is none); it never changes, so the one in memory is good."""
         live = self._live.get((kind, name))
-        if live is None:
-            source = self.storage.source(kind, name, secret=True)
-            if source is None:
-                raise ApiError(404, f"no {kind} named {name!r}.")
+        if live is not None:
+            return live.source.id
+        stored = self.storage.position(kind, name)
+        if stored is None:
+            raise ApiError(404, f"no {kind} named {name!r}.")
+        return stored[0]
+
+    def live(self, kind: str, name: str) -> _Live:
+        """The source's mechanism as the database has it now (call with its lock held): loaded on first use, and
+        again when the committed position is not the one in memory (another process moved the source on)."""
+        stored = self.storage.position(kind, name)
+        if stored is None:
+            raise ApiError(404, f"no {kind} named {name!r}.")
+        live = self._live.get((kind, name))
+        if live is None or (live.source.id, live.position) != stored:
+            source = self.storage.source(kind, name, secret=True)  # sources are never deleted: it is there
             cls = ToPLCollector if kind == "collector" else mechanisms.STREAM_METHODS[source.params["method"]]
             mechanism = mechanisms.restore(cls, source.state)
             live = _Live(source=replace(source, key=None, state=None), mechanism=mechanism, position=source.position,
@@ -102,38 +127,65 @@ def ingest(sources: LiveSources, kind: str, name: str, first_position: int | Non
     mechanism's released values for them (a TypeError or ValueError refuses the batch, 422).  ``times`` are
     the values' times (now when None).
     """
-    count = (inputs if kind == "stream" else inputs[0]).size
     with sources.lock(kind, name):
-        live = sources.live(kind, name)
-        digest = batch_digest(live.key, *((inputs,) if kind == "stream" else inputs))
-        position = live.position
-        start = position if first_position is None else first_position
-        if start < position:
-            return _retry(sources.storage, live.source, start, count, digest, position)
-        if start > position:
-            raise ApiError(409, f"{kind} {name!r} is at position {position}; a batch at first_position {start} "
-                                f"would leave a gap (send positions {position}..{start - 1} first).")
         try:
-            with unprocessable():  # the mechanism checks the batch first and refuses it whole
-                released = release(live.mechanism)
-            held = count - released.size  # the released positions are the batch's last ones
-            positions = np.arange(position + held, position + count)
-            stamps = np.full(released.size, time.time()) if times is None else times[held:]
-            facts = (mechanisms.stream_facts(live.mechanism) if kind == "stream"
-                     else mechanisms.collector_facts(live.mechanism))
-            public = {**live.source.public, **facts}
-            sources.storage.commit_batch(source=live.source, first_position=position, count=count, digest=digest,
-                                         state=mechanisms.snapshot(live.mechanism), public=public,
-                                         epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
-                                         positions=positions, times=stamps, values=released)
-        except ConflictError as error:
-            sources.drop(kind, name)
-            raise ApiError(409, f"{kind} {name!r}: {error} Retry the batch.") from None
-        except BaseException:
-            sources.drop(kind, name)
-            raise
-        live.position = position + count
-        live.source = replace(live.source, public=public, position=live.position)
+            with sources.storage.writer(sources.source_id(kind, name)):
+                for _ in range(ATTEMPTS):
+                    live = sources.live(kind, name)
+                    try:
+                        return _ingest_at(sources, live, first_position, inputs, times, release)
+                    except _Moved as moved:
+                        sources.drop(kind, name)
+                        reason = str(moved)
+                    except BaseException:
+                        sources.drop(kind, name)
+                        raise
+        except ConflictError as error:  # another process kept the source too long
+            reason = str(error)
+    raise ApiError(409, f"{kind} {name!r}: {reason} Retry the batch.")
+
+
+class _Moved(Exception):
+    """Another process moved the source on while this one ingested the batch: reload the mechanism and try again."""
+
+
+def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, inputs: Any,
+               times: np.ndarray | None, release: Callable[[Any], np.ndarray]) -> bytes:
+    """One try of :func:`ingest` on the mechanism ``live`` (the database's when it was read); _Moved when that was
+    left behind before the commit."""
+    kind, name = live.source.kind, live.source.name
+    count = (inputs if kind == "stream" else inputs[0]).size
+    digest = batch_digest(live.key, *((inputs,) if kind == "stream" else inputs))
+    position = live.position
+    start = position if first_position is None else first_position
+    if start < position:
+        return _retry(sources.storage, live.source, start, count, digest, position)
+    if start > position:
+        raise ApiError(409, f"{kind} {name!r} is at position {position}; a batch at first_position {start} "
+                            f"would leave a gap (send positions {position}..{start - 1} first).")
+    moved = f"the source moved past position {position} while this batch was ingested."
+    try:
+        with unprocessable():  # the mechanism checks the batch first and refuses it whole
+            released = release(live.mechanism)
+    except Exception:  # refused by parameters another process may have changed meanwhile (a collector's theta)
+        if sources.storage.position(kind, name) != (live.source.id, position):
+            raise _Moved(moved) from None
+        raise
+    held = count - released.size  # the released positions are the batch's last ones
+    positions = np.arange(position + held, position + count)
+    stamps = np.full(released.size, time.time()) if times is None else times[held:]
+    facts = (mechanisms.stream_facts(live.mechanism) if kind == "stream"
+             else mechanisms.collector_facts(live.mechanism))
+    public = {**live.source.public, **facts}
+    try:
+        sources.storage.commit_batch(source=live.source, first_position=position, count=count, digest=digest,
+                                     state=mechanisms.snapshot(live.mechanism), public=public,
+                                     epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
+                                     positions=positions, times=stamps, values=released)
+    except ConflictError as error:
+        raise _Moved(str(error)) from None
+    live.position = position + count
+    live.source = replace(live.source, public=public, position=live.position)
     return released_json(positions.tolist(), stamps.tolist(), released.tolist())
 
 

@@ -17,6 +17,14 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
 secret state in ONE transaction, and only if the source is still at the position the batch
 started from: a crash at any moment leaves either all of them or none.
 
+Several processes may share one database.  Every write is one transaction whose outcome the database
+decides: a batch commits only at the position it started from (a second process's batch at the same
+position finds it moved and writes nothing), and the creation of a source and of the schema are
+serialized -- SQLite's writers by ``BEGIN IMMEDIATE``, PostgreSQL's by a transaction-scoped advisory
+lock -- so ids come from the rows committed before (never two alike) and a name is taken once.  On
+PostgreSQL the writers of one source also wait for each other while a batch is computed
+(:meth:`PostgresStorage.writer`), so that a batch seldom has to be computed again.
+
 With a database key (:mod:`~dpstream.service.secrets`) the two secret columns are sealed with
 AES-256-GCM before they are written; ``dpstream_schema.encryption`` records that the database is
 encrypted (a sealed check value), so a missing or wrong key is refused at start.
@@ -27,11 +35,13 @@ A database made by another schema version is migrated when a migration is known
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,6 +74,15 @@ SCHEMA_VERSION = 1
 MIGRATIONS: dict[int, tuple[str, ...]] = {}
 
 _KINDS = ("stream", "collector")
+
+#: PostgreSQL advisory lock keys (see :meth:`Storage._serialize`): the schema's creation and migration, and the
+#: creation of sources.
+SCHEMA_LOCK = 0x64707374_00000001
+SOURCES_LOCK = 0x64707374_00000002
+#: The first of the two keys of a source's writer lock (:meth:`PostgresStorage.writer`); the second is its id.
+WRITER_LOCKS = 0x64707374
+#: How long a batch waits for another process to finish writing the same source before it is refused (409).
+WRITER_WAIT_SECONDS = 60.0
 
 
 class StorageError(Exception):
@@ -163,7 +182,7 @@ class Storage:
         connection is closed; a ``driver_error`` is raised again as a StorageError of message ``refusal(error)``."""
         try:
             for statement in setup:
-                self._connection.execute(statement)
+                self._setup(statement)
             self._prepare_schema()
         except driver_error as error:
             self._connection.close()
@@ -171,6 +190,9 @@ class Storage:
         except BaseException:  # a refused schema or key: the connection goes with the storage
             self._connection.close()
             raise
+
+    def _setup(self, statement: str) -> None:
+        self._connection.execute(statement)
 
     # -- the dialect ---------------------------------------------------------------------------
 
@@ -190,6 +212,20 @@ class Storage:
         cursor.executemany(self._sql("INSERT INTO released (source_id, position, time, value) VALUES (?, ?, ?, ?)"),
                            zip([source_id] * positions.size, positions.tolist(), times.tolist(), values.tolist()))
 
+    def _serialize(self, cursor: Any, lock: int) -> None:
+        """Wait, inside a transaction, until no other one of this ``lock`` runs, in any process; held until commit.
+
+        Nothing to do for SQLite, whose ``BEGIN IMMEDIATE`` already admits one writer at a time."""
+
+    @contextmanager
+    def writer(self, source_id: int) -> Iterator[None]:
+        """Hold the right to write the source while a batch is computed and committed, against every other process;
+        ConflictError after :data:`WRITER_WAIT_SECONDS` of waiting.
+
+        Nothing for SQLite: its commits are serialized and conditional on the position, a batch that loses the
+        race is tried again (:func:`dpstream.service.ingest.ingest`)."""
+        yield
+
     def _tables(self, cursor: Any) -> set[str]:
         cursor.execute(self.tables_query)
         return {row[0] for row in cursor.fetchall()}
@@ -198,6 +234,7 @@ class Storage:
 
     def _prepare_schema(self) -> None:
         with self._lock, self._transaction() as cursor:
+            self._serialize(cursor, SCHEMA_LOCK)  # processes started at once: one creates, the others see it made
             tables = self._tables(cursor)
             if not tables:
                 for statement in _schema(self.blob_type, self.real_type, self.clustered):
@@ -281,6 +318,7 @@ class Storage:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}.")
         now = _now()
         with self._lock, self._transaction() as cursor:
+            self._serialize(cursor, SOURCES_LOCK)  # the name check and MAX(id) see every source committed before
             cursor.execute(self._sql("SELECT 1 FROM sources WHERE kind = ? AND name = ?"), (kind, name))
             if cursor.fetchall():
                 raise ConflictError(f"a {kind} named {name!r} exists already.")
@@ -310,6 +348,12 @@ class Storage:
         columns = _PUBLIC_COLUMNS + (", secret_key, secret_state" if secret else "")
         rows = self._query(f"SELECT {columns} FROM sources WHERE kind = ? AND name = ?", (kind, name))
         return self._source(rows[0], secret) if rows else None
+
+    def position(self, kind: str, name: str) -> tuple[int, int] | None:
+        """The source's ``(id, position)`` as committed now (None when there is none): whether a mechanism kept in
+        memory is still the database's (another process may have moved the source on)."""
+        rows = self._query("SELECT id, position FROM sources WHERE kind = ? AND name = ?", (kind, name))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def sources(self, kind: str) -> list[Source]:
         """Every stream (or collector), by name, public columns only."""
@@ -366,12 +410,19 @@ class Storage:
 
 # -- SQLite ------------------------------------------------------------------------------------
 
+#: How long a SQLite connection waits for another process's write before it gives up.
+_BUSY_SECONDS = 10.0
+
+
 class SQLiteStorage(Storage):
     """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns.
 
-    The database file is created with mode 0600, and an existing one that other users can read
-    or write is refused: it holds the secret keys and states.  (SQLite gives its ``-wal`` and
-    ``-shm`` files the database file's permissions.)
+    The database file and its ``-wal`` and ``-shm`` files are created with mode 0600 (the latter two
+    before SQLite opens them, whatever mode SQLite would give them), and an existing one that other
+    users can read or write is refused: they hold the secret keys and states.
+
+    Several processes on one machine may open the same file: WAL lets them read while one writes,
+    ``BEGIN IMMEDIATE`` admits one writer at a time and the busy timeout makes the others wait for it.
     """
 
     clustered = " WITHOUT ROWID"
@@ -381,13 +432,28 @@ class SQLiteStorage(Storage):
         super().__init__(box)
         self.path = path
         if path != ":memory:":
-            _secure_file(path)
+            for name in (path, f"{path}-wal", f"{path}-shm"):
+                _secure_file(name, path)
         try:
             self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as error:
             raise StorageError(f"database {path}: {error}.") from None
         self._start(sqlite3.DatabaseError, lambda error: f"database {path}: {error}.",
-                    "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA busy_timeout = 10000")
+                    f"PRAGMA busy_timeout = {int(_BUSY_SECONDS * 1000)}", "PRAGMA journal_mode = WAL",
+                    "PRAGMA synchronous = FULL")
+
+    def _setup(self, statement: str) -> None:
+        """Run a statement of the start, waiting as the busy timeout would: SQLite refuses at once, rather than
+        waits for, the change to WAL of a new file that another process is changing too (it could deadlock)."""
+        deadline = time.monotonic() + _BUSY_SECONDS
+        while True:
+            try:
+                self._connection.execute(statement)
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -408,19 +474,37 @@ class SQLiteStorage(Storage):
             return self._connection.execute(text, tuple(args)).fetchall()
 
 
-def _secure_file(path: str) -> None:
-    """Create the database file with mode 0600, or refuse an existing one that others can read or write."""
-    try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as error:
-        raise StorageError(f"database {path}: cannot open it ({error.strerror}).") from None
-    try:
-        mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
-    finally:
-        os.close(descriptor)
+def _secure_file(name: str, path: str) -> None:
+    """Create the file ``name`` of the database ``path`` (itself, or its ``-wal`` or ``-shm``) with mode 0600, or
+    refuse an existing one that others can read or write.
+
+    An existing file is only looked at, never opened: closing a descriptor of a file would drop the locks
+    SQLite holds on it for another connection of this process.
+    """
+    while True:
+        try:
+            os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            return
+        except FileExistsError:
+            pass
+        except OSError as error:
+            raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
+                               f"({error.strerror}).") from None
+        try:
+            status = os.stat(name)
+            break
+        except FileNotFoundError:  # removed meanwhile (another process closed the database last): create it
+            continue
+    refused = (errno.EISDIR if stat.S_ISDIR(status.st_mode)
+               else None if os.access(name, os.R_OK | os.W_OK) else errno.EACCES)
+    if refused is not None:
+        raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
+                           f"({os.strerror(refused)}).")
+    mode = stat.S_IMODE(status.st_mode)
     if mode & 0o077:
-        raise StorageError(f"database {path} has mode {mode:04o}: it holds secret keys, so no other user may read it; "
-                           f"run chmod 600 {path}.")
+        holds = "secret keys" if name == path else "pages of the database and its secret keys"
+        raise StorageError(f"database {'' if name == path else 'file '}{name} has mode {mode:04o}: it holds {holds}, "
+                           f"so no other user may read it; run chmod 600 {name}.")
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------
@@ -455,6 +539,25 @@ class PostgresStorage(Storage):
     def _transaction(self) -> Iterator[Any]:
         with self._connection.transaction(), self._connection.cursor() as cursor:
             yield cursor
+
+    def _serialize(self, cursor: Any, lock: int) -> None:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+
+    @contextmanager
+    def writer(self, source_id: int) -> Iterator[None]:
+        """A session advisory lock of the source, taken by polling ``pg_try_advisory_lock`` so that the waiting
+        does not hold the connection the process's other requests share; PostgreSQL frees it if the process dies."""
+        keys, pause = (WRITER_LOCKS, source_id % (1 << 31)), 0.001  # two int4 keys; a shared one only waits
+        deadline = time.monotonic() + WRITER_WAIT_SECONDS
+        while not self._query("SELECT pg_try_advisory_lock(?, ?)", keys)[0][0]:
+            if time.monotonic() > deadline:
+                raise ConflictError(f"another process has been writing this source for {WRITER_WAIT_SECONDS:g} s.")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
+        try:
+            yield
+        finally:
+            self._query("SELECT pg_advisory_unlock(?, ?)", keys)
 
     def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock, self._connection.cursor() as cursor:

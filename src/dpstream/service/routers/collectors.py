@@ -59,8 +59,7 @@ def get_collector(name: str, sources: SourcesDep) -> dict[str, Any]:
 
 @router.get("/collectors/{name}/parameters")
 def collector_parameters(name: str, sources: SourcesDep) -> Response:
-    sources.public("collector", name)
-    with sources.lock("collector", name):
+    with sources.lock("collector", name):  # the collector as committed: theta may come from another process
         text = sources.live("collector", name).mechanism.parameters_json()
     return Response(text, media_type="application/json")
 
