@@ -86,3 +86,27 @@ def test_a_stored_service_database_continues_its_streams(tmp_path):
             assert got == expected.tolist()
     finally:
         app.state.storage.close()
+
+
+def test_the_service_stores_a_streams_key_once_and_reads_states_that_carried_it():
+    import json
+
+    from dpstream.durable.encoding import encode
+    from dpstream.service.mechanisms import KEYLESS_FORMAT, STATE_FORMAT, restore, snapshot
+
+    key = derive_key(3)
+    values = np.loadtxt(STORED / "input.txt")
+    stream = ToPS(epsilon=1.0, upper_bound=40.0, hold=50, max_range=64, key=key)
+    stream.release(values[:120])
+    text = snapshot(stream)
+    assert json.loads(text)["format"] == KEYLESS_FORMAT
+    key_text = encode(key, "key")["$bytes"]
+    assert key_text not in text  # the key is not in the stored state
+    with pytest.raises(ValueError, match="needs the stream's key"):
+        restore(ToPS, text)
+    older = json.dumps({"format": STATE_FORMAT, "state": encode(stream.state, "state")})
+    assert key_text in older  # as earlier releases stored it
+    whole = ToPS(epsilon=1.0, upper_bound=40.0, hold=50, max_range=64, key=key).release(values)
+    for stored, given in ((text, key), (older, None), (older, key)):
+        resumed = restore(ToPS, stored, key=given).release(values[120:])
+        assert np.array_equal(resumed, whole[120 - 50:])

@@ -108,7 +108,7 @@ class LiveSources:
         if live is None or (live.source.id, live.position) != stored:
             source = self.storage.source(kind, name, secret=True)  # sources are never deleted: it is there
             cls = ToPLCollector if kind == "collector" else mechanisms.STREAM_METHODS[source.params["method"]]
-            mechanism = mechanisms.restore(cls, source.state)
+            mechanism = mechanisms.restore(cls, source.state, key=source.key)
             live = _Live(source=replace(source, key=None, state=None), mechanism=mechanism, position=source.position,
                          key=source.key)
             self._live[(kind, name)] = live

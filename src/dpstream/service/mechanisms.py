@@ -16,7 +16,11 @@ mechanism that continues exactly, through the streaming contract
 (:mod:`dpstream.release.contract`): the mechanism's ``state``, encoded as JSON by
 :mod:`dpstream.durable.encoding`, and its ``from_state``.  A keyed snapshot leaves the current
 tree's noise out (``from_state`` recomputes it from the key), so it stays small; during the
-hold-out it holds the raw held-out values.  No pickle: reading the database never runs code.
+hold-out it holds the raw held-out values.  The key is stored once, in the stream's own secret
+column: the snapshot is :func:`dpstream.durable.snapshots.keyless` (format :data:`KEYLESS_FORMAT`,
+as a state file keeps it) and :func:`restore` puts the key back; states of
+:data:`STATE_FORMAT`, which carried the key inside as well, still read.  No pickle: reading the
+database never runs code.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 from dpstream._checks import check_choice
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
-from dpstream.durable.snapshots import with_key
+from dpstream.durable.snapshots import keyless, with_key
 from dpstream.release import ToPLCollector
 from dpstream.release.registry import served
 
@@ -126,7 +130,7 @@ def build_collector(params: dict[str, Any]) -> ToPLCollector:
 
 def snapshot(mechanism: Any) -> str:
     """The mechanism's secret state as text (see the module docstring).  SECRET: never serve or log it."""
-    return json.dumps({"format": STATE_FORMAT, "state": encode(mechanism.state, "state")}, allow_nan=False)
+    return json.dumps({"format": KEYLESS_FORMAT, "state": encode(keyless(mechanism.state), "state")}, allow_nan=False)
 
 
 def restore(cls: Any, text: str, key: bytes | None = None) -> Any:
