@@ -29,7 +29,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -49,7 +49,7 @@ QUOTE_LIMIT = 80
 
 __all__ = [
     "QUOTE_LIMIT", "RUNTIME_ERROR", "STOP_SIGNALS", "USAGE_ERROR", "Stopped", "cli", "main", "one_line", "os_message",
-    "progress_bar", "quote", "report_reading", "say", "usage_errors", "warn_if_seeded",
+    "announce", "progress_bar", "quote", "report_reading", "say", "usage_errors", "warn_if_seeded",
 ]
 
 class Stopped(BaseException):
@@ -259,6 +259,12 @@ def usage_errors() -> Iterator[None]:
 def say(message: str) -> None:
     """Progress and diagnostics go to stderr; stdout carries results only."""
     click.echo(message, err=True)
+
+
+def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
+    """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees."""
+    say(describe(releaser))
+    say(f"privacy: {releaser.privacy()}")
 
 
 def report_reading(reader: Any, *, clipped: int | None, upper_bound: float) -> None:

@@ -8,13 +8,12 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dpstream.cli._app import cli, say, usage_errors
+from dpstream.cli._app import announce, cli, say, usage_errors
 from dpstream.cli._outputs import output_directory, prepare_output
-from dpstream.cli.release import RELEASE_METHODS, announce
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import METRICS
 from dpstream.evaluation.metrics import error_metrics, prefix_range_sums, random_queries
-from dpstream.release import ToPL, ToPS
+from dpstream.release import REGISTRY, ToPL, ToPS
 from dpstream.rng import make_rng
 
 
@@ -34,7 +33,7 @@ def demo(epsilon: float, seed: int, out_dir: str, force: bool) -> None:
     with usage_errors():
         tops = ToPS(epsilon=epsilon, upper_bound=data.upper_bound, seed=seed)
     released = tops.release(data.values)
-    announce(tops, RELEASE_METHODS["tops"].describe)
+    announce(tops, REGISTRY["tops"].describe)
     report_demo(data.values[tops.hold:], released, hold=tops.hold, seed=seed, paths=paths,
                 title=f"ToPS on POS: ε = {epsilon:g}, threshold θ = {tops.threshold:.4g}")
 
@@ -67,7 +66,7 @@ def topl_demo(epsilon: float, threshold_epsilon: float | None, intervals: int, s
     paths = prepare_output(out_dir, force=force, files={"plot": plot_name})
     say(f"dataset: {data.description}; B = {data.upper_bound:g}")
     released = topl.release(data.values)
-    announce(topl, RELEASE_METHODS["topl"].describe)
+    announce(topl, REGISTRY["topl"].describe)
     report_demo(data.values[topl.hold:], released, hold=topl.hold, seed=seed, paths=paths,
                 intervals=intervals,
                 title=f"ToPL on POS: ε = {epsilon:g} per stream report, threshold θ = {topl.threshold:.4g}")

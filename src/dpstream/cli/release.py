@@ -15,7 +15,7 @@ import click
 import numpy as np
 
 from dpstream.cli import _durable as durable
-from dpstream.cli._app import Stopped, cli, report_reading, say, usage_errors, warn_if_seeded
+from dpstream.cli._app import Stopped, announce, cli, report_reading, say, usage_errors, warn_if_seeded
 from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
@@ -31,7 +31,7 @@ from dpstream.smoothers import SMOOTHERS
 from dpstream.spark.session import DEFAULT_MASTER
 from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["RELEASE_METHODS", "announce"]
+__all__ = ["RELEASE_METHODS"]
 
 #: Batch size for file input; stdin is released value by value.
 _CHUNK = 65536
@@ -326,12 +326,6 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         say(message)
     finally:
         run.close()
-
-
-def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
-    """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees."""
-    say(describe(releaser))
-    say(f"privacy: {releaser.privacy()}")
 
 
 class _Writer:
