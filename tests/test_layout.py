@@ -8,6 +8,7 @@ inside functions included), and no module reaching into another package's privat
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,17 @@ def test_command_modules_share_code_through_underscore_modules_only():
     commands = {name for name in cli if not name.rpartition(".")[2].startswith("_")}
     crossing = [f"{name} imports {target}" for name in cli for target in _edges(name) if target in commands - {name}]
     assert crossing == []
+
+
+def test_every_import_follows_the_readmes_layout_table():
+    """The README's layout table lists the top-level modules in the order data flows: each imports from its own
+    row and the rows above it only."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text().split("## Layout", 1)[1]
+    rows = [name.rstrip("/").removesuffix(".py") for name in re.findall(r"^\| `([^`]+)` \|", readme, re.M)]
+    top = {name.split(".")[1] for name in MODULES if name != "dpstream"}
+    assert set(rows) == top, "the layout table lists every top-level module and package once"
+    place = {name: index for index, name in enumerate(rows)}
+    upward = sorted({(name.split(".")[1], target.split(".")[1]) for name in MODULES if name != "dpstream"
+                     for target in _edges(name) if target != "dpstream"
+                     and place[target.split(".")[1]] > place[name.split(".")[1]]})
+    assert upward == []
