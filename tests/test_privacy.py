@@ -26,7 +26,6 @@ from dpstream.privacy import (
     EntityRow,
     EpsilonDelta,
     EventLevel,
-    Neighbours,
     Part,
     PrivacyGuarantee,
     Relation,
@@ -36,7 +35,7 @@ from dpstream.smoothers import ExponentialSmoother, MovingAverageSmoother
 from dpstream.thresholds import noisy_max_epsilon
 
 
-def guarantee(epsilon: float, delta: float = 0.0, neighbours: Neighbours = EVENT_LEVEL, *, local: bool = False,
+def guarantee(epsilon: float, delta: float = 0.0, neighbours: Relation = EVENT_LEVEL, *, local: bool = False,
               composition: str = "part") -> PrivacyGuarantee:
     return PrivacyGuarantee(epsilon=epsilon, delta=delta, neighbours=neighbours, composition=composition, local=local)
 
@@ -45,7 +44,8 @@ def guarantee(epsilon: float, delta: float = 0.0, neighbours: Neighbours = EVENT
 
 
 def test_relations_are_typed_values_that_print_their_description():
-    assert set(Neighbours) == {EVENT_LEVEL, ENTITY_ROW, LOCAL_REPORT, USER_STEP}
+    named = (EVENT_LEVEL, ENTITY_ROW, LOCAL_REPORT, USER_STEP)
+    assert all(isinstance(relation, Relation) for relation in named) and len(set(named)) == 4
     assert str(EVENT_LEVEL) == EVENT_LEVEL.description
     assert str(EVENT_LEVEL).startswith("event level: two streams are neighbours")
     assert str(ENTITY_ROW).startswith("entity level: the Entities table differs in one row")
