@@ -332,6 +332,36 @@ def test_release_reads_parquet_streams_and_missing_values(tmp_path):
     assert skip.exit_code == 0 and len(skip.stdout.split()) == 2
 
 
+def test_missing_values_are_counted_only_behind_report_unprotected_and_skip_states_what_it_protects(tmp_path):
+    """How many values were missing and where the first was are exact counts outside the guarantee:
+    printed only with --report-unprotected, saying so; --missing skip states the guarantee on the rows kept."""
+    (tmp_path / "m.csv").write_text("v\n1\nNA\n3\n4\n")
+    base = ["release", str(tmp_path / "m.csv"), "--epsilon", "1", "--upper-bound", "5", "--hold", "1",
+            "--max-range", "4", "--seed", "1"]
+    kept = "on the stream of the rows kept: rows with a missing value are dropped first"
+    unprotected = "not protected by the privacy guarantee (--report-unprotected): "
+    for missing, summary in (("zero", "4 values read; 1 missing value read as 0, the first on line 3."),
+                             ("skip", "3 values read; 1 row with a missing value skipped, the first on line 3")):
+        quiet = CliRunner().invoke(main, [*base, "--missing", missing, "-o", "-"])
+        assert quiet.exit_code == 0, quiet.output
+        assert "values read" not in quiet.stderr and "line 3" not in quiet.stderr
+        asked = CliRunner().invoke(main, [*base, "--missing", missing, "-o", "-", "--report-unprotected"])
+        assert asked.exit_code == 0 and asked.stdout == quiet.stdout
+        assert unprotected + summary in asked.stderr
+        assert (kept in quiet.stderr) == (missing == "skip")  # zero keeps positions: a value change, event level
+        # --state states the same guarantee
+        state = [*base, "--missing", missing, "-o", str(tmp_path / f"{missing}.out"), "--state",
+                 str(tmp_path / f"{missing}.state")]
+        durable = CliRunner().invoke(main, state)
+        assert durable.exit_code == 0, durable.output
+        assert (kept in durable.stderr) == (missing == "skip") and "values read" not in durable.stderr
+    keyed = tmp_path / "k.csv"
+    keyed.write_text("k,v\na,1\na,\na,3\nb,2\nb,4\n")
+    per_key = CliRunner().invoke(main, [*base[:1], str(keyed), *base[2:], "--key-column", "k", "--missing", "skip",
+                                        "-o", "-"])
+    assert per_key.exit_code == 0 and kept in per_key.stderr, per_key.output
+
+
 def test_evaluate_period_gives_tops_leaves_of_one_period(runner, tmp_path):
     """--period P: the end-to-end study's ToPS measures one leaf per period (recorded in the JSON);
     a bad value or another study is refused with a usage error and writes nothing."""

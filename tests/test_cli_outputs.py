@@ -424,13 +424,20 @@ def test_a_value_that_is_not_finite_is_never_written(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("from_stdin", [False, True], ids=["file", "stdin"])
-def test_clip_says_how_many_values_it_clipped(tmp_path, from_stdin):
+def test_clip_says_how_many_values_it_clipped_only_when_asked_and_as_unprotected(tmp_path, from_stdin):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(["5"] * 60 + ["-3", "250", "7", "1e9"]) + "\n")
     args = ["release", "-" if from_stdin else source, "-o", "-", *OPTIONS, "--clip"]
     result = CliRunner().invoke(cli, [str(arg) for arg in args], input=source.read_text() if from_stdin else None)
     assert result.exit_code == 0, result.output
-    assert "--clip: 3 values outside [0, 100] were clipped into it." in result.stderr
+    # by default the same words whatever the data: no count of the clipped values
+    assert "--clip: values outside [0, 100] are clipped into it (how many is not reported" in result.stderr
+    assert "3 values" not in result.stderr
+    asked = CliRunner().invoke(cli, [str(arg) for arg in [*args, "--report-unprotected"]],
+                               input=source.read_text() if from_stdin else None)
+    assert asked.exit_code == 0 and asked.stdout == result.stdout
+    assert ("not protected by the privacy guarantee (--report-unprotected): --clip clipped 3 values outside "
+            "[0, 100] into it.") in asked.stderr
 
 
 def _boom(*args, **kwargs):

@@ -111,6 +111,63 @@ def test_releases_draw_keyed_noise_from_a_fresh_or_derived_key():
         BottomUpCountOfCounts(epsilon=1.0, noise=np.random.default_rng(0))
 
 
+def _spaced(groups: int, gap: int) -> CountOfCountsData:
+    """One region (a one-level tree) of groups of sizes gap, 2 gap, ..., groups * gap."""
+    return CountOfCountsData.from_leaf_sizes([("r",)], {"r": gap * np.arange(1, groups + 1)})
+
+
+def _chance_two_releases_agree(groups: int, gap: int, scale: Fraction) -> float:
+    """A bound on the chance that two hg releases of :func:`_spaced` with independent noise are equal.
+
+    Each group's size gets one discrete Laplace draw X (a = exp(-1/scale)).  While every |X| < gap/2
+    the noisy sizes stay increasing and positive, so the isotonic fit and the rounding keep them
+    and the release is the sizes plus the draws: two releases agree only if all draws do, each with
+    P[X = X'] = sum_k pmf(k)^2 = tanh(1/(2 scale))^2 (1 + a^2) / (1 - a^2).  A draw reaches gap/2 with
+    P[|X| >= m] = 2 a^m / (1 + a) (union bound over the groups of both releases).
+    """
+    a = math.exp(-1 / float(scale))
+    same_draw = math.tanh(1 / (2 * float(scale))) ** 2 * (1 + a * a) / (1 - a * a)
+    return same_draw**groups + 2 * groups * 2 * a ** (gap // 2) / (1 + a)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **noise: TopDownCountOfCounts(epsilon=1.0, method="hg", **noise),
+    lambda **noise: BottomUpCountOfCounts(epsilon=1.0, method="hg", **noise),
+])
+def test_every_release_spends_noise_of_its_own(make):
+    groups, gap = 30, 200
+    data = _spaced(groups, gap)
+    bound = _chance_two_releases_agree(groups, gap, noise_scale("hg", 1.0))  # one level: all of epsilon on it
+    assert bound <= ALPHA
+    unseeded = make()
+    assert unseeded.release(data).rows() != unseeded.release(data).rows()  # a new key for every release
+    seeded, again = make(seed=7), make(seed=7)
+    first, second = seeded.release(data).rows(), seeded.release(data).rows()
+    assert first != second  # the next key of the seed's bits
+    assert (first, second) == (again.release(data).rows(), again.release(data).rows())  # replayable
+    # the first release keeps the key a seed has always given
+    expected = release_source(seed=7).child(0).sampler(0).laplace_units(Fraction(1), 5)
+    assert (make(seed=7).take_noise().child(0).sampler(0).laplace_units(Fraction(1), 5) == expected).all()
+
+
+def test_a_given_key_serves_one_release_and_a_second_is_refused():
+    data, key = _spaced(5, 200), bytes(range(32))
+    top_down = TopDownCountOfCounts(epsilon=1.0, method="hg", key=key)
+    top_down.release(data)
+    for again in (lambda: top_down.release(data), lambda: top_down.estimates(data), lambda: top_down.noise):
+        with pytest.raises(ValueError, match="second release under the same key would draw the same noise"):
+            again()
+    assert "exact discrete Laplace" in str(top_down.privacy(1))  # the statement is still there to print
+    # an estimate of K is part of a release: planning one spends the key too
+    bottom_up = BottomUpCountOfCounts(epsilon=1.0, max_size_epsilon=0.5, key=key)
+    bottom_up.plan(data.tree, 1000)
+    with pytest.raises(ValueError, match="made its release with the key it was given"):
+        bottom_up.release(data)
+    # a sampler handed in continues its sequence: zero noise releases the truth every time
+    zero = TopDownCountOfCounts(epsilon=1.0, method="hg", noise=ZeroNoise())
+    assert zero.release(data).rows() == zero.release(data).rows()
+
+
 @pytest.mark.parametrize("method", ["hc", "hg", "naive"])
 def test_a_regions_keyed_noise_does_not_depend_on_the_other_regions(method):
     truth = _data().truth(2)

@@ -371,3 +371,21 @@ def test_notify_and_shifted():
     part(0, 6)
     part(6, 6)
     assert calls == [(0, 10), (4, 10), (10, 10)]
+
+
+def test_rows_kept_is_a_relation_of_its_own_and_states_what_it_leaves_unprotected():
+    """--missing skip: a release's guarantee on the rows kept is not event level on the input, and does not
+    compose with it; its words say that a row's being missing is not protected."""
+    from dpstream.privacy import RowsKept
+
+    kept = RowsKept(EVENT_LEVEL)
+    assert kept == RowsKept(EVENT_LEVEL) and kept != EVENT_LEVEL and kept != RowsKept(LOCAL_REPORT)
+    assert str(kept).startswith(str(EVENT_LEVEL)) and "whether a row is missing" in str(kept)
+    assert ";" not in str(kept)  # a statement joins its parts with "; "
+    part = Part(what="tree", budget=EpsilonDelta(1.0))
+    on_rows = PrivacyGuarantee.of(part, neighbours=kept)
+    with pytest.raises(ValueError, match="needs one neighbour relation"):
+        on_rows.compose_sequential(PrivacyGuarantee.of(part, neighbours=EVENT_LEVEL))
+    assert on_rows.compose_sequential(on_rows).epsilon == 2.0
+    with pytest.raises(TypeError, match="within must be a Relation"):
+        RowsKept("event level")

@@ -217,9 +217,13 @@ def test_clip_counts_the_clipped_values_of_every_key(tmp_path):
     (tmp_path / "m.tsv").write_text("time\tmeter\tkWh\n" + "".join("\t".join(row) + "\n" for row in rows))
     args = ["--key-column", "meter", "--column", "kWh", "-o", "-", *COMMON, *SIZES["tops"]]
     assert _run("release", tmp_path / "m.tsv", *args).exit_code == 1
-    clipped = _run("release", tmp_path / "m.tsv", *args, "--clip")
+    clipped = _run("release", tmp_path / "m.tsv", *args, "--clip", "--report-unprotected")
     assert clipped.exit_code == 0
-    assert "--clip: 2 values outside [0, 5] were clipped into it." in clipped.stderr
+    assert "not protected by the privacy guarantee (--report-unprotected): --clip clipped 2 values outside [0, 5] " \
+           "into it." in clipped.stderr
+    quiet = _run("release", tmp_path / "m.tsv", *args, "--clip")  # by default: what clipping does, not how often
+    assert quiet.exit_code == 0 and quiet.stdout == clipped.stdout
+    assert "--clip: values outside [0, 5] are clipped into it" in quiet.stderr and "2 values" not in quiet.stderr
 
 
 # -- missing values --------------------------------------------------------------------------
@@ -229,17 +233,24 @@ def test_clip_counts_the_clipped_values_of_every_key(tmp_path):
 def test_missing_values_with_keys_and_times(tmp_path, missing):
     rows = _meter(tmp_path / "m.tsv", {"m1": HOLD + 100, "m2": HOLD + 80}, missing=(3, 400, 500, 501))
     result = _run("release", tmp_path / "m.tsv", "--time-column", "time", "--key-column", "meter",
-                  "--missing", missing, "-o", "-", *COMMON, *SIZES["tops"])
+                  "--missing", missing, "-o", "-", *COMMON, *SIZES["tops"], "--report-unprotected")
     assert result.exit_code == 0, result.output
     expected = _expected(rows, "tops", SEED, missing=missing)
     assert _by_key(_csv(result.stdout)[1:]) == expected
     released_times = {time for _, _, time, _ in _csv(result.stdout)[1:]}
     na_times = {rows[i][0] for i in (3, 400, 500, 501)}
+    unprotected = "not protected by the privacy guarantee (--report-unprotected): "
     if missing == "skip":  # the rows are dropped: no output row carries their time, later positions move up
         assert not released_times & na_times
-        assert "4 rows with a missing value skipped" in result.stderr
+        assert unprotected + f"{len(rows) - 4} values read; 4 rows with a missing value skipped" in result.stderr
+        assert "on the stream of the rows kept" in result.stderr  # what the guarantee then covers
     else:
-        assert "4 missing values read as 0" in result.stderr
+        assert unprotected + f"{len(rows)} values read; 4 missing values read as 0" in result.stderr
+        assert "rows kept" not in result.stderr
+    quiet = _run("release", tmp_path / "m.tsv", "--time-column", "time", "--key-column", "meter",
+                 "--missing", missing, "-o", "-", *COMMON, *SIZES["tops"])
+    assert quiet.exit_code == 0 and quiet.stdout == result.stdout
+    assert "values read" not in quiet.stderr and "first on line" not in quiet.stderr  # no count, no line
 
 
 def test_a_missing_value_is_an_error_by_default(tmp_path):

@@ -177,14 +177,15 @@ def test_the_command_line_clips_holds_out_and_refuses_as_the_local_engine(spark,
     base = ["release", str(tmp_path / "rows.csv"), "--key-column", "meter", "--epsilon", "1", "--upper-bound", "10",
             "--hold", "8", "--max-range", "64", "--seed", "4"]
     runs = {}
-    for clip in (["--clip"], []):
+    for clip in (["--clip", "--report-unprotected"], []):
         for engine in ("local", "spark"):
-            output = tmp_path / f"{engine}{len(clip)}.csv"
+            output = tmp_path / f"{engine}{int(bool(clip))}.csv"
             runs[engine, bool(clip)] = CliRunner().invoke(cli, [*base, *clip, "--engine", engine, "-o", str(output)])
         assert runs["spark", bool(clip)].exit_code == runs["local", bool(clip)].exit_code == (0 if clip else 1)
         assert runs["spark", bool(clip)].stderr == runs["local", bool(clip)].stderr
     assert (tmp_path / "spark1.csv").read_bytes() == (tmp_path / "local1.csv").read_bytes()
-    assert "--clip: 1 values outside" in runs["spark", True].stderr
+    assert "not protected by the privacy guarantee (--report-unprotected): --clip clipped 1 values outside" in (
+        runs["spark", True].stderr)
     assert "1 key ended within its hold-out" in runs["spark", True].stderr
     assert "key 'c': stream value at position" in runs["spark", False].stderr
     assert not (tmp_path / "spark0.csv").exists()

@@ -114,3 +114,27 @@ def test_paper_method_is_kept():
 def test_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         tops(**kwargs)
+
+
+def test_the_predicted_error_is_private_not_a_field_printed_or_stored():
+    """The model's predicted error is an exact function of the held-out count above theta: no field of
+    the (public) choice, not in its repr, not in a snapshot; a study reads the private attribute."""
+    import dataclasses
+
+    from dpstream.durable.encoding import encode
+    from dpstream.thresholds.model import ModelChoice
+
+    t = tops()
+    t.release(stream(HOLD + 100, seed=2))
+    choice = t.model_choice
+    assert "predicted_error" not in {f.name for f in dataclasses.fields(ModelChoice)}
+    assert "predicted_error" not in repr(choice) and "predicted_error" not in dataclasses.asdict(choice)
+    assert "predicted_error" not in str(encode(t.state, "state"))
+    with pytest.raises(AttributeError, match="private"):
+        choice.predicted_error  # noqa: B018
+    fresh = model_threshold(stream(HOLD, seed=2), epsilon=0.5, stream_epsilon=0.5, upper_bound=B, max_range=4096,
+                            fanout=16, seed=SeededBits(seed=7))
+    assert fresh._predicted_error > 0  # kept, privately, for studies
+    # a snapshot of an earlier version holds it: still read, kept private
+    old = {**dataclasses.asdict(choice), "predicted_error": 12.5}
+    assert ModelChoice(**old) == choice and ModelChoice(**old)._predicted_error == 12.5

@@ -11,7 +11,9 @@ relation with other parameters.  The relations of dpstream, importable by name:
 * :data:`ENTITY_ROW` -- two count-of-counts databases whose Entities tables differ in one row;
 * :data:`LOCAL_REPORT` -- any two values of one client's report (local DP, Definition 2.2);
 * :data:`USER_STEP` -- two databases of ``n`` users that differ in one user's location at one
-  time step (the post-processing release of Cao et al.).
+  time step (the post-processing release of Cao et al.);
+* :class:`RowsKept` (``RowsKept(EVENT_LEVEL)``) -- a relation on the stream of the rows kept when
+  rows with a missing value are dropped before the release (``release --missing skip``).
 
 A guarantee keeps how its budget breaks down over the mechanism's parts: a :class:`Part` (what
 it is, its :class:`EpsilonDelta` budget, its noise) or a :class:`Composition` of parts, read
@@ -48,6 +50,7 @@ __all__ = [
     "Part",
     "PrivacyGuarantee",
     "Relation",
+    "RowsKept",
     "UserStep",
 ]
 
@@ -140,6 +143,34 @@ class LocalReport(_NamedRelation, name="LOCAL_REPORT", description=(
 class UserStep(_NamedRelation, name="USER_STEP",
                description="bounded databases of n users differing in one user's location at one time step"):
     """Databases of n users that differ in one user's location at one time step (Cao et al., Section 4)."""
+
+
+@dataclass(frozen=True)
+class RowsKept(Relation):
+    """``within``, on the stream of the rows kept when rows with a missing value are dropped first.
+
+    Dropping a row (``--missing skip``) moves every later value up one position, which no relation
+    about the values at positions covers: the guarantee then holds between inputs that have their
+    missing values in the same rows, and whether a row is missing is not protected.
+
+    >>> print(RowsKept(EVENT_LEVEL))  # doctest: +NORMALIZE_WHITESPACE
+    event level: two streams are neighbours when they differ in the value at one position, on the
+    stream of the rows kept: rows with a missing value are dropped first, so whether a row is missing
+    (which moves every later value up one position) is not protected
+    >>> RowsKept(EVENT_LEVEL) == RowsKept(EVENT_LEVEL), RowsKept(EVENT_LEVEL) == EVENT_LEVEL
+    (True, False)
+    """
+
+    within: Relation
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.within, Relation):
+            raise TypeError(f"within must be a Relation (e.g. EVENT_LEVEL), got {self.within!r}.")
+
+    @property
+    def description(self) -> str:
+        return (f"{self.within.description}, on the stream of the rows kept: rows with a missing value are dropped "
+                "first, so whether a row is missing (which moves every later value up one position) is not protected")
 
 
 #: Streams that differ in the value at one position (central DP, Definition 2.1).

@@ -37,6 +37,7 @@ import click
 
 from dpstream._progress import Progress
 from dpstream.io import InputError
+from dpstream.privacy import PrivacyGuarantee, RowsKept
 
 #: Exit code of a usage error (the command line is wrong).
 USAGE_ERROR = 2
@@ -49,7 +50,8 @@ QUOTE_LIMIT = 80
 
 __all__ = [
     "QUOTE_LIMIT", "RUNTIME_ERROR", "STOP_SIGNALS", "USAGE_ERROR", "Stopped", "cli", "main", "one_line", "os_message",
-    "announce", "progress_bar", "quote", "report_reading", "say", "usage_errors", "warn_if_seeded",
+    "UNPROTECTED", "announce", "progress_bar", "quote", "report_clipped", "report_reading", "report_unprotected_option",
+    "say", "stated_privacy", "usage_errors", "warn_if_seeded",
 ]
 
 class Stopped(BaseException):
@@ -262,18 +264,80 @@ def say(message: str) -> None:
 
 
 def announce(releaser: Any, describe: Callable[[Any], str]) -> None:
-    """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees."""
+    """Say on stderr what the releaser chose (its threshold) and the privacy it guarantees (:func:`stated_privacy`)."""
     say(describe(releaser))
-    say(f"privacy: {releaser.privacy()}")
+    say(f"privacy: {stated_privacy(releaser)}")
+
+
+def _command_option(name: str) -> Any:
+    """The value of the running command's option ``name`` (None outside a command, or for a command without it).
+
+    Read from the command's context, so that every path of ``release`` -- one stream or keys, with or
+    without --state -- states its guarantee by the options that decide it without handing them along.
+    """
+    context = click.get_current_context(silent=True)
+    return None if context is None else context.params.get(name)
+
+
+def stated_privacy(releaser: Any) -> Any:
+    """The guarantee a release states: the releaser's, about the rows kept when ``--missing skip`` drops rows.
+
+    Dropping a row moves every later value up one position, which the releaser's relation (values
+    at positions) does not cover: the statement then says it holds on the stream of the rows kept
+    and that whether a row is missing is not protected (:class:`~dpstream.privacy.RowsKept`).
+    A guarantee given as text (the Spark engine's, which refuses missing values) is stated as it is.
+    """
+    guarantee = releaser.privacy()
+    if _command_option("missing") != "skip" or not isinstance(guarantee, PrivacyGuarantee):
+        return guarantee
+    return PrivacyGuarantee.of(guarantee.breakdown, neighbours=RowsKept(guarantee.neighbours), local=guarantee.local)
+
+
+#: How every number printed because of --report-unprotected begins.
+UNPROTECTED = "not protected by the privacy guarantee (--report-unprotected)"
+
+
+def _remember_unprotected(context: click.Context, param: click.Parameter, value: bool) -> None:
+    context.meta["report_unprotected"] = value
+
+
+def report_unprotected_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--report-unprotected`` flag of a release command: read by :func:`report_reading` from the
+    command's context, not passed to the command (so no path has to hand it along)."""
+    return click.option(
+        "--report-unprotected", is_flag=True, expose_value=False, callback=_remember_unprotected,
+        help="Also print how many values were missing or clipped and the line of the first missing one: exact "
+             "counts of the input, NOT protected by the privacy guarantee (each such line says so).",
+    )(command)
+
+
+def _unprotected() -> bool:
+    context = click.get_current_context(silent=True)
+    return bool(context is not None and context.meta.get("report_unprotected"))
 
 
 def report_reading(reader: Any, *, clipped: int | None, upper_bound: float) -> None:
-    """The lines every release prints after its input: the missing values met, and (with --clip,
-    ``clipped`` not None) how many values were clipped into [0, B]."""
-    if reader.stats.missing:
-        say(reader.stats.summary())
+    """The lines every release prints after its input: nothing that depends on the data, by default.
+
+    How many values were missing or clipped, and the line of the first missing one, are exact
+    counts of the input outside the guarantee (epsilon = infinity for whoever reads stderr).  So by
+    default a release prints, with --clip (``clipped`` not None), only what clipping does, the same
+    words whatever the data.  The command's ``--report-unprotected`` prints the exact numbers too,
+    each line saying that they are not protected (:data:`UNPROTECTED`).
+    """
+    if _unprotected():
+        say(f"{UNPROTECTED}: {reader.stats.summary()}")
     if clipped is not None:
-        say(f"--clip: {clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+        report_clipped(clipped, upper_bound)
+
+
+def report_clipped(clipped: int, upper_bound: float) -> None:
+    """What --clip did: the same words whatever the data; the exact count only with ``--report-unprotected``."""
+    if _unprotected():
+        say(f"{UNPROTECTED}: --clip clipped {clipped:,} values outside [0, {upper_bound:g}] into it.")
+    else:
+        say(f"--clip: values outside [0, {upper_bound:g}] are clipped into it (how many is not reported: the count "
+            "depends on the data and is not protected; --report-unprotected prints it).")
 
 
 def warn_if_seeded(seed: int | None) -> None:

@@ -25,7 +25,7 @@ import click
 import numpy as np
 
 from dpstream._checks import check_stream_values
-from dpstream.cli._app import quote, report_reading, say
+from dpstream.cli._app import quote, report_reading, say, stated_privacy
 from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
@@ -219,7 +219,7 @@ def per_key_privacy(stream: Any, *, seed: int | None, durable: bool = False) -> 
         source = "a random 32-byte secret drawn for this run and never stored"
     return [
         f"privacy, per key (each key's stream is released on its own, with its own hold-out, threshold and budget): "
-        f"{stream.privacy()}",
+        f"{stated_privacy(stream)}",
         "the guarantee is per key: keys and how many values each has are public, and someone whose values fall "
         "under k keys is protected by k times this budget (the epsilons add up).",
         f"noise: each key draws from its own keyed ChaCha20 stream (identity: the key's text) under {source}.",

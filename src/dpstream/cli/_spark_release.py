@@ -13,17 +13,18 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import click
 import numpy as np
 
 from dpstream._checks import check_stream_values
-from dpstream.cli._app import say
+from dpstream.cli._app import report_reading, say
 from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._outputs import output_file
 from dpstream.cli._spark import spark_session
-from dpstream.io import resolve_columns
+from dpstream.io import ReadStats, resolve_columns
 from dpstream.release.by_key import new_secret, seed_secret, show_key
 
 __all__ = ["check_engine", "release_on_spark"]
@@ -98,9 +99,8 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
         out.writerows(zip(keys[order].tolist(), position[order].tolist(),
                           table["value"].to_numpy()[order].tolist()))
     marks = np.flatnonzero(summary)
-    if clip:
-        clipped = int(table["value"].to_numpy()[marks].sum())
-        say(f"--clip: {clipped:,} values outside [0, {upper_bound:g}] were clipped into it.")
+    clipped = int(table["value"].to_numpy()[marks].sum()) if clip else None
+    report_reading(SimpleNamespace(stats=ReadStats(values=values_read)), clipped=clipped, upper_bound=upper_bound)
     count = marks.size
     held = sum(text is None for text in table["privacy"].take(marks).to_pylist())
     text = f"{count:,} key{'s' * (count != 1)}, each its own stream after a hold-out of {hold:,} values"

@@ -15,7 +15,16 @@ import click
 import numpy as np
 
 from dpstream.cli import _durable as durable
-from dpstream.cli._app import Stopped, announce, cli, report_reading, say, usage_errors, warn_if_seeded
+from dpstream.cli._app import (
+    Stopped,
+    announce,
+    cli,
+    report_reading,
+    report_unprotected_option,
+    say,
+    usage_errors,
+    warn_if_seeded,
+)
 from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
@@ -126,6 +135,7 @@ class _Methods(click.Choice):
 @click.option("--seed", type=int, default=None, help=SEED_HELP)
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing (recommended: "
               "failing stops the output at the bad value, which tells a reader where it was).")
+@report_unprotected_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "

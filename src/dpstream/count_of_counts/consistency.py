@@ -26,6 +26,12 @@ from the operating system's CSPRNG unless seeded) at the scale ``sensitivity / b
 up to a multiple of ``2^-20`` (:func:`~dpstream.noise.discrete_laplace_law.discrete_laplace_scale`), so each
 part spends at most its share, exactly.  A study may pass ``noise=FloatNoise(rng)`` for speed;
 that path is not exact and not for publication.
+
+The guarantee is that of one release.  Every release of a mechanism spends noise of its own
+(:meth:`TopDownCountOfCounts.take_noise`): a new key, or the next one of a seed's bits; a key
+given by the caller serves one release, and a second is refused.  Two releases of the same data
+cost twice the budget (sequential composition); two under one key would cost everything, since
+the same noise on two datasets reveals their difference exactly.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from dpstream.count_of_counts.matching import (
     merge_estimates,
     top_down,
 )
-from dpstream.noise.bits import BitsSeed, KeyedBits, make_bits
+from dpstream.noise.bits import BitSource, BitsSeed, KeyedBits, make_bits
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler
 from dpstream.noise.source import NoiseSource, PooledNoise
 from dpstream.privacy import ENTITY_ROW, Composition, EpsilonDelta, Part, PrivacyGuarantee
@@ -112,14 +118,16 @@ class CountOfCountsRelease:
 def release_source(
     *, seed: BitsSeed = None, noise: NoiseSampler | None = None, key: bytes | None = None
 ) -> NoiseSource:
-    """The noise of a release: keyed per region unless a sampler is handed in.
+    """The noise of one release: keyed per region unless a sampler is handed in.
 
     ``key`` (at least 16 secret bytes) keys the noise of every region (:data:`IDENTITY`); without
     it the key is 32 bytes from the bits of ``seed``: None (default) reads the operating
-    system's CSPRNG, so every release has a fresh secret key; an int derives the key from a
-    replayable PCG64 (tests: NOT secret).  Either way a region's noise is a function of the key
-    and the region alone, whatever engine or order computes it.  ``noise`` (``ZeroNoise`` for
-    tests, ``FloatNoise`` for studies) is used as it is, in one sequence.
+    system's CSPRNG, so every call makes a new secret key; an int derives the key from a
+    replayable PCG64 (tests: NOT secret), the same key at every call.  Either way a region's noise
+    is a function of the key and the region alone, whatever engine or order computes it: a key
+    must serve one release only (two releases under one key on different data would reveal
+    their difference exactly).  ``noise`` (``ZeroNoise`` for tests, ``FloatNoise`` for studies)
+    is used as it is, in one sequence.
 
     >>> a = release_source(seed=3).child(1).sampler(7).laplace_units(Fraction(2), 3)
     >>> b = release_source(seed=3).child(1).sampler(7).laplace_units(Fraction(2), 3)
@@ -134,10 +142,15 @@ def release_source(
             raise TypeError(f"noise must be a NoiseSampler (ExactNoise, FloatNoise, ZeroNoise), got {noise!r}.")
         return NoiseSource(noise=noise, identity=IDENTITY)
     if key is None:
-        key = KeyedBits.new_key() if seed is None else make_bits(seed).words(4).astype("<u8").tobytes()
+        key = KeyedBits.new_key() if seed is None else _derived_key(make_bits(seed))
     elif seed is not None:
         raise ValueError("give seed or key, not both, got both.")
     return NoiseSource(key=key, identity=IDENTITY)
+
+
+def _derived_key(bits: BitSource) -> bytes:
+    """A 32-byte key from the next four words of ``bits`` (a seeded release's key)."""
+    return bits.words(4).astype("<u8").tobytes()
 
 
 def _noise_name(noise: NoiseSource) -> str:
@@ -153,7 +166,13 @@ def _noise_name(noise: NoiseSource) -> str:
 
 
 class _Mechanism:
-    """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise source."""
+    """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise of each release.
+
+    Every release spends noise of its own (:meth:`take_noise`): unseeded, a new key from the
+    operating system's CSPRNG; seeded, the next key from the seed's bits (replayable); with a
+    given ``key``, that key once -- a second release is refused, since it would draw the same
+    noise again; with a ``noise`` sampler, the sampler's next draws.
+    """
 
     def __init__(
         self,
@@ -174,7 +193,51 @@ class _Mechanism:
         )
         self.isotonic = None if isotonic is None else check_choice(isotonic, "isotonic", ISOTONIC)
         self.memory_limit = None if memory_limit is None else check_positive_int(memory_limit, "memory_limit")
-        self.noise: NoiseSource = release_source(seed=seed, noise=noise, key=key)
+        #: The bits every key of a seeded mechanism is derived from, one key per release.
+        self._bits = make_bits(seed) if seed is not None and noise is None and key is None else None
+        self._given_key = key is not None
+        self._next: NoiseSource | None = (
+            release_source(seed=seed, noise=noise, key=key) if self._bits is None
+            else release_source(key=_derived_key(self._bits))
+        )
+        self._kind = self._next  # how every release draws its noise, for the privacy statement
+
+    @property
+    def noise(self) -> NoiseSource:
+        """The noise source the next release will spend (:meth:`take_noise`); reading it spends nothing.
+
+        With a given ``key`` whose release was made, reading it raises the ``ValueError`` of
+        :meth:`take_noise`.
+        """
+        if self._next is None:
+            self._next = self._new_source()
+        return self._next
+
+    def take_noise(self) -> NoiseSource:
+        """The noise of one release, spent: the next release draws other noise, or is refused.
+
+        Every engine calls it once per release (:meth:`release`, :meth:`estimates` and the Spark
+        engine), before it draws: unseeded, the next release gets a new key from the CSPRNG;
+        seeded, the next key from the seed's bits (so a seeded object's releases replay, each with
+        its own noise); a ``noise`` sampler continues its sequence.  A given ``key`` serves one
+        release: afterwards this raises a ``ValueError`` saying why.
+        """
+        source = self.noise
+        self._next = None
+        return source
+
+    def _new_source(self) -> NoiseSource:
+        """The noise of a release after the first: fresh, or refused for a given key."""
+        if self._given_key:
+            raise ValueError(
+                f"this {type(self).__name__} has made its release with the key it was given; a second release under "
+                "the same key would draw the same noise, and two releases on different data would then reveal their "
+                "difference exactly. Give every release its own key (a new mechanism with a new key), or no key for "
+                "a fresh one."
+            )
+        if self._bits is not None:
+            return release_source(key=_derived_key(self._bits))
+        return release_source() if self._kind.keyed else self._kind
 
     def _needs_max_size(self) -> bool:
         raise NotImplementedError
@@ -183,12 +246,15 @@ class _Mechanism:
         """The method of every estimated level (see :meth:`plan`)."""
         raise NotImplementedError
 
-    def plan(self, tree: RegionTree, largest_group: int) -> tuple[tuple[str, ...], int | None]:
+    def plan(
+        self, tree: RegionTree, largest_group: int, noise: NoiseSource | None = None
+    ) -> tuple[tuple[str, ...], int | None]:
         """What a release of a dataset on ``tree`` does, for any engine: the method of every estimated
         level (top-down: every level, root first; bottom-up: the leaves only) and the public ``K`` --
         the given one, or one estimated from ``largest_group`` (the size of the largest group, with
-        ``max_size_epsilon`` and keyed noise) when a method needs it, or None.  A ``K`` whose dense rows
-        exceed :attr:`memory_limit` is refused here, before anything is allocated.
+        ``max_size_epsilon`` and the keyed noise of the release, ``noise`` from :meth:`take_noise`;
+        without it, an estimate spends noise of its own) when a method needs it, or None.  A ``K``
+        whose dense rows exceed :attr:`memory_limit` is refused here, before anything is allocated.
         """
         methods = self._level_methods(tree.levels)
         max_size = self.max_size
@@ -197,7 +263,8 @@ class _Mechanism:
                 raise ValueError(
                     "methods hc and naive need max_size (K) or max_size_epsilon to estimate it, got neither."
                 )
-            max_size = estimate_max_size(largest_group, self.max_size_epsilon, self.noise.sampler("max-size"))
+            source = self.take_noise() if noise is None else noise
+            max_size = estimate_max_size(largest_group, self.max_size_epsilon, source.sampler("max-size"))
         levels = range(tree.levels) if len(methods) == tree.levels else [tree.levels - 1]
         dense = [tree.size(level) for level, method in zip(levels, methods) if method != "hg"]
         self._check_memory(max_size, max(dense, default=0))
@@ -270,16 +337,20 @@ class TopDownCountOfCounts(_Mechanism):
     merge : {"weighted", "average"}
         Eq. 5-6 or the plain average (Section 5.3).
     seed : None, int, numpy Generator or bit source
-        Where the secret key of the noise comes from (:func:`release_source`): None (default)
-        reads a fresh key from the operating system's CSPRNG, an int derives it from a seeded
-        PCG64 (tests; never publish a seeded release).  Every region draws its noise from
+        Where the secret key of each release's noise comes from (:meth:`take_noise`): None
+        (default) reads a new key from the operating system's CSPRNG for every release; an int
+        derives the first release's key from a seeded PCG64 and every later release's from its
+        next bits, so the releases replay and none repeats another's noise (tests; never publish a
+        seeded release).  Every region draws its noise from
         ``KeyedBits(key, ("count-of-counts", level, region))``, so the local and Spark engines
         release the same tables for the same key.
     key : bytes, optional
-        Instead of ``seed``: the secret key itself (at least 16 bytes).
+        Instead of ``seed``: the secret key of one release (at least 16 bytes).  A second release
+        of the object is refused: it would draw the same noise again.
     noise : NoiseSampler, optional
-        Instead of ``seed``: the sampler itself, e.g. ``FloatNoise(rng=...)`` for a fast study
-        (not exact, not for publication) or ``ZeroNoise()`` for tests.
+        Instead of ``seed``: the sampler itself, drawn in one sequence over the releases, e.g.
+        ``FloatNoise(rng=...)`` for a fast study (not exact, not for publication) or
+        ``ZeroNoise()`` for tests.
     memory_limit : int, optional
         Bytes the dense rows of the hc and naive methods may take (:func:`dense_memory`); a
         ``K`` that needs more is refused before anything is allocated or drawn.
@@ -338,7 +409,8 @@ class TopDownCountOfCounts(_Mechanism):
         self, data: CountOfCountsData, progress: Progress | None
     ) -> tuple[list[LevelEstimate], int | None]:
         levels = data.tree.levels
-        methods, max_size = self.plan(data.tree, int(data.size.max(initial=0)))
+        noise = self.take_noise()
+        methods, max_size = self.plan(data.tree, int(data.size.max(initial=0)), noise)
         per_level = Fraction(self.epsilon) / levels  # exact: the levels' scales are rounded up from it
         regions = [data.tree.size(level) for level in range(levels)]
         total = sum(regions)
@@ -350,7 +422,7 @@ class TopDownCountOfCounts(_Mechanism):
                     data.truth(level),
                     method=method,
                     epsilon=per_level,
-                    noise=self.noise.child(level),
+                    noise=noise.child(level),
                     max_size=max_size,
                     isotonic=self.isotonic,
                     progress=shifted(progress, sum(regions[:level]), total),
@@ -378,12 +450,12 @@ class TopDownCountOfCounts(_Mechanism):
         if levels:
             per_level = Fraction(self.epsilon) / levels
             split = (
-                f"epsilon/(L+1) = {self.epsilon / levels:g} per level, {_noise_name(self.noise)} of scale "
+                f"epsilon/(L+1) = {self.epsilon / levels:g} per level, {_noise_name(self._kind)} of scale "
                 f"sensitivity / (epsilon/(L+1)) rounded up ({_levels_text(self._level_methods(levels), per_level)})"
             )
         else:
             split = (
-                f"epsilon/(L+1) per level, {_noise_name(self.noise)} of scale sensitivity / (epsilon/(L+1)) "
+                f"epsilon/(L+1) per level, {_noise_name(self._kind)} of scale sensitivity / (epsilon/(L+1)) "
                 "rounded up"
             )
         return self._with_k(f"{split}, sequential over levels, parallel over the regions of a level")
@@ -446,12 +518,13 @@ class BottomUpCountOfCounts(_Mechanism):
         of :mod:`dpstream._progress`).
         """
         leaf = data.tree.levels - 1
-        _, max_size = self.plan(data.tree, int(data.size.max(initial=0)))
+        noise = self.take_noise()
+        _, max_size = self.plan(data.tree, int(data.size.max(initial=0)), noise)
         estimate = estimate_level(
             data.truth(leaf),
             method=self.method,
             epsilon=self.epsilon,
-            noise=self.noise.child(leaf),
+            noise=noise.child(leaf),
             max_size=max_size,
             isotonic=self.isotonic,
             progress=progress,
@@ -464,7 +537,7 @@ class BottomUpCountOfCounts(_Mechanism):
         """What a release spends (``levels`` is accepted for symmetry with the top-down release)."""
         scale = _scale_text(noise_scale(self.method, self.epsilon))
         return self._with_k(
-            f"all of epsilon on the leaves ({self.method}, {_noise_name(self.noise)} of scale "
+            f"all of epsilon on the leaves ({self.method}, {_noise_name(self._kind)} of scale "
             f"sensitivity / epsilon rounded up = {scale}), parallel over the leaves; the upper levels are sums of the "
             "leaves"
         )

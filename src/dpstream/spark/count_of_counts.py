@@ -85,8 +85,11 @@ def release_count_of_counts(
     ``mechanism`` is a :class:`~dpstream.count_of_counts.TopDownCountOfCounts` or
     :class:`~dpstream.count_of_counts.BottomUpCountOfCounts` with keyed noise (a ``seed`` or
     ``key``, or neither for a fresh key; not a ``noise=`` sampler); the result equals
-    ``mechanism.release(read_tables(entities, groups, hierarchy))`` for the same key.  Input
-    errors are the local engine's; the checks of the table schemas run before any Spark job.
+    ``mechanism.release(read_tables(entities, groups, hierarchy))`` for the same key.  It is one
+    release of ``mechanism``: it spends the mechanism's noise (its ``take_noise()``) once the
+    tables are checked, as the local engine does, so a mechanism whose given key was spent is
+    refused.  Input errors are the local engine's; the checks of the table schemas run before
+    any Spark job.
 
     ``timings``, if given, receives the seconds spent reading and checking, in the group-bys,
     and on each level's noise and consistency (each stage is then materialized on its own).
@@ -96,11 +99,10 @@ def release_count_of_counts(
     require_spark()
     if not isinstance(mechanism, (TopDownCountOfCounts, BottomUpCountOfCounts)):
         raise TypeError(f"mechanism must be a TopDownCountOfCounts or BottomUpCountOfCounts, got {mechanism!r}.")
-    source = mechanism.noise
-    if not source.keyed:
+    if not mechanism.noise.keyed:  # a spent key is refused here too, before any Spark job
         raise ValueError(
             "the Spark engine needs keyed noise (a seed or a key, or neither for a fresh key), got a noise sampler: "
-            f"{source!r}."
+            f"{mechanism.noise!r}."
         )
     clock = _Clock(timings)
     hier = read_hierarchy(hierarchy)
@@ -108,7 +110,8 @@ def release_count_of_counts(
     ent = _read(spark, entities, ["entity_id", "group_id"], "Entities")
     grp = _read(spark, groups, ["group_id", "region_id"], "Groups")
     leaf_sizes, largest = _group_sizes(spark, ent, grp, hier, entities, groups, clock)
-    methods, max_size = mechanism.plan(tree, largest)
+    source = mechanism.take_noise()  # the release's own noise, as the local engine's release takes it
+    methods, max_size = mechanism.plan(tree, largest, source)
     if isinstance(mechanism, TopDownCountOfCounts):
         leaves = _top_down(spark, mechanism, tree, leaf_sizes, methods, max_size, source, clock, fault_marker)
     else:

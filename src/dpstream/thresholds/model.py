@@ -60,7 +60,7 @@ leave.  The stream after the hold-out is untouched (parallel composition with th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -106,9 +106,10 @@ _LN2 = math.log(2.0)
 _DENSITY_AT_MEDIAN = 0.5 * _LN2  # t f(t) at the median t of any exponential: ln(2) / 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelChoice:
-    """What :func:`model_threshold` chose, and the private estimates it used (all public).
+    """What :func:`model_threshold` chose, and the private estimates it used (all public: each is a
+    differentially private output of the hold-out, or a function of those alone).
 
     Attributes
     ----------
@@ -119,9 +120,6 @@ class ModelChoice:
     leaf : int or None
         When a hierarchy with leaves of a fraction of the window was chosen (``leaves=`` of
         :func:`model_threshold`): the leaf length; then ``smoothed_levels`` is None.
-    predicted_error : float
-        The model's expected squared error of a query at this choice, with the exponential
-        stand-in for the tail and the held-out count (for information: it is not private).
     scale : float
         ``lam = q50 / ln 2`` from the private median.
     drift : float
@@ -130,18 +128,42 @@ class ModelChoice:
         What the four steps spent together (at most ``epsilon``).
     details : dict
         The private median, the selection mechanism and the noisy block fractions.
+
+    Privacy
+    -------
+    The model's expected squared error of a query at this choice is NOT among them: it is an
+    exact function of the held-out count above theta, outside the guarantee.  It is kept in the
+    private attribute ``_predicted_error`` (None when unknown, e.g. after a snapshot), for studies
+    only -- it is no field, so it is neither printed (``repr``), compared, nor stored in a
+    snapshot (``dataclasses.asdict``).  ``predicted_error=`` is still accepted by the constructor
+    (snapshots of earlier versions hold it) and kept there.  The fields are keywords only (the
+    predicted error used to be the fourth positional one).
     """
 
     threshold: float
     smoothed_levels: int
     prior: float
-    predicted_error: float
     scale: float
     drift: float
     epsilon_spent: float
     details: dict = field(default_factory=dict)
     measured_levels: int | None = None
     leaf: int | None = None
+    predicted_error: InitVar[float | None] = None
+
+    def __post_init__(self, predicted_error: float | None) -> None:
+        object.__setattr__(self, "_predicted_error", predicted_error)
+
+    def __getattr__(self, name: str) -> object:
+        if name == "predicted_error":
+            raise AttributeError(
+                "ModelChoice.predicted_error is private (an exact function of the held-out count above theta, "
+                "outside the guarantee); a study reads choice._predicted_error."
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+del ModelChoice.predicted_error  # the InitVar's default, left on the class: reading it goes to __getattr__
 
 
 def window_leaves(query_length: int, *, max_range: int, fanout: int) -> tuple[int, ...]:
