@@ -54,6 +54,7 @@ from dpstream.audit.core import (
     granularity_of,
     on_lattice,
 )
+from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
 from dpstream.audit.streams import (
     BinaryTree,
     NoisyMaxThreshold,
@@ -64,9 +65,7 @@ from dpstream.audit.streams import (
     ToPSPerturber,
     laplace_log_ratio,
 )
-from dpstream.count_of_counts import LevelHistograms, estimate_level
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
-from dpstream.noise import ExactNoise
 from dpstream.postprocess import LaplaceCounts
 
 __all__ = ["MECHANISMS", "run_audit"]
@@ -155,44 +154,6 @@ class HybridReports(MechanismAdapter):
         return np.where(uses_pm, by_pm, by_sr)
 
 
-class CountOfCountsRegion(MechanismAdapter):
-    """A Section 4 method on one region of 4 groups, sizes (1, 2, 2, 3) or (1, 2, 3, 3).
-
-    ``n`` copies of the region form one level (disjoint regions get independent noise), so one
-    ``estimate_level`` call is ``n`` runs, with the exact discrete Laplace sampler of a release
-    drawing its bits from the audit's generator.  The output is the region's estimated sizes, sorted;
-    the statistic counts the groups of size >= 3.
-    """
-
-    statistic_name = "the number of estimated groups of size 3 or more"
-
-    def __init__(self, *, method: str = "hc", epsilon: float = 1.0, max_size: int = 4, samples: int = 100_000) -> None:
-        self.name = "count-of-counts" if method == "hc" else f"count-of-counts-{method}"
-        self.method, self.epsilon, self.max_size, self.samples = method, epsilon, max_size, samples
-        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
-        self.neighbours = (np.array([1, 2, 2, 3]), np.array([1, 2, 3, 3]))
-
-    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        groups = x.size
-        truth = LevelHistograms.from_groups(np.repeat(np.arange(n), groups), np.tile(x, n), n)
-        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, noise=ExactNoise(bits=rng),
-                                  max_size=self.max_size)
-        hist = estimate.histograms
-        return np.repeat(hist.size, hist.count).reshape(n, groups)  # rows sorted by (region, size)
-
-    def statistic(self, outputs: np.ndarray) -> np.ndarray:
-        return (outputs >= 3).sum(axis=1)
-
-    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-        # every sorted vector of x.size integer sizes in range is one noise draw away (Section 4)
-        outputs = np.asarray(outputs)
-        if outputs.ndim != 2 or outputs.shape[1] != x.size:
-            raise UnverifiableSupport(f"count-of-counts outputs must hold {x.size} group sizes")
-        # every method caps the sizes at the public K (max_size)
-        valid = (outputs >= 0) & (outputs <= self.max_size) & (outputs == np.rint(outputs))
-        return valid.all(axis=1) & (np.diff(outputs, axis=1) >= 0).all(axis=1)
-
-
 #: Every audited mechanism by name, as a factory of its adapter in the default configuration at a
 #: claimed ``epsilon`` (keyword).
 MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
@@ -212,6 +173,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "count-of-counts": CountOfCountsRegion,
     "count-of-counts-hg": lambda *, epsilon=1.0: CountOfCountsRegion(method="hg", epsilon=epsilon),
     "count-of-counts-naive": lambda *, epsilon=1.0: CountOfCountsRegion(method="naive", epsilon=epsilon),
+    "count-of-counts-top-down": TopDownRelease,
+    "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
 }
 

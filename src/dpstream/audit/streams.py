@@ -185,9 +185,9 @@ class ToPSModelThreshold(MechanismAdapter):
     """ToPS end to end as users run it, on its hold-out: the default model threshold (median, drift,
     selection, prior), built through the constructor with a keyed noise source.
 
-    The hold-out ``(0 or 8, 5, 4, 2, 2, 0, 0, 0)`` (B = 8) is a pair on which the exact counts
-    move the best candidate: the noiseless argmax of the selection's scores is theta = 3 on A and
-    6 on B.  The output is what ToPS releases from its hold-out: theta, s and the prior; the
+    The hold-out ``(0 or 8, 0, 0, 2, 2, 3, 3, 5)`` (B = 8) moves the exact median (step 1) and
+    with it every selection score: with the true scores' argmax in place of steps 1 and 3's private
+    selections, theta is 1 on A and 4 on B in every run.  The output is what ToPS releases from its hold-out: theta, s and the prior; the
     statistic is theta (the prior is noisy on a grid, s a function of theta).  The claim is the
     threshold's budget (``threshold_epsilon``, the hold-out's values are not released).
     """
@@ -197,7 +197,7 @@ class ToPSModelThreshold(MechanismAdapter):
 
     def __init__(self, *, epsilon: float = 1.0, samples: int = 4_000) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
-        held = np.array([0.0, 5.0, 4.0, 2.0, 2.0, 0.0, 0.0, 0.0])
+        held = np.array([0.0, 0.0, 0.0, 2.0, 2.0, 3.0, 3.0, 5.0])
         moved = held.copy()
         moved[0] = 8.0
         self.neighbours, self.samples = (held, moved), samples

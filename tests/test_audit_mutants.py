@@ -1,0 +1,81 @@
+"""The audit catches real bugs: each injected bug, one at a time, makes ``dpstream audit`` exit 1.
+
+Every mutant patches the library inside this process (``monkeypatch``, undone after the test) in
+a way that keeps the claimed epsilon unchanged while the mechanism spends more, then runs the
+command on the audit experiment that checks that part, with the fewest runs that still see the
+bug.  The same command on the unmutated library passes.  The margins come from the statistics:
+a 3/4 noise scale spends 4/3 of the claim, and the adapters' bounds reach about 0.95 (one
+measurement) and 0.85 (the binary tree's three levels) of what is spent at these sample sizes,
+so the mutants' bounds sit near 1.25 and 1.13 against a failure threshold of 1; a selection
+without noise, or one that picks the best true score, releases a different threshold on the
+two neighbours every time (a bound of several units).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dpstream.hierarchy.arithmetic as hierarchy_arithmetic
+import dpstream.release.perturber as perturber
+import dpstream.thresholds.model as model
+import dpstream.thresholds.noisy_max as noisy_max
+from dpstream.cli import cli
+from dpstream.noise.grid import GridLaplace
+
+
+def _scaled_noise(factor: Fraction) -> type[GridLaplace]:
+    """GridLaplace whose noise scale is ``factor`` times the right one, the claim unchanged."""
+
+    class Scaled(GridLaplace):
+        @classmethod
+        def on_grid(cls, *args, **kwargs) -> GridLaplace:
+            right = GridLaplace.on_grid(*args, **kwargs)
+            return dataclasses.replace(right, scale=right.scale * factor)
+
+    return Scaled
+
+
+def _no_noise_max(noise, counts, epsilon, *, offsets=None, sensitivity=1, monotone=False) -> int:
+    """Report noisy max without the noise: the index of the best exact score (first on ties)."""
+    scores = np.asarray(counts, dtype=np.float64) - (0.0 if offsets is None else np.asarray(offsets))
+    return int(np.argmax(scores))
+
+
+def _argmax_select(mechanism, scores, *, epsilon, sensitivity=1.0, monotone=False, seed=None):
+    """The model's private selections (the median, step 1, and theta, step 3) pick the best true score."""
+    return int(np.argmax(scores))
+
+
+#: Each mutant: the patch (module, attribute, replacement), the audit experiment and its runs per input.
+MUTANTS = {
+    "tops-noise-three-quarters": (perturber, "GridLaplace", _scaled_noise(Fraction(3, 4)), "tops-one-level", 400_000),
+    "tops-noise-halved": (perturber, "GridLaplace", _scaled_noise(Fraction(1, 2)), "tops-one-level", 20_000),
+    "binary-tree-noise-three-quarters": (hierarchy_arithmetic, "GridLaplace", _scaled_noise(Fraction(3, 4)),
+                                         "binary-tree", 200_000),
+    "nm-e-without-noise": (noisy_max, "report_noisy_max_counts", _no_noise_max, "nm-e", 400),
+    "model-threshold-argmax": (model, "select", _argmax_select, "tops-model", 200),
+}
+
+
+def _audit(name: str, samples: int):
+    return CliRunner().invoke(cli, ["audit", name, "--samples", str(samples), "--seed", "1"])
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_the_audit_fails_on_the_mutant(mutant, monkeypatch):
+    module, attribute, replacement, name, samples = MUTANTS[mutant]
+    monkeypatch.setattr(module, attribute, replacement)
+    result = _audit(name, samples)
+    assert result.exit_code == 1, result.output
+    assert "1 of 1 audits failed" in result.output and "epsilon lower bound" in result.output
+
+
+@pytest.mark.parametrize(("name", "samples"), sorted({(m[3], m[4]) for m in MUTANTS.values()}))
+def test_the_audit_passes_on_the_library(name, samples):
+    result = _audit(name, samples)
+    assert result.exit_code == 0, result.output
