@@ -137,26 +137,30 @@ class Event:
         >>> Event(low=-40.49, high=-7.431).describe("the log-likelihood ratio")
         'the log-likelihood ratio is between -40.49 and -7.431'
         """
-        if self.members is not None:
-            shown = ", ".join(f"{v:.4g}" for v in self.members[:6]) + (", ..." if len(self.members) > 6 else "")
-            return f"{statistic} is one of {shown}" if len(self.members) > 1 else f"{statistic} is {shown}"
-        if self.low == self.high:
-            return f"{statistic} is {self.low:.4g}"
-        if self.low == -math.inf:
-            return f"{statistic} is at most {self.high:.4g}"
-        if self.high == math.inf:
-            return f"{statistic} is at least {self.low:.4g}"
-        return f"{statistic} is between {self.low:.4g} and {self.high:.4g}"
+        return self._written(_IN_WORDS, statistic, shown=6)
 
     def __str__(self) -> str:
+        return self._written(_IN_SYMBOLS, "s", shown=4)
+
+    def _written(self, forms: dict[str, str], statistic: str, *, shown: int) -> str:
+        """The event in one of the ``forms`` (by kind: a set, one value, a half-line, an interval)."""
         if self.members is not None:
-            shown = ", ".join(f"{v:.4g}" for v in self.members[:4]) + (", ..." if len(self.members) > 4 else "")
-            return f"s in {{{shown}}}"
-        if self.low == -math.inf:
-            return f"s <= {self.high:.4g}"
-        if self.high == math.inf:
-            return f"s >= {self.low:.4g}"
-        return f"{self.low:.4g} <= s <= {self.high:.4g}"
+            more = ", ..." if len(self.members) > shown else ""
+            values = ", ".join(f"{v:.4g}" for v in self.members[:shown]) + more
+            kind = "set" if len(self.members) > 1 else "one"
+        else:
+            values = ""
+            kind = ("at most" if self.low == -math.inf else "at least" if self.high == math.inf
+                    else "value" if self.low == self.high else "between")
+        return forms[kind].format(s=statistic, values=values, low=f"{self.low:.4g}", high=f"{self.high:.4g}")
+
+
+#: How :meth:`Event.describe` and ``str(event)`` write each kind of event.
+_IN_WORDS = {"set": "{s} is one of {values}", "one": "{s} is {values}", "value": "{s} is {low}",
+             "at most": "{s} is at most {high}", "at least": "{s} is at least {low}",
+             "between": "{s} is between {low} and {high}"}
+_IN_SYMBOLS = {"set": "{s} in {{{values}}}", "one": "{s} in {{{values}}}", "value": "{low} <= {s} <= {high}",
+               "at most": "{s} <= {high}", "at least": "{s} >= {low}", "between": "{low} <= {s} <= {high}"}
 
 
 @dataclass(frozen=True)
