@@ -232,6 +232,7 @@ EXACT = {
     "count-of-counts-naive": 20_000,
     "count-of-counts-top-down": 400,
     "count-of-counts-k": 4_000,
+    "bt-by-key": 200,
     "laplace-counts": 100_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.

@@ -8,7 +8,8 @@ a 3/4 noise scale spends 4/3 of the claim, and the adapters' bounds reach about 
 measurement) and 0.85 (the binary tree's three levels) of what is spent at these sample sizes,
 so the mutants' bounds sit near 1.25 and 1.13 against a failure threshold of 1; a selection
 without noise, or one that picks the best true score, releases a different threshold on the
-two neighbours every time (a bound of several units).
+two neighbours every time (a bound of several units); keys that share their noise make every run
+on one input alike.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from click.testing import CliRunner
 
 import dpstream.count_of_counts.consistency as consistency
 import dpstream.hierarchy.arithmetic as hierarchy_arithmetic
+import dpstream.release.by_key as by_key
 import dpstream.release.perturber as perturber
 import dpstream.thresholds.model as model
 import dpstream.thresholds.noisy_max as noisy_max
 from dpstream.audit import format_table, run_audit
 from dpstream.cli import cli
 from dpstream.noise import ZeroNoise
+from dpstream.noise.bits import KeyedBits
 from dpstream.noise.grid import GridLaplace
 
 
@@ -64,6 +67,11 @@ def _exact_root(truth, **options):
     return _estimate_level(truth, **options)
 
 
+def _shared_key_bits(*, key: bytes, identity: tuple) -> KeyedBits:
+    """Every key of a keyed stream draws the same bits: the secret's, whatever the key."""
+    return KeyedBits(key=key, identity=identity[:1])
+
+
 #: Each mutant: the patch (module, attribute, replacement), the audit experiment and its runs per input.
 MUTANTS = {
     "tops-noise-three-quarters": (perturber, "GridLaplace", _scaled_noise(Fraction(3, 4)), "tops-one-level", 400_000),
@@ -72,6 +80,7 @@ MUTANTS = {
                                          "binary-tree", 120_000),
     "nm-e-without-noise": (noisy_max, "report_noisy_max_counts", _no_noise_max, "nm-e", 400),
     "model-threshold-argmax": (model, "select", _argmax_select, "tops-model", 200),
+    "noise-shared-between-keys": (by_key, "KeyedBits", _shared_key_bits, "bt-by-key", 200),
     "count-of-counts-root-without-noise": (consistency, "estimate_level", _exact_root, "count-of-counts-top-down",
                                            2_500),
 }

@@ -20,6 +20,8 @@ nm-e, nm-e-tail           NM-E: one held-out value moves candidate 1's count by 
                           noiseless winner changes (nm-e), or deeper in the noise's tail; theta
 binary-tree               binary-tree counter, trees of 8 leaves: the first value is 0 or tau;
                           the noisy counts after 1, 2 and 4 values (one node on every level)
+bt-by-key                 the same, per key as ``release --key-column`` runs it (the registry's
+                          entry, one counter per key on its keyed bits): one key is one run
 pak                       PAK: one held-out value is 0 or B; the released sum of the hold-out
 sr, pm, hm                the LDP mean randomizers on the extreme inputs -1 and 1; the report (an
                           index on the mechanism's declared grid)
@@ -69,6 +71,7 @@ from dpstream.audit.core import (
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
 from dpstream.audit.streams import (
     BinaryTree,
+    BinaryTreeByKey,
     NoisyMaxThreshold,
     PAKHoldOut,
     PeriodicLeaves,
@@ -176,6 +179,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "nm-e": NoisyMaxThreshold,
     "nm-e-tail": lambda *, epsilon=1.0: NoisyMaxThreshold(epsilon=epsilon, gap=3),
     "binary-tree": BinaryTree,
+    "bt-by-key": BinaryTreeByKey,
     "pak": PAKHoldOut,
     "sr": lambda *, epsilon=1.0: LocalRandomizer("sr", StochasticRounding(epsilon=epsilon), -1.0, 1.0, 1_000_000),
     "pm": lambda *, epsilon=1.0: LocalRandomizer("pm", PiecewiseMechanism(epsilon=epsilon), -1.0, 1.0, 1_000_000),

@@ -18,14 +18,17 @@ from dpstream.audit.core import MechanismAdapter, granularity_of, on_lattice
 from dpstream.noise.source import NoiseSource
 from dpstream.release import HierarchicalPerturber, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.by_key import ByKey, key_bits
 from dpstream.release.pak import PAK
 from dpstream.release.periodic import PeriodicPerturber
+from dpstream.release.registry import mechanism
 from dpstream.thresholds import noisy_max_threshold
 from dpstream.thresholds.model import model_candidates
 from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
 
 __all__ = [
     "BinaryTree",
+    "BinaryTreeByKey",
     "NoisyMaxThreshold",
     "PAKHoldOut",
     "PeriodicLeaves",
@@ -257,6 +260,33 @@ class BinaryTree(MechanismAdapter):
 
     def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
         return on_lattice(outputs, x, self.granularity, what="the binary-tree counter").all(axis=1)
+
+
+class BinaryTreeByKey(BinaryTree):
+    """The binary tree per key, as ``release --method bt --key-column`` runs it: the registry's entry
+    builds one counter per key (:class:`~dpstream.release.by_key.ByKey`), key ``k`` drawing from
+    ``key_bits(secret, k)`` with a fresh secret per input.  Every key's stream is one run (its first
+    value 0 or tau, then zeros); the output and statistic are the binary tree's (one noisy count on
+    every level).  Noise shared between keys would make the runs on one input alike: the audit
+    sees it at once.
+    """
+
+    name = "bt-by-key"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, levels: int = 3, samples: int = 1_000) -> None:
+        super().__init__(epsilon=epsilon, threshold=threshold, levels=levels, samples=samples)
+        self._options = {"epsilon": epsilon, "upper_bound": threshold, "max_range": 2**levels, "clip": False,
+                         "granularity": None}
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        entry, secret, width = mechanism("bt"), rng.bytes(32), 2**self.levels
+        streams = ByKey(build=lambda key: entry.build(self._options, seed=key_bits(secret, key)), max_keys=n)
+        stream = np.zeros((n, width))
+        stream[:, 0] = x
+        released = streams.release(stream.ravel(), [f"key {run}" for run in range(n) for _ in range(width)])
+        order = np.lexsort((released.positions, np.array([int(key[4:]) for key in released.keys])))
+        runs = released.values[order].reshape(n, width)
+        return np.cumsum(runs, axis=1)[:, 2 ** np.arange(self.levels) - 1]
 
 
 class PAKHoldOut(MechanismAdapter):

@@ -219,6 +219,6 @@ register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3
 register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},
                    audits=("pak",)))
 register(Mechanism("bt", BinaryTreeCounter, BINARY_TREE, _describe_bt, _same_names("granularity"), service=2,
-                   audits=("binary-tree",)))
+                   audits=("binary-tree", "bt-by-key")))
 register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "threshold_epsilon"), noise=_topl_noise,
                    audits=("square-wave", "hm")))
