@@ -2,14 +2,15 @@
 
 Every mutant patches the library inside this process (``monkeypatch``, undone after the test) in
 a way that keeps the claimed epsilon unchanged while the mechanism spends more, then runs the
-command on the audit experiment that checks that part, with the fewest runs that still see the
-bug.  The same command on the unmutated library passes.  The margins come from the statistics:
-a 3/4 noise scale spends 4/3 of the claim, and the adapters' bounds reach about 0.95 (one
-measurement) and 0.85 (the binary tree's three levels) of what is spent at these sample sizes,
-so the mutants' bounds sit near 1.25 and 1.13 against a failure threshold of 1; a selection
-without noise, or one that picks the best true score, releases a different threshold on the
-two neighbours every time (a bound of several units); keys that share their noise make every run
-on one input alike.
+command on the audit experiment that checks that part, with few runs that still see the bug.
+The same audit of the unmutated library passes.  The margins come from the statistics: a 3/4
+noise scale spends 4/3 of the claim, a binary tree whose scale counts one level fewer 3/2, and
+at these sample sizes the adapters' bounds reach about 0.95 (one measurement) and 0.9 (the
+binary tree's three levels) of what is spent, so the mutants' bounds sit near 1.25-1.3 against a
+failure threshold of 1 (``REACH`` checks the unmutated side of that margin); a selection without
+noise, or one that picks the best true score, releases a different threshold on the two
+neighbours every time, and keys that share their noise make every run on one input alike (bounds
+of several units).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from click.testing import CliRunner
 
 import dpstream.count_of_counts.consistency as consistency
 import dpstream.hierarchy.arithmetic as hierarchy_arithmetic
+import dpstream.release.binary_tree as binary_tree
 import dpstream.release.by_key as by_key
 import dpstream.release.perturber as perturber
 import dpstream.thresholds.model as model
@@ -67,6 +69,11 @@ def _exact_root(truth, **options):
     return _estimate_level(truth, **options)
 
 
+def _tree_one_level_short(exact, *, levels, **options):
+    """The binary tree's noise scale counts one level fewer than it measures (sensitivity off by h / (h - 1))."""
+    return hierarchy_arithmetic.arithmetic(exact, levels=levels - 1, **options)
+
+
 def _shared_key_bits(*, key: bytes, identity: tuple) -> KeyedBits:
     """Every key of a keyed stream draws the same bits: the secret's, whatever the key."""
     return KeyedBits(key=key, identity=identity[:1])
@@ -78,6 +85,7 @@ MUTANTS = {
     "tops-noise-halved": (perturber, "GridLaplace", _scaled_noise(Fraction(1, 2)), "tops-one-level", 20_000),
     "binary-tree-noise-three-quarters": (hierarchy_arithmetic, "GridLaplace", _scaled_noise(Fraction(3, 4)),
                                          "binary-tree", 120_000),
+    "binary-tree-one-level-short": (binary_tree, "arithmetic", _tree_one_level_short, "binary-tree", 30_000),
     "nm-e-without-noise": (noisy_max, "report_noisy_max_counts", _no_noise_max, "nm-e", 400),
     "model-threshold-argmax": (model, "select", _argmax_select, "tops-model", 200),
     "noise-shared-between-keys": (by_key, "KeyedBits", _shared_key_bits, "bt-by-key", 200),
@@ -108,4 +116,5 @@ REACH = {"tops-one-level": 0.9, "binary-tree": 0.8}
 def test_the_audit_passes_on_the_library(name, samples):
     [audited] = run_audit([name], samples=samples, seed=1)  # what the command runs
     assert audited.passed, format_table([audited])
-    assert audited.fraction >= REACH.get(name, 0.0), format_table([audited])
+    if samples == max(m[4] for m in MUTANTS.values() if m[3] == name):
+        assert audited.fraction >= REACH.get(name, 0.0), format_table([audited])

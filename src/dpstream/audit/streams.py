@@ -291,17 +291,21 @@ class BinaryTreeByKey(BinaryTree):
 
 class PAKHoldOut(MechanismAdapter):
     """PAK's hold-out: one held value is 0 or B; the output is the released noisy sum of the
-    held values truncated at tau, with tau (columns: sum, tau, the grid the run declares)."""
+    held values truncated at tau, with tau (columns: sum, tau, the grid the run declares).  The
+    statistic sees the sum's share of the budget (``eps2``), not tau's (S-PAK's percentile), so
+    the bound cannot exceed ``eps2``."""
 
     name = "pak"
-    statistic_name = "the released sum of the hold-out"
+    statistic_name = "the log-likelihood ratio of the hold-out's released sum given tau"
 
     def __init__(
         self, *, epsilon: float = 1.0, upper_bound: float = 16.0, hold: int = 32, samples: int = 20_000
     ) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=upper_bound, hold=hold)
-        guarantee = PAK(**self._params, seed=0).privacy()
+        probe = PAK(**self._params, seed=0)
+        guarantee = probe.privacy()
         self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.sum_epsilon = probe.sum_epsilon
         held = (np.arange(hold) % 9).astype(np.float64)
         held[0] = 0.0
         moved = held.copy()
@@ -317,6 +321,13 @@ class PAKHoldOut(MechanismAdapter):
             grid = granularity_of(pak)
             out[run] = (pak.held_sum, pak.threshold, np.nan if grid is None else grid)
         return out
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        """The log-likelihood ratio of the sum given tau: Laplace of scale ``tau / eps2`` around each
+        input's sum truncated at tau (the Neyman-Pearson statistic of the sum's part of the budget)."""
+        tau = outputs[:, 1:2]
+        truths = [np.minimum(x[None, :], tau).sum(axis=1) for x in self.neighbours]
+        return (np.abs(outputs[:, 0] - truths[0]) - np.abs(outputs[:, 0] - truths[1])) * self.sum_epsilon / tau[:, 0]
 
     def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
         # tau is released too and taken as given: the sum must sit on the grid around x's truncated sum
