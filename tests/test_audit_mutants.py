@@ -9,8 +9,8 @@ at these sample sizes the adapters' bounds reach about 0.95 (one measurement) an
 binary tree's three levels) of what is spent, so the mutants' bounds sit near 1.25-1.3 against a
 failure threshold of 1 (``REACH`` checks the unmutated side of that margin); a selection without
 noise, or one that picks the best true score, releases a different threshold on the two
-neighbours every time, and keys that share their noise make every run on one input alike (bounds
-of several units).
+neighbours every time, and noise shared between keys or reused across chunks makes the runs on
+one input alike (bounds of several units).
 """
 
 from __future__ import annotations
@@ -74,6 +74,26 @@ def _tree_one_level_short(exact, *, levels, **options):
     return hierarchy_arithmetic.arithmetic(exact, levels=levels - 1, **options)
 
 
+_make_source = perturber.make_source
+
+
+class _FirstChunkNoise:
+    """A noise source whose every part draws the first part's noise: each chunk of a stream reuses chunk 0's."""
+
+    def __init__(self, source) -> None:
+        self._source = source
+
+    def __getattr__(self, name: str):
+        return getattr(self._source, name)
+
+    def sampler(self, *parts):
+        return self._source.sampler(0)
+
+
+def _reused_chunk_noise(**options):
+    return _FirstChunkNoise(_make_source(**options))
+
+
 def _shared_key_bits(*, key: bytes, identity: tuple) -> KeyedBits:
     """Every key of a keyed stream draws the same bits: the secret's, whatever the key."""
     return KeyedBits(key=key, identity=identity[:1])
@@ -88,6 +108,7 @@ MUTANTS = {
     "binary-tree-one-level-short": (binary_tree, "arithmetic", _tree_one_level_short, "binary-tree", 30_000),
     "nm-e-without-noise": (noisy_max, "report_noisy_max_counts", _no_noise_max, "nm-e", 400),
     "model-threshold-argmax": (model, "select", _argmax_select, "tops-model", 200),
+    "noise-reused-across-chunks": (perturber, "make_source", _reused_chunk_noise, "tops-one-level", 20_000),
     "noise-shared-between-keys": (by_key, "KeyedBits", _shared_key_bits, "bt-by-key", 200),
     "count-of-counts-root-without-noise": (consistency, "estimate_level", _exact_root, "count-of-counts-top-down",
                                            2_500),
