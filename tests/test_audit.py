@@ -216,10 +216,13 @@ def test_bad_adapters_and_parameters_are_named():
 #: Mechanisms whose noise is already exact (or whose outputs are discrete / described by a density).
 EXACT = {
     "tops": 4_000,
+    "tops-one-level": 20_000,
     "tops-periodic": 4_000,
+    "tops-model": 200,
     "binary-tree": 2_048,
     "pak": 400,
     "nm-e": 20_000,
+    "nm-e-tail": 20_000,
     "sr": 100_000,
     "pm": 100_000,
     "hm": 100_000,
@@ -227,6 +230,9 @@ EXACT = {
     "count-of-counts": 20_000,
     "count-of-counts-hg": 20_000,
     "count-of-counts-naive": 20_000,
+    "count-of-counts-top-down": 400,
+    "count-of-counts-k": 4_000,
+    "bt-by-key": 200,
     "laplace-counts": 100_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
@@ -254,6 +260,7 @@ def test_stream_adapters_declare_the_grids_of_their_outputs():
     tops = MECHANISMS["tops"]()
     assert tops.granularity == 2.0**-18 / 5  # theta = 4: g = 2^-18; b = 4, two levels: q = 5
     tree = MECHANISMS["binary-tree"]()
+    assert tree.levels == 3 and tree.sample(1.0, 5, np.random.default_rng(0)).shape == (5, 3)
     assert tree.granularity == BinaryTreeCounter(epsilon=1.0, upper_bound=1.0, seed=0).granularity == 2.0**-20
     pak = MECHANISMS["pak"]()
     outputs = pak.sample(pak.neighbours[0], 20, np.random.default_rng(0))
@@ -282,3 +289,24 @@ def test_the_audit_command_prints_the_table_and_exits_by_the_result():
     assert "eps lower bound" in passed.output and "sr " in passed.output and "FAIL" not in passed.output
     unknown = CliRunner().invoke(cli, ["audit", "no-such-mechanism"])
     assert unknown.exit_code == 2 and "unknown mechanism 'no-such-mechanism'" in unknown.output
+
+
+def test_the_audit_takes_an_epsilon_and_describes_its_best_event():
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    result = CliRunner().invoke(cli, ["audit", "sr", "tops-one-level", "--epsilon", "0.5", "--runs", "20000"])
+    assert result.exit_code == 0, result.output
+    [sr, tops] = run_audit(["sr", "tops-one-level"], epsilon=0.5, samples=20_000)
+    assert sr.claimed_epsilon == 0.5 and tops.claimed_epsilon == 0.5
+    assert sr.passed and tops.passed
+    assert tops.description.startswith("the released value is ") and "more often on input" in tops.description
+    assert "best events" in result.output and "tops-one-level: the released value is " in result.output
+
+
+def test_events_in_words():
+    assert Event(high=2.0).describe("x") == "x is at most 2"
+    assert Event(low=3.0, high=3.0).describe("theta") == "theta is 3"
+    assert Event(members=(1.0,)).describe("theta") == "theta is 1"
+    assert Event(members=(1.0, 2.0)).describe("theta") == "theta is one of 1, 2"

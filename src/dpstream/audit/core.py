@@ -87,6 +87,8 @@ class MechanismAdapter(ABC):
     """
 
     name: str = ""
+    #: What the statistic ``s`` is, in words (the event descriptions of the audit's report use it).
+    statistic_name: str = "s"
     neighbours: tuple[Any, Any]
     claimed_epsilon: float
     claimed_delta: float = 0.0
@@ -127,15 +129,38 @@ class Event:
             return np.isin(s, np.asarray(self.members, dtype=np.float64))
         return (s >= self.low) & (s <= self.high)
 
+    def describe(self, statistic: str = "s") -> str:
+        """The event in plain words, about ``statistic``.
+
+        >>> Event(low=17.5).describe("the released value")
+        'the released value is at least 17.5'
+        >>> Event(low=-40.49, high=-7.431).describe("the log-likelihood ratio")
+        'the log-likelihood ratio is between -40.49 and -7.431'
+        """
+        return self._written(_IN_WORDS, statistic, shown=6)
+
     def __str__(self) -> str:
+        return self._written(_IN_SYMBOLS, "s", shown=4)
+
+    def _written(self, forms: dict[str, str], statistic: str, *, shown: int) -> str:
+        """The event in one of the ``forms`` (by kind: a set, one value, a half-line, an interval)."""
         if self.members is not None:
-            shown = ", ".join(f"{v:.4g}" for v in self.members[:4]) + (", ..." if len(self.members) > 4 else "")
-            return f"s in {{{shown}}}"
-        if self.low == -math.inf:
-            return f"s <= {self.high:.4g}"
-        if self.high == math.inf:
-            return f"s >= {self.low:.4g}"
-        return f"{self.low:.4g} <= s <= {self.high:.4g}"
+            more = ", ..." if len(self.members) > shown else ""
+            values = ", ".join(f"{v:.4g}" for v in self.members[:shown]) + more
+            kind = "set" if len(self.members) > 1 else "one"
+        else:
+            values = ""
+            kind = ("at most" if self.low == -math.inf else "at least" if self.high == math.inf
+                    else "value" if self.low == self.high else "between")
+        return forms[kind].format(s=statistic, values=values, low=f"{self.low:.4g}", high=f"{self.high:.4g}")
+
+
+#: How :meth:`Event.describe` and ``str(event)`` write each kind of event.
+_IN_WORDS = {"set": "{s} is one of {values}", "one": "{s} is {values}", "value": "{s} is {low}",
+             "at most": "{s} is at most {high}", "at least": "{s} is at least {low}",
+             "between": "{s} is between {low} and {high}"}
+_IN_SYMBOLS = {"set": "{s} in {{{values}}}", "one": "{s} in {{{values}}}", "value": "{low} <= {s} <= {high}",
+               "at most": "{s} <= {high}", "at least": "{s} >= {low}", "between": "{low} <= {s} <= {high}"}
 
 
 @dataclass(frozen=True)
@@ -171,6 +196,13 @@ class AuditResult:
     support_ok: bool
     support_detail: str
     seconds: float
+    #: The best event in plain words: which input makes it likelier, and what it says about the output.
+    description: str = ""
+
+    @property
+    def fraction(self) -> float:
+        """The lower bound as a fraction of the claim: how close the audit came to it (1 = reached)."""
+        return self.epsilon_lower_bound / self.claimed_epsilon
 
     @property
     def epsilon_ok(self) -> bool:
@@ -450,18 +482,34 @@ def audit_mechanism(
         support_ok=support_ok,
         support_detail=support_detail,
         seconds=time.perf_counter() - start,
+        description=_in_words(best_event, best_num, adapter.statistic_name),
     )
 
 
-def format_table(results: list[AuditResult]) -> str:
-    """A plain-text table of audit results, one row per mechanism, then the failures' reasons.
+def _in_words(event: Event, numerator: int, statistic: str) -> str:
+    """``"on input A more often than on B: the released value is at least 17.5"``."""
+    more, less = "AB"[numerator], "AB"[1 - numerator]
+    return f"{event.describe(statistic)} (more often on input {more} than on {less})"
 
-    >>> row = AuditResult("toy", 1.0, 0.0, 0.93, "A: s >= 1", 0.9999, 4, 1000, True, "fine", 0.1)
+
+def format_table(results: list[AuditResult]) -> str:
+    """A plain-text table of audit results, one row per mechanism, the best events in words, then
+    the failures' reasons.
+
+    ``lb/claim`` is the lower bound as a fraction of the claimed epsilon.  The best event names
+    the input on which it is likelier (its numerator) and an interval or set of values of the
+    statistic ``s``: ``A: s <= 2`` bounds ``Pr[s(M(A)) <= 2] / Pr[s(M(B)) <= 2]``.
+
+    >>> row = AuditResult("toy", 1.0, 0.0, 0.93, "A: s >= 1", 0.9999, 4, 1000, True, "fine", 0.1,
+    ...                   "s is at least 1 (more often on input A than on B)")
     >>> print(format_table([row]))  # doctest: +NORMALIZE_WHITESPACE
-    mechanism  claimed eps  delta  eps lower bound  best event  support  result  runs/input  seconds
-    toy        1            0      0.930            A: s >= 1  ok       pass    1000        0.1
+    mechanism  claimed eps  delta  eps lower bound  lb/claim  best event  support  result  runs/input  seconds
+    toy        1            0      0.930            0.93      A: s >= 1   ok       pass    1000        0.1
+    <BLANKLINE>
+    best events (the event on which the bound rests, likelier on the first input named):
+    toy: s is at least 1 (more often on input A than on B)
     """
-    header = ("mechanism", "claimed eps", "delta", "eps lower bound", "best event", "support", "result",
+    header = ("mechanism", "claimed eps", "delta", "eps lower bound", "lb/claim", "best event", "support", "result",
               "runs/input", "seconds")
     rows = [
         (
@@ -469,6 +517,7 @@ def format_table(results: list[AuditResult]) -> str:
             f"{r.claimed_epsilon:g}",
             f"{r.claimed_delta:.3g}",
             f"{r.epsilon_lower_bound:.3f}",
+            f"{r.fraction:.2f}",
             r.event if len(r.event) <= 32 else r.event[:29] + "...",
             "ok" if r.support_ok else "FAIL",
             "pass" if r.passed else "FAIL",
@@ -481,6 +530,10 @@ def format_table(results: list[AuditResult]) -> str:
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in (header, *rows)
     ]
+    described = [r for r in results if r.description]
+    if described:
+        lines += ["", "best events (the event on which the bound rests, likelier on the first input named):"]
+        lines += [f"{r.name}: {r.description}" for r in described]
     for r in results:
         if not r.epsilon_ok:
             lines.append(f"{r.name}: epsilon lower bound {r.epsilon_lower_bound:.3f} > claimed {r.claimed_epsilon:g} "

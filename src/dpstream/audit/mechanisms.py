@@ -4,24 +4,39 @@ Every adapter builds its mechanism through keyword arguments only, in a small co
 and draws many independent runs per call where the mechanism allows it (independent chunks of
 one stream, independent regions of one level, one report per client).
 
-=====================  ==========================================================================
-name                   neighbours and audited output
-=====================  ==========================================================================
-tops                   ToPS's perturber, fixed theta: the first value of a chunk is 0 or theta;
-                       the first released value (the first leaf's consistent noisy measurement)
-tops-periodic          the periodic perturber (leaves of one period of 2 values, 2 levels): the
-                       first value of a chunk is 0 or theta; the sum released for its period
-nm-e                   NM-E: one held-out value moves one candidate's score by 1; the threshold
-binary-tree            binary-tree counter: one value is 0 or tau; the noisy counts 1, 2, 4, ...
-                       values later (the lowest nodes on its path; many copies per tree)
-pak                    PAK: one held-out value is 0 or B; the released sum of the hold-out
-sr, pm, hm             the LDP mean randomizers on the extreme inputs -1 and 1; the report (an index
-                       on the mechanism's declared grid)
-square-wave            Square Wave on the extreme inputs 0 and 1; the report (a grid index)
-count-of-counts[-hg,   one group's size is 2 or 3 in a region of 4 groups (method hc, hg or naive);
--naive]                the estimated group sizes of the region
-laplace-counts         one user moves between two locations; the two noisy (integer) counts
-=====================  ==========================================================================
+========================  =======================================================================
+name                      neighbours and audited output
+========================  =======================================================================
+tops                      ToPS's perturber, fixed theta, two levels: the first value of a chunk
+                          is 0 or theta; the first released value (its leaf's consistent value)
+tops-one-level            the perturber with one measured level on a keyed source (``key=``):
+                          every value is 0 or theta; each released value (value + its noise)
+tops-periodic             the periodic perturber (leaves of one period of 2 values, 2 levels): the
+                          first value of a chunk is 0 or theta; the sum released for its period
+tops-model                ToPS end to end on its hold-out with the default model threshold
+                          (median, drift, selection, prior; keyed): one held-out value is 0 or
+                          B; theta (with s and the prior)
+nm-e, nm-e-tail           NM-E: one held-out value moves candidate 1's count by 1 so that the
+                          noiseless winner changes (nm-e), or deeper in the noise's tail; theta
+binary-tree               binary-tree counter, trees of 8 leaves: the first value is 0 or tau;
+                          the noisy counts after 1, 2 and 4 values (one node on every level)
+bt-by-key                 the same, per key as ``release --key-column`` runs it (the registry's
+                          entry, one counter per key on its keyed bits): one key is one run
+pak                       PAK: one held-out value is 0 or B; the released sum of the hold-out
+sr, pm, hm                the LDP mean randomizers on the extreme inputs -1 and 1; the report (an
+                          index on the mechanism's declared grid)
+square-wave               Square Wave on the extreme inputs 0 and 1; the report (a grid index)
+count-of-counts[-hg,      one group's size is 2 or 3 in a region of 4 groups (method hc, hg or
+-naive]                   naive); the estimated group sizes of the region
+count-of-counts-top-down  the top-down release end to end (root and two leaves, keyed): one
+                          group's size is 2 or 3; every released group size
+count-of-counts-k         the private bound K: the largest group has 3 or 4 members; K
+laplace-counts            one user moves between two locations; the two noisy (integer) counts
+========================  =======================================================================
+
+Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
+run releases about the changed input (the Neyman-Pearson statistic), so the audit's best event
+is the most powerful test; ``lb/claim`` in the report says how close it came.
 
 Every mechanism of the registry (:mod:`dpstream.release.registry`) names the experiments here that
 audit it (``Mechanism.audits``: the binary tree, ``bt``, is audited by ``binary-tree``); a
@@ -49,196 +64,26 @@ from dpstream.audit.core import (
     DEFAULT_EVENTS,
     AuditResult,
     MechanismAdapter,
-    UnverifiableSupport,
     audit_mechanism,
     granularity_of,
     on_lattice,
 )
-from dpstream.count_of_counts import LevelHistograms, estimate_level
+from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
+from dpstream.audit.streams import (
+    BinaryTree,
+    BinaryTreeByKey,
+    NoisyMaxThreshold,
+    PAKHoldOut,
+    PeriodicLeaves,
+    ToPSModelThreshold,
+    ToPSOneLevel,
+    ToPSPerturber,
+    laplace_log_ratio,
+)
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
-from dpstream.noise import ExactNoise
-from dpstream.noise.source import NoiseSource
 from dpstream.postprocess import LaplaceCounts
-from dpstream.release import HierarchicalPerturber
-from dpstream.release.binary_tree import BinaryTreeCounter
-from dpstream.release.pak import PAK
-from dpstream.release.periodic import PeriodicPerturber
-from dpstream.thresholds import noisy_max_threshold
-from dpstream.thresholds.noisy_max import threshold_candidates
 
 __all__ = ["MECHANISMS", "run_audit"]
-
-
-def _laplace_log_ratio(outputs: np.ndarray, mean_b: np.ndarray, mean_a: np.ndarray, scale: float) -> np.ndarray:
-    """``log(f_B(y) / f_A(y))`` summed over the columns, for Laplace noise of ``scale`` around the
-    true answers: the Neyman-Pearson statistic, as good a 1-D summary of several noisy values as any."""
-    outputs = np.atleast_2d(np.asarray(outputs, dtype=np.float64).T).T
-    return ((np.abs(outputs - mean_a) - np.abs(outputs - mean_b)) / scale).sum(axis=1)
-
-
-class ToPSPerturber(MechanismAdapter):
-    """ToPS's hierarchical perturber with a fixed threshold (no smoothing, so chunks are independent).
-
-    Each chunk of ``max_range`` values gets a fresh hierarchy, so one stream of ``n`` chunks is
-    ``n`` independent runs; position 0 of every chunk is 0 (input A) or theta (input B).
-    """
-
-    name = "tops"
-
-    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, max_range: int = 16, fanout: int = 4,
-                 samples: int = 100_000) -> None:
-        self._params = dict(threshold=threshold, epsilon=epsilon, max_range=max_range, fanout=fanout, smoothed_levels=0)
-        probe = HierarchicalPerturber(**self._params, seed=0)
-        guarantee = probe.privacy()
-        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
-        self.granularity = probe.leaf_granularity
-        self.max_range, self.samples = probe.max_range, samples
-        self.neighbours = (0.0, probe.threshold)
-
-    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        stream = np.zeros((n, self.max_range))
-        stream[:, 0] = x
-        released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(n, self.max_range)[:, 0]
-
-    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        return on_lattice(outputs, x, self.granularity, what="ToPS's perturber")
-
-
-class PeriodicLeaves(MechanismAdapter):
-    """The periodic perturber with a fixed threshold: leaves of ``period`` values under two levels.
-
-    Each chunk of ``max_range`` values gets a fresh hierarchy; position 0 of every chunk is 0
-    (input A) or theta (input B), the rest 0.  The audited output is the sum of the values
-    released for the chunk's first period: that leaf's consistent noisy measurement, whatever
-    the smoother predicted inside it (predictions of earlier chunks' leaves, which are
-    independent of this chunk's noise).
-    """
-
-    name = "tops-periodic"
-
-    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, period: int = 2, max_range: int = 16,
-                 fanout: int = 4, samples: int = 100_000) -> None:
-        self._params = dict(threshold=threshold, epsilon=epsilon, period=period, max_range=max_range, fanout=fanout,
-                            levels=2, prior=0.0)
-        probe = PeriodicPerturber(**self._params, seed=0)
-        guarantee = probe.privacy()
-        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        self.granularity = probe.leaf_granularity
-        self.max_range, self.period, self.samples = probe.max_range, period, samples
-        self.neighbours = (0.0, probe.threshold)
-
-    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        stream = np.zeros((n, self.max_range))
-        stream[:, 0] = x
-        released = PeriodicPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(n, self.max_range)[:, : self.period].sum(axis=1)
-
-    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        return on_lattice(outputs, x, self.granularity, what="the periodic perturber")
-
-
-class NoisyMaxThreshold(MechanismAdapter):
-    """NM-E on a three-value hold-out: the first value is 0.5 or 1.5, which moves candidate 1's
-    score by one (``m_1`` counts the values >= 1) and leaves candidate 2's alone."""
-
-    name = "nm-e"
-
-    def __init__(self, *, epsilon: float = 1.0, samples: int = 100_000) -> None:
-        self._params = dict(epsilon=epsilon, upper_bound=2.0, max_range=16, fanout=4)
-        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
-        self.neighbours = (np.array([0.5, 1.5, 1.5]), np.array([1.5, 1.5, 1.5]))
-        self.samples = samples
-
-    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
-        return np.array([noisy_max_threshold(x, **self._params, noise=noise) for _ in range(n)])
-
-    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-        # report-noisy-max with full-support noise picks every candidate with positive probability
-        return np.isin(outputs, threshold_candidates(self._params["upper_bound"]))
-
-
-class BinaryTree(MechanismAdapter):
-    """The binary-tree counter (its default tree length): one value is 0 or tau.
-
-    Independent copies in one tree.  For a position ``p`` that is a multiple of ``2^k``, the
-    noisy counts satisfy ``c(p + 2^l) - c(p) = v_p + N(l, p / 2^l)`` for ``l < k`` when the
-    values after ``p`` in its block are 0: the value plus the noise of the ``k`` lowest nodes on
-    its path.  Those nodes lie in disjoint subtrees for different ``p``, so the blocks of ``2^k``
-    positions of one run are independent copies, each distributed as a run on a neighbouring
-    pair (0 vs tau at one position).  The output of a copy is these ``k`` differences (the first
-    is the released value at ``p``), the statistic their Laplace log-likelihood ratio.  The ``h - k``
-    upper levels are left out, so the lower bound cannot exceed ``epsilon k / h``.
-    """
-
-    name = "binary-tree"
-
-    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, depth: int = 8, samples: int = 200_000) -> None:
-        self._params = dict(upper_bound=threshold, epsilon=epsilon)
-        probe = BinaryTreeCounter(**self._params, seed=0)
-        guarantee = probe.privacy()
-        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        self.granularity = granularity_of(probe)
-        self.depth = min(depth, probe.levels - 1)
-        self.levels, self.scale, self.samples = probe.levels, probe.noise_scale, samples
-        self.neighbours = (0.0, probe.threshold)
-
-    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        width = 2**self.depth
-        stream = np.zeros(2 ** (self.levels - 1))  # inside the first tree whatever its length
-        stream[::width] = x
-        starts = np.arange(0, stream.size, width)
-        runs = []
-        for _ in range(-(-n // starts.size)):
-            released = BinaryTreeCounter(**self._params, seed=rng).release(stream)
-            counts = np.concatenate(([0.0], np.cumsum(released)))
-            diffs = counts[starts[:, None] + 2 ** np.arange(self.depth)] - counts[starts[:, None]]
-            diffs[:, 0] = released[starts]
-            runs.append(diffs)
-        return np.concatenate(runs)[:n]
-
-    def statistic(self, outputs: np.ndarray) -> np.ndarray:
-        return _laplace_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
-
-    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        # the released value at p is the value plus one leaf's noise; the other columns are float sums
-        return on_lattice(outputs[:, 0], x, self.granularity, what="the binary-tree counter")
-
-
-class PAKHoldOut(MechanismAdapter):
-    """PAK's hold-out: one held value is 0 or B; the output is the released noisy sum of the
-    held values truncated at tau, with tau (columns: sum, tau, the grid the run declares)."""
-
-    name = "pak"
-
-    def __init__(
-        self, *, epsilon: float = 1.0, upper_bound: float = 16.0, hold: int = 32, samples: int = 20_000
-    ) -> None:
-        self._params = dict(epsilon=epsilon, upper_bound=upper_bound, hold=hold)
-        guarantee = PAK(**self._params, seed=0).privacy()
-        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        held = (np.arange(hold) % 9).astype(np.float64)
-        held[0] = 0.0
-        moved = held.copy()
-        moved[0] = upper_bound
-        self.neighbours, self.samples = (held, moved), samples
-
-    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        out = np.empty((n, 3))
-        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
-        for run in range(n):
-            pak = PAK(**self._params, noise=noise)
-            pak.release(x)
-            grid = granularity_of(pak)
-            out[run] = (pak.held_sum, pak.threshold, np.nan if grid is None else grid)
-        return out
-
-    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-        # tau is released too and taken as given: the sum must sit on the grid around x's truncated sum
-        truth = np.minimum(x[None, :], outputs[:, 1:2]).sum(axis=1)
-        return on_lattice(outputs[:, 0], truth, outputs[:, 2], what="PAK's held-out sum")
 
 
 class LaplaceCountsMove(MechanismAdapter):
@@ -248,6 +93,7 @@ class LaplaceCountsMove(MechanismAdapter):
     """
 
     name = "laplace-counts"
+    statistic_name = "the log-likelihood ratio of the two noisy counts"
 
     def __init__(self, *, epsilon: float = 1.0, samples: int = 1_000_000) -> None:
         self.epsilon = epsilon
@@ -261,7 +107,7 @@ class LaplaceCountsMove(MechanismAdapter):
         return LaplaceCounts(epsilon=self.epsilon, seed=rng).release(np.tile(x, (n, 1)))
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
-        return _laplace_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
+        return laplace_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
 
     def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
         return on_lattice(outputs, x[None, :], self.granularity, what="LaplaceCounts").all(axis=1)
@@ -277,6 +123,8 @@ class LocalRandomizer(MechanismAdapter):
     """An LDP randomizer (SR, PM or SW) on its two extreme inputs.  Its reports are indices on a
     declared finite grid (``outputs`` points) with exact probabilities: a report is possible under
     the neighbour when it is on the grid and its probability there is positive."""
+
+    statistic_name = "the report (its index on the grid)"
 
     def __init__(self, name: str, randomizer: Any, low: float, high: float, samples: int) -> None:
         self.name, self.randomizer, self.samples = name, randomizer, samples
@@ -297,6 +145,7 @@ class HybridReports(MechanismAdapter):
     """HM on -1 and 1; a report is (branch, index), and the statistic maps SR's two reports outside PM's grid."""
 
     name = "hm"
+    statistic_name = "the report (PM's grid index; SR's two reports at -1 and after PM's grid)"
 
     def __init__(self, *, epsilon: float = 1.0, samples: int = 1_000_000) -> None:
         self.hm, self.samples = HybridMechanism(epsilon=epsilon), samples
@@ -320,58 +169,40 @@ class HybridReports(MechanismAdapter):
         return np.where(uses_pm, by_pm, by_sr)
 
 
-class CountOfCountsRegion(MechanismAdapter):
-    """A Section 4 method on one region of 4 groups, sizes (1, 2, 2, 3) or (1, 2, 3, 3).
-
-    ``n`` copies of the region form one level (disjoint regions get independent noise), so one
-    ``estimate_level`` call is ``n`` runs, with the exact discrete Laplace sampler of a release
-    drawing its bits from the audit's generator.  The output is the region's estimated sizes, sorted;
-    the statistic counts the groups of size >= 3.
-    """
-
-    def __init__(self, *, method: str = "hc", epsilon: float = 1.0, max_size: int = 4, samples: int = 100_000) -> None:
-        self.name = "count-of-counts" if method == "hc" else f"count-of-counts-{method}"
-        self.method, self.epsilon, self.max_size, self.samples = method, epsilon, max_size, samples
-        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
-        self.neighbours = (np.array([1, 2, 2, 3]), np.array([1, 2, 3, 3]))
-
-    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        groups = x.size
-        truth = LevelHistograms.from_groups(np.repeat(np.arange(n), groups), np.tile(x, n), n)
-        estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, noise=ExactNoise(bits=rng),
-                                  max_size=self.max_size)
-        hist = estimate.histograms
-        return np.repeat(hist.size, hist.count).reshape(n, groups)  # rows sorted by (region, size)
-
-    def statistic(self, outputs: np.ndarray) -> np.ndarray:
-        return (outputs >= 3).sum(axis=1)
-
-    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-        # every sorted vector of x.size integer sizes in range is one noise draw away (Section 4)
-        outputs = np.asarray(outputs)
-        if outputs.ndim != 2 or outputs.shape[1] != x.size:
-            raise UnverifiableSupport(f"count-of-counts outputs must hold {x.size} group sizes")
-        # every method caps the sizes at the public K (max_size)
-        valid = (outputs >= 0) & (outputs <= self.max_size) & (outputs == np.rint(outputs))
-        return valid.all(axis=1) & (np.diff(outputs, axis=1) >= 0).all(axis=1)
-
-
-#: Every audited mechanism by name, as a factory of its adapter in the default configuration.
-MECHANISMS: dict[str, Callable[[], MechanismAdapter]] = {
+#: Every audited mechanism by name, as a factory of its adapter in the default configuration at a
+#: claimed ``epsilon`` (keyword).
+MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "tops": ToPSPerturber,
+    "tops-one-level": ToPSOneLevel,
     "tops-periodic": PeriodicLeaves,
+    "tops-model": ToPSModelThreshold,
     "nm-e": NoisyMaxThreshold,
+    "nm-e-tail": lambda *, epsilon=1.0: NoisyMaxThreshold(epsilon=epsilon, gap=3),
     "binary-tree": BinaryTree,
+    "bt-by-key": BinaryTreeByKey,
     "pak": PAKHoldOut,
-    "sr": lambda: LocalRandomizer("sr", StochasticRounding(epsilon=1.0), -1.0, 1.0, 1_000_000),
-    "pm": lambda: LocalRandomizer("pm", PiecewiseMechanism(epsilon=1.0), -1.0, 1.0, 1_000_000),
+    "sr": lambda *, epsilon=1.0: LocalRandomizer("sr", StochasticRounding(epsilon=epsilon), -1.0, 1.0, 1_000_000),
+    "pm": lambda *, epsilon=1.0: LocalRandomizer("pm", PiecewiseMechanism(epsilon=epsilon), -1.0, 1.0, 1_000_000),
     "hm": HybridReports,
-    "square-wave": lambda: LocalRandomizer("square-wave", SquareWave(epsilon=1.0), 0.0, 1.0, 1_000_000),
+    "square-wave": lambda *, epsilon=1.0: LocalRandomizer("square-wave", SquareWave(epsilon=epsilon), 0.0, 1.0,
+                                                          1_000_000),
     "count-of-counts": CountOfCountsRegion,
-    "count-of-counts-hg": lambda: CountOfCountsRegion(method="hg"),
-    "count-of-counts-naive": lambda: CountOfCountsRegion(method="naive"),
+    "count-of-counts-hg": lambda *, epsilon=1.0: CountOfCountsRegion(method="hg", epsilon=epsilon),
+    "count-of-counts-naive": lambda *, epsilon=1.0: CountOfCountsRegion(method="naive", epsilon=epsilon),
+    "count-of-counts-top-down": TopDownRelease,
+    "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
 }
+
+
+#: How many times each mechanism's own runs a thorough audit makes.
+THOROUGH = 4
+
+
+def _audit_one(adapter: MechanismAdapter, *, samples: int | None, thorough: bool, **options: Any) -> AuditResult:
+    if samples is None and thorough:
+        samples = THOROUGH * adapter.samples
+    return audit_mechanism(adapter, samples=samples, **options)
 
 
 def run_audit(
@@ -383,6 +214,8 @@ def run_audit(
     alpha: float = DEFAULT_ALPHA,
     samples: int | None = None,
     events: int = DEFAULT_EVENTS,
+    epsilon: float = 1.0,
+    thorough: bool = False,
 ) -> list[AuditResult]:
     """Audit the named mechanisms (default: all of :data:`MECHANISMS`).
 
@@ -404,6 +237,11 @@ def run_audit(
         Runs per input for every mechanism instead of each one's default.
     events : int
         Events bounded per mechanism.
+    epsilon : float
+        The budget every mechanism is configured with (its claim, up to the rounding of its noise scale).
+    thorough : bool
+        Without ``samples``: :data:`THOROUGH` times each mechanism's own runs (bounds nearer the
+        claim, that many times longer).
 
     >>> [r.passed for r in run_audit(["sr", "count-of-counts"], samples=2000)]
     [True, True]
@@ -419,7 +257,8 @@ def run_audit(
             log(f"auditing {name} ({index}/{len(selected)})")
         rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
         results.append(
-            audit_mechanism(MECHANISMS[name](), samples=samples, seed=rng, alpha=alpha / len(selected), events=events)
+            _audit_one(MECHANISMS[name](epsilon=epsilon), samples=samples, thorough=thorough, seed=rng,
+                       alpha=alpha / len(selected), events=events)
         )
         notify(progress, index, len(selected))
     return results

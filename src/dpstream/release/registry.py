@@ -214,11 +214,11 @@ _PAK_OPTIONS = {**_same_names("hold", "delta", "threshold_fraction", "multiplier
 
 register(Mechanism("tops", ToPS, TOPS, _describe_tops, _TOPS_OPTIONS, service=1,
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c"),
-                   audits=("tops", "tops-periodic", "nm-e")))
+                   audits=("tops", "tops-one-level", "tops-periodic", "tops-model", "nm-e", "nm-e-tail")))
 register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3, audits=("pak",)))
 register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},
                    audits=("pak",)))
 register(Mechanism("bt", BinaryTreeCounter, BINARY_TREE, _describe_bt, _same_names("granularity"), service=2,
-                   audits=("binary-tree",)))
+                   audits=("binary-tree", "bt-by-key")))
 register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "threshold_epsilon"), noise=_topl_noise,
                    audits=("square-wave", "hm")))

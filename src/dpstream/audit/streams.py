@@ -1,0 +1,335 @@
+"""Adapters of the stream mechanisms: ToPS (its perturber, its threshold steps end to end), the binary
+tree and PAK, each with a neighbour pair chosen so that the audit's lower bound can reach the claim.
+
+Where the output law is known (additive discrete Laplace noise around the true answers), the
+statistic is the Neyman-Pearson one: the log-likelihood ratio of all the noisy values a run
+releases about the changed value (:func:`laplace_log_ratio`), so the best event on it is the most
+powerful test of A against B.  Where the output is a choice among candidates (NM-E, the model
+threshold), it is the choice itself and the audit's likelihood-ratio sets are optimal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpstream.audit.core import MechanismAdapter, granularity_of, on_lattice
+from dpstream.noise.source import NoiseSource
+from dpstream.release import HierarchicalPerturber, ToPS
+from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.by_key import ByKey, key_bits
+from dpstream.release.pak import PAK
+from dpstream.release.periodic import PeriodicPerturber
+from dpstream.release.registry import mechanism
+from dpstream.thresholds import noisy_max_threshold
+from dpstream.thresholds.model import model_candidates
+from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
+
+__all__ = [
+    "BinaryTree",
+    "BinaryTreeByKey",
+    "NoisyMaxThreshold",
+    "PAKHoldOut",
+    "PeriodicLeaves",
+    "ToPSModelThreshold",
+    "ToPSOneLevel",
+    "ToPSPerturber",
+    "laplace_log_ratio",
+]
+
+
+def laplace_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, scale: float) -> np.ndarray:
+    """``log(f_B(y) / f_A(y))`` summed over the columns, for Laplace noise of ``scale`` around the
+    true answers ``mean_a`` and ``mean_b``: the Neyman-Pearson statistic of several independent
+    noisy values (discrete Laplace on a grid has the same ratio at the grid points).
+
+    >>> laplace_log_ratio(np.array([[0.0, 1.0], [5.0, 5.0]]), 1.0, 0.0, 2.0).tolist()
+    [0.0, 1.0]
+    """
+    outputs = np.atleast_2d(np.asarray(outputs, dtype=np.float64).T).T
+    return ((np.abs(outputs - mean_a) - np.abs(outputs - mean_b)) / scale).sum(axis=1)
+
+
+class ToPSPerturber(MechanismAdapter):
+    """ToPS's hierarchical perturber with a fixed threshold (no smoothing, so chunks are independent).
+
+    Each chunk of ``max_range`` values gets a fresh hierarchy, so one stream of ``n`` chunks is
+    ``n`` independent runs; position 0 of every chunk is 0 (input A) or theta (input B).  The
+    output is the first released value (its leaf's consistent measurement); the parent's share of
+    the budget reaches it only through consistency, so the bound stays near half the claim
+    (``tops-one-level`` audits the noise scale at the full claim).
+    """
+
+    name = "tops"
+    statistic_name = "the first released value"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, max_range: int = 16, fanout: int = 4,
+                 samples: int = 50_000) -> None:
+        self._params = dict(threshold=threshold, epsilon=epsilon, max_range=max_range, fanout=fanout, smoothed_levels=0)
+        probe = HierarchicalPerturber(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
+        self.granularity = probe.leaf_granularity
+        self.max_range, self.samples = probe.max_range, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        stream = np.zeros((n, self.max_range))
+        stream[:, 0] = x
+        released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
+        return released.reshape(n, self.max_range)[:, 0]
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x, self.granularity, what="ToPS's perturber")
+
+
+class ToPSOneLevel(MechanismAdapter):
+    """ToPS's perturber with one measured level (fan-out = chunk length), on a keyed noise source.
+
+    Every value is its own leaf with its own noise, so each released value is an independent run:
+    all values of the stream are 0 (input A) or theta (input B), and a released value is the
+    value plus discrete Laplace noise of the perturber's scale, the whole budget on one
+    measurement.  The noise comes from ``key=`` (a fresh secret key drawn from the auditor's
+    generator), as a durable release draws it: chunk ``c`` from ``KeyedBits(key, ("tops", c))``.
+    """
+
+    name = "tops-one-level"
+    statistic_name = "the released value"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, width: int = 256,
+                 samples: int = 1_000_000) -> None:
+        self._params = dict(threshold=threshold, epsilon=epsilon, max_range=width, fanout=width, smoothed_levels=0)
+        probe = HierarchicalPerturber(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity, self.samples = probe.leaf_granularity, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        return HierarchicalPerturber(**self._params, key=rng.bytes(32)).release(np.full(n, x))
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x, self.granularity, what="ToPS's one-level perturber")
+
+
+class PeriodicLeaves(MechanismAdapter):
+    """The periodic perturber with a fixed threshold: leaves of ``period`` values under two levels.
+
+    Each chunk of ``max_range`` values gets a fresh hierarchy; position 0 of every chunk is 0
+    (input A) or theta (input B), the rest 0.  The audited output is the sum of the values
+    released for the chunk's first period: that leaf's consistent noisy measurement, whatever
+    the smoother predicted inside it (predictions of earlier chunks' leaves, which are
+    independent of this chunk's noise).
+    """
+
+    name = "tops-periodic"
+    statistic_name = "the sum released for the first period"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, period: int = 2, max_range: int = 16,
+                 fanout: int = 4, samples: int = 50_000) -> None:
+        self._params = dict(threshold=threshold, epsilon=epsilon, period=period, max_range=max_range, fanout=fanout,
+                            levels=2, prior=0.0)
+        probe = PeriodicPerturber(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity = probe.leaf_granularity
+        self.max_range, self.period, self.samples = probe.max_range, period, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        stream = np.zeros((n, self.max_range))
+        stream[:, 0] = x
+        released = PeriodicPerturber(**self._params, seed=rng).release(stream.ravel())
+        return released.reshape(n, self.max_range)[:, : self.period].sum(axis=1)
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x, self.granularity, what="the periodic perturber")
+
+
+class NoisyMaxThreshold(MechanismAdapter):
+    """NM-E on a hold-out of four values and the candidates 1 and 2.
+
+    Candidate 1 wins the noisy max when ``D >= gap``, D the difference of the two noises and
+    ``gap`` the number of held-out values in [1, 2) (Eq. 6's slope is below 1 here).  The first
+    value is 0.5 or 1.5: it moves the gap from ``gap`` to ``gap + 1``.  With ``gap = 0`` the
+    noiseless winner changes between the neighbours (a selection without noise fails at once);
+    a larger gap looks further into the tail of D, where the ratio of the two inputs'
+    probabilities nears ``e^eps`` (``nm-e-tail``, gap 3: about 0.81 of the claim at eps = 1).
+    """
+
+    statistic_name = "the chosen threshold"
+
+    def __init__(self, *, epsilon: float = 1.0, gap: int = 0, samples: int = 100_000) -> None:
+        self.name = "nm-e" if gap == 0 else "nm-e-tail"
+        self._params = dict(epsilon=epsilon, upper_bound=2.0, max_range=16, fanout=4)
+        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
+        if gap not in range(4):
+            raise ValueError(f"gap must be 0, 1, 2 or 3, got {gap!r}.")
+        held = np.array([0.5] + [1.5] * gap + [2.0] * (3 - gap))
+        moved = held.copy()
+        moved[0] = 1.5
+        slope = nm_e_slope(held.size, stream_epsilon=epsilon, max_range=16, fanout=4)
+        if not 0.0 < slope < 1.0:  # pragma: no cover - the configuration above keeps it small
+            raise ValueError(f"NM-E's slope must lie in (0, 1) for this neighbour pair, got {slope}.")
+        self.neighbours, self.samples = (held, moved), samples
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
+        return np.array([noisy_max_threshold(x, **self._params, noise=noise) for _ in range(n)])
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        # report-noisy-max with full-support noise picks every candidate with positive probability
+        return np.isin(outputs, threshold_candidates(self._params["upper_bound"]))
+
+
+class ToPSModelThreshold(MechanismAdapter):
+    """ToPS end to end as users run it, on its hold-out: the default model threshold (median, drift,
+    selection, prior), built through the constructor with a keyed noise source.
+
+    The hold-out ``(0 or 8, 0, 0, 2, 2, 3, 3, 5)`` (B = 8) moves the exact median (step 1) and
+    with it every selection score: with the true scores' argmax in place of steps 1 and 3's private
+    selections, theta is 1 on A and 4 on B in every run.  The output is what ToPS releases from its
+    hold-out: theta, s and the prior; the statistic is theta (the prior is noisy on a grid, s a
+    function of theta).  The claim is the threshold's budget (``threshold_epsilon``: the hold-out's
+    values are not released).  With so few held-out values the private selection hardly depends
+    on one of them, so the bound stays near 0: this adapter sees a broken selection, not a
+    slightly generous one.
+    """
+
+    name = "tops-model"
+    statistic_name = "the chosen threshold"
+
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 2_000) -> None:
+        self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
+        held = np.array([0.0, 0.0, 0.0, 2.0, 2.0, 3.0, 3.0, 5.0])
+        moved = held.copy()
+        moved[0] = 8.0
+        self.neighbours, self.samples = (held, moved), samples
+        self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        out = np.empty((n, 3))
+        for run in range(n):
+            tops = ToPS(**self._params, hold=x.size, key=rng.bytes(32))
+            tops.release(x)
+            out[run] = (tops.threshold, tops.smoothed_levels, tops.model_choice.prior)
+        return out
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        # every candidate can win permute-and-flip; the prior is a noisy mean with full-support noise
+        candidates = model_candidates(self._params["upper_bound"])
+        return np.isin(outputs[:, 0], candidates) & np.isfinite(outputs[:, 2])
+
+
+class BinaryTree(MechanismAdapter):
+    """The binary-tree counter on trees of ``2^levels`` leaves: the first value is 0 or tau.
+
+    After the first ``2^l`` values the noisy count is exactly the node ``(l, 0)``, the value plus
+    that node's noise, for every measured level ``l``; the trees of successive blocks are
+    independent, so one stream of ``n`` blocks is ``n`` runs.  The output of a run is these
+    ``levels`` noisy counts (one node on every level) and the statistic their Laplace
+    log-likelihood ratio, which spends the whole claim.  Fewer levels make the ratio's extreme
+    values likelier, so the bound nears the claim with fewer runs; the per-level scale
+    ``tau h / eps`` is what the audit checks.
+    """
+
+    name = "binary-tree"
+    statistic_name = "the log-likelihood ratio of the noisy counts"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, levels: int = 3,
+                 samples: int = 200_000) -> None:
+        self._params = dict(upper_bound=threshold, epsilon=epsilon, max_range=2**levels)
+        probe = BinaryTreeCounter(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.granularity = granularity_of(probe)
+        self.levels, self.scale, self.samples = probe.levels, probe.noise_scale, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        width = 2**self.levels
+        stream = np.zeros((n, width))
+        stream[:, 0] = x
+        released = BinaryTreeCounter(**self._params, seed=rng).release(stream.ravel()).reshape(n, width)
+        return np.cumsum(released, axis=1)[:, 2 ** np.arange(self.levels) - 1]
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        return laplace_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        return on_lattice(outputs, x, self.granularity, what="the binary-tree counter").all(axis=1)
+
+
+class BinaryTreeByKey(BinaryTree):
+    """The binary tree per key, as ``release --method bt --key-column`` runs it: the registry's entry
+    builds one counter per key (:class:`~dpstream.release.by_key.ByKey`), key ``k`` drawing from
+    ``key_bits(secret, k)`` with a fresh secret per input.  Every key's stream is one run (its first
+    value 0 or tau, then zeros); the output and statistic are the binary tree's (one noisy count on
+    every level).  Noise shared between keys would make the runs on one input alike: the audit
+    sees it at once.
+    """
+
+    name = "bt-by-key"
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, levels: int = 3, samples: int = 1_000) -> None:
+        super().__init__(epsilon=epsilon, threshold=threshold, levels=levels, samples=samples)
+        self._options = {"epsilon": epsilon, "upper_bound": threshold, "max_range": 2**levels, "clip": False,
+                         "granularity": None}
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        entry, secret, width = mechanism("bt"), rng.bytes(32), 2**self.levels
+        streams = ByKey(build=lambda key: entry.build(self._options, seed=key_bits(secret, key)), max_keys=n)
+        stream = np.zeros((n, width))
+        stream[:, 0] = x
+        released = streams.release(stream.ravel(), [f"key {run}" for run in range(n) for _ in range(width)])
+        order = np.lexsort((released.positions, np.array([int(key[4:]) for key in released.keys])))
+        runs = released.values[order].reshape(n, width)
+        return np.cumsum(runs, axis=1)[:, 2 ** np.arange(self.levels) - 1]
+
+
+class PAKHoldOut(MechanismAdapter):
+    """PAK's hold-out: one held value is 0 or B; the output is the released noisy sum of the
+    held values truncated at tau, with tau (columns: sum, tau, the grid the run declares).  The
+    statistic sees the sum's share of the budget (``eps2``), not tau's (S-PAK's percentile), so
+    the bound cannot exceed ``eps2``."""
+
+    name = "pak"
+    statistic_name = "the log-likelihood ratio of the hold-out's released sum given tau"
+
+    def __init__(
+        self, *, epsilon: float = 1.0, upper_bound: float = 16.0, hold: int = 32, samples: int = 20_000
+    ) -> None:
+        self._params = dict(epsilon=epsilon, upper_bound=upper_bound, hold=hold)
+        probe = PAK(**self._params, seed=0)
+        guarantee = probe.privacy()
+        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
+        self.sum_epsilon = probe.sum_epsilon
+        held = (np.arange(hold) % 9).astype(np.float64)
+        held[0] = 0.0
+        moved = held.copy()
+        moved[0] = upper_bound
+        self.neighbours, self.samples = (held, moved), samples
+
+    def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        out = np.empty((n, 3))
+        noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks
+        for run in range(n):
+            pak = PAK(**self._params, noise=noise)
+            pak.release(x)
+            grid = granularity_of(pak)
+            out[run] = (pak.held_sum, pak.threshold, np.nan if grid is None else grid)
+        return out
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        """The log-likelihood ratio of the sum given tau: Laplace of scale ``tau / eps2`` around each
+        input's sum truncated at tau (the Neyman-Pearson statistic of the sum's part of the budget)."""
+        tau = outputs[:, 1:2]
+        truths = [np.minimum(x[None, :], tau).sum(axis=1) for x in self.neighbours]
+        return (np.abs(outputs[:, 0] - truths[0]) - np.abs(outputs[:, 0] - truths[1])) * self.sum_epsilon / tau[:, 0]
+
+    def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        # tau is released too and taken as given: the sum must sit on the grid around x's truncated sum
+        truth = np.minimum(x[None, :], outputs[:, 1:2]).sum(axis=1)
+        return on_lattice(outputs[:, 0], truth, outputs[:, 2], what="PAK's held-out sum")
