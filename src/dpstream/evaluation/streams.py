@@ -6,7 +6,10 @@ scenario, a budget and a generator, and returns a function that answers range qu
 round draws fresh noise and fresh queries; all methods of a round answer the same queries.
 
 * ``end-to-end`` (Figure 3's ToPS line): ToPS with the same epsilon for NM-E and the
-  hierarchy (so the whole release is epsilon-DP); ground truth is the raw stream.
+  hierarchy (so the whole release is epsilon-DP); ground truth is the raw stream.  With
+  ``ExperimentConfig(threshold_method="model")``, ToPS runs the library's default choice of theta,
+  s and the prior (:mod:`dpstream.thresholds.model`) instead of the paper's NM-E, here and in
+  ``baselines``.
 * ``hierarchy`` (Figures 4-5): theta is the true p-th percentile (default 95) of the first m
   values -- a NON-PRIVATE oracle that isolates the perturber and smoother -- and the ground
   truth is the stream truncated at theta.
@@ -45,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_epsilon
+from dpstream._checks import check_choice, check_epsilon
 from dpstream._progress import Progress, notify
 from dpstream.evaluation.metrics import (
     METRICS,
@@ -59,6 +62,7 @@ from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.hierarchy import PlainHierarchy
 from dpstream.noise import FloatNoise
 from dpstream.release import HierarchicalPerturber, ToPL, ToPS
+from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, cap_threshold
 from dpstream.rng import Seed, make_rng
@@ -69,6 +73,7 @@ __all__ = [
     "FIXED_EPSILON",
     "ORACLE_PERCENTILES",
     "STUDIES",
+    "TOPS_THRESHOLD",
     "ExperimentConfig",
     "Scenario",
     "Study",
@@ -108,7 +113,9 @@ class ExperimentConfig:
     ``query_length`` fixes the length of every query (None: random ranges, as the paper draws
     them); ``stream_epsilon`` is the ``topl`` study's budget of the stream reports (Figure 8: 1);
     ``period`` gives ToPS of the ``end-to-end`` and ``baselines`` studies one leaf per period of that many values
-    (:class:`~dpstream.release.periodic.PeriodicPerturber`; None: the paper's blocks of ``b^s``).
+    (:class:`~dpstream.release.periodic.PeriodicPerturber`; None: the paper's blocks of ``b^s``);
+    ``threshold_method`` is how their ToPS chooses theta: ``nm-e``, the paper's (the default
+    here), or ``model``, the library's default (:class:`~dpstream.release.ToPS`).
 
     >>> ExperimentConfig(rounds=3).hold
     65536
@@ -122,6 +129,17 @@ class ExperimentConfig:
     stream_epsilon: float = 1.0
     query_length: int | None = None
     period: int | None = None
+    threshold_method: str = "nm-e"
+
+    def __post_init__(self) -> None:
+        check_choice(self.threshold_method, "threshold_method", THRESHOLD_METHODS)
+
+
+#: What ToPS's threshold is, by :attr:`ExperimentConfig.threshold_method`, as a study's output says.
+TOPS_THRESHOLD = MappingProxyType({
+    "nm-e": "NM-E (private)",
+    "model": "ToPS's default: the error model chooses θ, s and the prior (private)",
+})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,13 +178,16 @@ def extend_stream(values: np.ndarray, length: int) -> tuple[np.ndarray, str]:
 # -- scenarios: how a study splits a stream of hold + max_range values ----------------------
 
 
-def _private_threshold(source: str) -> ScenarioBuilder:
-    """The methods choose theta privately on the first m values; the truth is the raw stream."""
+def _private_threshold(source: str | None) -> ScenarioBuilder:
+    """The methods choose theta privately on the first m values; the truth is the raw stream.
+
+    ``source`` says how; None: as ToPS does (:data:`TOPS_THRESHOLD` of the config's method).
+    """
 
     def build(values: np.ndarray, upper_bound: float, config: ExperimentConfig) -> Scenario:
         held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
         return Scenario(held=held, stream=stream, truth=stream, upper_bound=upper_bound, threshold=None,
-                        threshold_source=source)
+                        threshold_source=TOPS_THRESHOLD[config.threshold_method] if source is None else source)
 
     return build
 
@@ -218,7 +239,7 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
-                threshold_method="nm-e", period=config.period, noise=FloatNoise(rng=rng))
+                threshold_method=config.threshold_method, period=config.period, noise=FloatNoise(rng=rng))
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -426,7 +447,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
     {
         "end-to-end": Study(
             methods={"ToPS": _tops, "Base": _base},
-            scenario=_private_threshold("NM-E (private)"),
+            scenario=_private_threshold(None),
             xlabel="ε of the whole release (the NM-E threshold and the hierarchy each get ε)",
         ),
         "hierarchy": Study(
@@ -464,7 +485,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 "ToPS": _tops,
                 "Base": _base,
             },
-            scenario=_private_threshold("NM-E (private)"),
+            scenario=_private_threshold(None),
             xlabel="ε of the whole release (each method is ε-DP, or (ε, δ)-DP with a smooth-sensitivity threshold)",
         ),
         "percentiles": Study(
