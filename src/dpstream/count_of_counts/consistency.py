@@ -36,6 +36,7 @@ from fractions import Fraction
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
 from dpstream._deprecation import renamed_keyword
+from dpstream._params import Params
 from dpstream._progress import Progress, notify, shifted
 from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
 from dpstream.count_of_counts.estimators import (
@@ -152,7 +153,7 @@ def _noise_name(noise: NoiseSource) -> str:
     return f"noise from {type(shared).__name__}"
 
 
-class _Mechanism:
+class _Mechanism(Params):
     """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise source."""
 
     def __init__(

@@ -62,9 +62,9 @@ from dpstream.evaluation.plots import Panel, Series, counted, save_figure
 from dpstream.hierarchy import PlainHierarchy
 from dpstream.noise import FloatNoise
 from dpstream.release import HierarchicalPerturber, ToPL, ToPS
-from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, cap_threshold
+from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds import noisy_max_threshold, true_percentile
 from dpstream.thresholds.smooth_sensitivity import pak_threshold, smooth_quantile_threshold
