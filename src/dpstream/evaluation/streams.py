@@ -432,11 +432,17 @@ def _oracle_percentile(*, percentile: float) -> MethodFn:
 @dataclass(frozen=True, kw_only=True)
 class Study:
     """A study: its methods, in the order they run and are reported, its scenario, and what its
-    epsilon is (``xlabel``: the x axis of its plot, formatted with the :class:`ExperimentConfig`)."""
+    epsilon is (``xlabel``: the x axis of its plot, formatted with the :class:`ExperimentConfig`).
+
+    ``close`` names methods whose curves lie within a few percent of each other (the smoothers of
+    the hierarchy study): :func:`plot_metric` gives them distinct markers and a second panel of
+    their metric relative to the first one's, where their differences can be read.
+    """
 
     methods: Mapping[str, MethodFn]
     scenario: ScenarioBuilder
     xlabel: str = "ε"
+    close: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", MappingProxyType(dict(self.methods)))
@@ -464,6 +470,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
             },
             scenario=_oracle_threshold,
             xlabel="ε of the hierarchy (θ = true p{percentile:g} of the held-out values: a non-private oracle)",
+            close=("H16c+recent", "H16c+mean", "H16c+median", "H16c+moving_average", "H16c+exponential"),
         ),
         "topl": Study(
             methods={"SW-W": _topl(variant="SW-W"), "SW": _topl(variant="SW"), "Base": _base},
@@ -651,13 +658,20 @@ def plot_metric(
 
     ``rows`` come from :func:`summarize`; the x axis says what the study's epsilon is
     (:func:`axis_label`, with ``config``), the legend what the band and ``Base`` are.  A legend
-    of more than four entries goes beside the axes.
+    of more than four entries goes beside the axes.  When two or more of the study's
+    :attr:`Study.close` methods are in ``rows``, they get distinct markers, and a second panel
+    below shows each one's mean relative to the first's.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}.")
+    study = rows[0].get("study")
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    close = [name for name in (STUDIES[study].close if study in STUDIES else ()) if name in methods]
+    close = close if len(close) > 1 else []
+    lines = {method: sorted((row for row in rows if row["method"] == method), key=lambda row: row["epsilon"])
+             for method in methods}
     series = []
-    for method in dict.fromkeys(row["method"] for row in rows):
-        mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["epsilon"])
+    for method, mine in lines.items():
         series.append(
             Series(
                 label=BASE_LABEL if method == "Base" else method,
@@ -665,22 +679,49 @@ def plot_metric(
                 y=[row[f"{metric}_mean"] for row in mine],
                 band=([row[f"{metric}_q10"] for row in mine], [row[f"{metric}_q90"] for row in mine]),
                 reference=method == "Base",
+                **_close_style(close, method),
             )
         )
     rounds = max(row["rounds"] for row in rows)
     queries = "random range queries" if config.query_length is None else f"queries of {config.query_length:,} values"
-    study = rows[0].get("study")
     outside = len(series) > _LEGEND_INSIDE_MAX
-    panel = Panel(
+    xlabel = axis_label(study, config) if study in STUDIES else "ε"
+    panels = [Panel(
         series=series,
-        xlabel=axis_label(study, config) if study in STUDIES else "ε",
+        xlabel=xlabel,
         ylabel=f"{metric.upper()} of {queries} (mean over rounds)",
         title=title,
         ylog=True,
         legend="outside" if outside else "inside",
         legend_title=f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile",
-    )
-    return save_figure(path, [panel], panel_size=(10.0, 4.8) if outside else (7.2, 4.8))
+    )]
+    if close:
+        first = {row["epsilon"]: row[f"{metric}_mean"] for row in lines[close[0]]}
+        panels.append(Panel(
+            series=[Series(label=method, x=[row["epsilon"] for row in lines[method]],
+                           y=[row[f"{metric}_mean"] / first[row["epsilon"]] for row in lines[method]],
+                           **_close_style(close, method)) for method in close],
+            xlabel=xlabel,
+            ylabel=f"{metric.upper()} / {metric.upper()} of {close[0]}",
+            title=f"the {len(close)} close lines above, relative to {close[0]}",
+            legend="outside",
+            legend_title=f"ratio of the means of {counted(rounds, 'round')}",
+        ))
+    size = (10.0, 4.8) if outside or close else (7.2, 4.8)
+    return save_figure(path, panels, panel_size=size, stacked=True)
+
+
+#: Markers that tell the close lines of a study apart.
+_CLOSE_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
+def _close_style(close: Sequence[str], method: str) -> dict[str, Any]:
+    """Each close method's marker (hollow but the first) and colour, the same in both panels."""
+    if method not in close:
+        return {}
+    index = close.index(method)
+    return {"marker": _CLOSE_MARKERS[index % len(_CLOSE_MARKERS)], "hollow": index > 0,
+            "color": f"C{3 + index}"}
 
 
 def interval_means(values: np.ndarray, intervals: int) -> np.ndarray:
