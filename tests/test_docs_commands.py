@@ -15,7 +15,9 @@ then ``budget``).  The directory starts with small files under the names the exa
 * ``producer | dpstream ...`` reads a few values on stdin;
 * ``--force`` is added (but with ``--state``): examples that are alternatives write the same output.
 
-Commands quoted in the prose (```dpstream ...```) run too.
+Commands quoted in the prose (```dpstream ...```) run too, and so do the studies run as
+``python -m dpstream.evaluation.accuracy`` (one round; lists of budgets and window lengths cut
+to two) and ``python -m dpstream.evaluation.trees`` (trees of 4,096 values, 5 queries).
 
 Not run, each for its reason: the synopses (lines with ``[optional]`` parts, ``a|b`` choices or
 upper-case placeholders such as ``INPUT``, ``DIR`` or ``N``: they show a grammar, not a command; a
@@ -26,6 +28,7 @@ command's bare name quoted in the prose is not collected either),
 
 from __future__ import annotations
 
+import importlib
 import re
 import shlex
 import shutil
@@ -45,9 +48,9 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SMALLER = {"--rounds": "1", "--runs": "1", "--hold": "512", "--max-range": "1024", "--queries": "5",
            "--n-groups": "2000", "--states": "3", "--counties": "6", "--max-size": "2000", "--users": "20",
            "--steps": "20", "--steps-grid": "10,20", "--levels": "0.1", "--correlation-epsilons": "1",
-           "--samples": "100"}
+           "--samples": "100", "--n": "4096"}
 #: Options whose comma-separated lists are cut to their first two items.
-LISTS = ("--epsilons", "--strategies")
+LISTS = ("--epsilons", "--strategies", "--curves", "--fanouts")
 #: What each evaluation command gets even when the example does not say it.
 ADDED = {
     "evaluate": ("--rounds", "--hold", "--max-range", "--queries"),
@@ -57,6 +60,8 @@ ADDED = {
     "generate-housing": ("--n-groups", "--states", "--counties"),
     "audit": ("--samples",),
     "release": ("--hold", "--max-range"),
+    "dpstream.evaluation.accuracy": ("--rounds",),
+    "dpstream.evaluation.trees": ("--n", "--queries"),
 }
 #: The options of every command, to know which take --force.
 FORCE = {name: {option for param in command.params for option in param.opts} for name, command in cli.commands.items()}
@@ -94,7 +99,7 @@ def _commands() -> list[tuple[str, str]]:
             joined = re.sub(r"\\\n\s*", " ", block)
             for line in joined.splitlines():
                 line = re.sub(r"^\$ ", "", line.strip())
-                if re.match(r"^(\S+ \| )?dpstream ", line):
+                if re.match(r"^(\S+ \| )?(dpstream |python -m dpstream\.)", line):
                     found.append((f"{document.name}:{number}", line))
     return found
 
@@ -108,6 +113,8 @@ def _smaller(command: str, option: str) -> str:
 
 def _skip_reason(words: list[str]) -> str | None:
     line = " ".join(words)
+    if words[0] == "python":
+        return None
     if "spark" in words:
         return "needs Spark"
     if "[" in line or re.search(r"\S\|\S", line) or re.search(r"(^| )(?!NA )[A-Z]+( |$)", line):
@@ -124,8 +131,10 @@ def _runnable(line: str) -> tuple[list[str], str | None]:
         line = line.split(" | ", 1)[1]
         stdin = "".join(f"{value % 40}\n" for value in range(1, 1000))
     words = shlex.split(line, comments=True)
-    command = words[1]
-    args, index = [], 2
+    if words[0] == "python":  # python -m dpstream.evaluation.X: its main(argv)
+        words = words[2:]
+    command = words[1] if words[0] == "dpstream" else words[0]
+    args, index = [], 2 if words[0] == "dpstream" else 1
     while index < len(words):
         word = words[index]
         if word in SMALLER and index + 1 < len(words):
@@ -148,6 +157,12 @@ def _runnable(line: str) -> tuple[list[str], str | None]:
     if "--force" in FORCE.get(command, ()) and "--force" not in args and "--state" not in args:
         args.append("--force")  # examples that are alternatives write the same output
     return [command, *args], stdin
+
+
+def _run_module(module: str, args: list[str], capsys) -> None:
+    """A study module's ``main(argv)``, which ends normally (argparse exits on an error)."""
+    importlib.import_module(module).main(args)
+    assert "Traceback" not in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +197,7 @@ def test_the_documents_have_commands():
 
 
 @pytest.mark.parametrize("where, line", COMMANDS, ids=[where for where, _ in COMMANDS])
-def test_the_command_runs_as_written(scratch, monkeypatch, where, line):
+def test_the_command_runs_as_written(scratch, monkeypatch, capsys, where, line):
     reason = _skip_reason(shlex.split(line.split(" | ", 1)[-1], comments=True))
     if reason:
         pytest.skip(reason)
@@ -191,6 +206,9 @@ def test_the_command_runs_as_written(scratch, monkeypatch, where, line):
     if not block.exists():
         shutil.copytree(scratch, block)
     monkeypatch.chdir(block)
+    if args[0].startswith("dpstream."):
+        _run_module(args[0], args[1:], capsys)
+        return
     result = CliRunner().invoke(cli, args, input=stdin)
     assert result.exit_code == 0, f"{where}: dpstream {' '.join(args)}\n{result.output}"
     assert "Error" not in result.stderr
