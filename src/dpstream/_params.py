@@ -80,9 +80,9 @@ def _recording(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         state = getattr(self, "__dict__", None)
-        if state is not None and _GIVEN not in state:
-            bound = signature.bind(self, *args, **kwargs)
-            state[_GIVEN] = {name: value for name, value in list(bound.arguments.items())[1:]}
+        if state is not None and _GIVEN not in state:  # keywords only (every mechanism's): no binding to pay for
+            state[_GIVEN] = dict(kwargs) if not args else dict(list(signature.bind(self, *args, **kwargs)
+                                                                    .arguments.items())[1:])
         init(self, *args, **kwargs)
 
     __init__._records_params = True  # type: ignore[attr-defined]
