@@ -192,8 +192,9 @@ def _bars(stderr):
     (["evaluate-postprocess", "--study", "all", "--rounds", "1", "--steps", "10", "--users", "5", "--epsilons", "1",
       "--steps-grid", "10", "--levels", "0.1", "--correlation-epsilons", "1"], "evaluate-postprocess"),
 ])
-def test_each_evaluation_draws_one_overall_progress_bar(runner, tmp_path, args, bar):
+def test_each_evaluation_draws_one_overall_progress_bar(runner, tmp_path, monkeypatch, args, bar):
     """One bar per command, which reaches 100% and estimates the time left; no "run k/n" lines."""
+    monkeypatch.setattr("dpstream.cli._app._on_terminal", lambda: True)  # bars are drawn on a terminal only
     result = runner.invoke(main, [*args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.stderr
     assert _bars(result.stderr) == {bar}

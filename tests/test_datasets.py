@@ -94,3 +94,26 @@ def test_a_dataset_file_is_checked_against_its_bound(tmp_path):
         load_dataset(zeros)
     with pytest.raises(ValueError, match=r"must be in \[0, 1\] .*, got 2"):
         load_dataset(negative, upper_bound=1.0)
+
+
+@pytest.mark.parametrize("name, bound", [("smart-meter", 10_000.0), ("taxi-fares", 50_000.0),
+                                         ("bursty-counts", 5_000.0)])
+def test_synthetic_streams_load_by_name(name, bound):
+    from dpstream.datasets.synthetic import SYNTHETIC
+
+    data = load_dataset(name, length=3_000)
+    assert data.name == name and data.upper_bound == bound and data.values.size == 3_000
+    np.testing.assert_array_equal(data.values, SYNTHETIC[name][0](3_000, seed=0))
+    assert 0.0 <= data.values.min() and data.values.max() <= bound
+    assert load_dataset(name, length=3_000, upper_bound=bound / 2, clip=True).values.max() <= bound / 2
+
+
+def test_length_is_for_synthetic_streams_only():
+    with pytest.raises(ValueError, match="length applies to the synthetic streams"):
+        load_dataset("pos", length=10)
+
+
+def test_unknown_name_lists_every_builtin_name():
+    with pytest.raises(ValueError) as info:
+        load_dataset("no-such-dataset")
+    assert all(name in str(info.value) for name in ("pos", "smart-meter", "taxi-fares", "bursty-counts"))

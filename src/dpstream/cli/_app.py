@@ -349,12 +349,20 @@ def warn_if_seeded(seed: int | None) -> None:
 
 @contextmanager
 def progress_bar(*, desc: str, unit: str, total: int | None = None, leave: bool = True) -> Iterator[Progress]:
-    """A tqdm bar on stderr, fed by the library's progress callback (:mod:`dpstream._progress`).
+    """Progress on stderr, fed by the library's progress callback (:mod:`dpstream._progress`).
 
+    On a terminal, a tqdm bar; otherwise (stderr to a log file or a pipe), a plain line now and then
+    (:class:`_ProgressLines`), since a bar's carriage-return redraws make one endless line of a log.
     Computations reported one after the other add up on the one bar (each starts again at
     ``done = 0``).  Without ``total``, the bar takes the total the first computation announces.
-    ``leave=False`` clears the bar when it closes.
+    ``leave=False`` clears the bar when it closes (plain lines: no closing line).
     """
+    if not _on_terminal():
+        lines = _ProgressLines(desc=desc, unit=unit, total=total)
+        yield lines.update
+        if leave:
+            lines.close()
+        return
     from tqdm import tqdm
 
     with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave) as bar:
@@ -370,3 +378,62 @@ def progress_bar(*, desc: str, unit: str, total: int | None = None, leave: bool 
             bar.update(base + done - bar.n)
 
         yield update
+
+
+def _on_terminal() -> bool:
+    """Whether stderr is a terminal (where a redrawn bar belongs)."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class _ProgressLines:
+    """Progress as plain lines: one each time another tenth of the total is done, or when
+    :attr:`EVERY` seconds passed since the last line, and one at the close.
+
+    >>> times = iter([0.0, 1.0, 2.0, 3.0, 15.0, 16.0])
+    >>> lines = _ProgressLines(desc="runs", unit="run", total=None, clock=lambda: next(times), write=print)
+    >>> for done in (0, 5, 20, 21): lines.update(done, 100)
+    runs: 20 of 100 runs (20%), 3 s
+    runs: 21 of 100 runs (21%), 15 s
+    >>> lines.close()
+    runs: done, 21 of 100 runs in 16 s
+    """
+
+    #: At most this many seconds between two lines while work goes on.
+    EVERY = 10.0
+
+    def __init__(self, *, desc: str, unit: str, total: int | None, clock: Callable[[], float] | None = None,
+                 write: Callable[[str], None] = say) -> None:
+        import time
+
+        self._desc, self._unit, self._total = desc, unit, total
+        self._clock = clock or time.monotonic
+        self._write = write
+        self._start = self._last = self._clock()
+        self._done = self._base = self._tenth = 0
+
+    def update(self, done: int, of: int) -> None:
+        """The :data:`~dpstream._progress.Progress` callback."""
+        if done == 0:
+            self._base = self._done
+            if self._total is None:
+                self._total = of
+        self._done = self._base + done
+        now = self._clock()
+        tenth = 10 * self._done // self._total if self._total else 0
+        if tenth > self._tenth or now - self._last >= self.EVERY:
+            self._tenth, self._last = max(tenth, self._tenth), now
+            self._write(f"{self._desc}: {self._count()}{self._percent()}, {now - self._start:.0f} s")
+
+    def close(self) -> None:
+        """The closing line: how much was done and how long it took."""
+        self._write(f"{self._desc}: done, {self._count()} in {self._clock() - self._start:.0f} s")
+
+    def _count(self) -> str:
+        plural = "" if (self._total or self._done) == 1 else "s"
+        return f"{self._done:,}" + (f" of {self._total:,}" if self._total else "") + f" {self._unit}{plural}"
+
+    def _percent(self) -> str:
+        return f" ({100 * self._done // self._total}%)" if self._total else ""

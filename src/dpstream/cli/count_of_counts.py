@@ -555,8 +555,9 @@ def generate_housing(
 ) -> None:
     """Write a synthetic national housing dataset: entities, groups and hierarchy (nation / state / county).
 
-    Households per state and household-size shares follow :func:`dpstream.count_of_counts.housing_data`
-    (the shape of the count-of-counts paper's housing data).  The tables are the inputs of count-of-counts.
+    Households per state and household-size shares follow the library's
+    dpstream.count_of_counts.housing_data (the shape of the count-of-counts paper's housing data).  The tables
+    are the inputs of count-of-counts.
     """
     if counties < states:
         raise click.BadParameter(f"must be >= --states ({states}), got {counties}.", param_hint="'--counties'")

@@ -16,10 +16,12 @@ from dpstream.cli._text import say_above_bar, text_table
 from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.plots import counted
+from dpstream.release.tops import THRESHOLD_METHODS
 
 
 @cli.command()
-@click.option("--dataset", default="pos", show_default=True, help="Built-in name (pos) or a stream file.")
+@click.option("--dataset", default="pos", show_default=True,
+              help="Built-in name (pos, smart-meter, taxi-fares, bursty-counts) or a stream file.")
 @click.option("--column", default=None, help="Column to read from a dataset file with several.")
 @click.option("--upper-bound", type=float, default=None,
               help="Public bound B (built-in datasets know theirs; files default to their maximum).")
@@ -35,6 +37,9 @@ from dpstream.evaluation.plots import counted
 @click.option("--period", type=int, default=None,
               help="end-to-end and baselines studies: ToPS measures one leaf per period of this many values "
                    "(as release --period).")
+@click.option("--threshold-method", type=click.Choice(THRESHOLD_METHODS), default="nm-e", show_default=True,
+              help="How ToPS chooses its threshold in the end-to-end and baselines studies: nm-e, the paper's "
+                   "(what Section 5 measures), or model, the library's default (as release runs it).")
 @click.option("--hold", type=int, default=65536, show_default=True,
               help="Held-out values m that choose the threshold.")
 @click.option("--max-range", type=int, default=2**20, show_default=True,
@@ -48,14 +53,16 @@ from dpstream.evaluation.plots import counted
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for results.")
 @click.option("--force", is_flag=True, help="Overwrite results already in --out.")
 def evaluate(dataset: str, column: str | None, upper_bound: float | None, study: str, methods: str | None,
-             epsilons: str, rounds: int, queries: int, query_length: int | None, period: int | None, hold: int,
-             max_range: int, percentile: float, seed: int, clip: bool, out_dir: str, force: bool,
-             stream_epsilon: float) -> None:
+             epsilons: str, rounds: int, queries: int, query_length: int | None, period: int | None,
+             threshold_method: str, hold: int, max_range: int, percentile: float, seed: int, clip: bool, out_dir: str,
+             force: bool, stream_epsilon: float) -> None:
     """Run a study of the paper's Section 5 and write CSV, JSON and a PNG plot to --out.
 
     Every round draws fresh noise and --queries fresh range queries (random ranges, or all of
     length --query-length); the summary gives the mean, standard deviation and 10th/90th
-    percentiles over rounds of every metric, and the plot the mean with the 10-90% band.
+    percentiles over rounds of every metric, and the plot the mean with the 10-90% band.  The
+    end-to-end and baselines studies run ToPS with the paper's NM-E threshold unless
+    --threshold-method model asks for the library's default; the table, the plot and the JSON say which.
     """
     if min(hold, max_range, rounds, queries) < 1:
         raise click.UsageError(
@@ -68,6 +75,10 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     if period is not None and "ToPS" not in STUDIES[study].methods:
         raise click.UsageError(f"--period applies to the ToPS of the end-to-end and baselines studies, got --study "
                                f"{study}.")
+    tops = "ToPS" in STUDIES[study].methods
+    if threshold_method != "nm-e" and not tops:
+        raise click.UsageError(f"--threshold-method applies to the ToPS of the end-to-end and baselines studies, got "
+                               f"--study {study}.")
     with usage_errors():
         check_percentile(percentile)
     method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
@@ -77,7 +88,8 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
                                  f"{', '.join(STUDIES[study].methods)}.", param_hint="'--methods'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column, clip=clip)
     config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile,
-                              stream_epsilon=stream_epsilon, query_length=query_length, period=period)
+                              stream_epsilon=stream_epsilon, query_length=query_length, period=period,
+                              threshold_method=threshold_method)
     stem = f"{study}-{data.name}"
     paths = prepare_output(out_dir, force=force, inputs=[dataset], files={
         "rounds": f"{stem}-rounds.csv", "summary": f"{stem}.csv", "json": f"{stem}.json", "plot": f"{stem}-mse.png"})
@@ -90,6 +102,7 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
     lengths = "random ranges" if query_length is None else f"length {query_length:,}"
     asked = "1 query" if queries == 1 else f"{queries:,} queries"
     held = "" if hold == ExperimentConfig().hold else f", m = {hold:,}"  # the paper's m goes without saying
+    chosen = f", {_THRESHOLD_NAMES[threshold_method]}" if tops else ""
     with output_directory(paths) as staged:  # all four files, or none
         write_csv(staged["rounds"], records)
         write_csv(staged["summary"], rows)
@@ -97,16 +110,21 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
                                               "seed": seed, "clip": clip, "config": dataclasses.asdict(config),
                                               "summary": rows}, indent=2))
         plot_metric(rows, staged["plot"], config=config,
-                    title=f"{study} on {data.name}{held}: {counted(rounds, 'round')} of {asked} ({lengths})")
-    click.echo(_table(rows))
+                    title=f"{study} on {data.name}{held}{chosen}: {counted(rounds, 'round')} of {asked} ({lengths})")
+    click.echo(_table(rows, title="MSE (mean over rounds" + (f"; {_THRESHOLD_NAMES[threshold_method]})" if tops
+                                                            else ")")))
     say_above_bar("wrote " + ", ".join(str(path) for path in paths.values()))
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+#: How a study's output names ToPS's threshold method.
+_THRESHOLD_NAMES = {"nm-e": "ToPS's θ: NM-E, the paper's", "model": "ToPS's θ: the model, the library's default"}
+
+
+def _table(rows: list[dict[str, Any]], *, title: str) -> str:
     """Mean MSE: one line per method, one column per epsilon."""
     epsilons = sorted({row["epsilon"] for row in rows})
     methods = list(dict.fromkeys(row["method"] for row in rows))
     cell = {(row["method"], row["epsilon"]): row["mse_mean"] for row in rows}
     return text_table(["method", *(f"eps={e:g}" for e in epsilons)],
                       [[method, *(f"{cell[(method, e)]:.3g}" for e in epsilons)] for method in methods],
-                      title="MSE (mean over rounds)")
+                      title=title)

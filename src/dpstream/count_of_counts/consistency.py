@@ -42,6 +42,7 @@ from fractions import Fraction
 
 from dpstream._checks import check_choice, check_epsilon, check_positive_int
 from dpstream._deprecation import renamed_keyword
+from dpstream._params import Params
 from dpstream._progress import Progress, notify, shifted
 from dpstream.count_of_counts.data import CountOfCountsData, RegionTree
 from dpstream.count_of_counts.estimators import (
@@ -165,7 +166,7 @@ def _noise_name(noise: NoiseSource) -> str:
     return f"noise from {type(shared).__name__}"
 
 
-class _Mechanism:
+class _Mechanism(Params):
     """Shared parameters: the budget, the public ``K`` (or the budget to estimate it), the noise of each release.
 
     Every release spends noise of its own (:meth:`take_noise`): unseeded, a new key from the

@@ -80,6 +80,10 @@ class Series:
         grey unless ``color`` says otherwise, without markers.
     marker : str or None
         Marker of the points (default ``"o"``); None draws a plain line.
+    hollow : bool
+        Markers drawn as outlines (a second line of one colour, told apart from the first).
+    linestyle : str, optional
+        matplotlib's line style (``"-"``, ``":"``, ...); solid when None (dashed for a reference).
     markersize, linewidth : float, optional
         matplotlib's defaults when None.
     color : str, optional
@@ -94,6 +98,8 @@ class Series:
     steps: bool = False
     reference: bool = False
     marker: str | None = "o"
+    hollow: bool = False
+    linestyle: str | None = None
     markersize: float | None = None
     linewidth: float | None = None
     color: str | None = None
@@ -169,8 +175,11 @@ def _draw(ax, series: Series):
     if series.reference:
         style.update(linestyle="--", color=series.color or "grey")
     else:
-        options = {"marker": series.marker, "markersize": series.markersize, "color": series.color}
+        options = {"marker": series.marker, "markersize": series.markersize, "color": series.color,
+                   "linestyle": series.linestyle}
         style.update((key, value) for key, value in options.items() if value is not None)
+        if series.hollow:
+            style["markerfacecolor"] = "none"
     if series.linewidth is not None:
         style["linewidth"] = series.linewidth
     if series.steps:  # the outline of the bars, from 0 at the first edge back to 0 at the last

@@ -271,12 +271,16 @@ def plot_study(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -
     panels = []
     for index, epsilon in enumerate(groups):
         mine = [row for row in rows if epsilon is None or row["epsilon"] == epsilon]
+        lines = {method: sorted((row for row in mine if row["method"] == method), key=lambda row: row["x"])
+                 for method in dict.fromkeys(row["method"] for row in mine)}
         series = []
-        for method in dict.fromkeys(row["method"] for row in mine):
-            line = sorted((row for row in mine if row["method"] == method), key=lambda row: row["x"])
+        for method, line in lines.items():
+            if method.endswith(STIRLING) and _agree(lines, method, metric):
+                continue  # drawn as one line with the exact form's
             band = ([row["mse_q10"] for row in line], [row["mse_q90"] for row in line]) if metric == "mse" else None
-            series.append(Series(label=method, x=[row["x"] for row in line], y=[row[f"{metric}_mean"] for row in line],
-                                 band=band, reference=method == "Laplace (raw)", markersize=3))
+            series.append(Series(label=_label(lines, method, metric), x=[row["x"] for row in line],
+                                 y=[row[f"{metric}_mean"] for row in line], band=band,
+                                 reference=method == "Laplace (raw)", markersize=3, **_style(method)))
         last = index == len(groups) - 1
         panels.append(Panel(series=series, xlabel=label, ylabel=ylabel,
                             title=title if epsilon is None else f"{title}, ε = {epsilon:g}",
@@ -285,6 +289,58 @@ def plot_study(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -
                             legend_title=(f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile"
                                           if metric == "mse" else f"mean of {counted(rounds, 'round')}")))
     return save_figure(path, panels, panel_size=(6.4, 4.6) if len(panels) > 1 else (9.6, 4.6))
+
+
+#: Two forms of one MAP whose means over rounds differ by less than this share at every point are one line.
+SAME_LINE = 0.01
+
+EXACT, STIRLING = " (exact)", " (Stirling)"
+
+#: Each MAP prior's colour; the exact form is drawn solid, the Stirling form dotted with hollow markers.
+_PRIOR_COLORS = {"MAP frequency": "tab:red", "MAP uniform": "tab:purple"}
+
+
+def _exact_twin(method: str) -> str:
+    return method.removesuffix(STIRLING) + EXACT
+
+
+def _agree(lines: dict[str, list[dict[str, Any]]], stirling: str, metric: str) -> bool:
+    """Whether the Stirling form ``stirling`` and its exact twin agree to :data:`SAME_LINE` at every point."""
+    return _gap(lines, stirling, metric) < SAME_LINE
+
+
+def _gap(lines: dict[str, list[dict[str, Any]]], stirling: str, metric: str) -> float:
+    """The largest relative difference of the means of a Stirling form and its exact twin (inf: no twin)."""
+    exact = lines.get(_exact_twin(stirling))
+    if exact is None or [row["x"] for row in exact] != [row["x"] for row in lines[stirling]]:
+        return np.inf
+    a = np.array([row[f"{metric}_mean"] for row in exact])
+    b = np.array([row[f"{metric}_mean"] for row in lines[stirling]])
+    scale = np.maximum(np.abs(a), np.abs(b))
+    return float(np.max(np.where(scale > 0, np.abs(a - b) / np.where(scale > 0, scale, 1.0), 0.0)))
+
+
+def _label(lines: dict[str, list[dict[str, Any]]], method: str, metric: str) -> str:
+    """A method's legend entry; an exact MAP that its Stirling form matches says so, with the gap.
+
+    >>> row = lambda y: {"x": 1.0, "mse_mean": y}
+    >>> lines = {"MAP uniform (exact)": [row(10.0)], "MAP uniform (Stirling)": [row(10.001)]}
+    >>> _label(lines, "MAP uniform (exact)", "mse")
+    'MAP uniform (exact and Stirling: within 0.01%)'
+    """
+    stirling = method.removesuffix(EXACT) + STIRLING
+    if not method.endswith(EXACT) or stirling not in lines or not _agree(lines, stirling, metric):
+        return method
+    gap = _gap(lines, stirling, metric)
+    return f"{method.removesuffix(EXACT)} (exact and Stirling: within {max(100 * gap, 0.01):.2g}%)"
+
+
+def _style(method: str) -> dict[str, Any]:
+    """One colour per MAP prior; the Stirling form dotted, with hollow markers."""
+    for prior, color in _PRIOR_COLORS.items():
+        if method.startswith(prior):
+            return {"color": color, **({"linestyle": ":", "hollow": True} if method.endswith(STIRLING) else {})}
+    return {"color": "tab:blue"} if method == "MLE" else {}
 
 
 def plot_counts(noisy: object, cleaned: object, path: Path, *, locations: Sequence[int] | None = None,

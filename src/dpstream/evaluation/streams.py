@@ -6,7 +6,10 @@ scenario, a budget and a generator, and returns a function that answers range qu
 round draws fresh noise and fresh queries; all methods of a round answer the same queries.
 
 * ``end-to-end`` (Figure 3's ToPS line): ToPS with the same epsilon for NM-E and the
-  hierarchy (so the whole release is epsilon-DP); ground truth is the raw stream.
+  hierarchy (so the whole release is epsilon-DP); ground truth is the raw stream.  With
+  ``ExperimentConfig(threshold_method="model")``, ToPS runs the library's default choice of theta,
+  s and the prior (:mod:`dpstream.thresholds.model`) instead of the paper's NM-E, here and in
+  ``baselines``.
 * ``hierarchy`` (Figures 4-5): theta is the true p-th percentile (default 95) of the first m
   values -- a NON-PRIVATE oracle that isolates the perturber and smoother -- and the ground
   truth is the stream truncated at theta.
@@ -45,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_epsilon
+from dpstream._checks import check_choice, check_epsilon
 from dpstream._progress import Progress, notify
 from dpstream.evaluation.metrics import (
     METRICS,
@@ -61,6 +64,7 @@ from dpstream.noise import FloatNoise
 from dpstream.release import HierarchicalPerturber, ToPL, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.pak import PAK, cap_threshold
+from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.rng import Seed, make_rng
 from dpstream.thresholds import noisy_max_threshold, true_percentile
 from dpstream.thresholds.smooth_sensitivity import pak_threshold, smooth_quantile_threshold
@@ -69,6 +73,7 @@ __all__ = [
     "FIXED_EPSILON",
     "ORACLE_PERCENTILES",
     "STUDIES",
+    "TOPS_THRESHOLD",
     "ExperimentConfig",
     "Scenario",
     "Study",
@@ -108,7 +113,9 @@ class ExperimentConfig:
     ``query_length`` fixes the length of every query (None: random ranges, as the paper draws
     them); ``stream_epsilon`` is the ``topl`` study's budget of the stream reports (Figure 8: 1);
     ``period`` gives ToPS of the ``end-to-end`` and ``baselines`` studies one leaf per period of that many values
-    (:class:`~dpstream.release.periodic.PeriodicPerturber`; None: the paper's blocks of ``b^s``).
+    (:class:`~dpstream.release.periodic.PeriodicPerturber`; None: the paper's blocks of ``b^s``);
+    ``threshold_method`` is how their ToPS chooses theta: ``nm-e``, the paper's (the default
+    here), or ``model``, the library's default (:class:`~dpstream.release.ToPS`).
 
     >>> ExperimentConfig(rounds=3).hold
     65536
@@ -122,6 +129,17 @@ class ExperimentConfig:
     stream_epsilon: float = 1.0
     query_length: int | None = None
     period: int | None = None
+    threshold_method: str = "nm-e"
+
+    def __post_init__(self) -> None:
+        check_choice(self.threshold_method, "threshold_method", THRESHOLD_METHODS)
+
+
+#: What ToPS's threshold is, by :attr:`ExperimentConfig.threshold_method`, as a study's output says.
+TOPS_THRESHOLD = MappingProxyType({
+    "nm-e": "NM-E (private)",
+    "model": "ToPS's default: the error model chooses θ, s and the prior (private)",
+})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,13 +178,16 @@ def extend_stream(values: np.ndarray, length: int) -> tuple[np.ndarray, str]:
 # -- scenarios: how a study splits a stream of hold + max_range values ----------------------
 
 
-def _private_threshold(source: str) -> ScenarioBuilder:
-    """The methods choose theta privately on the first m values; the truth is the raw stream."""
+def _private_threshold(source: str | None) -> ScenarioBuilder:
+    """The methods choose theta privately on the first m values; the truth is the raw stream.
+
+    ``source`` says how; None: as ToPS does (:data:`TOPS_THRESHOLD` of the config's method).
+    """
 
     def build(values: np.ndarray, upper_bound: float, config: ExperimentConfig) -> Scenario:
         held, stream = values[: config.hold], values[config.hold : config.hold + config.max_range]
         return Scenario(held=held, stream=stream, truth=stream, upper_bound=upper_bound, threshold=None,
-                        threshold_source=source)
+                        threshold_source=TOPS_THRESHOLD[config.threshold_method] if source is None else source)
 
     return build
 
@@ -218,7 +239,7 @@ def _base(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.
 
 def _tops(scenario: Scenario, epsilon: float, config: ExperimentConfig, rng: np.random.Generator):
     tops = ToPS(epsilon=epsilon, upper_bound=scenario.upper_bound, hold=config.hold, max_range=config.max_range,
-                threshold_method="nm-e", period=config.period, noise=FloatNoise(rng=rng))
+                threshold_method=config.threshold_method, period=config.period, noise=FloatNoise(rng=rng))
     tops.release(scenario.held)
     released = tops.release(scenario.stream)
     return _released(released), {"threshold": tops.threshold, "smoothed_levels": tops.smoothed_levels}
@@ -411,11 +432,17 @@ def _oracle_percentile(*, percentile: float) -> MethodFn:
 @dataclass(frozen=True, kw_only=True)
 class Study:
     """A study: its methods, in the order they run and are reported, its scenario, and what its
-    epsilon is (``xlabel``: the x axis of its plot, formatted with the :class:`ExperimentConfig`)."""
+    epsilon is (``xlabel``: the x axis of its plot, formatted with the :class:`ExperimentConfig`).
+
+    ``close`` names methods whose curves lie within a few percent of each other (the smoothers of
+    the hierarchy study): :func:`plot_metric` gives them distinct markers and a second panel of
+    their metric relative to the first one's, where their differences can be read.
+    """
 
     methods: Mapping[str, MethodFn]
     scenario: ScenarioBuilder
     xlabel: str = "ε"
+    close: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", MappingProxyType(dict(self.methods)))
@@ -426,7 +453,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
     {
         "end-to-end": Study(
             methods={"ToPS": _tops, "Base": _base},
-            scenario=_private_threshold("NM-E (private)"),
+            scenario=_private_threshold(None),
             xlabel="ε of the whole release (the NM-E threshold and the hierarchy each get ε)",
         ),
         "hierarchy": Study(
@@ -443,6 +470,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
             },
             scenario=_oracle_threshold,
             xlabel="ε of the hierarchy (θ = true p{percentile:g} of the held-out values: a non-private oracle)",
+            close=("H16c+recent", "H16c+mean", "H16c+median", "H16c+moving_average", "H16c+exponential"),
         ),
         "topl": Study(
             methods={"SW-W": _topl(variant="SW-W"), "SW": _topl(variant="SW"), "Base": _base},
@@ -464,7 +492,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 "ToPS": _tops,
                 "Base": _base,
             },
-            scenario=_private_threshold("NM-E (private)"),
+            scenario=_private_threshold(None),
             xlabel="ε of the whole release (each method is ε-DP, or (ε, δ)-DP with a smooth-sensitivity threshold)",
         ),
         "percentiles": Study(
@@ -630,13 +658,20 @@ def plot_metric(
 
     ``rows`` come from :func:`summarize`; the x axis says what the study's epsilon is
     (:func:`axis_label`, with ``config``), the legend what the band and ``Base`` are.  A legend
-    of more than four entries goes beside the axes.
+    of more than four entries goes beside the axes.  When two or more of the study's
+    :attr:`Study.close` methods are in ``rows``, they get distinct markers, and a second panel
+    below shows each one's mean relative to the first's.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}.")
+    study = rows[0].get("study")
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    close = [name for name in (STUDIES[study].close if study in STUDIES else ()) if name in methods]
+    close = close if len(close) > 1 else []
+    lines = {method: sorted((row for row in rows if row["method"] == method), key=lambda row: row["epsilon"])
+             for method in methods}
     series = []
-    for method in dict.fromkeys(row["method"] for row in rows):
-        mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["epsilon"])
+    for method, mine in lines.items():
         series.append(
             Series(
                 label=BASE_LABEL if method == "Base" else method,
@@ -644,22 +679,49 @@ def plot_metric(
                 y=[row[f"{metric}_mean"] for row in mine],
                 band=([row[f"{metric}_q10"] for row in mine], [row[f"{metric}_q90"] for row in mine]),
                 reference=method == "Base",
+                **_close_style(close, method),
             )
         )
     rounds = max(row["rounds"] for row in rows)
     queries = "random range queries" if config.query_length is None else f"queries of {config.query_length:,} values"
-    study = rows[0].get("study")
     outside = len(series) > _LEGEND_INSIDE_MAX
-    panel = Panel(
+    xlabel = axis_label(study, config) if study in STUDIES else "ε"
+    panels = [Panel(
         series=series,
-        xlabel=axis_label(study, config) if study in STUDIES else "ε",
+        xlabel=xlabel,
         ylabel=f"{metric.upper()} of {queries} (mean over rounds)",
         title=title,
         ylog=True,
         legend="outside" if outside else "inside",
         legend_title=f"line: mean of {counted(rounds, 'round')}\nshaded: 10th-90th percentile",
-    )
-    return save_figure(path, [panel], panel_size=(10.0, 4.8) if outside else (7.2, 4.8))
+    )]
+    if close:
+        first = {row["epsilon"]: row[f"{metric}_mean"] for row in lines[close[0]]}
+        panels.append(Panel(
+            series=[Series(label=method, x=[row["epsilon"] for row in lines[method]],
+                           y=[row[f"{metric}_mean"] / first[row["epsilon"]] for row in lines[method]],
+                           **_close_style(close, method)) for method in close],
+            xlabel=xlabel,
+            ylabel=f"{metric.upper()} / {metric.upper()} of {close[0]}",
+            title=f"the {len(close)} close lines above, relative to {close[0]}",
+            legend="outside",
+            legend_title=f"ratio of the means of {counted(rounds, 'round')}",
+        ))
+    size = (10.0, 4.8) if outside or close else (7.2, 4.8)
+    return save_figure(path, panels, panel_size=size, stacked=True)
+
+
+#: Markers that tell the close lines of a study apart.
+_CLOSE_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
+def _close_style(close: Sequence[str], method: str) -> dict[str, Any]:
+    """Each close method's marker (hollow but the first) and colour, the same in both panels."""
+    if method not in close:
+        return {}
+    index = close.index(method)
+    return {"marker": _CLOSE_MARKERS[index % len(_CLOSE_MARKERS)], "hollow": index > 0,
+            "color": f"C{3 + index}"}
 
 
 def interval_means(values: np.ndarray, intervals: int) -> np.ndarray:

@@ -50,6 +50,7 @@ import numpy as np
 
 from dpstream._checks import check_local_epsilon, check_unit_values
 from dpstream._checks import plain_number as plain
+from dpstream._params import Params
 from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, as_bits, check_indices, draw_words, sup_variance
 from dpstream.noise.bits import BitsSeed
 from dpstream.privacy import LOCAL_REPORT, EpsilonDelta, Part, PrivacyGuarantee
@@ -130,7 +131,7 @@ def _check_grid(grid: object, epsilon: float) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StochasticRounding:
+class StochasticRounding(Params):
     """Stochastic Rounding (SR): a one-bit report (0 for -1, 1 for +1) of a value in [-1, 1].
 
     >>> sr = StochasticRounding(epsilon=1.0)
@@ -200,7 +201,7 @@ class StochasticRounding:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PiecewiseMechanism:
+class PiecewiseMechanism(Params):
     """Piecewise Mechanism (PM, Eq. 19) on a grid: an index in ``[0, n + w)``, estimated unbiasedly.
 
     Parameters
@@ -285,7 +286,7 @@ class PiecewiseMechanism:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HybridMechanism:
+class HybridMechanism(Params):
     """Hybrid Mechanism (HM): PM with probability alpha, SR otherwise; the ToPL perturber.
 
     A report is a pair ``(uses_pm, j)``: which branch ran and that branch's report index.

@@ -40,6 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from dpstream._checks import check_local_epsilon, check_positive_int, check_unit_values
+from dpstream._params import Params
 from dpstream.ldp.grid import DENOMINATOR, WindowRandomizer, as_bits, check_indices, draw_words
 from dpstream.noise.bits import BitsSeed
 from dpstream.privacy import LOCAL_REPORT, EpsilonDelta, Part, PrivacyGuarantee
@@ -63,7 +64,7 @@ def window_half_width(epsilon: float) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SquareWave:
+class SquareWave(Params):
     """The Square Wave randomizer on [0, 1], on a grid of ``grid`` steps (the collector's buckets).
 
     >>> sw = SquareWave(epsilon=1.0)

@@ -8,6 +8,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpstream._checks import check_bound, check_epsilon, check_positive_int
+from dpstream._params import Params
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.discrete_laplace_law import discrete_laplace_scale
 from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, exact_noise
@@ -41,7 +42,7 @@ def _noise_name(noise: NoiseSampler) -> str:
     return f"noise from {type(noise).__name__}"
 
 
-class LaplaceCounts:
+class LaplaceCounts(Params):
     """Add discrete Laplace noise of scale ``sensitivity / epsilon`` (rounded up) to every cell of
     a ``T x m`` integer count stream.
 

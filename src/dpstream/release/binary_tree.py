@@ -60,6 +60,7 @@ from dpstream._checks import (
     check_positive_int,
     check_stream_values,
 )
+from dpstream._params import Params
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import MAX_EXACT_UNITS, arithmetic
 from dpstream.noise.bits import BitsSeed
@@ -135,7 +136,7 @@ class BinaryTreeState:
     count: int | float
 
 
-class BinaryTreeCounter:
+class BinaryTreeCounter(Params):
     """Continual counting with the binary-tree mechanism, for values in ``[0, upper_bound]``.
 
     Parameters

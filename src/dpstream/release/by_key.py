@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dpstream._checks import check_positive_int
+from dpstream._params import Params
 from dpstream.noise.bits import KeyedBits
 
 __all__ = ["BY_KEY", "DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyedRelease", "KeyLimitError", "key_bits",
@@ -141,7 +142,7 @@ def _empty() -> KeyedRelease:
     return KeyedRelease(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=np.int64), np.empty(0))
 
 
-class ByKey:
+class ByKey(Params):
     """One independent release mechanism per key (see the module docstring).
 
     Parameters

@@ -53,6 +53,7 @@ from dpstream._checks import (
     check_positive_int,
     check_probability,
 )
+from dpstream._params import Params
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import FloatArithmetic, GridArithmetic
 from dpstream.noise.bits import BitsSeed
@@ -97,7 +98,7 @@ def cap_threshold(theta: float, upper_bound: float, *, capped: bool = True) -> f
     return float(theta)
 
 
-class PAK(HoldOutRelease):
+class PAK(HoldOutRelease, Params):
     """Continual release of a stream's running sum under (epsilon, delta)-DP (PAK, Mechanism 1).
 
     Parameters

@@ -71,6 +71,7 @@ from dpstream._checks import (
     check_positive_int,
     check_stream_values,
 )
+from dpstream._params import Params
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import GridArithmetic, arithmetic
 from dpstream.hierarchy.tree import consistency_weights
@@ -201,7 +202,7 @@ class PerturberState:
     noise_fraction: np.ndarray | None = None
 
 
-class HierarchicalPerturber:
+class HierarchicalPerturber(Params):
     """Release a stream in [0, threshold] with an online, consistent hierarchy and a smoother.
 
     Parameters

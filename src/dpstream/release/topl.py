@@ -41,6 +41,7 @@ import numpy as np
 
 from dpstream._checks import check_bool, check_choice, check_magnitude, check_positive_int, check_stream_values
 from dpstream._deprecation import moved_names
+from dpstream._params import Params
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.privacy import LOCAL_REPORT, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.contract import TOPL, TOPL_COLLECTOR, read_header, snapshot_header
@@ -55,7 +56,7 @@ __all__ = ["PM_REPORT", "SR_REPORT", "SW_REPORT", "Report", "ReportBatch", "ToPL
 __getattr__ = moved_names(__name__, {"ToPLClient": "dpstream.release.topl_randomizer:ToPLRandomizer"})
 
 
-class ToPLCollector:
+class ToPLCollector(Params):
     """What the collector runs: reports in, theta and the estimated stream out.
 
     Parameters
@@ -275,7 +276,7 @@ def _guarantee(epsilon: float, threshold_epsilon: float, hold: int) -> PrivacyGu
         "composes; theta and the released stream are post-processing")), neighbours=LOCAL_REPORT, local=True)
 
 
-class ToPL:
+class ToPL(Params):
     """Simulate ToPL's clients and run its collector over a stream (the interface of ``ToPS``).
 
     Parameters

@@ -35,6 +35,7 @@ from dpstream._checks import (
     check_positive_int,
     plain_number,
 )
+from dpstream._params import Params
 from dpstream.ldp import HybridMechanism, SquareWave
 from dpstream.ldp.grid import DENOMINATOR_BITS, WindowRandomizer, as_bits, draw_words
 from dpstream.ldp.mean import MAX_PM_GRID
@@ -100,7 +101,7 @@ def _core_fields(core: WindowRandomizer) -> dict[str, int]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToPLRandomizer:
+class ToPLRandomizer(Params):
     """What a client runs: it needs only its own value and the public parameters.
 
     Parameters

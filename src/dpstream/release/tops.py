@@ -34,6 +34,7 @@ from dpstream._checks import (
     check_positive_int,
     check_stream_values,
 )
+from dpstream._params import Params
 from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import GridLaplace
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
@@ -63,7 +64,7 @@ PROFILE_SHARE = 0.25
 PERIOD_SMOOTHING = 7
 
 
-class ToPS(HoldOutRelease):
+class ToPS(HoldOutRelease, Params):
     """Continual release of a real-valued stream under epsilon-DP (ToPS).
 
     Parameters
