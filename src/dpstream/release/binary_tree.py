@@ -56,7 +56,9 @@ from dpstream._checks import (
     check_bool,
     check_bound,
     check_epsilon,
+    check_grid,
     check_magnitude,
+    check_memory,
     check_positive_int,
     check_stream_values,
 )
@@ -196,13 +198,15 @@ class BinaryTreeCounter:
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         bound = check_bound(upper_bound)
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
+        self.max_range = check_memory(check_positive_int(max_range, "max_range", minimum=2), "max_range")
         self.clip = check_bool(clip, "clip")
         self.levels = num_levels(self.max_range, 2)
         check_magnitude(bound * self.levels / self.epsilon, "the noise scale upper_bound * levels / epsilon")
         check_magnitude(bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("binary-tree",))
         self.exact = self._source.exact
+        if self.exact:
+            check_grid(bound, granularity)
         self._arithmetic = arithmetic(self.exact, bound=bound, epsilon=self.epsilon, levels=self.levels,
                                       granularity=granularity)
         self.granularity, self.upper_bound = self._arithmetic.granularity, self._arithmetic.bound
