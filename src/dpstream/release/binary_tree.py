@@ -198,7 +198,7 @@ class BinaryTreeCounter:
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         bound = check_bound(upper_bound)
-        self.max_range = check_memory(check_positive_int(max_range, "max_range", minimum=2), "max_range")
+        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.clip = check_bool(clip, "clip")
         self.levels = num_levels(self.max_range, 2)
         check_magnitude(bound * self.levels / self.epsilon, "the noise scale upper_bound * levels / epsilon")
@@ -213,6 +213,7 @@ class BinaryTreeCounter:
         self.noise_scale, self.spent_epsilon = self._arithmetic.scale_value, self._arithmetic.spent_epsilon
         if self.exact:
             self._check_exact_counts()
+        check_memory(self.max_range, "max_range")  # the noise of a tree's 2^h leaves is drawn when it starts
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET; grid units if exact)
         zero = self._arithmetic.zero
         self._state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)

@@ -305,13 +305,13 @@ class ToPS(HoldOutRelease):
         self.granularity: float | None = None
         if self._source.exact:
             check_grid(self.upper_bound, granularity)
-            if granularity is not None and granularity > self.threshold_step:
-                raise ValueError(f"granularity must be at most threshold_step {self.threshold_step:g} (the smallest "
-                                 f"threshold the hold-out may choose), got {granularity!r}.")
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
             noise = GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
             check_chunk_sums(self.max_range, noise.units)
             self.granularity = noise.granularity
+            if granularity is not None and self.granularity > self.threshold_step:
+                raise ValueError(f"granularity must be at most threshold_step {self.threshold_step:g} (the smallest "
+                                 f"threshold the hold-out may choose), got {granularity!r}.")
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
         if chosen_later:
