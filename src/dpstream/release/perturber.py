@@ -103,8 +103,9 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     [3, 3, 2, 2]
     """
     epsilon = check_epsilon(epsilon)
-    check_magnitude(epsilon * epsilon, "epsilon ** 2 (of Eq. 7, which chooses s)",
-                    "lower epsilon or give smoothed_levels")
+    if not math.isfinite(epsilon * epsilon):
+        raise ValueError(f"epsilon must be at most 1e154 for Eq. 7 to choose s (its square overflows float64 beyond): "
+                         f"give smoothed_levels, got {epsilon!r}.")
     h = num_levels(max_range, fanout)
     log_r = math.log(max_range) / math.log(fanout)
     s = np.linspace(0.0, h - 1.0, 1000 * (h - 1) + 1)

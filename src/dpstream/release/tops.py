@@ -248,33 +248,37 @@ class ToPS(HoldOutRelease):
         self._forced_levels = smoothed_levels
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
+        self._check_model_budget()
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
-        self._check_threshold_noise()
+        self._check_nm_e_offsets()
         self._start_hold_out()
 
-    def _check_threshold_noise(self) -> None:
-        """Refuse now a threshold budget whose exact noise cannot be drawn when the hold-out ends.
-
-        The model rounds each of its noise scales to 40 significant bits, a numerator of at most 2^40
-        and a denominator below 2^62 (:mod:`dpstream.thresholds.model`): its prior's scale, at most
-        2^21 grid units over its share of the budget, must stay at most 2^40, and its drift counts'
-        scale, 1 over its share, above 2^-23.  NM-E compares ``slope * theta`` with integer counts
-        exactly, which needs ``slope * B`` below 2^62.
-        """
+    def _check_nm_e_offsets(self) -> None:
+        """Refuse now NM-E parameters whose scores cannot be compared when the hold-out ends: NM-E compares
+        ``slope * theta`` with integer counts exactly, which needs ``slope * B`` below 2^62."""
         if self.threshold_method == "nm-e":
             slope = nm_e_slope(self.hold, stream_epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
                                c=self.c)
             if not slope * self.upper_bound < 2.0**62:
                 raise ValueError(f"NM-E's largest offset slope * upper_bound must stay below 2^62, got "
                                  f"{slope * self.upper_bound:g}; raise c or epsilon, or lower hold.")
+
+    def _check_model_budget(self) -> None:
+        """Refuse now a threshold budget whose exact noise the model cannot draw when the hold-out ends.
+
+        The model rounds each of its noise scales to 40 significant bits, a numerator of at most 2^40
+        and a denominator below 2^62 (:mod:`dpstream.thresholds.model`): its prior's scale, at most
+        2^21 grid units over its share of the budget, must stay at most 2^40, and its drift counts'
+        scale, 1 over its share, above 2^-23.
+        """
+        if self.threshold_method != "model":
             return
         share = 1.0 - PROFILE_SHARE if self._profiled else 1.0
         low, high = 2.0**-19 / SHARES["prior"] / share, 2.0**23 / SHARES["drift"] / share
         if not low <= self.threshold_epsilon < high:
             name = "threshold_epsilon" if self._params["threshold_epsilon"] is not None else (
-                "epsilon (also the threshold's budget: give threshold_epsilon)")
-            raise ValueError(f"{name} must be in [{low:.6g}, {high:.6g}) for threshold_method='model' "
-                             "(beyond, the exact noise of the model's steps cannot be drawn), "
+                "epsilon (the budget of the threshold too, unless threshold_epsilon)")
+            raise ValueError(f"{name} must be in [{low:.3g}, {high:.3g}) for the exact noise of the model threshold, "
                              f"got {self.threshold_epsilon!r}.")
 
     def _set_smoothers(self, smoother: str | Smoother | None, window: int | None, alpha: float | None) -> None:
