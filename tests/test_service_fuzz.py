@@ -43,6 +43,8 @@ METHODS = {
 MORE = 40
 #: Hold-outs longer than this are created but not fed (the service takes up to 2^22; feeding it takes seconds).
 FED_HOLD = 10_000
+#: Seeded pairs of parameters at extreme values, per kind.
+PAIRS = 40
 
 
 def _cases() -> Iterator[tuple[str, dict]]:
@@ -59,7 +61,7 @@ def _cases() -> Iterator[tuple[str, dict]]:
     numeric = [v for v in EXTREMES if isinstance(v, (int, float)) and not isinstance(v, bool)]
     for kind, (names, variants) in METHODS.items():
         base = {k: v for k, v in BASE.items() if kind != "bt" or k != "hold"}
-        for _ in range(40):
+        for _ in range(PAIRS):
             first, second = rng.choice(len(names), 2, replace=False)
             params = {**base, **variants[int(rng.integers(len(variants)))]}
             params[names[first]] = numeric[int(rng.integers(len(numeric)))]

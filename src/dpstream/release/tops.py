@@ -313,9 +313,6 @@ class ToPS(HoldOutRelease):
             noise = GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
             check_chunk_sums(self.max_range, noise.units)
             self.granularity = noise.granularity
-            if granularity is not None and self.granularity > self.threshold_step:
-                raise ValueError(f"granularity must be at most threshold_step {self.threshold_step:g} (the smallest "
-                                 f"threshold the hold-out may choose), got {granularity!r}.")
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
         if chosen_later:
@@ -476,7 +473,8 @@ class ToPS(HoldOutRelease):
                       profile_spent: float = 0.0, leaf: int | None = None) -> None:
         """Start the perturber on what the hold-out chose (also when a snapshot is restored):
         theta, s (or, with a period or leaves of a fraction of the window, the measured levels d,
-        the leaf and the private profile) and the prior."""
+        the leaf and the private profile) and the prior.  theta is at least one step of the grid (a grid
+        chosen for B can be coarser than the smallest candidate): it is rounded up to the grid."""
         self._chosen = {"threshold": threshold, "smoothed_levels": smoothed_levels, "prior": prior,
                         "model_choice": model_choice, "levels": levels, "profile": profile,
                         "profile_spent": profile_spent}
@@ -486,6 +484,8 @@ class ToPS(HoldOutRelease):
         if model_choice is not None:
             self.model_choice = ModelChoice(**model_choice)
         self._profile, self._profile_spent = profile, profile_spent
+        if self.granularity is not None:
+            threshold = max(threshold, self.granularity)
         self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
