@@ -250,13 +250,22 @@ class ToPS(HoldOutRelease):
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self._check_model_budget()
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
-        self._check_nm_e_offsets()
+        self._check_threshold_scores()
         self._start_hold_out()
 
-    def _check_nm_e_offsets(self) -> None:
-        """Refuse now NM-E parameters whose scores cannot be compared when the hold-out ends: NM-E compares
-        ``slope * theta`` with integer counts exactly, which needs ``slope * B`` below 2^62."""
-        if self.threshold_method == "nm-e":
+    def _check_threshold_scores(self) -> None:
+        """Refuse now parameters whose threshold scores cannot be computed when the hold-out ends.
+
+        The model squares thresholds, noise scales (at most ``B h / epsilon``) and the scale of the values
+        (at least ``threshold_step / ln 2``): they must lie in [1e-150, 1e150].  NM-E compares ``slope * theta``
+        with integer counts exactly, which needs ``slope * B`` below 2^62.
+        """
+        if self.threshold_method == "model":
+            noise = self.upper_bound * self.levels / self.epsilon
+            if not (noise <= 1e150 and self.threshold_step >= 1e-150):
+                raise ValueError(f"the model threshold squares the noise scale upper_bound * h / epsilon ({noise:g}) "
+                                 f"and threshold_step ({self.threshold_step:g}): both must lie in [1e-150, 1e150].")
+        else:
             slope = nm_e_slope(self.hold, stream_epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
                                c=self.c)
             if not slope * self.upper_bound < 2.0**62:
