@@ -81,7 +81,8 @@ def test_the_noise_depends_on_the_seed_and_parameters_not_on_the_name(http):
 @pytest.mark.parametrize("params, match", [({"period": 10**15}, "the service takes period up to"),
                                            ({"period": 2**21, "max_range": 64}, None),
                                            ({"threshold_epsilon": 1e200}, "threshold_epsilon must be in"),
-                                           ({"epsilon": 1e155}, "must be in"),
+                                           ({"epsilon": 1e155}, "epsilon must be at most 1e154"),
+                                           ({"epsilon": 1e100}, "must be in"),
                                            ({"epsilon": 1e300, "threshold_epsilon": 1.0}, "at most 1e154")])
 def test_parameters_that_could_never_run_are_refused_at_creation(http, params, match):
     answer = http.post("/streams", json={"name": "a", **TOPS, "hold": 20, **params}, headers=AUTH)

@@ -248,8 +248,8 @@ class ToPS(HoldOutRelease):
         self._forced_levels = smoothed_levels
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
-        self._check_model_budget()
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
+        self._check_model_budget()
         self._check_threshold_scores()
         self._start_hold_out()
 
