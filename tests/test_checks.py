@@ -12,14 +12,20 @@ import numpy as np
 import pytest
 
 from dpstream._checks import (
+    MAX_ARRAY_VALUES,
+    MAX_LENGTH,
     MAX_LOCAL_EPSILON,
     MIN_EPSILON,
+    MIN_GRID_BOUND,
     check_bool,
     check_bound,
     check_choice,
     check_distribution,
     check_epsilon,
+    check_grid,
+    check_length,
     check_local_epsilon,
+    check_memory,
     check_nonnegative,
     check_nonnegative_int,
     check_percentile,
@@ -28,7 +34,7 @@ from dpstream._checks import (
     check_stream_values,
     check_unit_values,
 )
-from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPS
+from dpstream.release import PAK, BinaryTreeCounter, ToPL, ToPLCollector, ToPS
 from dpstream.rng import make_rng
 
 # -- real-number parameters ------------------------------------------------------------------
@@ -321,3 +327,75 @@ def test_an_integer_beyond_float64_is_a_value_error_naming_its_size():
     for check in (check_bound, check_nonnegative, check_probability, check_magnitude):
         with pytest.raises(ValueError, match="x must be a finite number, got an integer of 401 digits"):
             check(-(10**400) if check is check_probability else 10**400, "x")
+
+
+# -- what a mechanism will need, checked when it is made -------------------------------------------
+
+
+def test_memory_length_and_grid_checks_name_their_limit():
+    assert check_memory(MAX_ARRAY_VALUES, "hold") == MAX_ARRAY_VALUES
+    with pytest.raises(ValueError, match="hold needs 2,147,483,649 values in memory"):
+        check_memory(MAX_ARRAY_VALUES + 1, "hold")
+    assert check_length(MAX_LENGTH, "window") == MAX_LENGTH
+    for bad, error in ((MAX_LENGTH + 1, ValueError), (0, ValueError), (2.0, TypeError)):
+        with pytest.raises(error, match="window must be an integer"):
+            check_length(bad, "window")
+    assert check_grid(100.0) is None and check_grid(100.0, 2.0**-40) == 2.0**-40
+    assert check_grid(MIN_GRID_BOUND, MIN_GRID_BOUND) == MIN_GRID_BOUND  # a given grid needs no default
+    with pytest.raises(ValueError, match="upper_bound must be at least 2\\^-1000"):
+        check_grid(MIN_GRID_BOUND / 2)
+    with pytest.raises(ValueError, match="at most 2\\^52 grid units"):
+        check_grid(1.0, 2.0**-53)
+    with pytest.raises(ValueError, match="granularity must be a finite number, got an integer of 401 digits"):
+        check_grid(1.0, 10**400)
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, period=10**15), "period needs .* values in memory"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, hold=10**13), "hold needs .* values in memory"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, threshold_epsilon=1e200), "threshold_epsilon must be in"),
+    (lambda: ToPS(epsilon=1e155, upper_bound=100), "epsilon must be at most 1e154"),
+    (lambda: ToPS(epsilon=1e100, upper_bound=100), "epsilon .* must be in"),
+    (lambda: ToPS(epsilon=1e155, upper_bound=100, threshold_epsilon=1.0), "at most 1e154 for Eq. 7"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, threshold_epsilon=1e-6), "threshold_epsilon must be in"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, threshold_method="nm-e", c=1e-300), "NM-E's largest offset"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, query_length=2**63), "query_length must be an integer in"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, smoother="moving_average", window=2**63), "window must be"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, fanout=10**400), "fanout must be an integer in"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, threshold_step=5e-324), "upper_bound / threshold_step"),
+    (lambda: ToPS(epsilon=1.0, upper_bound=100, granularity=5e-324), "at most 2\\^52 grid units"),
+    (lambda: BinaryTreeCounter(epsilon=1.0, upper_bound=100, granularity=10**400), "integer of 401 digits"),
+    (lambda: BinaryTreeCounter(epsilon=1.0, upper_bound=100, max_range=2**40, granularity=1.0), "max_range needs"),
+    (lambda: PAK(epsilon=1.0, upper_bound=100, delta=5e-324), "delta must be large enough"),
+    (lambda: PAK(epsilon=1.0, upper_bound=100, multiplier=1.7e308), "S-PAK's largest threshold"),
+    (lambda: PAK(epsilon=1.0, upper_bound=100, multiplier=1e300, capped=False), "must be at most 1e\\+300"),
+    (lambda: PAK(epsilon=1.0, upper_bound=5e-324), "upper_bound must be at least 2\\^-1000"),
+    (lambda: ToPLCollector(epsilon=1.0, upper_bound=5e-324), "upper_bound must be at least 2\\^-1000"),
+    (lambda: ToPLCollector(epsilon=1.0, upper_bound=1e155), "Eq. 8's largest squared error"),
+    (lambda: ToPLCollector(epsilon=1.0, upper_bound=100, hold=2**40), "hold needs"),
+    (lambda: ToPLCollector(epsilon=1.0, upper_bound=100, max_range=10**400), "max_range must be an integer in"),
+])
+def test_parameters_that_would_fail_after_the_hold_out_are_refused_when_the_mechanism_is_made(build, match):
+    with pytest.raises(ValueError, match=match) as info:
+        build()
+    assert "\n" not in str(info.value)
+
+
+def test_the_model_budget_range_is_what_the_model_can_draw():
+    """Just inside the range the threshold is chosen and the stream released; the range's ends come from the
+    model's rounding of its noise scales (a numerator of at most 2^40, a denominator below 2^62)."""
+    values = np.random.default_rng(1).uniform(0, 100, 80)
+    for threshold_epsilon in (7.7e-6, 3.35e7):
+        tops = ToPS(epsilon=1.0, upper_bound=100, hold=40, max_range=64, threshold_epsilon=threshold_epsilon, seed=3)
+        assert tops.release(values).size == 40 and tops.threshold is not None
+    for threshold_epsilon in (7.6e-6, 3.36e7):
+        with pytest.raises(ValueError, match="threshold_epsilon must be in"):
+            ToPS(epsilon=1.0, upper_bound=100, hold=40, max_range=64, threshold_epsilon=threshold_epsilon, seed=3)
+
+
+def test_theta_below_the_grid_is_rounded_up_to_one_step():
+    """A grid chosen for a large B can be coarser than the smallest candidate theta."""
+    tops = ToPS(epsilon=1.0, upper_bound=2.0**22, hold=50, max_range=64, threshold_method="nm-e", seed=1)
+    assert tops.granularity == 4.0
+    out = tops.release(np.zeros(100))
+    assert tops.threshold == 4.0 and out.size == 50 and np.all(np.isfinite(out))

@@ -290,6 +290,17 @@ def test_release_with_an_absurd_budget_is_one_line(runner):
         assert len(result.stderr.strip().splitlines()) == 1 and "epsilon" in result.stderr
 
 
+@pytest.mark.parametrize("args", [["--epsilon", "1e300"], ["--epsilon", "1e155", "--threshold-epsilon", "1"],
+                                  ["--epsilon", "1", "--threshold-epsilon", "1e200"], ["--epsilon", "1", "--period",
+                                                                                      str(10**15)]])
+def test_release_refuses_parameters_that_could_never_run_before_reading_its_input(runner, tmp_path, args):
+    """The input does not exist: a usage error about the parameter shows the check ran before any reading."""
+    result = runner.invoke(main, ["release", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "out.txt"),
+                                  "--upper-bound", "100", *args])
+    assert result.exit_code == 2 and "missing.csv" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
 def test_output_file_replaces_the_target_only_on_success(tmp_path):
     from dpstream.cli._outputs import output_file
 

@@ -78,6 +78,23 @@ def test_the_noise_depends_on_the_seed_and_parameters_not_on_the_name(http):
     assert outputs["first"] == outputs["second"] != outputs["third"]
 
 
+@pytest.mark.parametrize("params, match", [({"period": 10**15}, "the service takes period up to"),
+                                           ({"period": 2**21, "max_range": 64}, None),
+                                           ({"threshold_epsilon": 1e200}, "threshold_epsilon must be in"),
+                                           ({"epsilon": 1e155}, "epsilon must be at most 1e154"),
+                                           ({"epsilon": 1e100}, "must be in"),
+                                           ({"epsilon": 1e300, "threshold_epsilon": 1.0}, "at most 1e154")])
+def test_parameters_that_could_never_run_are_refused_at_creation(http, params, match):
+    answer = http.post("/streams", json={"name": "a", **TOPS, "hold": 20, **params}, headers=AUTH)
+    if match is None:  # within the limits: created, and it runs past its hold-out
+        assert answer.status_code == 201
+        ran = http.post("/streams/a/values", json={"values": _values(40).tolist()}, headers=AUTH)
+        assert ran.status_code == 200 and len(ran.json()["released"]) == 20
+    else:
+        assert answer.status_code == 422 and match in answer.json()["message"]
+        assert http.get("/streams/a").status_code == 404
+
+
 def test_an_unseeded_stream_has_a_random_key(http, app):
     for name in ("x", "y"):
         assert http.post("/streams", json={"name": name, **TOPS}, headers=AUTH).status_code == 201

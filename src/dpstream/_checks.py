@@ -14,8 +14,12 @@ from collections.abc import Callable
 import numpy as np
 
 __all__ = [
+    "MAX_ARRAY_VALUES",
+    "MAX_GRID_UNITS",
+    "MAX_LENGTH",
     "MAX_LOCAL_EPSILON",
     "MAX_MAGNITUDE",
+    "MIN_GRID_BOUND",
     "MIN_EPSILON",
     "ROW_SUM_TOLERANCE",
     "check_bool",
@@ -31,6 +35,9 @@ __all__ = [
     "check_probability",
     "check_choice",
     "check_distribution",
+    "check_grid",
+    "check_length",
+    "check_memory",
     "check_stream_values",
     "check_transition",
     "check_unit_values",
@@ -101,7 +108,7 @@ def check_local_epsilon(value: object, name: str = "epsilon") -> float:
 MAX_MAGNITUDE = 1e300
 
 
-def check_magnitude(value: float, name: str) -> float:
+def check_magnitude(value: float, name: str, hint: str = "lower upper_bound or raise epsilon") -> float:
     """A noise scale or a worst-case sum a mechanism will compute: finite and at most :data:`MAX_MAGNITUDE`.
 
     Refusing it up front is what keeps a release from publishing ``inf`` or ``nan`` when its
@@ -117,9 +124,77 @@ def check_magnitude(value: float, name: str) -> float:
     if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
         raise ValueError(
             f"{name} must be at most {MAX_MAGNITUDE:g} (float64 sums of noisy values overflow beyond), "
-            f"got {value:g}; lower upper_bound or raise epsilon."
+            f"got {value:g}; {hint}."
         )
     return value
+
+
+#: The most values one array of a mechanism may hold (its hold-out, the noise of a tree, a period's
+#: profile): 2^31, 16 GiB of float64.  Beyond, numpy fails with MemoryError on the batch that needs it.
+MAX_ARRAY_VALUES = 1 << 31
+
+
+def check_memory(count: int, name: str) -> int:
+    """``count`` values a mechanism will keep in one array: at most :data:`MAX_ARRAY_VALUES`.
+
+    Refusing it up front is what keeps a mechanism from failing with MemoryError (or making the machine
+    swap) on the batch that ends its hold-out rather than when it is made.
+
+    >>> check_memory(2**40, "period")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: period needs 1,099,511,627,776 values in memory, more than the 2,147,483,648 (16 GiB) a ...
+    """
+    if count > MAX_ARRAY_VALUES:
+        raise ValueError(f"{name} needs {count:,} values in memory, more than the {MAX_ARRAY_VALUES:,} (16 GiB) a "
+                         "mechanism keeps in one array.")
+    return count
+
+
+#: The longest length (a window, a query) a mechanism computes with: 2^53, so that positions and
+#: lengths stay exact in float64 and their sums in int64.
+MAX_LENGTH = 1 << 53
+
+
+def check_length(value: object, name: str) -> int:
+    """A length (a query, a smoother's window): an integer in [1, :data:`MAX_LENGTH`].
+
+    >>> check_length(2**63, "query_length")
+    Traceback (most recent call last):
+    ValueError: query_length must be an integer in [1, 2^53], got 9223372036854775808.
+    """
+    value = check_positive_int(value, name)
+    if value > MAX_LENGTH:
+        raise ValueError(f"{name} must be an integer in [1, 2^53], got {value}.")
+    return value
+
+
+#: The most grid units a bound may span (``B / g``): sums of grid units stay exact in float64.
+MAX_GRID_UNITS = 1 << 52
+
+#: The smallest bound a mechanism measures on a grid: the default grid ``B / 2^20`` must be a normal float.
+MIN_GRID_BOUND = 2.0**-1000
+
+
+def check_grid(upper_bound: float, granularity: object = None) -> float | None:
+    """The grid of an exact mechanism for values in [0, ``upper_bound``]: a ``granularity`` > 0 that
+    splits the bound into at most :data:`MAX_GRID_UNITS` steps, or (None) the default grid, which
+    needs a bound of at least :data:`MIN_GRID_BOUND`; returns the granularity as a float (None stays None).
+
+    >>> check_grid(100.0, 1e-300)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: upper_bound / granularity must be at most 2^52 grid units, got 1e+302; raise granularity.
+    """
+    if granularity is None:
+        if upper_bound < MIN_GRID_BOUND:
+            raise ValueError("upper_bound must be at least 2^-1000 (the default grid of the exact noise underflows "
+                             f"below), got {upper_bound!r}.")
+        return None
+    granularity = check_bound(granularity, "granularity")
+    units = upper_bound / granularity
+    if not units <= MAX_GRID_UNITS:
+        raise ValueError(f"upper_bound / granularity must be at most 2^52 grid units, got {units:g}; "
+                         "raise granularity.")
+    return granularity
 
 
 def check_bool(value: object, name: str) -> bool:

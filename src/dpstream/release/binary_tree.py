@@ -56,7 +56,9 @@ from dpstream._checks import (
     check_bool,
     check_bound,
     check_epsilon,
+    check_grid,
     check_magnitude,
+    check_memory,
     check_positive_int,
     check_stream_values,
 )
@@ -204,12 +206,15 @@ class BinaryTreeCounter(Params):
         check_magnitude(bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("binary-tree",))
         self.exact = self._source.exact
+        if self.exact:
+            check_grid(bound, granularity)
         self._arithmetic = arithmetic(self.exact, bound=bound, epsilon=self.epsilon, levels=self.levels,
                                       granularity=granularity)
         self.granularity, self.upper_bound = self._arithmetic.granularity, self._arithmetic.bound
         self.noise_scale, self.spent_epsilon = self._arithmetic.scale_value, self._arithmetic.spent_epsilon
         if self.exact:
             self._check_exact_counts()
+        check_memory(self.max_range, "max_range")  # the noise of a tree's 2^h leaves is drawn when it starts
         self.noise: list[np.ndarray] | None = None  # node noise of the current tree (SECRET; grid units if exact)
         zero = self._arithmetic.zero
         self._state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)

@@ -48,7 +48,9 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_grid,
     check_magnitude,
+    check_memory,
     check_percentile,
     check_positive_int,
     check_probability,
@@ -176,8 +178,8 @@ class PAK(HoldOutRelease, Params):
         )
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
-        self.hold = check_positive_int(hold, "hold")
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
+        self.hold = check_memory(check_positive_int(hold, "hold"), "hold")
+        self.max_range = check_memory(check_positive_int(max_range, "max_range", minimum=2), "max_range")
         fraction = check_probability(threshold_fraction, "threshold_fraction", open_low=True)
         if fraction >= 1:
             raise ValueError(f"threshold_fraction must be < 1 (eps2 > 0), got {threshold_fraction!r}.")
@@ -197,15 +199,11 @@ class PAK(HoldOutRelease, Params):
                 "threshold_noise='gaussian' is float-only (S-PAK's Gaussian threshold has no exact sampler); "
                 "use threshold_noise='laplace', or noise=FloatNoise(rng) for a study (NOT for publication)."
             )
-        pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta, multiplier=multiplier,
-                       noise=self.threshold_noise)  # validates the threshold's parameters now, not after the hold-out
-        # tau <= B when capped: refuse now the parameters whose noise would overflow float64 after the hold-out
-        check_magnitude(self.upper_bound * num_levels(self.max_range, 2) / self.epsilon,
-                        "the binary tree's largest noise scale upper_bound * levels / epsilon")
-        check_magnitude(self.upper_bound / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
-        check_magnitude(self.upper_bound * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
+        self._check_threshold(*pak_parameters(epsilon=self.threshold_epsilon, delta=self.delta, beta=beta,
+                                              multiplier=multiplier, noise=self.threshold_noise))
         self.granularity: float | None = None
         if self._source.exact:  # a grid too fine for the budget: refused now
+            check_grid(self.upper_bound, granularity)
             self.granularity = self._noisier_on_grid(granularity).granularity
         elif granularity is not None:
             raise ValueError("granularity applies to exact noise only; the float path (FloatNoise) has no grid.")
@@ -215,6 +213,26 @@ class PAK(HoldOutRelease, Params):
         self._sum_epsilon_spent: float | None = None
         self._sum_scale: Fraction | None = None
         self._held_noise: GridArithmetic | FloatArithmetic | None = None  # of the held-out sum, once tau is known
+
+    def _check_threshold(self, a: float, b: float, offset: float, kappa: float) -> None:
+        """Refuse now the parameters whose threshold, or noise scaled to it, cannot be computed after the hold-out.
+
+        ``(a, b, offset, kappa)`` are S-PAK's (:func:`~dpstream.thresholds.smooth_sensitivity.pak_parameters`).  The
+        smooth sensitivity is at most B, so tau stays below ``r (B + kappa B / a (offset + 40))`` but with probability
+        ``e^-40``; capped, tau is at most B.
+        """
+        if not b > 0:
+            raise ValueError(f"delta must be large enough for S-PAK's smoothing b = eps1 / (2 ln(2 / delta)) to be "
+                             f"positive, got delta={self.delta!r}.")
+        largest = check_magnitude(self.multiplier * (self.upper_bound + kappa * self.upper_bound / a * (offset + 40.0)),
+                                  "S-PAK's largest threshold r (B + kappa B / a (G^-1(1 - beta) + 40))",
+                                  "lower multiplier or upper_bound, or raise epsilon")
+        tau = self.upper_bound if self.capped else max(largest, self.upper_bound)
+        # refuse now the parameters whose noise would overflow float64 after the hold-out
+        check_magnitude(tau * num_levels(self.max_range, 2) / self.epsilon,
+                        "the binary tree's largest noise scale upper_bound * levels / epsilon")
+        check_magnitude(tau / self.sum_epsilon, "the held-out sum's noise scale upper_bound / eps2")
+        check_magnitude(tau * max(self.hold, self.max_range), "upper_bound * max(hold, max_range)")
 
     def privacy(self) -> PrivacyGuarantee:
         """(epsilon, delta) for any split: eps1 + eps2' on the hold-out, eps' on the rest, in parallel.

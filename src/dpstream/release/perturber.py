@@ -65,7 +65,9 @@ import numpy as np
 from dpstream._checks import (
     check_bound,
     check_epsilon,
+    check_length,
     check_magnitude,
+    check_memory,
     check_nonnegative,
     check_nonnegative_int,
     check_positive_int,
@@ -102,6 +104,9 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     [3, 3, 2, 2]
     """
     epsilon = check_epsilon(epsilon)
+    if not math.isfinite(epsilon * epsilon):
+        raise ValueError(f"epsilon must be at most 1e154 for Eq. 7 to choose s (its square overflows float64 beyond): "
+                         f"give smoothed_levels, got {epsilon!r}.")
     h = num_levels(max_range, fanout)
     log_r = math.log(max_range) / math.log(fanout)
     s = np.linspace(0.0, h - 1.0, 1000 * (h - 1) + 1)
@@ -136,8 +141,9 @@ class HierarchyShape:
     @classmethod
     def of(cls, epsilon: float, max_range: int, fanout: int, smoothed_levels: int | None) -> HierarchyShape:
         """The shape checked; ``smoothed_levels`` None chooses s by Eq. 7 (:func:`optimal_smoothed_levels`)."""
-        max_range = check_positive_int(max_range, "max_range", minimum=2)
+        max_range = check_memory(check_positive_int(max_range, "max_range", minimum=2), "max_range")
         fanout = check_positive_int(fanout, "fanout", minimum=2)
+        check_length(fanout, "fanout")
         levels = num_levels(max_range, fanout)
         if smoothed_levels is None:
             smoothed_levels = optimal_smoothed_levels(epsilon, max_range, fanout)

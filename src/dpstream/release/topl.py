@@ -39,7 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_bool, check_choice, check_magnitude, check_positive_int, check_stream_values
+from dpstream._checks import (
+    check_bool,
+    check_choice,
+    check_grid,
+    check_length,
+    check_magnitude,
+    check_memory,
+    check_positive_int,
+    check_stream_values,
+)
 from dpstream._deprecation import moved_names
 from dpstream._params import Params
 from dpstream.noise.bits import BitsSeed, make_bits
@@ -96,16 +105,21 @@ class ToPLCollector(Params):
     ) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=upper_bound, threshold_epsilon=threshold_epsilon, hold=hold,
                             max_range=max_range, buckets=buckets, variant=variant, stream_grid=stream_grid)
-        self.hold = check_positive_int(hold, "hold")
-        self.max_range = check_positive_int(max_range, "max_range")
+        self.hold = check_memory(check_positive_int(hold, "hold"), "hold")
+        self.max_range = check_length(max_range, "max_range")
         buckets = check_positive_int(buckets, "buckets", minimum=2)
         self.variant = check_choice(variant, "variant", SW_VARIANTS)
         self._parameters = ToPLRandomizer(epsilon=epsilon, upper_bound=upper_bound, threshold_epsilon=threshold_epsilon,
                                       buckets=buckets, stream_grid=stream_grid)
+        check_grid(self.upper_bound)  # theta is a multiple of B / buckets: it must not underflow to 0
         hm = self._parameters.hm
         # an estimate is theta (unit + 1) / 2 with theta <= B and |unit| <= the larger HM output bound
-        check_magnitude(self.upper_bound * (max(hm.pm.s, hm.sr.scale) + 1.0) / 2.0,
+        bound = max(hm.pm.s, hm.sr.scale)
+        check_magnitude(self.upper_bound * (bound + 1.0) / 2.0,
                         "the largest estimate upper_bound * (C + 1) / 2 (C: the Hybrid mechanism's output bound)")
+        # Eq. 8 scores theta <= B by r / 3 times HM's variance (below (B C)^2) plus r^2 / 6 times the squared bias
+        check_magnitude(self.upper_bound * self.upper_bound * self.max_range * (bound * bound + self.max_range),
+                        "Eq. 8's largest squared error B^2 r (C^2 + r)", "lower upper_bound or max_range")
         self._held = np.empty(self.hold, dtype=np.int64)
         self._received = 0
 
@@ -234,6 +248,7 @@ class ToPLCollector(Params):
             index = int(np.argmax(codes == SW_REPORT))
             raise ValueError(f"report {self._received + index} must be an HM report (mechanism {SR_REPORT} or "
                              f"{PM_REPORT}) once theta is published, got a Square Wave report.")
+        check_grid(self.upper_bound)  # theta is a multiple of B / buckets: it must not underflow to 0
         hm = self._parameters.hm
         uses_pm = codes == PM_REPORT
         try:

@@ -29,7 +29,10 @@ from dpstream._checks import (
     check_bound,
     check_choice,
     check_epsilon,
+    check_grid,
+    check_length,
     check_magnitude,
+    check_memory,
     check_nonnegative_int,
     check_positive_int,
     check_stream_values,
@@ -47,8 +50,8 @@ from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, ch
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
-from dpstream.thresholds.model import ModelChoice, model_threshold, window_leaves
-from dpstream.thresholds.noisy_max import threshold_candidates
+from dpstream.thresholds.model import SHARES, ModelChoice, model_threshold, window_leaves
+from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
 from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
@@ -213,18 +216,19 @@ class ToPS(HoldOutRelease, Params):
         )
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
-        self.hold = check_positive_int(hold, "hold")
+        self.hold = check_memory(check_positive_int(hold, "hold"), "hold")
         self.threshold_epsilon = (
             self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
         )
         self.c = check_bound(c, "c")
         self.threshold_step = check_bound(threshold_step, "threshold_step")
+        check_magnitude(self.upper_bound / self.threshold_step, "upper_bound / threshold_step", "raise threshold_step")
         threshold_candidates(self.upper_bound, self.threshold_step)  # validates the grid now
         self.clip = check_bool(clip, "clip")
         self.threshold_method = check_choice(threshold_method, "threshold_method", THRESHOLD_METHODS)
-        self.query_length = None if query_length is None else check_positive_int(query_length, "query_length")
+        self.query_length = None if query_length is None else check_length(query_length, "query_length")
         self.selection = check_choice(selection, "selection", tuple(SELECTIONS))
-        self.period = None if period is None else check_positive_int(period, "period")
+        self.period = None if period is None else check_memory(check_positive_int(period, "period"), "period")
         self.profile_bins = check_nonnegative_int(profile_bins, "profile_bins")
         self.window_leaves = check_bool(window_leaves, "window_leaves")
         #: With ``query_length`` and no period: the leaf length the model chose (None: blocks of ``b^s``).
@@ -243,10 +247,49 @@ class ToPS(HoldOutRelease, Params):
         self.model_choice: ModelChoice | None = None
         self._chosen: dict | None = None  # what the hold-out chose: theta, s, the prior (public)
         self._forced_levels = smoothed_levels
-        self._set_smoothers(smoother, window, alpha)
+        self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
+        self._check_model_budget()
+        self._check_threshold_scores()
         self._start_hold_out()
+
+    def _check_threshold_scores(self) -> None:
+        """Refuse now parameters whose threshold scores cannot be computed when the hold-out ends.
+
+        The model squares thresholds, noise scales (at most ``B h / epsilon``) and the scale of the values
+        (at least ``threshold_step / ln 2``): they must lie in [1e-150, 1e150].  NM-E compares ``slope * theta``
+        with integer counts exactly, which needs ``slope * B`` below 2^62.
+        """
+        if self.threshold_method == "model":
+            noise = self.upper_bound * self.levels / self.epsilon
+            if not (noise <= 1e150 and self.threshold_step >= 1e-150):
+                raise ValueError(f"the model threshold squares the noise scale upper_bound * h / epsilon ({noise:g}) "
+                                 f"and threshold_step ({self.threshold_step:g}): both must lie in [1e-150, 1e150].")
+        else:
+            slope = nm_e_slope(self.hold, stream_epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
+                               c=self.c)
+            if not slope * self.upper_bound < 2.0**62:
+                raise ValueError(f"NM-E's largest offset slope * upper_bound must stay below 2^62, got "
+                                 f"{slope * self.upper_bound:g}; raise c or epsilon, or lower hold.")
+
+    def _check_model_budget(self) -> None:
+        """Refuse now a threshold budget whose exact noise the model cannot draw when the hold-out ends.
+
+        The model rounds each of its noise scales to 40 significant bits, a numerator of at most 2^40
+        and a denominator below 2^62 (:mod:`dpstream.thresholds.model`): its prior's scale, at most
+        2^21 grid units over its share of the budget, must stay at most 2^40, and its drift counts'
+        scale, 1 over its share, above 2^-23.
+        """
+        if self.threshold_method != "model":
+            return
+        share = 1.0 - PROFILE_SHARE if self._profiled else 1.0
+        low, high = 2.0**-19 / SHARES["prior"] / share, 2.0**23 / SHARES["drift"] / share
+        if not low <= self.threshold_epsilon < high:
+            name = "threshold_epsilon" if self._params["threshold_epsilon"] is not None else (
+                "epsilon (the budget of the threshold too, unless threshold_epsilon)")
+            raise ValueError(f"{name} must be in [{low:.3g}, {high:.3g}) for the exact noise of the model threshold, "
+                             f"got {self.threshold_epsilon!r}.")
 
     def _set_smoothers(self, smoother: str | Smoother | None, window: int | None, alpha: float | None) -> None:
         """The smoother of blocks and periods, and the one of leaves of a fraction of the window."""
@@ -275,6 +318,7 @@ class ToPS(HoldOutRelease, Params):
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
         self.granularity: float | None = None
         if self._source.exact:
+            check_grid(self.upper_bound, granularity)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
             noise = GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
             check_chunk_sums(self.max_range, noise.units)
@@ -439,7 +483,8 @@ class ToPS(HoldOutRelease, Params):
                       profile_spent: float = 0.0, leaf: int | None = None) -> None:
         """Start the perturber on what the hold-out chose (also when a snapshot is restored):
         theta, s (or, with a period or leaves of a fraction of the window, the measured levels d,
-        the leaf and the private profile) and the prior."""
+        the leaf and the private profile) and the prior.  theta is at least one step of the grid (a grid
+        chosen for B can be coarser than the smallest candidate): it is rounded up to the grid."""
         self._chosen = {"threshold": threshold, "smoothed_levels": smoothed_levels, "prior": prior,
                         "model_choice": model_choice, "levels": levels, "profile": profile,
                         "profile_spent": profile_spent}
@@ -449,6 +494,8 @@ class ToPS(HoldOutRelease, Params):
         if model_choice is not None:
             self.model_choice = ModelChoice(**model_choice)
         self._profile, self._profile_spent = profile, profile_spent
+        if self.granularity is not None:
+            threshold = max(threshold, self.granularity)
         self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels

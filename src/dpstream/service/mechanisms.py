@@ -70,8 +70,9 @@ STREAM_METHODS: Mapping[str, Any] = _StreamMethods()
 #: Parameters the service sets itself, never taken from a request.
 _RESERVED = ("noise", "key", "seed")
 
-#: The largest ``hold`` and ``max_range`` a request may ask for: a stream's memory grows with them (the
-#: binary tree keeps about 32 bytes per leaf of its current tree), and one request must not exhaust the service.
+#: The largest ``hold`` and ``max_range`` (and ``period``, a chunk's length when it is longer) a request may ask
+#: for: a stream's memory grows with them (the binary tree keeps about 32 bytes per leaf of its current tree), and
+#: one request must not exhaust the service.
 MAX_HOLD = 1 << 22
 MAX_RANGE = 1 << 22
 
@@ -98,7 +99,7 @@ def _check_plain(params: dict[str, Any], allowed: tuple[str, ...], what: str) ->
     for name, value in params.items():
         if value is not None and not isinstance(value, (bool, int, float, str)):
             raise TypeError(f"{name} must be a number, a string or a boolean, got {json.dumps(value)[:80]}.")
-    for name, largest in (("hold", MAX_HOLD), ("max_range", MAX_RANGE)):
+    for name, largest in (("hold", MAX_HOLD), ("max_range", MAX_RANGE), ("period", MAX_RANGE)):
         value = params.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > largest:
             raise ValueError(f"the service takes {name} up to {largest}, got {value!r}.")
