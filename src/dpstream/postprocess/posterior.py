@@ -137,7 +137,7 @@ def check_likelihood(likelihood: str | None, noisy: np.ndarray) -> str:
             row, col = bad[0]
             raise ValueError(f"likelihood 'discrete_laplace' needs integer noisy counts; row {row + 1}, column "
                              f"{col + 1} is {float(noisy[row, col])!r} (for counts released with continuous "
-                             "Laplace noise pass likelihood='laplace').")
+                             "Laplace noise choose the likelihood laplace).")  # one quoted name: no quoted run to cut
     return likelihood
 
 
