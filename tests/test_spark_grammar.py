@@ -191,3 +191,20 @@ def test_the_command_line_says_what_the_local_engine_says(spark, cases, tmp_path
         assert spark_run.stderr == local.stderr, path
         if local.exit_code == 0:
             assert (tmp_path / "spark.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
+
+
+def test_a_value_outside_the_bound_in_an_earlier_batch_comes_before_a_bad_line(spark, tmp_path, monkeypatch):
+    """The local engine reads a batch whole before releasing it: a bad line stops it first within its batch,
+    a value outside [0, B] of an earlier batch first otherwise; Spark says the same."""
+    monkeypatch.setattr("dpstream.cli.release._CHUNK", 300)
+    rng = np.random.default_rng(6)
+    rows = [f"k{rng.integers(0, 3)},{value:.2f}" for value in rng.uniform(0, 10, 1000)]
+    rows[100] = "k1,-4"
+    for bad_row, expected in ((700, "key 'k1': stream value"), (150, "line 152, column 'kwh', is not a number")):
+        lines = list(rows)
+        lines[bad_row] = "k2,4x"
+        path = tmp_path / f"rows-{bad_row}.csv"
+        path.write_text("meter,kwh\n" + "\n".join(lines) + "\n")
+        runs = {engine: _release(path, engine, tmp_path / f"{engine}-{bad_row}.csv") for engine in ("local", "spark")}
+        assert runs["spark"].exit_code == runs["local"].exit_code == 1
+        assert runs["spark"].stderr == runs["local"].stderr and expected in runs["spark"].stderr

@@ -1,6 +1,7 @@
 """``dpstream release --key-column K --engine spark``: the keyed release on Spark, written as locally.
 
-Spark reads INPUT (Parquet, or comma-separated CSV with a header), releases every key's stream
+Spark reads INPUT (Parquet, or text with a header, by the local reader's rules:
+:func:`dpstream.spark.by_key.scan_keyed`), releases every key's stream
 in parallel (:func:`dpstream.spark.by_key.keyed_frame`) with the noise the local engine gives
 that key, and the driver writes ``key,position,value`` rows in input order: for the same
 ``--seed`` the file is byte for byte the one ``release --key-column`` writes, and stderr says
@@ -23,6 +24,7 @@ from dpstream.cli._app import say
 from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._outputs import output_file
 from dpstream.cli._spark import spark_session
+from dpstream.io import InputError
 from dpstream.release.by_key import new_secret, seed_secret, show_key
 
 __all__ = ["check_engine", "release_on_spark"]
@@ -58,11 +60,11 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     ``build(bits)`` is the local engine's: a mechanism drawing from ``bits``; ``chunk`` the local
     engine's batch size, which decides which key's guarantee the local engine states.
     """
-    from dpstream.spark.by_key import keyed_frame, read_keyed
+    from dpstream.spark.by_key import keyed_frame, scan_keyed
 
     with spark_session(master, conf, source=input_path) as spark:
-        rows = read_keyed(spark, input_path, key_column=key_column, value_column=column)
-        values_read = _scan(rows, upper_bound=None if clip else upper_bound)  # refuses a value outside [0, B]
+        rows, error = scan_keyed(spark, input_path, key_column=key_column, value_column=column)
+        values_read = _scan(rows, upper_bound=None if clip else upper_bound, error=error, chunk=chunk)
         secret = new_secret() if seed is None else seed_secret(seed)
         table = keyed_frame(rows, build=build, secret=secret, upper_bound=upper_bound).toArrow()
     position = table["position"].to_numpy()
@@ -108,13 +110,17 @@ class _Stated:
         return self.text
 
 
-def _scan(rows: Any, *, upper_bound: float | None) -> int:
+def _scan(rows: Any, *, upper_bound: float | None, error: tuple[int, str] | None, chunk: int) -> int:
     """The number of rows, in one pass that also finds the first value outside ``[0, upper_bound]`` in input
     order (unless ``upper_bound`` is None) and refuses it in the words of its key's mechanism, as the local
-    engine does, before any release."""
+    engine does, before any release.  ``error`` (row, message), the input's first bad row, is raised instead
+    unless that value lies in an earlier batch of ``chunk`` rows: the local engine reads a batch whole before
+    it releases it."""
     from pyspark.sql import functions as F
 
     outside = F.lit(False) if upper_bound is None else (F.col("value") < 0.0) | (F.col("value") > upper_bound)
+    if error is not None:
+        rows = rows.filter(F.col("row") < error[0] // chunk * chunk)  # the batches the local engine releases
     count, bad = rows.agg(F.count(F.lit(1)), F.min(F.when(outside, F.col("row")))).first()
     if bad is not None:
         first = rows.filter(F.col("row") == bad).first()
@@ -122,8 +128,10 @@ def _scan(rows: Any, *, upper_bound: float | None) -> int:
         position = rows.filter((F.col("key") == key) & (F.col("row") < bad)).count()
         try:
             check_stream_values(np.array([first["value"]]), upper_bound, clip=False, offset=position)
-        except ValueError as error:
-            raise ValueError(f"key {show_key(key)}: {error}") from None
+        except ValueError as failure:
+            raise ValueError(f"key {show_key(key)}: {failure}") from None
+    if error is not None:
+        raise InputError(error[1])
     return int(count)
 
 

@@ -1,10 +1,11 @@
 """Many keyed streams on Spark: one independent release per key, in parallel.
 
 The Spark counterpart of :class:`~dpstream.release.by_key.ByKey` (``release --key-column``):
-Spark reads a table of ``(key, value)`` rows (CSV or Parquet), numbers the rows in input order
-as it reads them, groups them by key (``groupBy(key).applyInPandas``), and every task releases
-its key's values, in input order, with ``build(key_bits(secret, key))`` -- the mechanism and the
-keyed noise the local engine gives that key.  A key's output therefore equals its sub-stream
+Spark reads a table of ``(key, value)`` rows (text or Parquet) by the local reader's rules
+(:func:`read_keyed`: the same values, keys and errors), numbers the rows in input order, groups
+them by key (``groupBy(key).applyInPandas``), and every task releases its key's values, in
+input order, with ``build(key_bits(secret, key))`` -- the mechanism and the keyed noise the
+local engine gives that key.  A key's output therefore equals its sub-stream
 released alone, and the local keyed release, whatever the partitioning; a retried task draws
 the same noise again.
 
@@ -33,7 +34,7 @@ from dpstream.io import InputError, StreamReader, open_input, read_lines, resolv
 from dpstream.release.by_key import key_bits, show_key
 from dpstream.spark.session import require_spark
 
-__all__ = ["keyed_frame", "read_keyed", "release_by_key"]
+__all__ = ["keyed_frame", "read_keyed", "release_by_key", "scan_keyed"]
 
 #: Columns of :func:`read_keyed`: the key's text, the value and the 0-based index of its row among the input's rows.
 ROWS_SCHEMA = "key string, value double, row long"
@@ -90,6 +91,18 @@ def read_keyed(spark: Any, path: str | os.PathLike[str], *, key_column: str, val
     with the local reader's message).  ``value_column`` None is the one column besides the key's.
     Errors are :class:`~dpstream.io.InputError`, one line, for the first bad row in input order.
     """
+    rows, error = scan_keyed(spark, path, key_column=key_column, value_column=value_column)
+    if error is not None:
+        raise InputError(error[1])
+    return rows
+
+
+def scan_keyed(spark: Any, path: str | os.PathLike[str], *, key_column: str,
+               value_column: str | None = None) -> tuple[Any, tuple[int, str] | None]:
+    """:func:`read_keyed`'s frame and its first bad row, ``(row, message)`` or None, without raising for it:
+    for a caller that weighs it against its own checks of the rows before it (``release --engine spark``
+    refuses a value outside ``[0, B]`` of an earlier batch first, as the local engine does).  A bad header,
+    column or file is raised at once."""
     require_spark()
     location, source = str(path), str(path)
     if "://" not in location and not Path(path).exists():
@@ -108,9 +121,9 @@ def _is_parquet(location: str) -> bool:
         return handle.read(4) == b"PAR1"
 
 
-def _numbered(frame: Any) -> tuple[Any, int]:
-    """``frame`` with ``index``, the 0-based index of each row in input order (partitions in order), and its
-    number of rows: one counting job, then the partition's first index plus the row's index in it."""
+def _numbered(frame: Any) -> Any:
+    """``frame`` with ``index``, the 0-based index of each row in input order (partitions in order): one
+    counting job, then the partition's first index plus the row's index in it."""
     from pyspark.sql import functions as F
 
     part = F.spark_partition_id()
@@ -120,22 +133,23 @@ def _numbered(frame: Any) -> tuple[Any, int]:
         starts.append(total)
         total += counts.get(index, 0)
     if not starts:
-        return frame.withColumn("index", F.lit(None).cast("long")), 0
+        return frame.withColumn("index", F.lit(None).cast("long"))
     within = F.monotonically_increasing_id() - F.shiftleft(part.cast("long"), _PARTITION_SHIFT)
     start = F.element_at(F.array(*map(F.lit, starts)).cast("array<long>"), part + 1)
-    return frame.withColumn("index", start + within), total
+    return frame.withColumn("index", start + within)
 
 
-def _read_text(spark: Any, location: str, source: str, *, key_column: str, column: str | None) -> Any:
+def _read_text(spark: Any, location: str, source: str, *, key_column: str,
+               column: str | None) -> tuple[Any, tuple[int, str] | None]:
     """A text file, split among the executors by Spark and parsed by :func:`dpstream.io.read_lines`."""
     from pyspark.sql import functions as F
 
     header = _first_line(spark, location)
     options = {"source": source, "column": column, "key_column": key_column}
     if header is None:
-        return spark.createDataFrame([], ROWS_SCHEMA)
+        return spark.createDataFrame([], ROWS_SCHEMA), None
     read_lines([], 2, header, **options)  # the header's errors, on the driver
-    lines, _ = _numbered(spark.read.text(location).select(F.col("value").cast("binary").alias("text")))
+    lines = _numbered(spark.read.text(location).select(F.col("value").cast("binary").alias("text")))
 
     def parse(frames: Iterator[Any]) -> Iterator[Any]:
         for frame in frames:
@@ -151,9 +165,9 @@ def _read_text(spark: Any, location: str, source: str, *, key_column: str, colum
             read_lines([""], min(blanks), header, **options)
         except InputError as error:
             errors.append((min(blanks), str(error)))
-    if errors:
-        raise InputError(min(errors)[1])
-    return parsed.filter(F.col("key").isNotNull()).select("key", "value", "row")
+    rows = parsed.filter(F.col("key").isNotNull()).select("key", "value", "row")
+    line, message = min(errors, default=(None, None))
+    return rows, None if line is None else (line - 2, message)
 
 
 def _first_line(spark: Any, location: str) -> str | None:
@@ -171,31 +185,33 @@ def _first_line(spark: Any, location: str) -> str | None:
 
 
 def _parse_lines(texts: list[bytes], first: int, header: str, options: dict[str, Any]) -> Any:
-    """Rows of :data:`ROWS_SCHEMA` from the raw lines ``first, first + 1, ...``, and a last row (key null) with
-    the first error among them (its ``line`` and ``error``), the first of the blank lines they end with
-    (``blank``) and the last line that is not blank (``last``)."""
+    """Rows of :data:`ROWS_SCHEMA` from the raw lines ``first, first + 1, ...`` (up to the first bad one), and a
+    last row (key null) with the first error among them (its ``line`` and ``error``), the first of the blank
+    lines they end with (``blank``) and the last line that is not blank (``last``)."""
     import pandas as pd
 
     if first == 1:  # the header
         texts, first = texts[1:], 2
     error = line = None
-    read = 0
     joined = b"\n".join(texts)
     try:
         lines = joined.decode("utf-8").split("\n") if texts else []
     except UnicodeDecodeError as failure:
         line = first + joined.count(b"\n", 0, failure.start)
-        byte = failure.start - joined.rfind(b"\n", 0, failure.start) - 1
-        error = f"{options['source']} is not UTF-8 text ({failure.reason} at byte {byte} of line {line})."
-        lines = []
+        start = joined.rfind(b"\n", 0, failure.start) + 1
+        where = f"at byte {failure.start - start} of line {line}"
+        error = f"{options['source']} is not UTF-8 text ({failure.reason} {where})."
+        lines = joined[: start - 1].decode("utf-8").split("\n") if start else []
     try:
         batch, read = read_lines(lines, first, header, **options)
     except InputError as failure:
-        error, batch = str(failure), None
+        error = str(failure)
         found = re.match(rf"{re.escape(options['source'])} line (\d+)", error)
         line = int(found.group(1)) if found else first
-    keys, values, numbers = ([], np.empty(0), np.empty(0, np.int64)) if batch is None else (
-        batch.keys, batch.values, batch.lines - 2)
+        lines = lines[: line - first]
+        batch, read = read_lines(lines, first, header, **options)  # the rows before it: read as locally
+    last = line if line is not None else first + read - 1 if read else None
+    keys, values, numbers = batch.keys, batch.values, batch.lines - 2
     count = len(keys)
 
     def note(value: int | None) -> Any:  # a column that is null on the rows and ``value`` on the note
@@ -208,11 +224,12 @@ def _parse_lines(texts: list[bytes], first: int, header: str, options: dict[str,
         "line": note(line),
         "error": [None] * count + [error],
         "blank": note(first + read if read < len(lines) else None),
-        "last": note(first + read - 1 if read else None),
+        "last": note(last),
     })
 
 
-def _read_parquet(spark: Any, location: str, source: str, *, key_column: str, column: str | None) -> Any:
+def _read_parquet(spark: Any, location: str, source: str, *, key_column: str,
+                  column: str | None) -> tuple[Any, tuple[int, str] | None]:
     """A Parquet file (or a directory of them, Spark's extension) read by Spark, its schema and its first bad
     value judged by the local reader (a directory's by the same rules, in Spark's order of its files)."""
     from pyspark.sql import functions as F
@@ -221,21 +238,24 @@ def _read_parquet(spark: Any, location: str, source: str, *, key_column: str, co
         StreamReader(location, column=column, key_column=key_column).close()  # columns and value type
     frame = spark.read.parquet(location)
     value, _, key = resolve_columns(frame.columns, source, column=column, key_column=key_column)
-    rows, _ = _numbered(frame.select(
+    rows = _numbered(frame.select(
         F.coalesce(F.col(frame.columns[key]).cast("string"), F.lit("")).alias("key"),
         F.col(frame.columns[value]).cast("double").alias("value")))
     rows = rows.withColumnRenamed("index", "row")
     value_ok = F.col("value").isNotNull() & ~F.isnan("value") & (F.abs("value") < float("inf"))
     bad = rows.filter(~value_ok).agg(F.min("row")).first()[0]
-    if bad is not None:
-        if not Path(location).is_dir() and "://" not in location:
+    if bad is None:
+        return rows, None
+    message = (f"{source} row {bad + 1} (in Spark's order of its files), column {frame.columns[value]!r}, is "
+               "missing (null or NaN) or infinite; stream values are finite and missing values are errors on Spark.")
+    if not Path(location).is_dir() and "://" not in location:
+        try:
             with StreamReader(location, column=column, key_column=key_column) as reader:
-                for _ in reader.batches(65536):  # raises at the first bad value: the local reader's message
+                for _ in reader.batches(65536):  # stops at the first bad value, with the local reader's message
                     pass
-        raise InputError(f"{source} row {bad + 1} (in Spark's order of its files), column "
-                         f"{frame.columns[value]!r}, is missing (null or NaN) or infinite; stream values are finite "
-                         "and missing values are errors on Spark.")
-    return rows
+        except InputError as error:
+            message = str(error)
+    return rows, (bad, message)
 
 
 def keyed_frame(rows: Any, *, build: Callable[[Any], Any], secret: bytes, upper_bound: float | None = None) -> Any:
