@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ from dpstream.io import InputError, StreamReader, open_input, read_lines, resolv
 from dpstream.release.by_key import key_bits, show_key
 from dpstream.spark.session import require_spark
 
-__all__ = ["keyed_frame", "read_keyed", "release_by_key", "scan_keyed"]
+__all__ = ["keyed_frame", "read_keyed", "read_table", "release_by_key", "scan_keyed"]
 
 #: Columns of :func:`read_keyed`: the key's text, the value and the 0-based index of its row among the input's rows.
 ROWS_SCHEMA = "key string, value double, row long"
@@ -256,6 +257,19 @@ def _read_parquet(spark: Any, location: str, source: str, *, key_column: str,
         except InputError as error:
             message = str(error)
     return rows, (bad, message)
+
+
+def read_table(spark: Any, location: str) -> Any:
+    """Deprecated: the table at ``location`` read by Spark's own readers (Parquet, or CSV with a header), which
+    do not follow the local reader's grammar; use :func:`read_keyed`.  Goes in the next release."""
+    warnings.warn("dpstream.spark.by_key.read_table is deprecated: use dpstream.spark.by_key.read_keyed, which reads "
+                  "by the local reader's rules (the old name goes in the next release).", DeprecationWarning,
+                  stacklevel=2)
+    if _is_parquet(location):
+        return spark.read.parquet(location)
+    separator = "\t" if "\t" in (line := _first_line(spark, location) or "") and "," not in line else ","
+    return spark.read.options(header=True, inferSchema=False, nullValue="", emptyValue="", sep=separator,
+                              ignoreLeadingWhiteSpace=True, ignoreTrailingWhiteSpace=True).csv(location)
 
 
 def keyed_frame(rows: Any, *, build: Callable[[Any], Any], secret: bytes, upper_bound: float | None = None) -> Any:
