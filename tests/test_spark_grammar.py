@@ -208,3 +208,10 @@ def test_a_value_outside_the_bound_in_an_earlier_batch_comes_before_a_bad_line(s
         runs = {engine: _release(path, engine, tmp_path / f"{engine}-{bad_row}.csv") for engine in ("local", "spark")}
         assert runs["spark"].exit_code == runs["local"].exit_code == 1
         assert runs["spark"].stderr == runs["local"].stderr and expected in runs["spark"].stderr
+
+
+def test_read_table_is_deprecated(spark, cases):
+    from dpstream.spark.by_key import read_table
+
+    with pytest.warns(DeprecationWarning, match="use dpstream.spark.by_key.read_keyed"):
+        assert read_table(spark, str(cases["keys"])).columns == ["meter", "kwh"]
