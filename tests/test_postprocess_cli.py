@@ -284,7 +284,7 @@ def test_non_integer_counts_under_the_discrete_likelihood_are_refused_in_one_who
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and "..." not in errors[0]
     assert "needs integer noisy counts; row 1, column 1 is 10.5 (for counts released with continuous Laplace " \
-           "noise choose the likelihood laplace)." in errors[0]
+           "noise pass likelihood='laplace')." in errors[0]
 
 
 @pytest.mark.parametrize("method", ["map", "mle", "mean", "kalman", "smooth"])
