@@ -215,3 +215,11 @@ def test_read_table_is_deprecated(spark, cases):
 
     with pytest.warns(DeprecationWarning, match="use dpstream.spark.by_key.read_keyed"):
         assert read_table(spark, str(cases["keys"])).columns == ["meter", "kwh"]
+
+
+def test_a_master_spark_cannot_start_is_a_usage_error_without_a_java_stack(cases, tmp_path):
+    """Spark's launcher printed its Java stack and Python a traceback for --spark-master nope."""
+    result = _release(cases["keys"], "spark", tmp_path / "o.csv", "--spark-master", "nope")
+    assert result.exit_code == 2 and "Traceback" not in result.output and not (tmp_path / "o.csv").exists()
+    assert result.stderr.splitlines()[-1] == ("Error: Invalid value for '--spark-master': expected a Spark master URL "
+                                              "starting with local, spark://, yarn, k8s://, got 'nope'.")

@@ -8,10 +8,13 @@ from typing import Any
 
 import click
 
+from dpstream.cli._app import quote
 from dpstream.spark.session import SparkUnavailable
 
 #: What ``--engine`` accepts: this process (reading Parquet Entities in batches) or Spark.
 ENGINES = ("local", "spark")
+#: How a master URL Spark accepts starts (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://...``).
+_MASTERS = ("local", "spark://", "yarn", "k8s://")
 
 __all__ = ["ENGINES", "last_error", "spark_conf_option", "spark_session"]
 
@@ -49,7 +52,13 @@ def spark_session(master: str | None, conf: dict[str, str], *, source: str | Non
     from pyspark.errors import PySparkException, PythonException
 
     owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
-    spark = make_session(master, conf)
+    if master is not None and not master.startswith(_MASTERS):  # Spark's launcher would print a Java stack
+        raise click.BadParameter(f"expected a Spark master URL starting with {', '.join(_MASTERS)}, got "
+                                 f"{quote(master)}.", param_hint="'--spark-master'")
+    try:
+        spark = make_session(master, conf)
+    except (PySparkException, Py4JError) as error:
+        raise click.ClickException(f"Spark did not start: {_spark_error(error, None)}") from None
     if owned:  # a failed task is one line of ours, not Spark's log of its stack trace
         spark.sparkContext.setLogLevel("OFF")
     try:
