@@ -350,3 +350,25 @@ def test_plot_draws_the_released_histograms(tables, tmp_path):
     assert refused.exit_code == 1 and "--force" in refused.output
     same = run(_base(tables) + ["--epsilon", "1", "-o", str(figure), "--plot", str(figure), "--force"])
     assert same.exit_code == 2 and "must differ from --output" in same.output
+
+
+def test_max_size_and_its_budget_exclude_each_other(tables, tmp_path):
+    """docs/count-of-counts.md promises one or the other; the budget was silently ignored."""
+    result = run(_base(tables) + ["--epsilon", "1", "--max-size", "20", "--max-size-epsilon", "0.1",
+                                  "-o", str(tmp_path / "o.csv")])
+    assert result.exit_code == 2 and not (tmp_path / "o.csv").exists()
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "--max-size and --max-size-epsilon" in errors[0]
+    alone = run(_base(tables) + ["--epsilon", "1", "--max-size-epsilon", "0.1", "-o", str(tmp_path / "o.csv")])
+    assert alone.exit_code == 0 and "estimated K" in alone.output
+
+
+@pytest.mark.parametrize("method", ["hc,hc", "hc,hc,hc,hc"])
+def test_one_method_per_level_is_checked_against_the_hierarchy_before_any_work(tables, tmp_path, method):
+    """The fixture's hierarchy has 3 levels; other counts were refused (exit 1) after the progress bar."""
+    result = run(_base(tables) + ["--epsilon", "1", "--method", method, "-o", str(tmp_path / "o.csv")])
+    assert result.exit_code == 2 and not (tmp_path / "o.csv").exists()
+    assert "regions" not in result.output and "read " not in result.output  # no progress bar, no table read
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and f"{method} names {method.count(',') + 1} levels" in errors[0]
+    assert "has 3 (level0 to level2)" in errors[0]

@@ -338,3 +338,29 @@ def test_a_named_pipe_is_read_from_its_first_byte(tmp_path):
             assert list(reader.values()) == [12.0, 34.0]
     finally:
         writer.join(timeout=10)
+
+
+def test_read_lines_reads_a_slice_as_the_whole_file_reads_it():
+    """read_lines (for readers that split a file among workers) gives the values, keys, line numbers and
+    errors of iter_batches on the whole file, for any slice, and leaves the blank lines ending a slice."""
+    import io as _io
+
+    from dpstream.io import InputError, iter_batches, read_lines
+
+    text = "meter,kwh\na,1\n\"b\",2.5\n,3\nc,4\n"
+    whole = next(iter_batches(_io.StringIO(text), 100, key_column="meter"))
+    lines = text.splitlines()
+    for cut in range(1, len(lines)):
+        head, _ = read_lines(lines[1:cut], 2, lines[0], key_column="meter")
+        tail, _ = read_lines(lines[cut:], cut + 1, lines[0], key_column="meter")
+        assert head.values.tolist() + tail.values.tolist() == whole.values.tolist()
+        assert head.keys + tail.keys == whole.keys == ["a", "b", "", "c"]
+        assert head.lines.tolist() + tail.lines.tolist() == whole.lines.tolist()
+    batch, read = read_lines(["a,1", "", " "], 2, "meter,kwh", key_column="meter")
+    assert read == 1 and batch.values.tolist() == [1.0]
+    try:
+        read_lines(["a,1", "b,1_0"], 7, "meter,kwh", source="s.csv", key_column="meter")
+    except InputError as error:
+        assert str(error).startswith("s.csv line 8, column 'kwh', is not a number: '1_0'")
+    else:
+        raise AssertionError("1_0 was read")

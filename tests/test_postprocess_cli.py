@@ -270,3 +270,37 @@ def test_the_correlation_table_keeps_its_columns_apart(tmp_path):
     assert "eps=0.05,s=0.1  " in header  # at least two spaces between columns, however long the labels
     rows = [line.split() for line in result.stdout.splitlines()[2:] if line.strip()]
     assert all(len(row) >= 3 for row in rows)
+
+
+@pytest.mark.parametrize("method", ["mean", "kalman", "smooth"])
+def test_non_integer_counts_under_the_discrete_likelihood_are_refused_in_one_whole_line(files, method):
+    """The message quoted two names far apart; the error line cut the run between them in the middle."""
+    tmp_path, noisy, _, transition_path = files
+    fractional = tmp_path / "fractional.csv"
+    fractional.write_text("10.5,20,20\n10,20,20\n")
+    result = _run("postprocess", fractional, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                  "--method", method, "--likelihood", "discrete_laplace", "-o", tmp_path / "o.csv")
+    assert result.exit_code == 1 and not (tmp_path / "o.csv").exists()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "..." not in errors[0]
+    assert "needs integer noisy counts; row 1, column 1 is 10.5 (for counts released with continuous Laplace " \
+           "noise pass likelihood='laplace')." in errors[0]
+
+
+@pytest.mark.parametrize("method", ["map", "mle", "mean", "kalman", "smooth"])
+@pytest.mark.parametrize("value", ["1.7e308", "-1.7e308", "1e16"])
+def test_counts_beyond_2_to_the_53_are_one_clean_error(files, method, value):
+    """Such cells printed numpy's RuntimeWarnings (overflow, invalid values) and wrote nonsense."""
+    tmp_path, _, _, transition_path = files
+    huge = tmp_path / "huge.csv"
+    huge.write_text(f"10,20,20\n10,{value},20\n")
+    result = _run("postprocess", huge, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                  "--method", method, "--likelihood", "laplace", "-o", tmp_path / "o.csv")
+    assert result.exit_code == 1 and not (tmp_path / "o.csv").exists()
+    assert "Warning" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert f"row 2, column 2 is {float(value):.6g}, beyond 2^53" in result.stderr
+    fine = tmp_path / "fine.csv"
+    fine.write_text("10,9e15,20\n10,20,20\n")  # at most 2^53: read, and no warning either
+    result = _run("postprocess", fine, "--transition", transition_path, "--users", 50, "--epsilon", 0.5,
+                  "--method", method, "--likelihood", "laplace", "-o", tmp_path / "o.csv")
+    assert result.exit_code == 0 and "Warning" not in result.stderr, result.stderr

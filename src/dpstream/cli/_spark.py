@@ -8,12 +8,15 @@ from typing import Any
 
 import click
 
+from dpstream.cli._app import quote
 from dpstream.spark.session import SparkUnavailable
 
 #: What ``--engine`` accepts: this process (reading Parquet Entities in batches) or Spark.
 ENGINES = ("local", "spark")
+#: How a master URL Spark accepts starts (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://...``).
+_MASTERS = ("local", "spark://", "yarn", "k8s://")
 
-__all__ = ["ENGINES", "spark_conf_option", "spark_session"]
+__all__ = ["ENGINES", "last_error", "spark_conf_option", "spark_session"]
 
 
 def spark_conf_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -32,22 +35,66 @@ def spark_conf_option(ctx: click.Context, param: click.Parameter, values: tuple[
 
 
 @contextmanager
-def spark_session(master: str | None, conf: dict[str, str]) -> Iterator[Any]:
+def spark_session(master: str | None, conf: dict[str, str], *, source: str | None = None) -> Iterator[Any]:
     """The Spark session of a command (``master`` None: spark-submit's, else local[*]), stopped at
     the end unless an embedding program started it; a missing PySpark or Java is one line saying
-    how to install it."""
+    how to install it, and an error raised by Spark (a Java exception, a failed task) one line
+    with its message: no Python or Java stack trace reaches the user.  ``source``, the input,
+    is named when Spark fails to decompress it."""
     from dpstream.spark import make_session, require_spark
 
     try:
         require_spark()
     except SparkUnavailable as error:
         raise click.ClickException(str(error)) from None
+    from py4j.protocol import Py4JError
     from pyspark import SparkContext
+    from pyspark.errors import PySparkException, PythonException
 
     owned = SparkContext._active_spark_context is None  # an embedding program's session stays up
-    spark = make_session(master, conf)
+    if master is not None and not master.startswith(_MASTERS):  # Spark's launcher would print a Java stack
+        raise click.BadParameter(f"expected a Spark master URL starting with {', '.join(_MASTERS)}, got "
+                                 f"{quote(master)}.", param_hint="'--spark-master'")
+    try:
+        spark = make_session(master, conf)
+    except (PySparkException, Py4JError) as error:
+        raise click.ClickException(f"Spark did not start: {_spark_error(error, None)}") from None
+    if owned:  # a failed task is one line of ours, not Spark's log of its stack trace
+        spark.sparkContext.setLogLevel("OFF")
     try:
         yield spark
+    except PythonException as error:  # a Python error on an executor: its message, without the traceback
+        raise click.ClickException(last_error(str(error))) from None
+    except (PySparkException, Py4JError) as error:
+        raise click.ClickException(_spark_error(error, source)) from None
     finally:
         if owned:
             spark.stop()
+
+
+def last_error(text: str) -> str:
+    """The message of the Python error a Spark task raised: the last ``...Error: message`` line of its traceback.
+
+    >>> last_error("Traceback (most recent call last):\\n  ...\\nValueError: key 'a': stream value -1.0 ...\\n")
+    "key 'a': stream value -1.0 ..."
+    """
+    lines = [line for line in text.splitlines() if "Error: " in line]
+    if not lines:
+        return text.strip().splitlines()[-1] if text.strip() else "a Spark task failed."
+    return lines[-1].split("Error: ", 1)[1].strip()
+
+
+def _spark_error(error: Exception, source: str | None) -> str:
+    """One line for an error of Spark: the innermost Java exception's class and message (or the first line of
+    the error's own message), and for a compressed input that cannot be decompressed, the local reader's words."""
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        while java.getCause() is not None:
+            java = java.getCause()
+        kind, message = java.getClass().getSimpleName(), str(java.getMessage() or "").strip()
+    else:
+        kind, message = type(error).__name__, str(error).strip()
+    message = message.splitlines()[0] if message else kind
+    if source is not None and source.endswith(".gz") and kind in ("EOFException", "ZipException", "IOException"):
+        return f"{source} is not a valid gzip file ({message})."
+    return f"Spark failed: {kind}: {message}"

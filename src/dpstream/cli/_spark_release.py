@@ -1,6 +1,7 @@
 """``dpstream release --key-column K --engine spark``: the keyed release on Spark, written as locally.
 
-Spark reads INPUT (Parquet, or comma-separated CSV with a header), releases every key's stream
+Spark reads INPUT (Parquet, or text with a header, by the local reader's rules:
+:func:`dpstream.spark.by_key.scan_keyed`), releases every key's stream
 in parallel (:func:`dpstream.spark.by_key.keyed_frame`) with the noise the local engine gives
 that key, and the driver writes ``key,position,value`` rows in input order: for the same
 ``--seed`` the file is byte for byte the one ``release --key-column`` writes, and stderr says
@@ -24,13 +25,10 @@ from dpstream.cli._app import report_reading, say
 from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._outputs import output_file
 from dpstream.cli._spark import spark_session
-from dpstream.io import ReadStats, resolve_columns
+from dpstream.io import InputError, ReadStats
 from dpstream.release.by_key import new_secret, seed_secret, show_key
 
 __all__ = ["check_engine", "release_on_spark"]
-
-#: ``monotonically_increasing_id``: the partition index sits above this many bits, the row's index in it below.
-_PARTITION_SHIFT = 33
 
 
 def check_engine(context: click.Context, *, engine: str, input_path: str, key_column: str | None,
@@ -63,26 +61,18 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     ``build(bits)`` is the local engine's: a mechanism drawing from ``bits``; ``chunk`` the local
     engine's batch size, which decides which key's guarantee the local engine states.
     """
-    from dpstream.spark.by_key import keyed_frame, read_keyed
+    from dpstream.spark.by_key import keyed_frame, scan_keyed
 
-    with spark_session(master, conf) as spark:
-        from pyspark.errors import PythonException
-
-        value_column = _value_column(spark, input_path, column=column, key_column=key_column)
-        rows = read_keyed(spark, input_path, key_column=key_column, value_column=value_column)
-        sizes = _scan(rows, upper_bound=None if clip else upper_bound)  # refuses a value outside [0, B]
+    with spark_session(master, conf, source=input_path) as spark:
+        rows, error = scan_keyed(spark, input_path, key_column=key_column, value_column=column)
+        values_read = _scan(rows, upper_bound=None if clip else upper_bound, error=error, chunk=chunk)
         secret = new_secret() if seed is None else seed_secret(seed)
-        frame = keyed_frame(rows, build=build, secret=secret, upper_bound=upper_bound)
-        try:
-            table = frame.toArrow()
-        except PythonException as error:  # a value a key's mechanism refused: its message, without the traceback
-            raise ValueError(_last_error(str(error))) from None
+        table = keyed_frame(rows, build=build, secret=secret, upper_bound=upper_bound).toArrow()
     position = table["position"].to_numpy()
     summary, released = position < 0, np.flatnonzero(position >= 0)
     if not summary.any():
         raise click.ClickException(f"{input_path} holds no values.")
-    values_read = int(sum(sizes.values())) if sizes else 0
-    stated = _stated_privacy(table, summary, sizes, chunk)
+    stated = _stated_privacy(table, summary, chunk)
     if stated is not None:
         stream = _Stated(stated)
         for line in per_key_privacy(stream, seed=seed):
@@ -120,62 +110,41 @@ class _Stated:
         return self.text
 
 
-def _value_column(spark: Any, input_path: str, *, column: str | None, key_column: str) -> str:
-    """The value column, chosen as the local engine chooses it (``--column``, or the one other column)."""
-    from dpstream.spark.by_key import read_table
-
-    names = read_table(spark, input_path).columns
-    value, _, _ = resolve_columns(names, input_path, column=column, key_column=key_column)
-    return names[value]
-
-
-def _scan(rows: Any, *, upper_bound: float | None) -> dict[int, int]:
-    """How many rows each input partition holds, by partition index (of ``monotonically_increasing_id``), in one
-    pass that also finds the first value outside ``[0, upper_bound]`` in input order (unless ``upper_bound`` is
-    None) and refuses it in the words of its key's mechanism, as the local engine does, before any release."""
+def _scan(rows: Any, *, upper_bound: float | None, error: tuple[int, str] | None, chunk: int) -> int:
+    """The number of rows, in one pass that also finds the first value outside ``[0, upper_bound]`` in input
+    order (unless ``upper_bound`` is None) and refuses it in the words of its key's mechanism, as the local
+    engine does, before any release.  ``error`` (row, message), the input's first bad row, is raised instead
+    unless that value lies in an earlier batch of ``chunk`` rows: the local engine reads a batch whole before
+    it releases it."""
     from pyspark.sql import functions as F
 
     outside = F.lit(False) if upper_bound is None else (F.col("value") < 0.0) | (F.col("value") > upper_bound)
-    parts = rows.groupBy(F.shiftright("row", _PARTITION_SHIFT).alias("part")).agg(
-        F.count(F.lit(1)).alias("count"), F.min(F.when(outside, F.col("row"))).alias("bad")).collect()
-    bad = [part["bad"] for part in parts if part["bad"] is not None]
-    if bad:
-        first = rows.filter(F.col("row") == min(bad)).first()
+    if error is not None:
+        rows = rows.filter(F.col("row") < error[0] // chunk * chunk)  # the batches the local engine releases
+    count, bad = rows.agg(F.count(F.lit(1)), F.min(F.when(outside, F.col("row")))).first()
+    if bad is not None:
+        first = rows.filter(F.col("row") == bad).first()
         key = first["key"]
-        position = rows.filter((F.col("key") == key) & (F.col("row") < first["row"])).count()
+        position = rows.filter((F.col("key") == key) & (F.col("row") < bad)).count()
         try:
             check_stream_values(np.array([first["value"]]), upper_bound, clip=False, offset=position)
-        except ValueError as error:
-            raise ValueError(f"key {show_key(key)}: {error}") from None
-    return {int(part["part"]): int(part["count"]) for part in parts}
+        except ValueError as failure:
+            raise ValueError(f"key {show_key(key)}: {failure}") from None
+    if error is not None:
+        raise InputError(error[1])
+    return int(count)
 
 
-def _stated_privacy(table: Any, summary: np.ndarray, sizes: dict[int, int] | None, chunk: int) -> str | None:
+def _stated_privacy(table: Any, summary: np.ndarray, chunk: int) -> str | None:
     """The guarantee the local engine states: that of the first key, in the order it builds them (batch of
     first appearance, then key), among those that know their threshold in the earliest batch of ``chunk`` rows."""
     marks = np.flatnonzero(summary)
     privacy = table["privacy"].take(marks).to_pylist()
     ready = [i for i, text in enumerate(privacy) if text is not None]
-    if not ready or not sizes:
+    if not ready:
         return None
-    starts, total = {}, 0
-    for part in sorted(sizes):
-        starts[part], total = total, total + sizes[part]
-    mask = (1 << _PARTITION_SHIFT) - 1
-
-    def batch(row: int) -> int:
-        return (starts[row >> _PARTITION_SHIFT] + (row & mask)) // chunk
-
     keys = table["key"].take(marks).to_pylist()
     rows, firsts = table["row"].take(marks).to_pylist(), table["first"].take(marks).to_pylist()
-    earliest = min(batch(rows[i]) for i in ready)
-    chosen = min((i for i in ready if batch(rows[i]) == earliest), key=lambda i: (batch(firsts[i]), keys[i]))
+    earliest = min(rows[i] // chunk for i in ready)
+    chosen = min((i for i in ready if rows[i] // chunk == earliest), key=lambda i: (firsts[i] // chunk, keys[i]))
     return privacy[chosen]
-
-
-def _last_error(text: str) -> str:
-    """The message of the Python error a Spark task raised: the last ``...Error: message`` line of its traceback."""
-    lines = [line for line in text.splitlines() if "Error: " in line]
-    if not lines:
-        return text.strip().splitlines()[-1] if text.strip() else "a Spark task failed."
-    return lines[-1].split("Error: ", 1)[1].strip()

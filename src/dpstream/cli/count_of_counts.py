@@ -12,6 +12,7 @@ import click
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
+from click.core import ParameterSource
 
 from dpstream.cli._app import cli, progress_bar, quote, say, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
@@ -139,6 +140,15 @@ def _check_options(*, engine: str, spark_master: str | None, spark_conf: dict[st
                 "lower --max-size or raise --memory-limit (nothing was read or written).",
                 param_hint="'--max-size'",
             )
+
+
+def _check_levels(method: list[str], levels: int, hierarchy: str) -> None:
+    """``--method`` with one method per level names as many methods as the hierarchy has levels (a usage error)."""
+    if len(method) != levels:
+        raise click.BadParameter(
+            f"{','.join(method)} names {len(method)} levels, but the hierarchy {hierarchy} has {levels} (level0 to "
+            f"level{levels - 1}): give one method for every level, or one per level, root first.",
+            param_hint="'--method'")
 
 
 def _write_plot(release: CountOfCountsRelease, chosen: list[tuple[int, int]], target: Path, *, title: str) -> None:
@@ -288,7 +298,13 @@ def count_of_counts(
     """
     _check_options(engine=engine, spark_master=spark_master, spark_conf=spark_conf, method=method, merge=merge,
                    plot_path=plot_path, plot_regions=plot_regions, max_size=max_size, memory_limit=memory_limit)
+    context = click.get_current_context()
+    if max_size is not None and context.get_parameter_source("max_size_epsilon") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--max-size and --max-size-epsilon exclude each other: give the bound K "
+                               "(--max-size), or the budget that estimates it (--max-size-epsilon).")
     bottom_up = method == [BOTTOM_UP]
+    if len(method) > 1:  # one method per level: the hierarchy's depth, read before any other work
+        _check_levels(method, read_hierarchy(hierarchy).tree.levels, hierarchy)
     target = prepare_output(output_path, force=force, inputs=[entities, groups, hierarchy])
     plot_target = None
     if plot_path is not None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 import click
 
-from dpstream._checks import check_percentile
+from dpstream._checks import MAX_MAGNITUDE, check_percentile
 from dpstream.cli._app import cli, progress_bar, quote, usage_errors
 from dpstream.cli._options import floats
 from dpstream.cli._outputs import output_directory, prepare_output, write_csv
@@ -17,6 +18,10 @@ from dpstream.datasets import load_dataset
 from dpstream.evaluation import STUDIES, ExperimentConfig, run_study, summarize
 from dpstream.evaluation.plots import counted
 from dpstream.release.tops import THRESHOLD_METHODS
+
+#: The largest worst-case sum (bound B times length) of a dataset: the studies square their errors, which
+#: must stay within the magnitude a release accepts.
+_LARGEST_SUM = math.sqrt(MAX_MAGNITUDE)
 
 
 @cli.command()
@@ -87,6 +92,12 @@ def evaluate(dataset: str, column: str | None, upper_bound: float | None, study:
         raise click.BadParameter(f"study {study!r} has no method {quote(unknown[0])}; it has "
                                  f"{', '.join(STUDIES[study].methods)}.", param_hint="'--methods'")
     data = load_dataset(dataset, upper_bound=upper_bound, column=column, clip=clip)
+    largest = data.upper_bound * data.values.size
+    if not largest <= _LARGEST_SUM:  # values near the largest float: one line, not numpy's overflow warnings
+        raise click.ClickException(
+            f"{data.name}: {data.values.size:,} values up to B = {data.upper_bound:g} may sum to {largest:g}, beyond "
+            f"{_LARGEST_SUM:g}: the squared errors of the studies would overflow float64; scale the values down, "
+            "or give a smaller --upper-bound with --clip.")
     config = ExperimentConfig(hold=hold, max_range=max_range, rounds=rounds, queries=queries, percentile=percentile,
                               stream_epsilon=stream_epsilon, query_length=query_length, period=period,
                               threshold_method=threshold_method)

@@ -36,6 +36,9 @@ KKT_WARNING = 1e-6
 #: ``--users`` is doubted when the mean ``|sum(noisy row) - n|`` exceeds this many standard
 #: deviations of a row sum's noise.
 USERS_WARNING_SDS = 10.0
+#: Largest magnitude of a noisy count: beyond 2^53 a float no longer holds every whole number, so a
+#: cell there is no count of users plus noise, and the methods' sums, squares and exponentials overflow.
+MAX_NOISY_COUNT = 2.0**53
 
 
 def _users_mismatch(noisy: np.ndarray, users: int, epsilon: float, sensitivity: float) -> str | None:
@@ -120,6 +123,7 @@ def postprocess_command(noisy_path: str, transition_path: str, users: int, epsil
     output = prepare_output(output_path, force=force, inputs=[noisy_path, transition_path])
     plot = None if plot_path is None else prepare_output(plot_path, force=force, inputs=[noisy_path, transition_path])
     noisy, names = read_matrix_with_header(noisy_path, "noisy counts")
+    _check_magnitude(noisy, noisy_path)
     transition = check_transition(read_matrix(transition_path, "transition matrix"))
     if transition.shape[0] != noisy.shape[1]:
         raise click.ClickException(
@@ -190,6 +194,18 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> list[float
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     return values
+
+
+def _check_magnitude(noisy: np.ndarray, path: str) -> None:
+    """Refuse a noisy count beyond :data:`MAX_NOISY_COUNT` in magnitude, naming the first (one line, no warning
+    of numpy's arithmetic on it)."""
+    bad = np.argwhere(np.abs(noisy) > MAX_NOISY_COUNT)
+    if bad.size:
+        row, column = bad[0]
+        raise click.ClickException(
+            f"noisy counts {quote(path)}: row {row + 1}, column {column + 1} is {float(noisy[row, column]):.6g}, "
+            "beyond 2^53 (9.0e15) in magnitude: no count of users plus noise is that large, and the arithmetic of "
+            "the methods would overflow on it.")
 
 
 @cli.command("evaluate-postprocess")

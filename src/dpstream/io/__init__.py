@@ -58,6 +58,9 @@ row, the rule and the offending text (at most 80 characters of it).
 
 Modules
 -------
+:func:`read_lines` reads a slice of a text stream's lines with their numbers in the whole stream,
+for readers that split a file among workers (Spark's).
+
 :mod:`~dpstream.io.records` holds what the readers return (:class:`Record`, :class:`Batch`,
 :class:`ReadStats`, :class:`InputError`) and the grammar above, with the choice of columns among
 a header's or a schema's names (:func:`resolve_columns`, for readers outside this package);
@@ -81,7 +84,7 @@ from dpstream.io.records import (
     Record,
     resolve_columns,
 )
-from dpstream.io.text import iter_batches, iter_records, iter_values, open_input
+from dpstream.io.text import iter_batches, iter_records, iter_values, open_input, read_lines
 
 __all__ = [
     "InputError",
@@ -96,6 +99,7 @@ __all__ = [
     "iter_values",
     "iter_records",
     "iter_batches",
+    "read_lines",
     "iter_chunks",
     "read_values",
     "read_matrix",

@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -40,7 +40,7 @@ from dpstream.io.records import (
     resolve_columns,
 )
 
-__all__ = ["open_input", "iter_values", "iter_records", "iter_batches"]
+__all__ = ["open_input", "iter_values", "iter_records", "iter_batches", "read_lines"]
 
 #: The missing-value tokens, lower case, as an array for ``np.isin``.
 _MISSING_ARRAY = np.array(sorted(_MISSING))
@@ -413,6 +413,39 @@ def _batches(lines: Iterator[str], parser: _TextRows, size: int) -> Iterator[Bat
         blanks += len(chunk) - end
         first += len(chunk)
         chunk = []
+
+
+def read_lines(lines: Sequence[str], first: int, header: str, *, source: str = "input", column: str | None = None,
+               time_column: str | None = None, key_column: str | None = None, missing: str = "error",
+               stats: ReadStats | None = None) -> tuple[Batch, int]:
+    """The rows of lines ``first, first + 1, ...`` of a text stream whose line 1 is ``header``: the values,
+    texts, line numbers and errors :func:`iter_batches` gives for those lines of the whole stream.
+
+    For a reader that splits a file among workers (Spark's, in ``release --engine spark``): each
+    reads its own lines, numbered as in the file, by the rules of :mod:`dpstream.io`.  ``lines``
+    come without their line ends; ``first`` is at least 2 (line 1, ``header``, is read for
+    the layout and the column names only, never as a row).  Blank lines at the end of ``lines``
+    are not read, since blank lines at the end of a stream hold no row: returns the batch and
+    the number of lines read; the caller reads the blank lines after them (``[""] * n``, from
+    their first line) only if a later line of the stream is not blank.
+
+    >>> batch, read = read_lines(["b,2", "c,3.5", " "], 4, "key,value", key_column="key")
+    >>> batch.values.tolist(), batch.keys, batch.lines.tolist(), read
+    ([2.0, 3.5], ['b', 'c'], [4, 5], 2)
+    >>> read_lines(["b,0x1p3"], 4, "key,value", source="s.csv", key_column="key")
+    Traceback (most recent call last):
+    ...
+    dpstream.io.InputError: s.csv line 4, column 'value', is not a number: '0x1p3' (a value is a decimal number: \
+optional sign, digits, optional fraction and exponent).
+    """
+    if first < 2:
+        raise ValueError(f"first must be 2 or more (line 1 is the header), got {first!r}.")
+    _, parser = _setup((), source, column, time_column, key_column, missing, stats)
+    parser.start(header.removeprefix("\ufeff"))
+    end = len(lines)
+    while end and _is_blank(lines[end - 1]):
+        end -= 1
+    return parser.block(list(map("{}\n".format, lines[:end])), first), end
 
 
 # -- files -----------------------------------------------------------------------------------

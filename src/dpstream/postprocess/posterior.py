@@ -135,7 +135,8 @@ def check_likelihood(likelihood: str | None, noisy: np.ndarray) -> str:
         bad = np.argwhere(noisy != np.round(noisy))
         if bad.size:
             row, col = bad[0]
-            raise ValueError(f"likelihood 'discrete_laplace' needs integer noisy counts; row {row + 1}, column "
+            # one quoted name: two far apart would read as one long quoted run, which an error line cuts
+            raise ValueError(f"the likelihood discrete_laplace needs integer noisy counts; row {row + 1}, column "
                              f"{col + 1} is {float(noisy[row, col])!r} (for counts released with continuous "
                              "Laplace noise pass likelihood='laplace').")
     return likelihood
