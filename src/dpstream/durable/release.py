@@ -134,7 +134,7 @@ class DurableRelease:
         self._replay_end = 0
         #: Committed bytes a run killed after its commit did not write: written first (the write-ahead).
         self.completed = b""
-        self._created_output = False
+        self._created_output = self._replace = False
         self.checkpoint_seconds = checkpoint_seconds
         self.keyed = isinstance(releaser, ByKey)
         commitment = state.commitment or {}
@@ -150,6 +150,7 @@ class DurableRelease:
         self._failure: BaseException | None = None
         self._feeding: Iterator[Any] | None = None
         #: Rows handed to the caller that the input log has not absorbed yet (:meth:`_absorb`).
+        self._settled = self._saved.consumed
         self._handed: collections.deque[tuple[np.ndarray, list[str] | None]] = collections.deque()
 
     @classmethod
@@ -205,8 +206,12 @@ class DurableRelease:
             size: int | None = os.stat(self.output_path).st_size
         except FileNotFoundError:
             size = None
-        missing, self.dropped = check_output(self.output_path, size, recorded=self._saved.output_bytes,
-                                             commitment=self.state.commitment, state_path=self.state.path)
+        missing = b""
+        if self.resumed:
+            missing, self.dropped = check_output(self.output_path, size, recorded=self._saved.output_bytes,
+                                                 commitment=self.state.commitment, state_path=self.state.path)
+        #: A new stream over an existing output (--force) replaces it at its first commit, not before.
+        self._replace = not self.resumed and bool(size)
         self._replay_end = self._saved.output_bytes + len(self.dropped)
         self._created_output = size is None
         descriptor = os.open(self.output_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
@@ -376,6 +381,7 @@ class DurableRelease:
         """
         with self._lock:
             consumed = self.releaser.position
+            self._settled = consumed  # every value consumed so far has its lines written through the output
             fresh = consumed - self._saved.consumed
             if not force and (not fresh or time.monotonic() - self._last_time < self.checkpoint_seconds):
                 return
@@ -396,6 +402,9 @@ class DurableRelease:
             self.state.save()
             self._pending.clear()
             self._saved, self._last_time = self.state.progress, time.monotonic()
+            if self._replace:
+                os.ftruncate(self._descriptor, 0)
+                self._replace = False
             _write_all(self._descriptor, text.encode("utf-8"))
             deferred, self._deferred = self._deferred, []
         for say in deferred:
@@ -450,12 +459,14 @@ class DurableRelease:
 
     def commit_released(self) -> bool:
         """After an error of the input or a refused value: commit (and so publish) what was released before it,
-        if the releaser consumed exactly the rows handed out; return whether it did."""
+        if every value consumed has its lines written (the caller calls :meth:`checkpoint` after each item or
+        batch it wrote, and the error came before the releaser consumed anything since); return whether it did."""
         with self._lock:
             self._stop.set()
             self._absorb()
-            if self.log.position != self.releaser.position or self.log.position == self._saved.consumed:
-                return False
+            position = self.releaser.position
+            if position != self._settled or self.log.position != position or position == self._saved.consumed:
+                return False  # a value consumed whose lines were not all written: commit nothing of this group
         self._stop_committer()
         self.checkpoint(force=True)
         return True
@@ -468,7 +479,7 @@ class DurableRelease:
             self._stop.set()
             self._pending.clear()
             self._deferred.clear()
-        if self.resumed or self._saved.consumed or self._descriptor is None or os.fstat(self._descriptor).st_size:
+        if self.resumed or self._saved.consumed or self._saved.output_bytes or self._descriptor is None:
             return
         self.state.remove()
         if self._created_output:
