@@ -171,6 +171,13 @@ def check_output(path: Path, size: int | None, *, recorded: int, commitment: dic
         raise ResumeError(f"the output {path} is missing, but the state {state_path} records {recorded:,} bytes of "
                           "it; restore the output (nothing was written).")
     size = size or 0
+    if size > replay_to:
+        raise ResumeError(
+            f"the output {path} holds {size:,} bytes, more than the {replay_to:,} the state {state_path} committed: "
+            "it was edited, or the state is an older copy. If the state is a restored copy, use the newest copy "
+            "instead: the lines after its commit were published and a changed input would publish second values "
+            f"for their positions. Only if those lines were never published, cut them (truncate -s {replay_to} "
+            f"{path}) and run again (nothing was written).")
     start = recorded - len(tail)
     end = min(size, recorded)
     held = b""
@@ -184,13 +191,6 @@ def check_output(path: Path, size: int | None, *, recorded: int, commitment: dic
     if size < start or (size < recorded and replay_to > recorded):
         raise ResumeError(f"the output {path} holds {size:,} bytes, fewer than the {recorded:,} the state "
                           f"{state_path} records; it was changed since: restore it (nothing was written).")
-    if size > replay_to:
-        raise ResumeError(
-            f"the output {path} holds {size:,} bytes, more than the {replay_to:,} the state {state_path} committed: "
-            "it was edited, or the state is an older copy. If the state is a restored copy, use the newest copy "
-            "instead: the lines after its commit were published and a changed input would publish second values "
-            f"for their positions. Only if those lines were never published, cut them (truncate -s {replay_to} "
-            f"{path}) and run again (nothing was written).")
     replay = b""
     if replay_to > recorded:
         with open(path, "rb") as output:
