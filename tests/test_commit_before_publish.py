@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
-from dpstream.durable import DurableRelease, ResumeError, StreamState
+from dpstream.durable import DurableRelease, StreamState
 from dpstream.durable.format import dump_state, parse_state
 from dpstream.release import ToPS
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpstream.durable import DurableRelease, StreamState, ParameterError, ResumeError, StateMismatchError
+from dpstream.durable import DurableRelease, ParameterError, ResumeError, StateMismatchError, StreamState
 from dpstream.durable.keys import seed_key
 from dpstream.durable.snapshots import keyless, with_key
 from dpstream.release import BinaryTreeCounter, ToPS

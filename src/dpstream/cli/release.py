@@ -8,8 +8,8 @@ constructor arguments; the flags of ``release`` map to constructor arguments the
 from __future__ import annotations
 
 import math
-from contextlib import suppress
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any, TextIO
 
 import click

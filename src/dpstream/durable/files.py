@@ -40,8 +40,8 @@ import secrets
 import shutil
 import stat
 import warnings
-from contextlib import suppress
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
