@@ -140,8 +140,8 @@ class _Methods(click.Choice):
 @click.option("--spark-conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
               help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="With --state: the least time between two saves of the state (at most one per batch read); "
-                   "a resumed run redoes what came after the last save.")
+              help="With --state: the least time between two commits of the state (at most one per batch read); "
+                   "values are published at a commit, so on stdin also the most a value waits (plus a save).")
 def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
             key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
             state_path: str | None, checkpoint_seconds: float, engine: str, spark_master: str | None,

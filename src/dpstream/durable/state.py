@@ -430,11 +430,14 @@ def format_ledger(path: str | os.PathLike[str]) -> str:
     state = StreamState.read(path)
     progress = state.progress
     parameters = ", ".join(f"{name}={value!r}" for name, value in state.params.items()) or "(none)"
+    inputs = (state.commitment or {}).get("inputs") or []
+    read = "; ".join(f"[{part['first']:,}, {part['last']:,}) from {part['source'] or 'an unrecorded input'}"
+                     for part in inputs)
     return "\n".join([
         f"state file {state.path} ({FORMAT} version {VERSION}), created {state.created}, last saved {state.saved}",
         f"parameters: {parameters}",
         f"progress: {progress.consumed:,} input values consumed, {progress.released:,} positions released, "
-        f"output {progress.output_bytes:,} bytes",
+        f"output {progress.output_bytes:,} bytes" + (f"; input {read}" if inputs else ""),
         "",
         ledger_table(state.ledger),
     ])
