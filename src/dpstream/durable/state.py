@@ -40,8 +40,8 @@ class Progress:
     released : int
         Positions released: values written to the output.
     output_bytes : int
-        Byte length of the output after its last complete line: a resume truncates the output
-        to this length before appending.
+        Byte length of the output the state covers (committed before it was written): a resume
+        checks the output against it and appends; it never cuts the output.
     """
 
     consumed: int = 0
