@@ -251,3 +251,26 @@ def test_a_library_caller_that_skips_the_feed_is_told(tmp_path):
     finally:
         run.close()
     assert not (tmp_path / "out").read_bytes()
+
+
+def test_an_older_states_lines_replayed_in_part_are_committed_and_continue(tmp_path):
+    """A state of an older dpstream whose killed run wrote lines after its checkpoint: a run that replays only
+    part of them commits that part, and the next run checks and replays the rest."""
+    values = _values(4000)
+    _write(tmp_path / "all.txt", values)
+    assert _run("release", tmp_path / "all.txt", "-o", tmp_path / "reference.txt", "--state", tmp_path / "ref",
+                *R, "--seed", 4).exit_code == 0
+    reference = (tmp_path / "reference.txt").read_bytes()
+    _write(tmp_path / "in.txt", values[:2000])
+    assert _release(tmp_path, tmp_path / "in.txt", "--seed", 4).exit_code == 0
+    with StreamState.open(tmp_path / "s.state") as state:  # as an older dpstream left it: no commitment
+        state.commitment = None
+        state.save()
+    checkpointed = (tmp_path / "out.txt").read_bytes()
+    (tmp_path / "out.txt").write_bytes(reference[: len(checkpointed) + 30_000])  # written after the checkpoint
+    _write(tmp_path / "in.txt", values[:2500])  # replays part of what was written
+    assert _release(tmp_path, tmp_path / "in.txt", "--seed", 4).exit_code == 0
+    assert (tmp_path / "out.txt").read_bytes() == reference[: len(checkpointed) + 30_000]
+    _write(tmp_path / "in.txt", values)
+    assert _release(tmp_path, tmp_path / "in.txt", "--seed", 4).exit_code == 0
+    assert (tmp_path / "out.txt").read_bytes() == reference

@@ -141,6 +141,8 @@ class DurableRelease:
         self._tail: str = commitment.get("tail", "")
         self._length = self._saved.output_bytes  # the output's length once the pending text is written
         self._pending: list[str] = []
+        #: Bytes of an older dpstream's lines checked since the last commit: the start of the group committed next.
+        self._verified = bytearray()
         self._deferred: list[Callable[[], None]] = []
         self.log = InputLog(state.key, commitment.get("inputs") if state.commitment is not None else None,
                             consumed=self._saved.consumed, source="stdin" if from_stdin else (source or "file"))
@@ -394,13 +396,15 @@ class DurableRelease:
             if fresh:
                 self._spend(self._saved.consumed, consumed)
             replaying = self._length < self._replay_end
-            self._tail = text or self._tail
+            group = bytes(self._verified) + text.encode("utf-8")  # the bytes that end at the committed length
+            self._tail = group.decode("utf-8") if group else self._tail
             self.state.mechanism = keyless(self.releaser.state)
             self.state.progress = Progress(consumed=consumed, released=self._released(), output_bytes=self._length)
             self.state.commitment = {"tail": self._tail, "replay_to": self._replay_end if replaying else 0,
                                      "inputs": self.log.segments()}
             self.state.save()
             self._pending.clear()
+            self._verified.clear()
             self._saved, self._last_time = self.state.progress, time.monotonic()
             if self._replace:
                 os.ftruncate(self._descriptor, 0)
@@ -420,6 +424,7 @@ class DurableRelease:
                     f"the input differs from the one that produced the lines {self.output_path} holds after its "
                     "last checkpoint: releasing it would publish a second value for positions already written, and "
                     "their difference would reveal the change; restore the input (the output was left as it was).")
+            self._verified += data[:size]
             self.dropped = self.dropped[size:]
             self._length += size
             data = data[size:]
