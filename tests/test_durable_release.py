@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpstream.durable import DurableRelease, ParameterError, ResumeError, StateMismatchError
+from dpstream.durable import DurableRelease, ParameterError, ResumeError, StateMismatchError, StreamState
 from dpstream.durable.keys import seed_key
 from dpstream.durable.snapshots import keyless, with_key
 from dpstream.release import BinaryTreeCounter, ToPS
@@ -52,6 +52,9 @@ def test_an_interrupted_release_continues_as_one_uninterrupted_run(tmp_path):
 
 def test_bytes_written_after_the_last_checkpoint_are_checked_when_released_again(tmp_path):
     run(tmp_path, VALUES[:400])
+    with StreamState.open(tmp_path / "state") as state:  # a state of an older dpstream: it wrote, then committed
+        state.commitment = None
+        state.save()
     published = (tmp_path / "out").read_bytes()
     with open(tmp_path / "out", "ab") as out:  # a killed run wrote lines after its last checkpoint
         out.write(b"1.0\n")

@@ -6,8 +6,10 @@ Every command checks where it writes with :func:`prepare_output` before any work
 * ``-o NAME``, a new name or an existing regular file (the latter only with ``--force``): into a
   temporary file beside NAME, ``.NAME.dpstream-PID-RANDOM.tmp``, renamed onto NAME only when the
   command succeeds (:func:`output_file`).  A failed or interrupted command leaves no file and
-  destroys none; of two commands writing to one NAME, the last rename wins and NAME holds one
-  whole output.  A symbolic link to a regular file is kept and the file it points to replaced.
+  destroys none.  A command holds the lock of its temporary for its whole run: a second command
+  writing to the same NAME meanwhile refuses (so does one writing a NAME that a ``--state``
+  release appends to, which locks it); should two start in the same instant, both may refuse,
+  never both write.  A symbolic link to a regular file is kept and the file it points to replaced.
   Temporary files of processes that were killed (SIGKILL cannot be caught) are removed by the
   next command writing to the same NAME, once their process is gone; no other file is touched.
 * ``-o NAME`` where NAME is an existing FIFO, a character device (``/dev/null``, a terminal) or
@@ -46,10 +48,12 @@ from dpstream.durable.files import (
     create_temporary_file,
     discard,
     fsync_directory,
+    other_writers,
     publish,
     remove_stale_temporaries,
     same_file,
     temporary_name,
+    try_lock,
 )
 
 __all__ = ["check_finite", "is_stream", "output_directory", "output_file", "prepare_output", "write_csv"]
@@ -284,6 +288,23 @@ def _cannot_create(what: str, directory: Path, error: OSError) -> click.ClickExc
     )
 
 
+def _check_sole_writer(final: Path, temp: Path) -> None:
+    """Refuse to write ``final`` while another process does: a command writing it through its own temporary
+    (whose lock it holds for the run), or a ``--state`` release appending to it (which locks the file)."""
+    writers: list[object] = list(other_writers(final, temp))
+    if not writers:
+        with suppress(OSError):
+            descriptor = os.open(final, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if not try_lock(descriptor):
+                    writers = ["unknown"]
+            finally:
+                os.close(descriptor)  # and with it the lock just taken
+    if writers:
+        raise click.ClickException(f"{final} is being written by another dpstream process (pid {writers[0]}); "
+                                   "wait for it to end, or choose another output (nothing was written).")
+
+
 @contextmanager
 def output_file(target: Path | None) -> Iterator[TextIO]:
     """A text handle for a command's output: stdout when ``target`` is None, else ``target``.
@@ -312,6 +333,11 @@ def output_file(target: Path | None) -> Iterator[TextIO]:
             descriptor = create_temporary_file(temp, final)  # a replaced file keeps its permissions
         except OSError as error:
             raise _cannot_create("a file", final.parent, error) from None
+        try:
+            _check_sole_writer(final, temp)
+        except BaseException:
+            os.close(descriptor)
+            raise
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             yield handle
             handle.flush()

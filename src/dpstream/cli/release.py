@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any, TextIO
 
 import click
@@ -149,8 +150,8 @@ class _Methods(click.Choice):
 @click.option("--spark-conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
               help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="With --state: the least time between two saves of the state (at most one per batch read); "
-                   "a resumed run redoes what came after the last save.")
+              help="With --state: the least time between two commits of the state (at most one per batch read); "
+                   "values are published at a commit, so on stdin also the most a value waits (plus a save).")
 def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
             key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
             state_path: str | None, checkpoint_seconds: float, engine: str, spark_master: str | None,
@@ -212,7 +213,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                         upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
         return
     values = reader.values()
-    writer = _Writer(releaser, describe, upper_bound=options["upper_bound"], clip=options["clip"], written=written)
+    writer = _Writer(releaser, lambda stream: announce(stream, describe), upper_bound=options["upper_bound"],
+                     clip=options["clip"], written=written)
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
             if input_path == "-":
@@ -291,38 +293,45 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         raise
     try:
         releaser = run.releaser
-        if not keyed and releaser.threshold is not None:
+        if not keyed and releaser.threshold is not None:  # committed by an earlier run: said again
             announce(releaser, chosen.describe)
+
+        def later(stream: Any) -> None:  # a threshold chosen in this run is said once the state covers it
+            run.later(lambda: announce(stream, chosen.describe))
         warn_if_seeded(seed)
         written = "the output keeps what was released before it"
         if columns:
             def tell(stream: Any) -> None:
-                for line in per_key_privacy(stream, seed=seed, durable=True):
-                    say(line)
+                lines = per_key_privacy(stream, seed=seed, durable=True)
+                run.later(lambda: [say(line) for line in lines])
 
             writer: Any = ColumnsWriter(releaser, time=time_column is not None, upper_bound=options["upper_bound"],
-                                        announce=tell if keyed else lambda stream: announce(stream, chosen.describe),
-                                        clip=options["clip"], written=written)
+                                        announce=tell if keyed else later, clip=options["clip"], written=written)
             writer.announced = not keyed and releaser.threshold is not None
             writer.header = run.state.progress.output_bytes == 0  # a resumed output has its header already
         else:
-            writer = _Writer(releaser, chosen.describe, upper_bound=options["upper_bound"], clip=options["clip"],
+            writer = _Writer(releaser, later, upper_bound=options["upper_bound"], clip=options["clip"],
                              written=written)
         writer.after = run.checkpoint
         try:
             with run.output() as sink:
                 if columns and input_path == "-":
-                    writer.live(reader.records(), sink)
+                    writer.live(run.feed_live(reader.records()), sink)
                 elif columns:
-                    writer.batches(run.skip_consumed_batches(reader.batches(_CHUNK)), sink)
+                    writer.batches(run.feed_batches(reader.batches(_CHUNK)), sink)
                 elif input_path == "-":
-                    writer.live(reader.values(), sink)
+                    writer.live(run.feed_live(reader.values()), sink)
                 else:
-                    writer.batches(iter_chunks(run.skip_consumed(reader.values()), _CHUNK), sink)
+                    writer.batches(run.feed_chunks(iter_chunks(reader.values(), _CHUNK)), sink)
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
             run.abandon()
             durable.stopped(run, error)
+            raise
+        except (click.ClickException, ValueError):  # an input error or a refused value: what came before stays
+            with suppress(Exception):  # the error told is the first one
+                run.commit_released()
+            run.abandon()
             raise
         except BaseException:
             run.abandon()
@@ -341,9 +350,9 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
 class _Writer:
     """Feeds the releaser and writes what it releases: each value checked finite first, clipped values counted."""
 
-    def __init__(self, releaser: Any, describe: Callable[[Any], str], *, upper_bound: float, clip: bool,
+    def __init__(self, releaser: Any, announce: Callable[[Any], None], *, upper_bound: float, clip: bool,
                  written: str) -> None:
-        self.releaser, self.describe = releaser, describe
+        self.releaser, self.announce = releaser, announce
         self.upper_bound, self.clip, self.written = upper_bound, clip, written
         #: Values outside [0, B] that --clip clipped (NaN and infinities are never clipped: they are errors).
         self.clipped = 0
@@ -359,7 +368,7 @@ class _Writer:
             out = releaser.release_one(value)
             if out is None:
                 if releaser.threshold is not None:
-                    announce(releaser, self.describe)
+                    self.announce(releaser)
             else:
                 check_finite(out, position=releaser.position - 1, written=self.written)
                 sink.write(f"{out!r}\n")
@@ -378,7 +387,7 @@ class _Writer:
                 self.clipped += int(np.count_nonzero((chunk < 0.0) | (chunk > self.upper_bound)))
             out = releaser.release(chunk)
             if not had_threshold and releaser.threshold is not None:
-                announce(releaser, self.describe)
+                self.announce(releaser)
             if out.size:
                 check_finite(out, position=releaser.position - out.size, written=self.written)
                 sink.write("\n".join(map(repr, out.tolist())) + "\n")

@@ -40,6 +40,7 @@ import secrets
 import shutil
 import stat
 import warnings
+from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from dpstream.durable.format import StateError, StateInUseError
 
 __all__ = [
     "StateLock", "create_temporary_directory", "create_temporary_file", "discard", "fsync_directory", "publish",
-    "remove_stale_temporaries", "same_file", "temporary_name", "try_lock", "write_atomic",
+    "other_writers", "remove_stale_temporaries", "same_file", "temporary_name", "try_lock", "write_atomic",
 ]
 
 #: Every temporary is named ``.NAME.dpstream-PID-RANDOM.tmp``; nothing else is ever removed as stale.
@@ -203,6 +204,22 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _temporaries(path: Path) -> Iterator[tuple[os.DirEntry[str], int]]:
+    """The entries beside ``path`` named as its temporaries, with the pid their name holds."""
+    stem = _stem(path.name)
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return
+    for entry in entries:
+        found = _TEMPORARY.match(entry.name)
+        older = None if found else _OLDER_TEMPORARY.match(entry.name)
+        if found is not None and found["stem"] == stem:
+            yield entry, int(found["pid"])
+        elif older is not None and older["stem"] == path.name:
+            yield entry, int(older["pid"])
+
+
 def remove_stale_temporaries(path: Path) -> list[Path]:
     """Remove the temporaries that killed writers of ``path`` left beside it; return them.
 
@@ -212,20 +229,7 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
     that no longer exists and is not locked is removed (see the module docstring).
     """
     removed: list[Path] = []
-    stem = _stem(path.name)
-    try:
-        entries = list(os.scandir(path.parent))
-    except OSError:
-        return removed
-    for entry in entries:
-        found = _TEMPORARY.match(entry.name)
-        older = None if found else _OLDER_TEMPORARY.match(entry.name)
-        if found is not None and found["stem"] == stem:
-            pid = int(found["pid"])
-        elif older is not None and older["stem"] == path.name:
-            pid = int(older["pid"])
-        else:
-            continue
+    for entry, pid in _temporaries(path):
         if _pid_alive(pid):
             continue
         try:
@@ -249,6 +253,28 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
         finally:
             os.close(descriptor)
     return removed
+
+
+def other_writers(path: Path, own: Path) -> list[int]:
+    """The pids of the live processes writing a temporary for ``path`` other than ``own`` (this process's):
+    those whose temporary is locked.  Two writers of one output at once: the later one refuses (both may,
+    if they start within the same instant; never neither)."""
+    writers = []
+    for entry, pid in _temporaries(path):
+        if entry.name == own.name or entry.is_symlink():
+            continue
+        try:
+            descriptor = os.open(entry.path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | (_DIRECTORY if entry.is_dir() else 0))
+        except OSError:
+            continue
+        try:
+            if not try_lock(descriptor):
+                writers.append(pid)
+        except OSError:
+            continue
+        finally:
+            os.close(descriptor)
+    return writers
 
 
 class StateLock:

@@ -3,7 +3,12 @@
 Format (version 1): two lines of UTF-8 JSON.  The first is the header, e.g.
 ``{"format": "dpstream-state", "version": 1, "sha256": "...", "body_bytes": 1234}``; the second
 is the body (``body_bytes`` bytes before the final newline, whose SHA-256 is ``sha256``).  A
-file cut short, extended or edited fails the check and is refused; nothing of it is used.
+file cut short, extended or edited by accident (a torn copy, a stray edit, a disk error) fails
+the check and is refused; nothing of it is used.  The checksum is no protection against forgery:
+anyone who can write the file can recompute it (and a keyed checksum would not help, since
+whoever holds the state holds its key).  A forged state is its holder's release; what a release
+commits before it publishes (:mod:`dpstream.durable.commitment`) keeps accidents from publishing
+a position twice.
 
 How the bytes reach the disk (atomically, with mode 0600) and the lock that keeps a second
 process out are in :mod:`dpstream.durable.files`.

@@ -21,6 +21,8 @@ from dpstream.durable.ledger import LedgerEntry, add_entry, ledger_table, utc_no
 __all__ = ["Progress", "StateMismatchError", "StreamState", "format_ledger"]
 
 _SECTIONS = {"params", "key", "mechanism", "progress", "ledger", "created", "saved", "saves", "dpstream"}
+#: Sections a state file may lack: those written before the release committed before publishing.
+_OPTIONAL = {"commitment"}
 
 
 class StateMismatchError(StateError):
@@ -38,8 +40,8 @@ class Progress:
     released : int
         Positions released: values written to the output.
     output_bytes : int
-        Byte length of the output after its last complete line: a resume truncates the output
-        to this length before appending.
+        Byte length of the output the state covers (committed before it was written): a resume
+        checks the output against it and appends; it never cuts the output.
     """
 
     consumed: int = 0
@@ -127,6 +129,9 @@ epsilon = 0.5. A state continues only the release it was made for.
         self.created: str = body["created"]
         self.saved: str | None = body["saved"]
         self.saves: int = body["saves"]
+        #: What the release committed to before publishing (:mod:`dpstream.durable.commitment`), opaque
+        #: here; None in a state written before commitments were kept.
+        self.commitment: dict[str, Any] | None = body.get("commitment")
 
     # -- making, opening, reading and closing --------------------------------------------
 
@@ -198,6 +203,7 @@ epsilon = 0.5. A state continues only the release it was made for.
         real = path.resolve(strict=True)
         lock = StateLock(real)
         try:
+            _refuse_links(real, path)
             remove_stale_temporaries(real)
             return cls(path=path, real=real, body=cls._load(real, path), lock=lock)
         except BaseException:
@@ -221,7 +227,7 @@ epsilon = 0.5. A state continues only the release it was made for.
     def _load(real: Path, path: Path) -> dict[str, Any]:
         with open(real, "rb") as handle:
             raw = parse_state(handle.read(), path)
-        if set(raw) != _SECTIONS:
+        if not _SECTIONS <= set(raw) <= _SECTIONS | _OPTIONAL:
             raise StateDamagedError(f"state file {path} is malformed: expected the sections {sorted(_SECTIONS)}.")
         try:
             body = {name: decode(raw[name], name) for name in ("params", "key", "mechanism")}
@@ -237,6 +243,10 @@ epsilon = 0.5. A state continues only the release it was made for.
             body["ledger"] = [LedgerEntry.from_json(entry, f"ledger entry {index + 1}")
                               for index, entry in enumerate(raw["ledger"])]
             body.update(created=raw["created"], saved=raw["saved"], saves=check_nonnegative_int(raw["saves"], "saves"))
+            if "commitment" in raw:
+                if not isinstance(raw["commitment"], dict):
+                    raise ValueError("commitment must be an object")
+                body["commitment"] = raw["commitment"]
         except StateDamagedError as error:
             raise StateDamagedError(f"state file {path} is malformed: {error}") from None
         except (TypeError, ValueError) as error:
@@ -372,8 +382,20 @@ epsilon = 0.5. A state continues only the release it was made for.
                 "mechanism": encode(self.mechanism, "mechanism"), "progress": asdict(self._progress),
                 "ledger": [entry.to_json() for entry in self._ledger], "created": self.created, "saved": saved,
                 "saves": self.saves + 1, "dpstream": _version()}
+        if self.commitment is not None:
+            body["commitment"] = self.commitment
         write_atomic(self._real, dump_state(body))
         self.saved, self.saves = saved, self.saves + 1
+
+
+def _refuse_links(real: Path, path: Path) -> None:
+    """Refuse a state file with another name (a hard link): the lock is per name, so two runs, one per name,
+    would drive one stream at once and fork it (a symbolic link is fine: it resolves to the one name)."""
+    links = os.stat(real).st_nlink
+    if links > 1:
+        raise StateError(f"state file {path} has {links} hard links; a state must have one name (its lock is taken "
+                         "by name, so two runs through two names would fork the stream). Remove the other names "
+                         "(find -samefile) and keep one.")
 
 
 def _version() -> str:
@@ -408,11 +430,14 @@ def format_ledger(path: str | os.PathLike[str]) -> str:
     state = StreamState.read(path)
     progress = state.progress
     parameters = ", ".join(f"{name}={value!r}" for name, value in state.params.items()) or "(none)"
+    inputs = (state.commitment or {}).get("inputs") or []
+    read = "; ".join(f"[{part['first']:,}, {part['last']:,}) from {part['source'] or 'an unrecorded input'}"
+                     for part in inputs)
     return "\n".join([
         f"state file {state.path} ({FORMAT} version {VERSION}), created {state.created}, last saved {state.saved}",
         f"parameters: {parameters}",
         f"progress: {progress.consumed:,} input values consumed, {progress.released:,} positions released, "
-        f"output {progress.output_bytes:,} bytes",
+        f"output {progress.output_bytes:,} bytes" + (f"; input {read}" if inputs else ""),
         "",
         ledger_table(state.ledger),
     ])
