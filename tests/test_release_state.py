@@ -408,3 +408,16 @@ def test_a_new_state_that_consumed_and_wrote_nothing_is_not_left_behind(tmp_path
     empty = _run("release", tmp_path / "empty.txt", "-o", tmp_path / "e.txt", "--state", tmp_path / "e", *OPTIONS)
     assert empty.exit_code == 1 and "the input holds no values" in empty.output
     assert not (tmp_path / "e").exists() and not (tmp_path / "e.txt").exists()
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_the_ledger_of_a_run_that_skips_missing_rows_states_the_rows_kept_relation(tmp_path, keyed):
+    rows = ["meter,value"] + [f"M{i % 2},{'NA' if i == 7 else i % 40}" for i in range(300)]
+    (tmp_path / "in.csv").write_text("\n".join(rows) + "\n")
+    keys = ["--key-column", "meter"] if keyed else []
+    result = _run("release", str(tmp_path / "in.csv"), "-o", str(tmp_path / "out.csv"), "--state",
+                  str(tmp_path / "s.state"), "--column", "value", *keys, "--missing", "skip", "--method", "bt",
+                  "--epsilon", "1", "--upper-bound", "40", "--max-range", "64", "--seed", "1")
+    assert result.exit_code == 0, result.output
+    [entry] = StreamState.read(tmp_path / "s.state").ledger
+    assert "on the stream of the rows kept" in str(entry.neighbours)

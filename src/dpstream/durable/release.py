@@ -80,6 +80,7 @@ from dpstream.durable.files import StateError, try_lock
 from dpstream.durable.keys import seed_key
 from dpstream.durable.snapshots import keyless, with_key
 from dpstream.durable.state import Progress, StreamState
+from dpstream.privacy import RowsKept
 from dpstream.release.by_key import BY_KEY, ByKey, key_secret
 from dpstream.release.registry import class_of_kind
 
@@ -362,16 +363,22 @@ class DurableRelease:
             return releaser.released_count()
         return max(0, releaser.position - releaser.hold) if releaser.threshold is not None else 0
 
+    def _relation(self, guarantee: Any) -> Any:
+        """The relation the ledger records: the releaser's, about the rows kept when ``missing`` is ``skip``
+        (dropping a row moves the later positions, which the releaser's relation does not cover)."""
+        relation = guarantee.neighbours
+        return RowsKept(relation) if self.state.params.get("missing") == "skip" else relation
+
     def _spend(self, first: int, last: int) -> None:
         if not self.keyed:
             guarantee = self.releaser.privacy()
-            self.state.spend(epsilon=guarantee.epsilon, delta=guarantee.delta, neighbours=guarantee.neighbours,
+            self.state.spend(epsilon=guarantee.epsilon, delta=guarantee.delta, neighbours=self._relation(guarantee),
                              method=self.method, first=first, last=last)
             return
         guarantee = next(iter(self.releaser.streams.values())).privacy()  # every key's is the same
         self.state.spend(epsilon=guarantee.epsilon, delta=guarantee.delta, method=self.method, first=first,
                          last=last, stream=PER_KEY, keys=len(self.releaser),
-                         neighbours=f"per key ({guarantee.neighbours}, within one key's stream; the keys and how "
+                         neighbours=f"per key ({self._relation(guarantee)}, within one key's stream; the keys and how "
                                     "many values each has are public)")
 
     def checkpoint(self, sink: Output | TextIO | None = None, *, force: bool = False) -> None:
