@@ -187,6 +187,7 @@ def test_an_older_database_is_migrated_or_refused(database_url, monkeypatch):
     with opened._transaction() as cursor:
         cursor.execute(opened._sql("UPDATE dpstream_schema SET version = ?"), (SCHEMA_VERSION - 1,))
     opened.close()
+    monkeypatch.delitem(module.MIGRATIONS, SCHEMA_VERSION - 1)  # an older version no migration is known for
     with pytest.raises(SchemaError, match=f"cannot migrate to {SCHEMA_VERSION}"):
         open_storage(database_url)
     monkeypatch.setitem(module.MIGRATIONS, SCHEMA_VERSION - 1, ("CREATE TABLE migrated (x INTEGER)",))

@@ -12,10 +12,14 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
 * ``ledger`` -- one row per ingested batch: its first position, length, a digest of its
   content (an HMAC under the source's key, by which an idempotent retry is recognized; not
   served), the budget it was released under and when.
+* ``holdout`` -- the held-out values of a source whose hold-out is not over, one SECRET row per
+  batch (its first position, count and values), kept apart from ``secret_state`` so that a batch
+  appends its own values rather than rewriting them all; deleted in the batch that ends the hold-out
+  (raw data the release no longer needs).
 
-:meth:`Storage.commit_batch` writes a batch's released values, its ledger row and the new
-secret state in ONE transaction, and only if the source is still at the position the batch
-started from: a crash at any moment leaves either all of them or none.
+:meth:`Storage.commit_batch` writes a batch's released values, its ledger row, the new
+secret state and the batch's held-out values in ONE transaction, and only if the source is still
+at the position the batch started from: a crash at any moment leaves either all of them or none.
 
 Several processes may share one database.  Every write is one transaction whose outcome the database
 decides: a batch commits only at the position it started from (a second process's batch at the same
@@ -25,38 +29,48 @@ lock -- so ids come from the rows committed before (never two alike) and a name 
 PostgreSQL the writers of one source also wait for each other while a batch is computed
 (:meth:`PostgresStorage.writer`), so that a batch seldom has to be computed again.
 
-With a database key (:mod:`~dpstream.service.secrets`) the two secret columns are sealed with
-AES-256-GCM before they are written; ``dpstream_schema.encryption`` records that the database is
+With a database key (:mod:`~dpstream.service.secrets`) the two secret columns and the held-out rows
+are sealed with AES-256-GCM before they are written (a row's associated data names its source and
+first position, so it cannot be moved or reordered); ``dpstream_schema.encryption`` records that the database is
 encrypted (a sealed check value), so a missing or wrong key is refused at start.
 
 A database made by another schema version is migrated when a migration is known
-(:data:`MIGRATIONS`), and refused with a clear error when it is newer than this dpstream.
+(:data:`~dpstream.service.schema.MIGRATIONS`), and refused with a clear error when it is newer than
+this dpstream.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from dpstream.service.secrets import SecretBox, SecretError
+from dpstream.service.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    DatabaseKeyError,
+    SchemaError,
+    StorageError,
+    prepare_schema,
+)
+from dpstream.service.secrets import SecretBox
+from dpstream.service.sqlite_files import secure_file
 
 __all__ = [
+    "MIGRATIONS",
     "SCHEMA_VERSION",
     "ConflictError",
     "DatabaseKeyError",
+    "HeldRows",
     "LedgerRow",
     "PostgresStorage",
     "SQLiteStorage",
@@ -66,12 +80,6 @@ __all__ = [
     "StorageError",
     "open_storage",
 ]
-
-#: The schema this dpstream writes; older ones are migrated by :data:`MIGRATIONS`, newer ones refused.
-SCHEMA_VERSION = 1
-
-#: ``MIGRATIONS[v]`` lists the statements that take a database from version ``v`` to ``v + 1``.
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
 
 _KINDS = ("stream", "collector")
 
@@ -85,25 +93,23 @@ WRITER_LOCKS = 0x64707374
 WRITER_WAIT_SECONDS = 60.0
 
 
-class StorageError(Exception):
-    """The database cannot be used (bad URL, unreadable, insecure file, missing driver)."""
-
-
-class SchemaError(StorageError):
-    """The database was made by a newer dpstream, or is not a dpstream database."""
-
-
-class DatabaseKeyError(StorageError):
-    """The database key is missing, wrong, or given for a database made without one."""
-
-
 class ConflictError(Exception):
     """A write lost a race: the source is no longer at the position the batch started from, or exists already."""
 
 
 @dataclass(frozen=True, kw_only=True)
+class HeldRows:
+    """Held-out values of one batch as stored: ``count`` values from ``first_position``, ``data`` their bytes."""
+
+    first_position: int
+    count: int
+    data: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
 class Source:
-    """A stream or collector row.  ``key`` and ``state`` are SECRET and None unless read with ``secret=True``."""
+    """A stream or collector row.  ``key``, ``state`` and ``held`` (the bytes of the held-out values stored apart,
+    in position order: see :meth:`Storage.source`) are SECRET and None unless read with ``secret=True``."""
 
     id: int
     kind: str
@@ -115,6 +121,7 @@ class Source:
     created: str
     key: bytes | None = None
     state: str | None = None
+    held: bytes | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,27 +140,13 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _schema(blob: str, real: str, clustered: str) -> tuple[str, ...]:
-    return (
-        "CREATE TABLE dpstream_schema (version INTEGER NOT NULL, encryption TEXT)",
-        f"""CREATE TABLE sources (
-            id BIGINT PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL,
-            params TEXT NOT NULL, public TEXT NOT NULL,
-            position BIGINT NOT NULL, released BIGINT NOT NULL,
-            secret_key {blob} NOT NULL, secret_state TEXT NOT NULL,
-            created TEXT NOT NULL, updated TEXT NOT NULL, UNIQUE (kind, name))""",
-        f"""CREATE TABLE released (
-            source_id BIGINT NOT NULL, position BIGINT NOT NULL, time {real} NOT NULL, value {real} NOT NULL,
-            PRIMARY KEY (source_id, position)){clustered}""",
-        f"""CREATE TABLE ledger (
-            source_id BIGINT NOT NULL, first_position BIGINT NOT NULL, count BIGINT NOT NULL, digest TEXT NOT NULL,
-            epsilon {real} NOT NULL, delta {real} NOT NULL, recorded TEXT NOT NULL,
-            PRIMARY KEY (source_id, first_position))""",
-    )
-
-
 _PUBLIC_COLUMNS = "id, kind, name, params, public, position, released, created"
 _LEDGER_COLUMNS = "first_position, count, digest, epsilon, delta, recorded"
+
+
+def _held_where(source: Source, first_position: int) -> str:
+    """The associated data of a sealed held-out row: its source and first position."""
+    return f"{source.kind}/{source.name}/holdout/{first_position}"
 
 
 def _ledger_row(row: tuple) -> LedgerRow:
@@ -204,6 +197,12 @@ class Storage:
         raise NotImplementedError
         yield
 
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:  # pragma: no cover - each dialect has its own
+        """A read-only transaction whose queries all see one snapshot of the database."""
+        raise NotImplementedError
+        yield
+
     def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:  # pragma: no cover
         raise NotImplementedError
 
@@ -235,49 +234,8 @@ class Storage:
     def _prepare_schema(self) -> None:
         with self._lock, self._transaction() as cursor:
             self._serialize(cursor, SCHEMA_LOCK)  # processes started at once: one creates, the others see it made
-            tables = self._tables(cursor)
-            if not tables:
-                for statement in _schema(self.blob_type, self.real_type, self.clustered):
-                    cursor.execute(statement)
-                check = None if self._box is None else self._box.check_value()
-                cursor.execute(self._sql("INSERT INTO dpstream_schema (version, encryption) VALUES (?, ?)"),
-                               (SCHEMA_VERSION, check))
-                return
-            if "dpstream_schema" not in tables:
-                raise SchemaError(f"database {self.describe()} holds tables ({', '.join(sorted(tables))}) but no "
-                                  "dpstream schema; give the service a database of its own.")
-            cursor.execute("SELECT version FROM dpstream_schema")
-            rows = cursor.fetchall()
-            if len(rows) != 1:
-                raise SchemaError(f"database {self.describe()}: its schema version table has {len(rows)} rows, not 1.")
-            version = int(rows[0][0])
-            if version > SCHEMA_VERSION:
-                raise SchemaError(f"database {self.describe()} has schema version {version}, newer than this "
-                                  f"dpstream's {SCHEMA_VERSION}: upgrade dpstream to serve it.")
-            while version < SCHEMA_VERSION:
-                if version not in MIGRATIONS:
-                    raise SchemaError(f"database {self.describe()} has schema version {version}, which this dpstream "
-                                      f"cannot migrate to {SCHEMA_VERSION}.")
-                for statement in MIGRATIONS[version]:
-                    cursor.execute(statement)
-                version += 1
-                cursor.execute(self._sql("UPDATE dpstream_schema SET version = ?"), (version,))
-            cursor.execute("SELECT encryption FROM dpstream_schema")
-            self._check_key(cursor.fetchall()[0][0])
-
-    def _check_key(self, check: str | None) -> None:
-        if check is None and self._box is not None:
-            raise DatabaseKeyError(f"database {self.describe()} was made without a database key; its secrets are not "
-                              "encrypted: start the service without DPSTREAM_DATABASE_KEY, or on a new database.")
-        if check is not None and self._box is None:
-            raise DatabaseKeyError(f"database {self.describe()} keeps its secrets encrypted: give the service its key "
-                              "(DPSTREAM_DATABASE_KEY).")
-        if check is not None:
-            try:
-                self._box.verify(check)
-            except SecretError:
-                raise DatabaseKeyError(f"database {self.describe()}: the database key given is not the one its secrets "
-                                  "were encrypted with.") from None
+            prepare_schema(cursor, tables=self._tables(cursor), sql=self._sql, box=self._box, database=self.describe(),
+                           words={"blob": self.blob_type, "real": self.real_type, "clustered": self.clustered})
 
     def _seal_key(self, key: bytes, kind: str, name: str) -> bytes:
         return key if self._box is None else self._box.seal(key, f"{kind}/{name}/secret_key")
@@ -344,10 +302,37 @@ class Storage:
                       position=int(row[5]), released=int(row[6]), created=row[7], **extra)
 
     def source(self, kind: str, name: str, *, secret: bool = False) -> Source | None:
-        """The stream or collector of that name, or None.  ``secret=True`` adds the key and state (never serve them)."""
-        columns = _PUBLIC_COLUMNS + (", secret_key, secret_state" if secret else "")
-        rows = self._query(f"SELECT {columns} FROM sources WHERE kind = ? AND name = ?", (kind, name))
-        return self._source(rows[0], secret) if rows else None
+        """The stream or collector of that name, or None.  ``secret=True`` adds the key, the state and the held-out
+        values stored apart (never serve them), read in one snapshot of the database: another process's batch
+        committed meanwhile is in all of them or in none."""
+        query = f"SELECT {_PUBLIC_COLUMNS} FROM sources WHERE kind = ? AND name = ?"
+        if not secret:
+            rows = self._query(query, (kind, name))
+            return self._source(rows[0], False) if rows else None
+        with self._lock, self._reading() as cursor:
+            cursor.execute(self._sql(query.replace(" FROM", ", secret_key, secret_state FROM")), (kind, name))
+            rows = cursor.fetchall()
+            if not rows:
+                return None
+            cursor.execute(self._sql("SELECT first_position, count, secret_values FROM holdout WHERE source_id = ? "
+                                     "ORDER BY first_position"), (rows[0][0],))
+            held = cursor.fetchall()
+        source = self._source(rows[0], True)
+        return replace(source, held=self._open_held(source, held))
+
+    def _open_held(self, source: Source, rows: list[tuple]) -> bytes:
+        """The held-out values of ``rows`` (in position order), opened and joined; StorageError on a gap."""
+        parts, expected = [], 0
+        for first, count, data in rows:
+            if int(first) != expected:
+                raise StorageError(f"database {self.describe()}: the held-out values of {source.kind} "
+                                   f"{source.name!r} jump from position {expected} to {int(first)}.")
+            data = bytes(data)
+            if self._box is not None:
+                data = self._box.open(data, _held_where(source, expected))
+            parts.append(data)
+            expected += int(count)
+        return b"".join(parts)
 
     def position(self, kind: str, name: str) -> tuple[int, int] | None:
         """The source's ``(id, position)`` as committed now (None when there is none): whether a mechanism kept in
@@ -364,14 +349,18 @@ class Storage:
 
     def commit_batch(self, *, source: Source, first_position: int, count: int, digest: str, state: str,
                      public: dict[str, Any], epsilon: float, delta: float, positions: np.ndarray, times: np.ndarray,
-                     values: np.ndarray) -> None:
-        """Commit one ingested batch in one transaction: released values, ledger row, secret state, public facts.
+                     values: np.ndarray, held: HeldRows | None = None, forget_held: bool = False) -> None:
+        """Commit one ingested batch in one transaction: released values, ledger row, secret state, public facts,
+        and the batch's ``held`` values appended to the source's hold-out (``forget_held``: delete the source's
+        held-out rows first, the hold-out is over).
 
-        ConflictError (and nothing written) when the source is no longer at ``first_position``.  The state is
-        sealed first when the storage has a database key.
+        ConflictError (and nothing written) when the source is no longer at ``first_position``.  The state and
+        the held-out values are sealed first when the storage has a database key.
         """
         now, source_id = _now(), source.id
         state = self._seal_state(state, source.kind, source.name)
+        sealed = None if held is None or self._box is None else self._box.seal(held.data, _held_where(source,
+                                                                                                  held.first_position))
         with self._lock, self._transaction() as cursor:
             cursor.execute(self._sql(
                 "UPDATE sources SET position = position + ?, released = released + ?, secret_state = ?, public = ?, "
@@ -385,6 +374,12 @@ class Storage:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)"), (source_id, first_position, count, digest, epsilon, delta, now))
             if positions.size:
                 self._insert_released(cursor, source_id, positions, times, values)
+            if forget_held:
+                cursor.execute(self._sql("DELETE FROM holdout WHERE source_id = ?"), (source_id,))
+            if held is not None:
+                cursor.execute(self._sql("INSERT INTO holdout (source_id, first_position, count, secret_values) "
+                                         "VALUES (?, ?, ?, ?)"),
+                               (source_id, held.first_position, held.count, held.data if sealed is None else sealed))
 
     def ledger_entry(self, source_id: int, first_position: int) -> LedgerRow | None:
         """The batch that started at ``first_position``, or None."""
@@ -433,7 +428,7 @@ class SQLiteStorage(Storage):
         self.path = path
         if path != ":memory:":
             for name in (path, f"{path}-wal", f"{path}-shm"):
-                _secure_file(name, path)
+                secure_file(name, path)
         try:
             self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as error:
@@ -469,42 +464,18 @@ class SQLiteStorage(Storage):
             raise
         cursor.execute("COMMIT")
 
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:
+        cursor = self._connection.cursor()
+        cursor.execute("BEGIN")  # deferred: in WAL mode its first read fixes the snapshot, and no writer waits
+        try:
+            yield cursor
+        finally:
+            cursor.execute("COMMIT")
+
     def _query(self, text: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
             return self._connection.execute(text, tuple(args)).fetchall()
-
-
-def _secure_file(name: str, path: str) -> None:
-    """Create the file ``name`` of the database ``path`` (itself, or its ``-wal`` or ``-shm``) with mode 0600, or
-    refuse an existing one that others can read or write.
-
-    An existing file is only looked at, never opened: closing a descriptor of a file would drop the locks
-    SQLite holds on it for another connection of this process.
-    """
-    while True:
-        try:
-            os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-            return
-        except FileExistsError:
-            pass
-        except OSError as error:
-            raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
-                               f"({error.strerror}).") from None
-        try:
-            status = os.stat(name)
-            break
-        except FileNotFoundError:  # removed meanwhile (another process closed the database last): create it
-            continue
-    refused = (errno.EISDIR if stat.S_ISDIR(status.st_mode)
-               else None if os.access(name, os.R_OK | os.W_OK) else errno.EACCES)
-    if refused is not None:
-        raise StorageError(f"database {path}: cannot open {'it' if name == path else name} "
-                           f"({os.strerror(refused)}).")
-    mode = stat.S_IMODE(status.st_mode)
-    if mode & 0o077:
-        holds = "secret keys" if name == path else "pages of the database and its secret keys"
-        raise StorageError(f"database {'' if name == path else 'file '}{name} has mode {mode:04o}: it holds {holds}, "
-                           f"so no other user may read it; run chmod 600 {name}.")
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------
@@ -538,6 +509,12 @@ class PostgresStorage(Storage):
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
         with self._connection.transaction(), self._connection.cursor() as cursor:
+            yield cursor
+
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:
+        with self._connection.transaction(), self._connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield cursor
 
     def _serialize(self, cursor: Any, lock: int) -> None:

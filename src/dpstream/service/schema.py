@@ -1,0 +1,116 @@
+"""The service database's tables, their version and the migrations of older ones; the errors of opening it.
+
+Schema version :data:`SCHEMA_VERSION` is kept in ``dpstream_schema`` (with the sealed check value of
+the database key, when there is one).  A database made by an older version is migrated by
+:data:`MIGRATIONS` when it is opened, one version at a time in the transaction that checks it; one
+made by a newer dpstream is refused.
+
+Version 2 added ``holdout``: the held-out values of a source, one sealed row per batch, stored
+apart from its state so that a batch appends its own values instead of rewriting all of them
+(:mod:`dpstream.service.storage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dpstream.service.secrets import SecretBox, SecretError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "DatabaseKeyError", "SchemaError", "StorageError", "prepare_schema"]
+
+#: The schema this dpstream writes; older ones are migrated by :data:`MIGRATIONS`, newer ones refused.
+SCHEMA_VERSION = 2
+
+#: The held-out values of a source: one row per batch, ``count`` values from ``first_position`` (SECRET, sealed
+#: with the database key when there is one).  Rows are deleted when the hold-out ends.
+_HOLDOUT = """CREATE TABLE holdout (
+    source_id BIGINT NOT NULL, first_position BIGINT NOT NULL, count BIGINT NOT NULL, secret_values {blob} NOT NULL,
+    PRIMARY KEY (source_id, first_position)){clustered}"""
+
+#: ``MIGRATIONS[v]`` lists the statements that take a database from version ``v`` to ``v + 1``; ``{blob}``,
+#: ``{real}`` and ``{clustered}`` stand for the dialect's words.
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: (_HOLDOUT,)}
+
+
+class StorageError(Exception):
+    """The database cannot be used (bad URL, unreadable, insecure file, missing driver)."""
+
+
+class SchemaError(StorageError):
+    """The database was made by a newer dpstream, or is not a dpstream database."""
+
+
+class DatabaseKeyError(StorageError):
+    """The database key is missing, wrong, or given for a database made without one."""
+
+
+def _tables() -> tuple[str, ...]:
+    return (
+        "CREATE TABLE dpstream_schema (version INTEGER NOT NULL, encryption TEXT)",
+        """CREATE TABLE sources (
+            id BIGINT PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL,
+            params TEXT NOT NULL, public TEXT NOT NULL,
+            position BIGINT NOT NULL, released BIGINT NOT NULL,
+            secret_key {blob} NOT NULL, secret_state TEXT NOT NULL,
+            created TEXT NOT NULL, updated TEXT NOT NULL, UNIQUE (kind, name))""",
+        """CREATE TABLE released (
+            source_id BIGINT NOT NULL, position BIGINT NOT NULL, time {real} NOT NULL, value {real} NOT NULL,
+            PRIMARY KEY (source_id, position)){clustered}""",
+        """CREATE TABLE ledger (
+            source_id BIGINT NOT NULL, first_position BIGINT NOT NULL, count BIGINT NOT NULL, digest TEXT NOT NULL,
+            epsilon {real} NOT NULL, delta {real} NOT NULL, recorded TEXT NOT NULL,
+            PRIMARY KEY (source_id, first_position))""",
+        _HOLDOUT,
+    )
+
+
+def prepare_schema(cursor: Any, *, tables: set[str], words: dict[str, str], sql: Callable[[str], str],
+                   box: SecretBox | None, database: str) -> None:
+    """Create the schema in an empty database, or check (and migrate) the one there, inside a transaction.
+
+    ``tables`` are the names of the tables there, ``words`` the dialect's ``blob``, ``real`` and ``clustered``,
+    ``sql`` turns ``?`` into the dialect's placeholder, ``database`` names the database in messages.
+    """
+    if not tables:
+        for statement in _tables():
+            cursor.execute(statement.format(**words))
+        check = None if box is None else box.check_value()
+        cursor.execute(sql("INSERT INTO dpstream_schema (version, encryption) VALUES (?, ?)"), (SCHEMA_VERSION, check))
+        return
+    if "dpstream_schema" not in tables:
+        raise SchemaError(f"database {database} holds tables ({', '.join(sorted(tables))}) but no "
+                          "dpstream schema; give the service a database of its own.")
+    cursor.execute("SELECT version FROM dpstream_schema")
+    rows = cursor.fetchall()
+    if len(rows) != 1:
+        raise SchemaError(f"database {database}: its schema version table has {len(rows)} rows, not 1.")
+    version = int(rows[0][0])
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"database {database} has schema version {version}, newer than this "
+                          f"dpstream's {SCHEMA_VERSION}: upgrade dpstream to serve it.")
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            raise SchemaError(f"database {database} has schema version {version}, which this dpstream "
+                              f"cannot migrate to {SCHEMA_VERSION}.")
+        for statement in MIGRATIONS[version]:
+            cursor.execute(statement.format(**words))
+        version += 1
+        cursor.execute(sql("UPDATE dpstream_schema SET version = ?"), (version,))
+    cursor.execute("SELECT encryption FROM dpstream_schema")
+    _check_key(cursor.fetchall()[0][0], box, database)
+
+
+def _check_key(check: str | None, box: SecretBox | None, database: str) -> None:
+    if check is None and box is not None:
+        raise DatabaseKeyError(f"database {database} was made without a database key; its secrets are not "
+                               "encrypted: start the service without DPSTREAM_DATABASE_KEY, or on a new database.")
+    if check is not None and box is None:
+        raise DatabaseKeyError(f"database {database} keeps its secrets encrypted: give the service its key "
+                               "(DPSTREAM_DATABASE_KEY).")
+    if check is not None:
+        try:
+            box.verify(check)
+        except SecretError:
+            raise DatabaseKeyError(f"database {database}: the database key given is not the one its secrets "
+                                   "were encrypted with.") from None
