@@ -14,7 +14,7 @@ from dpstream.release import PAK, BinaryTreeCounter, ToPLCollector, ToPS
 from dpstream.service import create_app
 from dpstream.service.app import MAX_LIMIT
 from dpstream.service.mechanisms import derive_key
-from dpstream.service.storage import ConflictError
+from dpstream.service.storage import SCHEMA_VERSION, ConflictError
 
 TOKEN = "api-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -152,7 +152,7 @@ def test_lists_and_the_page_show_public_facts_only(http, app):
     assert secret.key.hex() not in listed and secret.key.hex()[:16] not in listed
     assert "dpstream.state" not in listed and "state" not in json.loads(http.get("/streams/a").text)
     assert 'src="static/dashboard.js"' in http.get("/").text
-    assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": 1,
+    assert http.get("/health").json() == {"status": "ok", "database": "sqlite", "schema_version": SCHEMA_VERSION,
                                           "secrets_encrypted": False}
 
 

@@ -8,6 +8,10 @@ secret state are committed in one transaction
 made.  After any failure the mechanism in memory is dropped and reloaded from the database, so a
 refused or failed batch changes nothing.
 
+During a hold-out the values held so far are not part of the stored state: the batch appends its own
+held-out values as one row (:class:`~dpstream.service.storage.HeldRows`) in the same transaction, and
+the batch that ends the hold-out deletes the rows; a reload reads the state and the rows together.
+
 Several processes may serve one database, so the mechanism in memory is only a copy of the database's:
 each batch takes the source's writer lock (:meth:`Storage.writer <dpstream.service.storage.Storage.writer>`:
 PostgreSQL's writers of one source wait for each other, whatever their process), reads the source's
@@ -38,7 +42,7 @@ from dpstream.release import ToPLCollector
 from dpstream.service import mechanisms
 from dpstream.service.answers import released_json, released_rows_json
 from dpstream.service.errors import ApiError, unprocessable
-from dpstream.service.storage import ConflictError, Source, Storage
+from dpstream.service.storage import ConflictError, HeldRows, Source, Storage
 
 __all__ = ["ATTEMPTS", "LiveSources", "batch_digest", "ingest"]
 
@@ -64,6 +68,8 @@ class _Live:
     mechanism: Any
     position: int
     key: bytes
+    #: How many of its held-out values the database keeps apart (the ``holdout`` rows): a batch appends the rest.
+    held_apart: int = 0
 
 
 class LiveSources:
@@ -108,9 +114,9 @@ class LiveSources:
         if live is None or (live.source.id, live.position) != stored:
             source = self.storage.source(kind, name, secret=True)  # sources are never deleted: it is there
             cls = ToPLCollector if kind == "collector" else mechanisms.STREAM_METHODS[source.params["method"]]
-            mechanism = mechanisms.restore(cls, source.state, key=source.key)
-            live = _Live(source=replace(source, key=None, state=None), mechanism=mechanism, position=source.position,
-                         key=source.key)
+            mechanism, apart = mechanisms.restore_stored(cls, source.state, key=source.key, held=source.held)
+            live = _Live(source=replace(source, key=None, state=None, held=None), mechanism=mechanism,
+                         position=source.position, key=source.key, held_apart=apart)
             self._live[(kind, name)] = live
         return live
 
@@ -177,13 +183,17 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
     facts = (mechanisms.stream_facts(live.mechanism) if kind == "stream"
              else mechanisms.collector_facts(live.mechanism))
     public = {**live.source.public, **facts}
+    state, held = mechanisms.split_snapshot(live.mechanism)
+    rows = None if held is None or held.size == live.held_apart else HeldRows(
+        first_position=live.held_apart, count=held.size - live.held_apart, data=held[live.held_apart:].tobytes())
     try:
         sources.storage.commit_batch(source=live.source, first_position=position, count=count, digest=digest,
-                                     state=mechanisms.snapshot(live.mechanism), public=public,
-                                     epsilon=facts["privacy"]["epsilon"], delta=facts["privacy"]["delta"],
-                                     positions=positions, times=stamps, values=released)
+                                     state=state, public=public, epsilon=facts["privacy"]["epsilon"],
+                                     delta=facts["privacy"]["delta"], positions=positions, times=stamps,
+                                     values=released, held=rows, forget_held=held is None and live.held_apart > 0)
     except ConflictError as error:
         raise _Moved(str(error)) from None
+    live.held_apart = 0 if held is None else held.size
     live.position = position + count
     live.source = replace(live.source, public=public, position=live.position)
     return released_json(positions.tolist(), stamps.tolist(), released.tolist())

@@ -21,6 +21,12 @@ column: the snapshot is :func:`dpstream.durable.snapshots.keyless` (format :data
 as a state file keeps it) and :func:`restore` puts the key back; states of
 :data:`STATE_FORMAT`, which carried the key inside as well, still read.  No pickle: reading the
 database never runs code.
+
+Held-out values.  The service stores a hold-out apart from the state, appended batch by batch (the
+``holdout`` table of :mod:`dpstream.service.storage`), so that a batch does not rewrite every value
+held so far: :func:`split_snapshot` gives the state (format :data:`APART_FORMAT`, the held-out values
+replaced by a marker ``{"apart": {"dtype", "count"}}``) and the values apart, and :func:`restore_stored`
+puts back the values read from their rows.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from dpstream._checks import check_choice
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
@@ -39,6 +47,7 @@ from dpstream.release import ToPLCollector
 from dpstream.release.registry import served
 
 __all__ = [
+    "APART_FORMAT",
     "COLLECTOR_PARAMETERS",
     "STREAM_METHODS",
     "build_collector",
@@ -46,7 +55,9 @@ __all__ = [
     "collector_facts",
     "derive_key",
     "restore",
+    "restore_stored",
     "snapshot",
+    "split_snapshot",
     "stream_facts",
 ]
 
@@ -80,6 +91,8 @@ MAX_RANGE = 1 << 22
 STATE_FORMAT = "dpstream.state/1"
 #: The format of a snapshot stored without its key (:func:`dpstream.durable.snapshots.keyless`), the key beside it.
 KEYLESS_FORMAT = "dpstream.state/2"
+#: The format of a keyless snapshot whose held-out values are stored apart (:func:`split_snapshot`).
+APART_FORMAT = "dpstream.state/3"
 
 
 def _keywords(cls: Any) -> tuple[str, ...]:
@@ -134,6 +147,19 @@ def snapshot(mechanism: Any) -> str:
     return json.dumps({"format": KEYLESS_FORMAT, "state": encode(keyless(mechanism.state), "state")}, allow_nan=False)
 
 
+def split_snapshot(mechanism: Any) -> tuple[str, np.ndarray | None]:
+    """:func:`snapshot` with the held-out values apart: the text (format :data:`APART_FORMAT`) and, until the
+    threshold is chosen, the values held so far in position order (None after).  SECRET, both."""
+    state = keyless(mechanism.state)
+    held = state.get("held")
+    if not isinstance(held, np.ndarray):
+        return json.dumps({"format": APART_FORMAT, "state": encode(state, "state")}, allow_nan=False), None
+    held = held.astype(held.dtype.newbyteorder("<"), copy=False)
+    marker = {"apart": {"dtype": held.dtype.str, "count": held.size}}
+    return json.dumps({"format": APART_FORMAT, "state": encode({**state, "held": marker}, "state")},
+                      allow_nan=False), held
+
+
 def restore(cls: Any, text: str, key: bytes | None = None) -> Any:
     """The mechanism of class ``cls`` continued from :func:`snapshot`'s text and the stream's ``key``.
 
@@ -141,17 +167,31 @@ def restore(cls: Any, text: str, key: bytes | None = None) -> Any:
     in its own column: :mod:`dpstream.durable.snapshots`) and needs ``key``; one of
     :data:`STATE_FORMAT` carries it (``key``, when given, is the same key).
     """
+    return restore_stored(cls, text, key=key)[0]
+
+
+def restore_stored(cls: Any, text: str, key: bytes | None = None, held: bytes | None = None) -> tuple[Any, int]:
+    """:func:`restore`, for a text of :func:`split_snapshot` too: ``held`` holds the bytes of the held-out values
+    stored apart, in position order.  The mechanism, and how many held-out values it took from ``held``."""
     document = json.loads(text)
     stored = document.get("format")
-    if stored not in (STATE_FORMAT, KEYLESS_FORMAT):
+    if stored not in (STATE_FORMAT, KEYLESS_FORMAT, APART_FORMAT):
         raise ValueError(f"a stored state of format {stored!r} cannot be read (this dpstream reads "
-                         f"{STATE_FORMAT!r} and {KEYLESS_FORMAT!r}).")
+                         f"{STATE_FORMAT!r}, {KEYLESS_FORMAT!r} and {APART_FORMAT!r}).")
     state = decode(document["state"])
+    apart = 0
+    marker = state.get("held") if stored == APART_FORMAT else None
+    if isinstance(marker, dict):
+        values = np.frombuffer(held or b"", dtype=np.dtype(marker["apart"]["dtype"]))
+        apart = int(marker["apart"]["count"])
+        if values.size != apart:
+            raise ValueError(f"the state holds {apart} held-out values apart, their rows {values.size}.")
+        state = {**state, "held": values.astype(values.dtype.newbyteorder("="))}
     if key is not None:
         state = with_key(state, key)
-    elif stored == KEYLESS_FORMAT:
-        raise ValueError(f"a stored state of format {KEYLESS_FORMAT!r} needs the stream's key.")
-    return cls.from_state(state)
+    elif stored != STATE_FORMAT:
+        raise ValueError(f"a stored state of format {stored!r} needs the stream's key.")
+    return cls.from_state(state), apart
 
 
 def _guarantee(mechanism: Any) -> dict[str, Any]:
