@@ -24,15 +24,16 @@ SEED = 2024
 
 
 def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.random.Generator,
-              database_key: str | None = None) -> None:
+              database_key: str | None = None, params: dict | None = None) -> None:
     """Ingest ``total`` values in batches; SIGKILL the server ``kills`` times at random moments, restart it, retry."""
+    params = PARAMS if params is None else params
     values = rng.integers(0, 80, total).astype(float)
-    expected = ToPS(**PARAMS, key=derive_key(SEED)).release(values)  # the uninterrupted run
+    expected = ToPS(**params, key=derive_key(SEED)).release(values)  # the uninterrupted run
     batches = total // batch
     kill_at = dict(zip(rng.choice(batches, size=kills, replace=False).tolist(), rng.uniform(0.0, 0.08, kills)))
     server = ServeProcess(database, database_key=database_key).start()
     try:
-        Client(server.url, TOKEN).create_stream("load", **PARAMS, seed=SEED)
+        Client(server.url, TOKEN).create_stream("load", **params, seed=SEED)
         acknowledged: dict[int, list[dict]] = {}
         for index in range(batches):
             start = index * batch
@@ -56,7 +57,7 @@ def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.rand
         assert server.starts == kills + 1
         with Client(server.url) as client:
             released = list(client.all_released("load"))
-        held = PARAMS["hold"]
+        held = params["hold"]
         assert [r["position"] for r in released] == list(range(held, total))
         assert np.array_equal([r["value"] for r in released], expected)  # bit for bit
         for start, answer in acknowledged.items():  # every acknowledged batch, unchanged
@@ -73,6 +74,11 @@ def test_sqlite_survives_sigkill(tmp_path):
 def test_postgresql_survives_sigkill(postgres_server):  # with its secrets sealed under a database key
     crash_run(postgres_server.new_database(), total=200_000, batch=10_000, kills=10, rng=np.random.default_rng(16),
               database_key=base64.urlsafe_b64encode(bytes(range(32))).decode())
+
+
+def test_a_hold_out_stored_batch_by_batch_survives_sigkill(tmp_path):  # most kills fall in the hold-out
+    crash_run(f"sqlite:///{tmp_path}/held.db", total=60_000, batch=2_000, kills=6, rng=np.random.default_rng(17),
+              database_key=base64.urlsafe_b64encode(bytes(range(32))).decode(), params={**PARAMS, "hold": 40_000})
 
 
 def test_events_stream_released_values_as_they_come(tmp_path):
