@@ -9,7 +9,17 @@ what is measured is the batch's transaction: the mechanism, its stored state and
     python benchmarks/service_holdout.py                           # hold 2^20, 1,000,000 values held
     python benchmarks/service_holdout.py --held 4000000 --hold 4194304 --database-key
 
-Bounded: a fixed count of batches; about a minute with the defaults.
+Measured (2 shared cores, SQLite on local disk), ms per one-value batch, database + ``-wal`` size:
+
+======================================  ===============================  ============================
+held before the timed batches           state rewritten every batch      held-out values in rows
+======================================  ===============================  ============================
+1,000,000 (hold 2^20)                   159 ms, 21 MB + 21 MB             11 ms, 8 MB + 4 MB
+4,000,000 (hold 2^22)                   895 ms, 85 MB + 86 MB             13 ms, 32 MB + 4 MB
+1,000 (hold 2^20)                       --                                7 ms
+======================================  ===============================  ============================
+
+Bounded: a fixed count of batches; well under a minute with the defaults.
 """
 
 from __future__ import annotations
