@@ -159,9 +159,9 @@ def test_killed_and_resumed_seeded_release_equals_the_uninterrupted_one(tmp_path
                                    kills=KILLS, final_size=len(want), duration=duration, rng=rng)
     assert out.read_bytes() == want
     assert all(want.startswith(published) for published in seen)
-    # the kills were spread over the run: most stopped a running release, at several lengths of the
-    # output (a batch of 65,536 lines is written at once, so the lengths seen are few)
-    assert killed >= KILLS // 2 and len({len(published) for published in seen}) >= 3
+    # the kills were spread over the run: most stopped a running release, at more than one length of the
+    # output (a committed batch of 65,536 lines is published in one write, so the lengths seen are few)
+    assert killed >= KILLS // 2 and len({len(published) for published in seen}) >= 2
     state = StreamState.read(tmp_path / "state")
     assert state.progress.consumed == N and state.progress.output_bytes == len(want)
     entries = state.ledger
@@ -181,7 +181,7 @@ def test_killed_and_resumed_secure_release_never_changes_a_published_line(tmp_pa
     assert final.count(b"\n") == N - HOLD[method]
     for kill, published in enumerate(seen):
         assert final.startswith(published), f"a line published before kill {kill} changed"
-    assert killed >= KILLS // 2 and len({len(published) for published in seen}) >= 3
+    assert killed >= KILLS // 2 and len({len(published) for published in seen}) >= 2  # as above
 
 
 def test_a_stdin_release_resumes_when_the_producer_continues_from_the_consumed_count(tmp_path, stream_file):
