@@ -30,7 +30,7 @@ from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
 
-__all__ = ["ColumnsWriter", "check_columns", "header", "release_columns"]
+__all__ = ["ColumnsWriter", "check_columns", "header", "release_columns", "released_line"]
 
 
 def header(*, time: bool, key: bool) -> list[str]:
@@ -199,7 +199,8 @@ def summary(streams: ByKey, *, hold: int) -> str:
     """One line on stderr after a keyed release: keys, values released, keys still in their hold-out."""
     keys = len(streams)
     held = streams.held()
-    text = f"{keys:,} key{'s' * (keys != 1)}, each its own stream after a hold-out of {hold:,} values"
+    start = "from its first value (no hold-out)" if hold == 0 else f"after a hold-out of {hold:,} values"
+    text = f"{keys:,} key{'s' * (keys != 1)}, each its own stream {start}"
     if held:
         text += (f"; {held:,} key{'s' * (held != 1)} ended within {'their' if held != 1 else 'its'} hold-out and "
                  "released nothing")
@@ -287,4 +288,11 @@ def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: 
     if keyed:
         say(f"released {released:,} values of {summary(streams, hold=releaser.hold)}")
     else:
-        say(f"released {released:,} values after holding out {releaser.hold:,}.")
+        say(released_line(released, releaser.hold))
+
+
+def released_line(released: int, hold: int) -> str:
+    """The last line of a release of one stream: what was released, after which hold-out."""
+    if hold == 0:
+        return f"released {released:,} values from the first value (no hold-out)."
+    return f"released {released:,} values after holding out {hold:,}."

@@ -26,7 +26,14 @@ from dpstream.cli._app import (
     usage_errors,
     warn_if_seeded,
 )
-from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
+from dpstream.cli._columns import (
+    ColumnsWriter,
+    check_columns,
+    per_key_privacy,
+    release_columns,
+    released_line,
+    summary,
+)
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._spark import ENGINES
@@ -86,6 +93,9 @@ class _Methods(click.Choice):
               help="tops: the smoother (default recent; with --period, moving_average over 7 periods).")
 @click.option("--window", type=int, default=None, help="Window of the moving_average smoother.")
 @click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
+@click.option("--threshold", type=float, default=None,
+              help="tops: a public threshold theta (values above it are clipped to it): no hold-out, nothing spent "
+                   "on choosing it; the stream is released from its first value.")
 @click.option("--threshold-epsilon", type=float, default=None,
               help="Budget of the threshold optimizer (default: --epsilon).")
 @click.option("--threshold-method", type=click.Choice(list(THRESHOLD_METHODS)), default="model", show_default=True,
@@ -176,6 +186,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     chosen = REGISTRY[method]
     context = click.get_current_context()
     _check_options(context, chosen, options)
+    if options.get("threshold") is not None:
+        hold = _public_threshold(context)
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
@@ -231,7 +243,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     finally:
         reader.close()
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
-    say(f"released {released:,} values after holding out {releaser.hold:,}.")
+    say(released_line(released, releaser.hold))
 
 
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any]) -> None:
@@ -246,6 +258,15 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if alias in given:
             say(f"warning: {_flag(context, alias)} is deprecated; use {_flag(context, name)}.")
             options[name] = value
+
+
+def _public_threshold(context: click.Context) -> int:
+    """With --threshold: refuse the options of a threshold chosen from a hold-out; the hold-out is 0."""
+    for name in ("hold", "threshold_epsilon", "threshold_method"):
+        if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            raise click.UsageError(f"{_flag(context, name)} does not apply with --threshold (a public threshold is "
+                                   "not chosen from a hold-out).")
+    return 0
 
 
 def _names(applies: Callable[[Mechanism], bool]) -> str:

@@ -55,10 +55,13 @@ from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
 from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
+__all__ = ["DEFAULT_HOLD", "PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
+
+#: The hold-out m when none is given and the threshold is not public (the paper's).
+DEFAULT_HOLD = 65536
 
 #: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
 PROFILE_SHARE = 0.25
@@ -185,7 +188,7 @@ class ToPS(HoldOutRelease, Params):
         *,
         epsilon: float,
         upper_bound: float,
-        hold: int = 65536,
+        hold: int | None = None,
         max_range: int = 2**20,
         fanout: int = 16,
         smoother: str | Smoother | None = None,
@@ -206,7 +209,14 @@ class ToPS(HoldOutRelease, Params):
         seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
+        threshold: float | None = None,
     ) -> None:
+        public = threshold is not None
+        if public:
+            _check_public_threshold(hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
+                                    query_length=query_length, period=period, profile_bins=profile_bins,
+                                    selection=selection)
+        hold = (0 if public else DEFAULT_HOLD) if hold is None else hold
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
             smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
@@ -214,9 +224,13 @@ class ToPS(HoldOutRelease, Params):
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
             window_leaves=window_leaves, selection=selection, granularity=granularity,
         )
+        if public:  # only then, so that snapshots of releases with a hold-out stay as they were
+            self._params["threshold"] = threshold
+        #: The public threshold given (None: chosen privately from the hold-out).
+        self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
-        self.hold = check_memory(check_positive_int(hold, "hold"), "hold")
+        self.hold = 0 if public else check_memory(check_positive_int(hold, "hold"), "hold")
         self.threshold_epsilon = (
             self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
         )
@@ -250,9 +264,13 @@ class ToPS(HoldOutRelease, Params):
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
+        self._start_hold_out()
+        if public:  # nothing to choose: the stream is released from its first value
+            self._start_stream(threshold=self.public_threshold, smoothed_levels=smoothed_levels, prior=None,
+                               model_choice=None)
+            return
         self._check_model_budget()
         self._check_threshold_scores()
-        self._start_hold_out()
 
     def _check_threshold_scores(self) -> None:
         """Refuse now parameters whose threshold scores cannot be computed when the hold-out ends.
@@ -310,13 +328,15 @@ class ToPS(HoldOutRelease, Params):
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
         self._perturber_args = dict(epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
+        self.granularity: float | None = None
+        if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
+            return
         chosen_later = self.threshold_method == "model" and smoothed_levels is None
         measured = shape.levels if chosen_later or self.period else shape.measured_levels
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
         check_magnitude(self.upper_bound * measured / self.epsilon,
                         "the largest noise scale upper_bound * (h - s) / epsilon")
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
-        self.granularity: float | None = None
         if self._source.exact:
             check_grid(self.upper_bound, granularity)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
@@ -370,6 +390,15 @@ class ToPS(HoldOutRelease, Params):
         stream = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
         noise = self._source.describe()
         grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
+        if self.public_threshold is not None:
+            levels = (f"d = {self._stream.measured_levels}" if self.period is not None
+                      else f"h - s = {self._stream.measured_levels}")
+            hierarchy = Part(what="hierarchy", budget=stream, noise=noise, text=(
+                f"hierarchy {stream.label()} on every value from the first{grid} (eps / ({levels}) on each measured "
+                f"level); theta = {self.threshold:g} is public (given, not chosen from the data: it spends nothing), "
+                f"values above it are clipped to it"))
+            return PrivacyGuarantee.of(Composition(kind="parallel", parts=(hierarchy,),
+                                                   layout="{}; no hold-out"), neighbours=EVENT_LEVEL)
         if self.threshold_method == "model":
             spent = EpsilonDelta(self.threshold_epsilon if self.model_choice is None
                                  else self.model_choice.epsilon_spent + self._profile_spent)
@@ -422,7 +451,9 @@ class ToPS(HoldOutRelease, Params):
                    levels: int | None = None, leaf: int | None = None) -> HierarchicalPerturber:
         """The stream mechanism for the released values: blocks of ``b^s`` values, periods
         (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`), or
-        leaves of ``leaf`` values under ``levels`` levels."""
+        leaves of ``leaf`` values under ``levels`` levels.  With a public threshold the grid is the
+        one asked (None: the perturber's for theta), so a restored snapshot chooses it again."""
+        grid = self._params["granularity"] if self.public_threshold is not None else self.granularity
         if leaf is not None:
             self.period_levels = levels
             return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=leaf, phase=self.hold % leaf,
@@ -432,7 +463,7 @@ class ToPS(HoldOutRelease, Params):
         if self.period is None:
             args = self._perturber_args if smoothed_levels is None else dict(self._perturber_args,
                                                                              smoothed_levels=smoothed_levels)
-            return HierarchicalPerturber(threshold=theta, **args, granularity=self.granularity, noise=self._source,
+            return HierarchicalPerturber(threshold=theta, **args, granularity=grid, noise=self._source,
                                          prior=prior)
         if levels is None:
             queries = QueryLengths.fixed(self.query_length or self.period)
@@ -442,7 +473,7 @@ class ToPS(HoldOutRelease, Params):
         return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
-                                 granularity=self.granularity,
+                                 granularity=grid,
                                  noise=self._source, prior=prior)
 
     def _choose_by_model(self) -> None:
@@ -499,6 +530,8 @@ class ToPS(HoldOutRelease, Params):
         self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
+        if self.public_threshold is not None:
+            self.granularity = self._stream.granularity
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
@@ -532,6 +565,21 @@ class ToPS(HoldOutRelease, Params):
             return min(max(value, 0.0), self.upper_bound)
         check_stream_values([value], self.upper_bound, clip=self.clip, offset=self._position)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _check_public_threshold(*, hold: int | None, threshold_epsilon: float | None, threshold_method: str,
+                            query_length: int | None, period: int | None, profile_bins: int, selection: str) -> None:
+    """Refuse, with a public ``threshold``, the parameters of a threshold chosen from a hold-out."""
+    given = [name for name, value in (("hold", hold), ("threshold_epsilon", threshold_epsilon)) if value]
+    given += [name for name, value, default in (("threshold_method", threshold_method, "model"),
+                                                ("selection", selection, "permute-and-flip"),
+                                                ("profile_bins", profile_bins, 0)) if value != default]
+    if query_length is not None and period is None:
+        given.append("query_length")
+    if given:
+        verb = "does" if len(given) == 1 else "do"
+        raise ValueError(f"a public threshold is not chosen from a hold-out: {', '.join(given)} {verb} not apply "
+                         "with threshold.")
 
 
 def _bits_of(sampler: NoiseSampler):
