@@ -185,9 +185,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     """
     chosen = REGISTRY[method]
     context = click.get_current_context()
-    _check_options(context, chosen, options)
-    if options.get("threshold") is not None:
-        hold = _public_threshold(context)
+    hold = _check_options(context, chosen, options, hold)
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
@@ -246,8 +244,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     say(released_line(released, releaser.hold))
 
 
-def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any]) -> None:
-    """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option."""
+def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:
+    """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option.
+
+    Returns the hold-out: ``hold``, or 0 with --threshold (a public threshold refuses the options of a chosen one).
+    """
     given = {name for name in (*specific_options(), *_DEPRECATED)
              if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
     for name in sorted(given):
@@ -258,6 +259,7 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if alias in given:
             say(f"warning: {_flag(context, alias)} is deprecated; use {_flag(context, name)}.")
             options[name] = value
+    return hold if options.get("threshold") is None else _public_threshold(context)
 
 
 def _public_threshold(context: click.Context) -> int:

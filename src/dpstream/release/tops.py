@@ -55,13 +55,10 @@ from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
 from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
-__all__ = ["DEFAULT_HOLD", "PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
+__all__ = ["PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
-
-#: The hold-out m when none is given and the threshold is not public (the paper's).
-DEFAULT_HOLD = 65536
 
 #: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
 PROFILE_SHARE = 0.25
@@ -81,7 +78,8 @@ class ToPS(HoldOutRelease, Params):
     upper_bound : float
         B: every value must lie in [0, B] (public).
     hold : int
-        m: number of leading values used to choose theta and not released (paper: 65,536).
+        m: number of leading values used to choose theta and not released (paper: 65,536);
+        with ``threshold``, 0 (the default stands for 0 there).
     max_range : int
         r: the hierarchy covers chunks of r values; queries up to r are served (paper: 2^20).
     fanout : int
@@ -152,6 +150,10 @@ class ToPS(HoldOutRelease, Params):
     key : bytes, optional
         Instead of ``seed``: a secret key; NM-E and each chunk draw from their own keyed stream,
         so the same key and stream give the same release (a restart recomputes its noise).
+    threshold : float, optional
+        A public theta (:attr:`public_threshold`): no hold-out, nothing spent on it, values above it clipped to it;
+        the stream is released from its first value as ``HierarchicalPerturber(threshold=theta)`` (same noise for the
+        same seed or key); the options of a chosen threshold (``hold``, ``threshold_epsilon``, ...) are refused.
 
     Privacy
     -------
@@ -161,8 +163,9 @@ class ToPS(HoldOutRelease, Params):
     four steps together) is ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
-    for infinite streams.  Truncation, rounding to the grid, consistency and smoothing add no
-    cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
+    for infinite streams.  With a public ``threshold`` nothing is held out or spent on theta: the
+    release is ``epsilon'``-DP, the hierarchy's alone.  Truncation, rounding to the grid, consistency and
+    smoothing add no cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
     :class:`~dpstream.release.periodic.PeriodicPerturber` over those leaves with the same
     guarantee (one value changes one node per measured level); which leaves is a public function
     of the privately selected theta, so the threshold's budget is unchanged.  The guarantee holds
@@ -188,7 +191,7 @@ class ToPS(HoldOutRelease, Params):
         *,
         epsilon: float,
         upper_bound: float,
-        hold: int | None = None,
+        hold: int = 65536,
         max_range: int = 2**20,
         fanout: int = 16,
         smoother: str | Smoother | None = None,
@@ -211,23 +214,18 @@ class ToPS(HoldOutRelease, Params):
         key: bytes | None = None,
         threshold: float | None = None,
     ) -> None:
-        public = threshold is not None
-        if public:
-            _check_public_threshold(hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
-                                    query_length=query_length, period=period, profile_bins=profile_bins,
-                                    selection=selection)
-        hold = (0 if public else DEFAULT_HOLD) if hold is None else hold
+        public = threshold is not None  # with period, query_length chooses the levels; without one, the model's
+        hold = _hold_of(threshold, hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
+                        query_length=None if period else query_length, profile_bins=profile_bins, selection=selection)
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
             smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
             window_leaves=window_leaves, selection=selection, granularity=granularity,
+            **({} if threshold is None else {"threshold": threshold}),  # only then: snapshots stay as they were
         )
-        if public:  # only then, so that snapshots of releases with a hold-out stay as they were
-            self._params["threshold"] = threshold
-        #: The public threshold given (None: chosen privately from the hold-out).
-        self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")
+        self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
         self.hold = 0 if public else check_memory(check_positive_int(hold, "hold"), "hold")
@@ -265,12 +263,16 @@ class ToPS(HoldOutRelease, Params):
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
         self._start_hold_out()
-        if public:  # nothing to choose: the stream is released from its first value
+        self._begin(smoothed_levels)
+
+    def _begin(self, smoothed_levels: int | None) -> None:
+        """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""
+        if self.public_threshold is None:
+            self._check_model_budget()
+            self._check_threshold_scores()
+        else:
             self._start_stream(threshold=self.public_threshold, smoothed_levels=smoothed_levels, prior=None,
                                model_choice=None)
-            return
-        self._check_model_budget()
-        self._check_threshold_scores()
 
     def _check_threshold_scores(self) -> None:
         """Refuse now parameters whose threshold scores cannot be computed when the hold-out ends.
@@ -391,14 +393,13 @@ class ToPS(HoldOutRelease, Params):
         noise = self._source.describe()
         grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
         if self.public_threshold is not None:
-            levels = (f"d = {self._stream.measured_levels}" if self.period is not None
-                      else f"h - s = {self._stream.measured_levels}")
+            levels = f"{'d' if self.period is not None else 'h - s'} = {self._stream.measured_levels}"
             hierarchy = Part(what="hierarchy", budget=stream, noise=noise, text=(
                 f"hierarchy {stream.label()} on every value from the first{grid} (eps / ({levels}) on each measured "
                 f"level); theta = {self.threshold:g} is public (given, not chosen from the data: it spends nothing), "
                 f"values above it are clipped to it"))
-            return PrivacyGuarantee.of(Composition(kind="parallel", parts=(hierarchy,),
-                                                   layout="{}; no hold-out"), neighbours=EVENT_LEVEL)
+            only = Composition(kind="parallel", parts=(hierarchy,), layout="{}; no hold-out")
+            return PrivacyGuarantee.of(only, neighbours=EVENT_LEVEL)
         if self.threshold_method == "model":
             spent = EpsilonDelta(self.threshold_epsilon if self.model_choice is None
                                  else self.model_choice.epsilon_spent + self._profile_spent)
@@ -530,8 +531,7 @@ class ToPS(HoldOutRelease, Params):
         self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
-        if self.public_threshold is not None:
-            self.granularity = self._stream.granularity
+        self.granularity = self._stream.granularity if self.public_threshold is not None else self.granularity
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
@@ -567,19 +567,16 @@ class ToPS(HoldOutRelease, Params):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _check_public_threshold(*, hold: int | None, threshold_epsilon: float | None, threshold_method: str,
-                            query_length: int | None, period: int | None, profile_bins: int, selection: str) -> None:
-    """Refuse, with a public ``threshold``, the parameters of a threshold chosen from a hold-out."""
-    given = [name for name, value in (("hold", hold), ("threshold_epsilon", threshold_epsilon)) if value]
-    given += [name for name, value, default in (("threshold_method", threshold_method, "model"),
-                                                ("selection", selection, "permute-and-flip"),
-                                                ("profile_bins", profile_bins, 0)) if value != default]
-    if query_length is not None and period is None:
-        given.append("query_length")
-    if given:
-        verb = "does" if len(given) == 1 else "do"
-        raise ValueError(f"a public threshold is not chosen from a hold-out: {', '.join(given)} {verb} not apply "
-                         "with threshold.")
+def _hold_of(threshold: float | None, **given: object) -> int:
+    """``hold``, or 0 with a public ``threshold`` (refusing a chosen one's options; the default hold stands for 0)."""
+    if threshold is None:
+        return given["hold"]  # type: ignore[return-value]
+    passes = {"hold": (65536, 0), "threshold_epsilon": (None,), "threshold_method": ("model",),
+              "selection": ("permute-and-flip",), "profile_bins": (0,), "query_length": (None,)}
+    if wrong := [name for name, value in given.items() if value not in passes[name]]:
+        raise ValueError(f"a public threshold is not chosen from a hold-out: {', '.join(wrong)} "
+                         f"{'does' if len(wrong) == 1 else 'do'} not apply with threshold.")
+    return 0
 
 
 def _bits_of(sampler: NoiseSampler):
