@@ -32,6 +32,7 @@ from dpstream.cli._columns import (
     per_key_privacy,
     release_columns,
     released_line,
+    report_keys,
     summary,
 )
 from dpstream.cli._options import SEED_HELP
@@ -123,6 +124,10 @@ class _Methods(click.Choice):
 @click.option("--key-column", default=None,
               help="Column of keys: one independent stream per key (own hold-out, threshold and budget; the "
                    "guarantee is per key), written as CSV 'key,position,value' ('key,position,time,value').")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
+              help="With --key-column: write theta, s (or the structure), the hold-out and epsilon of every key as "
+                   "CSV 'key,values,released,threshold,smoothed_levels,hold,epsilon' (with at most 20 keys they are "
+                   "also a table on stderr).")
 @click.option("--max-keys", type=int, default=DEFAULT_MAX_KEYS, show_default=True,
               help="With --key-column: stop at a key beyond this many (each key holds its own mechanism in memory).")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
@@ -254,6 +259,7 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
     for name in sorted(given):
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
+    options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
         if alias in given:
@@ -364,7 +370,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         report_reading(reader, clipped=writer.clipped if options["clip"] else None,
                        upper_bound=options["upper_bound"])
         if keyed:
-            say(summary(releaser, hold=hold if "hold" in chosen.options else 0))
+            report_keys(releaser, line=summary(releaser, hold=hold if "hold" in chosen.options else 0))
         say(message)
     finally:
         run.close()
