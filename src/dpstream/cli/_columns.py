@@ -34,8 +34,8 @@ from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.release.by_key import ByKey, KeyReport, key_bits, new_secret, seed_secret, show_key
 
-__all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "release_columns",
-           "released_line", "report_keys"]
+__all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table",
+           "release_columns", "released_line", "report_keys", "write_summary"]
 
 #: A keyed release prints its per-key table on stderr when it has at most this many keys.
 TABLE_KEYS = 20
