@@ -105,6 +105,16 @@ def test_summary_is_refused_without_keys_or_on_spark(tmp_path, extra, message):
     assert result.exit_code == 2 and message in result.output and not (tmp_path / "s.csv").exists()
 
 
+@pytest.mark.parametrize("clash", ["out.csv", "m.csv", "state"])
+def test_summary_is_refused_on_the_output_the_input_or_the_state(tmp_path, clash):
+    _meters(tmp_path / "m.csv", {"m1": 10})
+    before = (tmp_path / "m.csv").read_bytes()
+    result = _run("release", tmp_path / "m.csv", "-o", tmp_path / "out.csv", "--state", tmp_path / "state",
+                  "--threshold", 4, *OPTIONS, "--summary", tmp_path / clash)
+    assert result.exit_code == 2 and "must name different files" in result.output
+    assert (tmp_path / "m.csv").read_bytes() == before and not (tmp_path / "out.csv").exists()
+
+
 def test_budget_shows_each_key_of_a_keyed_state(tmp_path):
     _meters(tmp_path / "m.csv", {"m1": 300, "m2": 150})
     made = _run("release", tmp_path / "m.csv", "-o", tmp_path / "out.csv", "--hold", 100, *OPTIONS,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
@@ -256,10 +257,22 @@ def check_columns(context: click.Context, *, column: str | None, time_column: st
             raise click.UsageError("--max-keys applies only with --key-column.")
     elif max_keys < 1:
         raise click.UsageError(f"--max-keys must be at least 1, got {max_keys}.")
-    if context.params.get("summary_path") is not None and key_column is None:
+    _check_summary(context, keyed=key_column is not None)
+
+
+def _check_summary(context: click.Context, *, keyed: bool) -> None:
+    """Usage errors of --summary: keys needed, the local engine, and a file of its own."""
+    path = context.params.get("summary_path")
+    if path is None:
+        return
+    if not keyed:
         raise click.UsageError("--summary applies only with --key-column.")
-    if context.params.get("summary_path") is not None and context.params.get("engine") == "spark":
+    if context.params.get("engine") == "spark":
         raise click.UsageError("--summary applies with --engine local only.")
+    for option, other in (("-o", "output_path"), ("INPUT", "input_path"), ("--state", "state_path")):
+        named = context.params.get(other)
+        if named not in (None, "-") and os.path.abspath(named) == os.path.abspath(path):
+            raise click.UsageError(f"--summary and {option} must name different files, got {quote(path)} for both.")
 
 
 def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: Callable[[Any], Any],
