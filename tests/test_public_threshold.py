@@ -70,6 +70,12 @@ def test_the_options_of_a_chosen_threshold_are_refused(extra, named):
         ToPS(epsilon=1.0, upper_bound=50, threshold=10, **extra)
 
 
+def test_a_threshold_above_the_bound_is_refused():
+    with pytest.raises(ValueError, match="threshold 60.0 is above upper_bound 50.0"):
+        ToPS(epsilon=1.0, upper_bound=50, threshold=60)
+    assert ToPS(epsilon=1.0, upper_bound=50, threshold=50).threshold == 50
+
+
 def test_a_period_with_a_public_threshold_is_released_from_its_first_value():
     values = _values(2000, seed=4)
     tops = ToPS(epsilon=1.0, upper_bound=50, threshold=10, period=24, query_length=96, max_range=4096, seed=5)

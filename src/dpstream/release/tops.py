@@ -214,7 +214,6 @@ class ToPS(HoldOutRelease, Params):
         key: bytes | None = None,
         threshold: float | None = None,
     ) -> None:
-        public = threshold is not None  # with period, query_length chooses the levels; without one, the model's
         hold = _hold_of(threshold, hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
                         query_length=None if period else query_length, profile_bins=profile_bins, selection=selection)
         self._params = dict(
@@ -228,7 +227,7 @@ class ToPS(HoldOutRelease, Params):
         self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
-        self.hold = 0 if public else check_memory(check_positive_int(hold, "hold"), "hold")
+        self.hold = check_memory(check_positive_int(hold, "hold", minimum=int(threshold is None)), "hold")
         self.threshold_epsilon = (
             self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
         )
@@ -270,6 +269,8 @@ class ToPS(HoldOutRelease, Params):
         if self.public_threshold is None:
             self._check_model_budget()
             self._check_threshold_scores()
+        elif not self.public_threshold <= self.upper_bound:
+            raise ValueError(f"threshold {self.public_threshold!r} is above upper_bound {self.upper_bound!r}.")
         else:
             self._start_stream(threshold=self.public_threshold, smoothed_levels=smoothed_levels, prior=None,
                                model_choice=None)
