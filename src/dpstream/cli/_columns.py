@@ -12,12 +12,17 @@ end is quoted, quotes doubled), with a header line:
 
 Rows come in input order; held-out rows produce no row.  ``--missing skip`` drops a row before
 it reaches a stream, so it shifts the later positions of that stream (``zero`` keeps them).
+
+After a keyed release, what it tells about every key (:meth:`~dpstream.release.by_key.ByKey.report`:
+values, released, theta, s or the structure, hold-out, epsilon) is a table on stderr for at most
+:data:`TABLE_KEYS` keys, and ``--summary FILE`` writes it as CSV (:data:`SUMMARY_COLUMNS`) for any number.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
@@ -28,9 +33,16 @@ from dpstream._checks import check_stream_values
 from dpstream.cli._app import quote, report_reading, say, stated_privacy
 from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
-from dpstream.release.by_key import ByKey, key_bits, new_secret, seed_secret, show_key
+from dpstream.release.by_key import ByKey, KeyReport, key_bits, new_secret, seed_secret, show_key
 
-__all__ = ["ColumnsWriter", "check_columns", "header", "release_columns"]
+__all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table",
+           "release_columns", "released_line", "report_keys", "write_summary"]
+
+#: A keyed release prints its per-key table on stderr when it has at most this many keys.
+TABLE_KEYS = 20
+
+#: The columns of ``--summary FILE`` (one row per key, keys sorted): the fields of a key's report.
+SUMMARY_COLUMNS = KeyReport._fields
 
 
 def header(*, time: bool, key: bool) -> list[str]:
@@ -199,7 +211,8 @@ def summary(streams: ByKey, *, hold: int) -> str:
     """One line on stderr after a keyed release: keys, values released, keys still in their hold-out."""
     keys = len(streams)
     held = streams.held()
-    text = f"{keys:,} key{'s' * (keys != 1)}, each its own stream after a hold-out of {hold:,} values"
+    start = "from its first value (no hold-out)" if hold == 0 else f"after a hold-out of {hold:,} values"
+    text = f"{keys:,} key{'s' * (keys != 1)}, each its own stream {start}"
     if held:
         text += (f"; {held:,} key{'s' * (held != 1)} ended within {'their' if held != 1 else 'its'} hold-out and "
                  "released nothing")
@@ -244,6 +257,22 @@ def check_columns(context: click.Context, *, column: str | None, time_column: st
             raise click.UsageError("--max-keys applies only with --key-column.")
     elif max_keys < 1:
         raise click.UsageError(f"--max-keys must be at least 1, got {max_keys}.")
+    _check_summary(context, keyed=key_column is not None)
+
+
+def _check_summary(context: click.Context, *, keyed: bool) -> None:
+    """Usage errors of --summary: keys needed, the local engine, and a file of its own."""
+    path = context.params.get("summary_path")
+    if path is None:
+        return
+    if not keyed:
+        raise click.UsageError("--summary applies only with --key-column.")
+    if context.params.get("engine") == "spark":
+        raise click.UsageError("--summary applies with --engine local only.")
+    for option, other in (("-o", "output_path"), ("INPUT", "input_path"), ("--state", "state_path")):
+        named = context.params.get(other)
+        if named not in (None, "-") and os.path.abspath(named) == os.path.abspath(path):
+            raise click.UsageError(f"--summary and {option} must name different files, got {quote(path)} for both.")
 
 
 def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: Callable[[Any], Any],
@@ -285,6 +314,58 @@ def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: 
         reader.close()
     report_reading(reader, clipped=writer.clipped if clip else None, upper_bound=upper_bound)
     if keyed:
-        say(f"released {released:,} values of {summary(streams, hold=releaser.hold)}")
+        report_keys(streams, line=f"released {released:,} values of {summary(streams, hold=releaser.hold)}")
     else:
-        say(f"released {released:,} values after holding out {releaser.hold:,}.")
+        say(released_line(released, releaser.hold))
+
+
+def released_line(released: int, hold: int) -> str:
+    """The last line of a release of one stream: what was released, after which hold-out."""
+    if hold == 0:
+        return f"released {released:,} values from the first value (no hold-out)."
+    return f"released {released:,} values after holding out {hold:,}."
+
+
+def report_keys(streams: ByKey, *, line: str) -> None:
+    """After a keyed release: ``line`` on stderr, then each key's report as a table (at most :data:`TABLE_KEYS`
+    keys) and, with ``--summary FILE`` (read from the command's parameters), as CSV.
+
+    Only public or published numbers (:class:`~dpstream.release.by_key.KeyReport`), so telling them costs nothing.
+    """
+    say(line)
+    reports = streams.report()
+    path = click.get_current_context().params.get("summary_path")
+    if len(reports) <= TABLE_KEYS:
+        for text in key_table(reports):
+            say(text)
+    elif path is None:
+        say(f"{len(reports):,} keys, more than {TABLE_KEYS} for a table here: --summary FILE writes theta, s, "
+            "the hold-out and epsilon of each key as CSV.")
+    if path is not None:
+        write_summary(path, reports)
+        say(f"per-key summary: {len(reports):,} row{'s' * (len(reports) != 1)} written to {path}.")
+
+
+def _fields(report: KeyReport) -> list[str]:
+    """A key's report as text: theta and epsilon as short as they read back exactly, '' for none."""
+    theta = "" if report.threshold is None else f"{report.threshold!r}"
+    return [report.key, str(report.values), str(report.released), theta, report.smoothed_levels,
+            str(report.hold), f"{report.epsilon!r}"]
+
+
+def key_table(reports: list[KeyReport]) -> list[str]:
+    """The per-key table on stderr: one aligned line per key under a header ('-' where nothing is chosen yet)."""
+    rows = [["key", "values", "released", "theta", "s", "hold", "epsilon"]]
+    rows += [[show_key(row[0]) if not row[0].isprintable() else row[0], *(field or "-" for field in row[1:])]
+             for row in map(_fields, reports)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(field.ljust(width) if column == 0 else field.rjust(width)
+                      for column, (field, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
+def write_summary(path: str, reports: list[KeyReport]) -> None:
+    """``--summary FILE``: the reports as CSV, one row per key (replaced whole, so a resumed release rewrites it)."""
+    with open(path, "w", newline="", encoding="utf-8") as sink:
+        out = csv.writer(sink, lineterminator="\n")
+        out.writerow(SUMMARY_COLUMNS)
+        out.writerows(map(_fields, reports))

@@ -5,17 +5,44 @@ from __future__ import annotations
 import click
 
 from dpstream.cli._app import cli
-from dpstream.durable import format_ledger
+from dpstream.cli._columns import TABLE_KEYS, key_table, write_summary
+from dpstream.durable import StreamState, format_ledger
+from dpstream.durable.release import restore
+from dpstream.release.by_key import BY_KEY, ByKey
 
 __all__ = ["budget"]
 
 
 @cli.command()
 @click.argument("state_file", metavar="FILE", type=click.Path(dir_okay=False))
-def budget(state_file: str) -> None:
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
+              help="For a state with keys: write theta, s (or the structure), the hold-out and epsilon of every key "
+                   "as CSV 'key,values,released,threshold,smoothed_levels,hold,epsilon'.")
+def budget(state_file: str, summary_path: str | None) -> None:
     """Print the budget ledger of the state FILE of a release, and its totals.
 
     Shows the public parts only (parameters, progress, ledger), never the key or the mechanism
-    state; takes no lock, so it works while the release runs.
+    state; takes no lock, so it works while the release runs.  For a release with keys, it also
+    shows what the release tells about each key (values, released, theta, s, hold-out, epsilon:
+    public or published numbers only), as a table for at most 20 keys and with --summary FILE as CSV.
     """
-    click.echo(format_ledger(state_file))
+    ledger = format_ledger(state_file)
+    state = StreamState.read(state_file)
+    snapshot = state.mechanism
+    keyed = isinstance(snapshot, dict) and snapshot.get("mechanism") == BY_KEY
+    if summary_path is not None and not keyed:
+        raise click.UsageError("--summary applies to the state of a release with --key-column.")
+    click.echo(ledger)
+    if not keyed:
+        return
+    keys = len(snapshot["keys"])
+    streams = restore(snapshot, state.key, ByKey(build=lambda key: None, max_keys=max(keys, 1)))
+    reports = streams.report()
+    click.echo("")
+    if keys <= TABLE_KEYS:
+        click.echo("\n".join(key_table(reports)))
+    elif summary_path is None:
+        click.echo(f"{keys:,} keys, more than {TABLE_KEYS} for a table here: --summary FILE writes each key's row.")
+    if summary_path is not None:
+        write_summary(summary_path, reports)
+        click.echo(f"per-key summary: {keys:,} row{'s' * (keys != 1)} written to {summary_path}.")

@@ -26,7 +26,15 @@ from dpstream.cli._app import (
     usage_errors,
     warn_if_seeded,
 )
-from dpstream.cli._columns import ColumnsWriter, check_columns, per_key_privacy, release_columns, summary
+from dpstream.cli._columns import (
+    ColumnsWriter,
+    check_columns,
+    per_key_privacy,
+    release_columns,
+    released_line,
+    report_keys,
+    summary,
+)
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._spark import ENGINES
@@ -86,6 +94,9 @@ class _Methods(click.Choice):
               help="tops: the smoother (default recent; with --period, moving_average over 7 periods).")
 @click.option("--window", type=int, default=None, help="Window of the moving_average smoother.")
 @click.option("--alpha", type=float, default=None, help="Weight of the exponential smoother.")
+@click.option("--threshold", type=float, default=None,
+              help="tops: a public threshold theta (values above it are clipped to it): no hold-out, nothing spent "
+                   "on choosing it; the stream is released from its first value.")
 @click.option("--threshold-epsilon", type=float, default=None,
               help="Budget of the threshold optimizer (default: --epsilon).")
 @click.option("--threshold-method", type=click.Choice(list(THRESHOLD_METHODS)), default="model", show_default=True,
@@ -113,6 +124,10 @@ class _Methods(click.Choice):
 @click.option("--key-column", default=None,
               help="Column of keys: one independent stream per key (own hold-out, threshold and budget; the "
                    "guarantee is per key), written as CSV 'key,position,value' ('key,position,time,value').")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
+              help="With --key-column: write theta, s (or the structure), the hold-out and epsilon of every key as "
+                   "CSV 'key,values,released,threshold,smoothed_levels,hold,epsilon' (with at most 20 keys they are "
+                   "also a table on stderr).")
 @click.option("--max-keys", type=int, default=DEFAULT_MAX_KEYS, show_default=True,
               help="With --key-column: stop at a key beyond this many (each key holds its own mechanism in memory).")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
@@ -175,7 +190,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     """
     chosen = REGISTRY[method]
     context = click.get_current_context()
-    _check_options(context, chosen, options)
+    hold = _check_options(context, chosen, options, hold)
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
@@ -231,21 +246,35 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     finally:
         reader.close()
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
-    say(f"released {released:,} values after holding out {releaser.hold:,}.")
+    say(released_line(released, releaser.hold))
 
 
-def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any]) -> None:
-    """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option."""
+def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:
+    """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option.
+
+    Returns the hold-out: ``hold``, or 0 with --threshold (a public threshold refuses the options of a chosen one).
+    """
     given = {name for name in (*specific_options(), *_DEPRECATED)
              if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
     for name in sorted(given):
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
+    options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
         if alias in given:
             say(f"warning: {_flag(context, alias)} is deprecated; use {_flag(context, name)}.")
             options[name] = value
+    return hold if options.get("threshold") is None else _public_threshold(context)
+
+
+def _public_threshold(context: click.Context) -> int:
+    """With --threshold: refuse the options of a threshold chosen from a hold-out; the hold-out is 0."""
+    for name in ("hold", "threshold_epsilon", "threshold_method"):
+        if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            raise click.UsageError(f"{_flag(context, name)} does not apply with --threshold (a public threshold is "
+                                   "not chosen from a hold-out).")
+    return 0
 
 
 def _names(applies: Callable[[Mechanism], bool]) -> str:
@@ -341,7 +370,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         report_reading(reader, clipped=writer.clipped if options["clip"] else None,
                        upper_bound=options["upper_bound"])
         if keyed:
-            say(summary(releaser, hold=hold if "hold" in chosen.options else 0))
+            report_keys(releaser, line=summary(releaser, hold=hold if "hold" in chosen.options else 0))
         say(message)
     finally:
         run.close()

@@ -51,8 +51,8 @@ from dpstream._checks import check_positive_int
 from dpstream._params import Params
 from dpstream.noise.bits import KeyedBits
 
-__all__ = ["BY_KEY", "DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyedRelease", "KeyLimitError", "key_bits",
-           "key_secret", "new_secret", "seed_secret", "show_key"]
+__all__ = ["BY_KEY", "DEFAULT_MAX_KEYS", "KEY_IDENTITY", "ByKey", "KeyReport", "KeyedRelease", "KeyLimitError",
+           "key_bits", "key_secret", "new_secret", "seed_secret", "show_key", "structure"]
 
 #: Most keys a :class:`ByKey` accepts unless told otherwise (each key holds a whole mechanism).
 DEFAULT_MAX_KEYS = 1000
@@ -136,6 +136,43 @@ class KeyedRelease(NamedTuple):
 def show_key(key: str) -> str:
     """A key in a message: its repr, at most 80 characters of it."""
     return repr(key) if len(key) <= 80 else f"{key[:80]!r}... ({len(key):,} characters)"
+
+
+class KeyReport(NamedTuple):
+    """What a keyed release says about one key (:meth:`ByKey.report`): public or published numbers only.
+
+    The count of values is public under the per-key guarantee (keys and how many values each has
+    are not protected); theta and the structure are published by the release (None and ``""``
+    while the key's hold-out lasts); ``epsilon`` is the key's guarantee, a function of theta and
+    the public parameters.  No other number of the data is reported.
+    """
+
+    key: str
+    #: Values the key's stream consumed (held out or released).
+    values: int
+    #: Values released (those past the hold-out).
+    released: int
+    #: theta, once the hold-out chose it (or the public threshold); None before.
+    threshold: float | None
+    #: The hierarchy's structure: s, the smoothed levels (blocks of ``b^s`` values), or the leaves and their
+    #: measured levels d; ``""`` for a mechanism without one or before the hold-out ends.
+    smoothed_levels: str
+    #: The key's hold-out.
+    hold: int
+    #: The key's epsilon (before the hold-out ends, the bound the mechanism states).
+    epsilon: float
+
+
+def structure(stream: Any) -> str:
+    """A mechanism's hierarchy structure as :attr:`KeyReport.smoothed_levels` states it (``""`` if none is chosen)."""
+    if stream.threshold is None:
+        return ""
+    period, leaf = getattr(stream, "period", None), getattr(stream, "leaf", None)
+    if period is not None or leaf is not None:
+        unit = f"period {period}" if period is not None else f"leaf {leaf}"
+        return f"{unit}, d {stream.period_levels}"
+    levels = getattr(stream, "smoothed_levels", None)
+    return "" if levels is None else str(levels)
 
 
 def _empty() -> KeyedRelease:
@@ -332,6 +369,14 @@ class ByKey(Params):
             raise type(error)(f"key {show_key(key)}: {error}") from None
         self._rows += 1
         return None if out is None else (stream.position - 1, out)
+
+    def report(self) -> list[KeyReport]:
+        """One :class:`KeyReport` per key, keys sorted: what the release tells about each key."""
+        return [KeyReport(key=key, values=stream.position,
+                          released=0 if stream.threshold is None else stream.position - stream.hold,
+                          threshold=stream.threshold, smoothed_levels=structure(stream), hold=stream.hold,
+                          epsilon=stream.privacy().epsilon)
+                for key, stream in sorted(self.streams.items())]
 
     def held(self) -> int:
         """How many keys have not completed their hold-out (released nothing yet)."""

@@ -168,6 +168,11 @@ def served() -> dict[str, Mechanism]:
 
 
 def _describe_tops(tops: ToPS) -> str:
+    if tops.public_threshold is not None:
+        where = (f"one leaf per period of {tops.period} values, d = {tops.period_levels} measured levels"
+                 if tops.period is not None else f"smoothed levels s = {tops.smoothed_levels} of h = {tops.levels}")
+        return (f"threshold theta = {tops.threshold:g} (public, given: no hold-out, nothing spent on it; values above "
+                f"it are clipped to it), {where}")
     if tops.period is not None:
         how = "NM-E" if tops.model_choice is None else (
             f"prior {tops.model_choice.prior:.6g}; error model for windows of {tops.query_length or tops.period} "
@@ -213,7 +218,7 @@ _PAK_OPTIONS = {**_same_names("hold", "delta", "threshold_fraction", "multiplier
                 "noise": "threshold_noise"}
 
 register(Mechanism("tops", ToPS, TOPS, _describe_tops, _TOPS_OPTIONS, service=1,
-                   optional=_same_names("selection", "profile_bins", "window_leaves", "c"),
+                   optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold"),
                    audits=("tops", "tops-one-level", "tops-periodic", "tops-model", "nm-e", "nm-e-tail")))
 register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3, audits=("pak",)))
 register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},

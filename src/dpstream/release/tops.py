@@ -78,7 +78,8 @@ class ToPS(HoldOutRelease, Params):
     upper_bound : float
         B: every value must lie in [0, B] (public).
     hold : int
-        m: number of leading values used to choose theta and not released (paper: 65,536).
+        m: number of leading values used to choose theta and not released (paper: 65,536);
+        with ``threshold``, 0 (the default stands for 0 there).
     max_range : int
         r: the hierarchy covers chunks of r values; queries up to r are served (paper: 2^20).
     fanout : int
@@ -149,6 +150,10 @@ class ToPS(HoldOutRelease, Params):
     key : bytes, optional
         Instead of ``seed``: a secret key; NM-E and each chunk draw from their own keyed stream,
         so the same key and stream give the same release (a restart recomputes its noise).
+    threshold : float, optional
+        A public theta (:attr:`public_threshold`): no hold-out, nothing spent on it, values above it clipped to it;
+        the stream is released from its first value as ``HierarchicalPerturber(threshold=theta)`` (same noise for the
+        same seed or key); the options of a chosen threshold (``hold``, ``threshold_epsilon``, ...) are refused.
 
     Privacy
     -------
@@ -158,8 +163,9 @@ class ToPS(HoldOutRelease, Params):
     four steps together) is ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
-    for infinite streams.  Truncation, rounding to the grid, consistency and smoothing add no
-    cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
+    for infinite streams.  With a public ``threshold`` nothing is held out or spent on theta: the
+    release is ``epsilon'``-DP, the hierarchy's alone.  Truncation, rounding to the grid, consistency and
+    smoothing add no cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
     :class:`~dpstream.release.periodic.PeriodicPerturber` over those leaves with the same
     guarantee (one value changes one node per measured level); which leaves is a public function
     of the privately selected theta, so the threshold's budget is unchanged.  The guarantee holds
@@ -206,17 +212,22 @@ class ToPS(HoldOutRelease, Params):
         seed: BitsSeed = None,
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
+        threshold: float | None = None,
     ) -> None:
+        hold = _hold_of(threshold, hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
+                        query_length=None if period else query_length, profile_bins=profile_bins, selection=selection)
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
             smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
             window_leaves=window_leaves, selection=selection, granularity=granularity,
+            **({} if threshold is None else {"threshold": threshold}),  # only then: snapshots stay as they were
         )
+        self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
-        self.hold = check_memory(check_positive_int(hold, "hold"), "hold")
+        self.hold = check_memory(check_positive_int(hold, "hold", minimum=int(threshold is None)), "hold")
         self.threshold_epsilon = (
             self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
         )
@@ -250,9 +261,19 @@ class ToPS(HoldOutRelease, Params):
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
-        self._check_model_budget()
-        self._check_threshold_scores()
         self._start_hold_out()
+        self._begin(smoothed_levels)
+
+    def _begin(self, smoothed_levels: int | None) -> None:
+        """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""
+        if self.public_threshold is None:
+            self._check_model_budget()
+            self._check_threshold_scores()
+        elif not self.public_threshold <= self.upper_bound:
+            raise ValueError(f"threshold {self.public_threshold!r} is above upper_bound {self.upper_bound!r}.")
+        else:
+            self._start_stream(threshold=self.public_threshold, smoothed_levels=smoothed_levels, prior=None,
+                               model_choice=None)
 
     def _check_threshold_scores(self) -> None:
         """Refuse now parameters whose threshold scores cannot be computed when the hold-out ends.
@@ -310,13 +331,15 @@ class ToPS(HoldOutRelease, Params):
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
         self._perturber_args = dict(epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
+        self.granularity: float | None = None
+        if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
+            return
         chosen_later = self.threshold_method == "model" and smoothed_levels is None
         measured = shape.levels if chosen_later or self.period else shape.measured_levels
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
         check_magnitude(self.upper_bound * measured / self.epsilon,
                         "the largest noise scale upper_bound * (h - s) / epsilon")
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
-        self.granularity: float | None = None
         if self._source.exact:
             check_grid(self.upper_bound, granularity)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
@@ -370,6 +393,14 @@ class ToPS(HoldOutRelease, Params):
         stream = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
         noise = self._source.describe()
         grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
+        if self.public_threshold is not None:
+            levels = f"{'d' if self.period is not None else 'h - s'} = {self._stream.measured_levels}"
+            hierarchy = Part(what="hierarchy", budget=stream, noise=noise, text=(
+                f"hierarchy {stream.label()} on every value from the first{grid} (eps / ({levels}) on each measured "
+                f"level); theta = {self.threshold:g} is public (given, not chosen from the data: it spends nothing), "
+                f"values above it are clipped to it"))
+            only = Composition(kind="parallel", parts=(hierarchy,), layout="{}; no hold-out")
+            return PrivacyGuarantee.of(only, neighbours=EVENT_LEVEL)
         if self.threshold_method == "model":
             spent = EpsilonDelta(self.threshold_epsilon if self.model_choice is None
                                  else self.model_choice.epsilon_spent + self._profile_spent)
@@ -422,7 +453,9 @@ class ToPS(HoldOutRelease, Params):
                    levels: int | None = None, leaf: int | None = None) -> HierarchicalPerturber:
         """The stream mechanism for the released values: blocks of ``b^s`` values, periods
         (``levels`` measured, default :func:`~dpstream.release.periodic.periodic_levels`), or
-        leaves of ``leaf`` values under ``levels`` levels."""
+        leaves of ``leaf`` values under ``levels`` levels.  With a public threshold the grid is the
+        one asked (None: the perturber's for theta), so a restored snapshot chooses it again."""
+        grid = self._params["granularity"] if self.public_threshold is not None else self.granularity
         if leaf is not None:
             self.period_levels = levels
             return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=leaf, phase=self.hold % leaf,
@@ -432,7 +465,7 @@ class ToPS(HoldOutRelease, Params):
         if self.period is None:
             args = self._perturber_args if smoothed_levels is None else dict(self._perturber_args,
                                                                              smoothed_levels=smoothed_levels)
-            return HierarchicalPerturber(threshold=theta, **args, granularity=self.granularity, noise=self._source,
+            return HierarchicalPerturber(threshold=theta, **args, granularity=grid, noise=self._source,
                                          prior=prior)
         if levels is None:
             queries = QueryLengths.fixed(self.query_length or self.period)
@@ -442,7 +475,7 @@ class ToPS(HoldOutRelease, Params):
         return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
-                                 granularity=self.granularity,
+                                 granularity=grid,
                                  noise=self._source, prior=prior)
 
     def _choose_by_model(self) -> None:
@@ -499,6 +532,7 @@ class ToPS(HoldOutRelease, Params):
         self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
+        self.granularity = self._stream.granularity if self.public_threshold is not None else self.granularity
 
     def release_one(self, value: float) -> float | None:
         """Consume one value; return its released value, or None while it is held out."""
@@ -532,6 +566,18 @@ class ToPS(HoldOutRelease, Params):
             return min(max(value, 0.0), self.upper_bound)
         check_stream_values([value], self.upper_bound, clip=self.clip, offset=self._position)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _hold_of(threshold: float | None, **given: object) -> int:
+    """``hold``, or 0 with a public ``threshold`` (refusing a chosen one's options; the default hold stands for 0)."""
+    if threshold is None:
+        return given["hold"]  # type: ignore[return-value]
+    passes = {"hold": (65536, 0), "threshold_epsilon": (None,), "threshold_method": ("model",),
+              "selection": ("permute-and-flip",), "profile_bins": (0,), "query_length": (None,)}
+    if wrong := [name for name, value in given.items() if value not in passes[name]]:
+        raise ValueError(f"a public threshold is not chosen from a hold-out: {', '.join(wrong)} "
+                         f"{'does' if len(wrong) == 1 else 'do'} not apply with threshold.")
+    return 0
 
 
 def _bits_of(sampler: NoiseSampler):
