@@ -35,7 +35,7 @@ from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.release.by_key import ByKey, KeyReport, key_bits, new_secret, seed_secret, show_key
 
-__all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table",
+__all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table", "keys_line",
            "release_columns", "released_line", "report_keys", "write_summary"]
 
 #: A keyed release prints its per-key table on stderr when it has at most this many keys.
@@ -209,8 +209,11 @@ class ColumnsWriter:
 
 def summary(streams: ByKey, *, hold: int) -> str:
     """One line on stderr after a keyed release: keys, values released, keys still in their hold-out."""
-    keys = len(streams)
-    held = streams.held()
+    return keys_line(len(streams), streams.held(), hold=hold)
+
+
+def keys_line(keys: int, held: int, *, hold: int) -> str:
+    """What :func:`summary` says of ``keys`` streams of which ``held`` ended within their hold-out (either engine)."""
     start = "from its first value (no hold-out)" if hold == 0 else f"after a hold-out of {hold:,} values"
     text = f"{keys:,} key{'s' * (keys != 1)}, each its own stream {start}"
     if held:

@@ -22,7 +22,7 @@ import numpy as np
 
 from dpstream._checks import check_stream_values
 from dpstream.cli._app import report_reading, say
-from dpstream.cli._columns import per_key_privacy
+from dpstream.cli._columns import keys_line, per_key_privacy
 from dpstream.cli._outputs import output_file
 from dpstream.cli._spark import spark_session
 from dpstream.io import InputError, ReadStats
@@ -47,6 +47,7 @@ def check_engine(context: click.Context, *, engine: str, input_path: str, key_co
         (time_column is not None, "--time-column applies to --engine local only."),
         (missing != "error", f"--missing {missing} applies to --engine local only (Spark refuses missing values)."),
         (context.get_parameter_source("max_keys") is not default, "--max-keys applies to --engine local only."),
+        (context.params.get("threshold") is not None, "--threshold applies to --engine local only."),
     ]
     for bad, message in refused:
         if bad:
@@ -93,11 +94,7 @@ def release_on_spark(input_path: str, target: Path | None, *, build: Callable[[A
     report_reading(SimpleNamespace(stats=ReadStats(values=values_read)), clipped=clipped, upper_bound=upper_bound)
     count = marks.size
     held = sum(text is None for text in table["privacy"].take(marks).to_pylist())
-    text = f"{count:,} key{'s' * (count != 1)}, each its own stream after a hold-out of {hold:,} values"
-    if held:
-        text += (f"; {held:,} key{'s' * (held != 1)} ended within {'their' if held != 1 else 'its'} hold-out and "
-                 "released nothing")
-    say(f"released {released.size:,} values of {text}.")
+    say(f"released {released.size:,} values of {keys_line(count, held, hold=hold)}")
 
 
 class _Stated:
