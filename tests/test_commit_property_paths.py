@@ -30,7 +30,7 @@ from dpstream.cli import cli
 from dpstream.cli._app import Stopped
 from dpstream.durable import StreamState
 
-SECONDS = 15
+SECONDS = 12
 KEYS = ("a", "b", "c")
 ROWS = 700
 HOLD = 15
@@ -46,7 +46,7 @@ class World:
     def __init__(self, folder, rng: np.random.Generator, path: str) -> None:
         self.folder, self.rng, self.path = folder, rng, path
         self.out, self.state = folder / "out", folder / "state"
-        self.input = folder / ("in.csv" if path == "keys" else "in.txt")
+        self.input = folder / ("in.txt" if path == "topl" else "in.csv")
         self.published = bytearray()
         self.kill_in: int | None = None  # writes and saves to let through before SIGKILL
         self.dead = False
@@ -100,7 +100,7 @@ class World:
 
     def text(self, rows: np.ndarray, *, header: bool) -> str:
         """The input rows ``rows`` (indices into the truth), as the path reads them."""
-        if self.path == "keys":
+        if self.path != "topl":
             lines = [f"t{self.times[i]},{self.keys[i]},{self.current[i]:g}\n" for i in rows.tolist()]
             return ("time,key,v\n" if header else "") + "".join(lines)
         return "".join(f"{self.current[i]:g}\n" for i in rows.tolist())
@@ -108,8 +108,9 @@ class World:
     def args(self, source: str, *, state=None, out=None) -> list[str]:
         common = ["release", source, "-o", str(out or self.out), "--state", str(state or self.state), "--epsilon", "1",
                   "--upper-bound", "50", "--hold", str(HOLD), "--checkpoint-seconds", "0", "--seed", "3"]
-        if self.path == "keys":
-            common += ["--max-range", "256", "--column", "v", "--time-column", "time", "--key-column", "key"]
+        if self.path != "topl":
+            common += ["--max-range", "256", "--column", "v", "--time-column", "time"]
+            common += ["--key-column", "key"] if self.path == "keys" else []
         else:
             common += ["--method", "topl"]
         if not self.published and not self.state.exists():
@@ -144,9 +145,11 @@ class World:
             assert not lines or lines[0] == "key,position,time,value"
             places = [(row[0], int(row[1])) for row in rows if len(row) == 4]
             values = [row[3] for row in rows if len(row) == 4]
+        elif self.path == "times":
+            assert not lines or lines[0] == "time,value"
+            places, values = [("", at) for at in range(len(lines[1:]))], lines[1:]
         else:
-            places = [("", at) for at in range(len(lines))]
-            values = lines
+            places, values = [("", at) for at in range(len(lines))], lines
         assert len(set(places)) == len(places), "a position published twice"
         for place, value in zip(places, values):
             assert self.seen.setdefault(place, value) == value, f"{place} published with two values"
@@ -270,9 +273,9 @@ def _patch(monkeypatch, world: World, save, abandon) -> None:
     monkeypatch.setattr(durable_release.DurableRelease, "abandon", world.abandon(abandon))
 
 
-@pytest.mark.parametrize("path", ["keys", "topl"])
+@pytest.mark.parametrize("path", ["keys", "times", "topl"])
 def test_no_sequence_publishes_a_position_twice(tmp_path, monkeypatch, path):
-    rng = np.random.default_rng(2026 if path == "keys" else 2027)
+    rng = np.random.default_rng({"keys": 2026, "times": 2027, "topl": 2028}[path])
     monkeypatch.setattr(release_command, "_CHUNK", 64)  # several commits per file run
     save, abandon = StreamState.save, durable_release.DurableRelease.abandon
     world = World(tmp_path, rng, path)
