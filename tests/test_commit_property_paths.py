@@ -1,4 +1,4 @@
-"""Random sequences of ``release --state`` runs on the command's durable paths: keys and times, ToPL.
+"""Random sequences of ``release --state`` runs on the command's durable paths: values, keys, times, ToPL.
 
 A seeded loop (bounded in time) runs the command in this process, over a file or stdin, and
 between runs: kills it at a random write or save (SIGKILL: the bytes of a write cut at a random
@@ -13,6 +13,7 @@ run removes a published byte.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -30,7 +31,7 @@ from dpstream.cli import cli
 from dpstream.cli._app import Stopped
 from dpstream.durable import StreamState
 
-SECONDS = 12
+SECONDS = 11
 KEYS = ("a", "b", "c")
 ROWS = 700
 HOLD = 15
@@ -46,7 +47,7 @@ class World:
     def __init__(self, folder, rng: np.random.Generator, path: str) -> None:
         self.folder, self.rng, self.path = folder, rng, path
         self.out, self.state = folder / "out", folder / "state"
-        self.input = folder / ("in.txt" if path == "topl" else "in.csv")
+        self.input = folder / ("in.csv" if path in ("keys", "times") else "in.txt")
         self.published = bytearray()
         self.kill_in: int | None = None  # writes and saves to let through before SIGKILL
         self.dead = False
@@ -100,7 +101,7 @@ class World:
 
     def text(self, rows: np.ndarray, *, header: bool) -> str:
         """The input rows ``rows`` (indices into the truth), as the path reads them."""
-        if self.path != "topl":
+        if self.path in ("keys", "times"):
             lines = [f"t{self.times[i]},{self.keys[i]},{self.current[i]:g}\n" for i in rows.tolist()]
             return ("time,key,v\n" if header else "") + "".join(lines)
         return "".join(f"{self.current[i]:g}\n" for i in rows.tolist())
@@ -108,11 +109,11 @@ class World:
     def args(self, source: str, *, state=None, out=None) -> list[str]:
         common = ["release", source, "-o", str(out or self.out), "--state", str(state or self.state), "--epsilon", "1",
                   "--upper-bound", "50", "--hold", str(HOLD), "--checkpoint-seconds", "0", "--seed", "3"]
-        if self.path != "topl":
+        if self.path in ("keys", "times"):
             common += ["--max-range", "256", "--column", "v", "--time-column", "time"]
             common += ["--key-column", "key"] if self.path == "keys" else []
         else:
-            common += ["--method", "topl"]
+            common += ["--method", "topl"] if self.path == "topl" else ["--max-range", "256"]
         if not self.published and not self.state.exists():
             common.append("--force")  # a new stream over what an abandoned first run left
         return common
@@ -128,14 +129,24 @@ class World:
             result = runner.invoke(cli, args, input=stdin, catch_exceptions=False)
         except Killed:
             return "killed"
+        except Stopped:  # after the command's own handlers: the process ends with a traceback
+            return "stopped"
         finally:
             sys.settrace(None)
+            self._exit()
         if result.exit_code == 0:
             return "done"
         if result.exit_code == 128 + signal.SIGTERM:
             return "stopped"
         assert result.exit_code in (1, 2), (result.exit_code, result.output)
         return "refused"
+
+    def _exit(self) -> None:
+        """Close what a run stopped halfway left open in this folder (its locks): the end of its process does."""
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{name}").startswith(str(self.folder)):
+                    os.close(int(name))
 
     def check_output(self) -> None:
         """Every published row has its (key, position) once, with one value."""
@@ -273,9 +284,9 @@ def _patch(monkeypatch, world: World, save, abandon) -> None:
     monkeypatch.setattr(durable_release.DurableRelease, "abandon", world.abandon(abandon))
 
 
-@pytest.mark.parametrize("path", ["keys", "times", "topl"])
+@pytest.mark.parametrize("path", ["values", "keys", "times", "topl"])
 def test_no_sequence_publishes_a_position_twice(tmp_path, monkeypatch, path):
-    rng = np.random.default_rng({"keys": 2026, "times": 2027, "topl": 2028}[path])
+    rng = np.random.default_rng({"values": 2025, "keys": 2026, "times": 2027, "topl": 2028}[path])
     monkeypatch.setattr(release_command, "_CHUNK", 64)  # several commits per file run
     save, abandon = StreamState.save, durable_release.DurableRelease.abandon
     world = World(tmp_path, rng, path)
