@@ -56,6 +56,8 @@ class World:
         self.truth = values
         self.keys = rng.choice(list(KEYS), ROWS)
         self.times = np.arange(ROWS)  # the time text of the row at each position: t<number>
+        #: The threshold lines said on stderr (one stream says one threshold, however many runs say it).
+        self.thresholds: set[str] = set()
         #: (key, position) -> the value published there.
         self.seen: dict[tuple[str, int], str] = {}
 
@@ -102,7 +104,7 @@ class World:
     def text(self, rows: np.ndarray, *, header: bool) -> str:
         """The input rows ``rows`` (indices into the truth), as the path reads them."""
         if self.path in ("keys", "times"):
-            lines = [f"t{self.times[i]},{self.keys[i]},{self.current[i]:g}\n" for i in rows.tolist()]
+            lines = [f"t{self.current_times[i]},{self.current_keys[i]},{self.current[i]:g}\n" for i in rows.tolist()]
             return ("time,key,v\n" if header else "") + "".join(lines)
         return "".join(f"{self.current[i]:g}\n" for i in rows.tolist())
 
@@ -134,6 +136,8 @@ class World:
         finally:
             sys.settrace(None)
             self._exit()
+        self.thresholds.update(line for line in result.output.splitlines() if line.startswith("threshold theta"))
+        assert len(self.thresholds) <= 1, f"a stream said two thresholds: {self.thresholds}"
         if result.exit_code == 0:
             return "done"
         if result.exit_code == 128 + signal.SIGTERM:
@@ -196,6 +200,7 @@ def _step(world: World, copies: list[bytes]) -> None:
     before = _consumed(world)
     length = max(0, min(ROWS, before + int(rng.integers(-60, 250))))
     world.current = world.truth.copy()
+    world.current_keys, world.current_times = world.keys.copy(), world.times.copy()
     action = str(rng.choice(ACTIONS))
     before_state = world.state.read_bytes() if world.state.exists() else None
     term_at = None
@@ -215,8 +220,13 @@ def _step(world: World, copies: list[bytes]) -> None:
             at = data.find(b"\n", int(rng.integers(0, len(data) + 1))) + 1
             world.out.write_bytes(data[:at] + b"HELLO\n" + data[at:])
     elif action == "change" and length:
-        at = int(rng.integers(0, length))
-        world.current[at] = (world.current[at] + 1 + int(rng.integers(0, 48))) % 50
+        at, what = int(rng.integers(0, length)), rng.random()
+        if world.path == "keys" and what < 0.2:  # the row's key
+            world.current_keys[at] = KEYS[(KEYS.index(world.current_keys[at]) + 1) % len(KEYS)]
+        elif world.path in ("keys", "times") and what < 0.4:  # the row's time text
+            world.current_times[at] += ROWS
+        else:
+            world.current[at] = (world.current[at] + 1 + int(rng.integers(0, 48))) % 50
     elif action == "older" and copies and before_state is not None:
         world.state.write_bytes(copies[int(rng.integers(0, len(copies)))])
     elif action in ("stdin", "restart"):  # stdin continues from the consumed count, or starts the stream again
@@ -259,12 +269,17 @@ def _step(world: World, copies: list[bytes]) -> None:
     if now > consumed:  # the run committed
         if source == "-":  # the stdin rows are the positions after those consumed
             fed = rows[: now - consumed]
-            world.truth[consumed:now], world.keys[consumed:now] = world.current[fed], world.keys[fed]
-            world.times[consumed:now] = world.times[fed]
+            world.truth[consumed:now], world.keys[consumed:now] = world.current[fed], world.current_keys[fed]
+            world.times[consumed:now] = world.current_times[fed]
         else:
-            changed = np.flatnonzero(world.current[:consumed] != world.truth[:consumed])
-            assert not changed.size, "a consumed value was fed changed"
+            changed = world.current[:consumed] != world.truth[:consumed]
+            if world.path in ("keys", "times"):  # the rows' key and time texts are read too
+                changed |= world.current_keys[:consumed] != world.keys[:consumed]
+                changed |= world.current_times[:consumed] != world.times[:consumed]
+            assert not changed.any(), "a consumed row was fed changed"
             world.truth[consumed:now] = world.current[consumed:now]
+            world.keys[consumed:now] = world.current_keys[consumed:now]
+            world.times[consumed:now] = world.current_times[consumed:now]
     world.check_output()
     if action in ("grow", "insert") and edited and world.state.exists():
         assert outcome != "done", "an output edited by hand was appended to"
