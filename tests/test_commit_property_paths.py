@@ -209,7 +209,7 @@ def _step(world: World, copies: list[bytes]) -> None:
     if action == "kill":
         world.kill_in = int(rng.integers(0, 6))
     elif action == "term":
-        term_at = int(rng.integers(1, 4000))
+        term_at = int(np.exp(rng.uniform(0, np.log(300_000))))  # early and late lines alike
     elif action in ("cut", "grow", "insert") and world.out.exists():
         data = world.out.read_bytes()
         if action == "cut":
@@ -251,13 +251,19 @@ def _step(world: World, copies: list[bytes]) -> None:
         outcome = "refused"
     elif action == "same":
         tricks = [world.args(source, out=world.input), world.args(source, out=world.state)]
+        os.link(world.input, world.folder / "inlink")
+        tricks.append(world.args(source, out=world.folder / "inlink"))
+        os.symlink(world.state, world.folder / "statelink")
+        tricks.append(world.args(source, out=world.folder / "statelink"))
         if world.state.exists():
-            os.link(world.input, world.folder / "inlink")
-            tricks.append(world.args(source, out=world.folder / "inlink"))
+            os.link(world.state, world.folder / "statetwin")
+            tricks.append(world.args(source, out=world.folder / "statetwin"))
         outcomes = [world.run(args, None, None) for args in tricks]
-        (world.folder / "inlink").unlink(missing_ok=True)
+        for name in ("inlink", "statelink", "statetwin"):
+            (world.folder / name).unlink(missing_ok=True)
         assert set(outcomes) == {"refused"}, outcomes
         assert world.input.read_bytes() == input_before, "a run wrote into its input"
+        assert not world.state.exists() or StreamState.read(world.state), "a run wrote into its state"
         outcome = "refused"
     else:
         outcome = world.run(world.args(source), stdin, term_at)
