@@ -1,13 +1,13 @@
 """Random sequences of batches, retries, crashes and restarts of the service: a position is answered with one value.
 
-A seeded loop (bounded in time) sends a stream's batches through FastAPI's TestClient on SQLite:
-new batches (with or without ``first_position``), retries of earlier batches with the same or a
-changed content or length, batches that overlap earlier ones or leave a gap, batches whose commit
-fails before or after the database has it (the answer lost: a crash in between), and restarts (a
-new app on the same database, the old one gone without a word).  Whatever happens: no position is
-ever answered with two different values, the released values the service lists are those
-answered, a batch that changes committed positions is refused (409), and the stream ends as the
-library releases its committed input.
+A seeded loop (bounded in time) sends a stream's batches through FastAPI's TestClient on SQLite, to
+either of two processes serving the database: new batches (with or without ``first_position``),
+retries of earlier batches with the same or a changed content or length, batches that overlap
+earlier ones or leave a gap, batches whose commit fails before or after the database has it (the
+answer lost: a crash in between), and restarts (a new app on the same database, the old one gone
+without a word).  Whatever happens: no position is ever answered with two different values, the
+released values the service lists are those answered, a batch that changes committed positions is
+refused (409), and the values listed are the library's release of the committed input.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ class Crash(Exception):
 
 
 class Service:
-    """The app serving the database, restarted at will, and what the client knows."""
+    """Two processes serving the database (each batch goes to one of them), restarted at will, and what the
+    client knows."""
 
     def __init__(self, database: str, rng: np.random.Generator) -> None:
         self.database, self.rng = database, rng
-        self.app = None
-        self.restart()
+        self.apps = [create_app(database=database, token=TOKEN) for _ in range(2)]
+        self.pick()
         #: The input the database committed, position by position, and the batches it was sent in.
         self.input: list[float] = []
         self.batches: list[tuple[int, list[float]]] = []
@@ -46,11 +47,16 @@ class Service:
         self.answered: dict[int, float] = {}
         self.statuses: dict[str, int] = {}
 
-    def restart(self) -> None:
-        if self.app is not None:
-            self.app.state.storage.close()
-        self.app = create_app(database=self.database, token=TOKEN)
+    def pick(self) -> None:
+        """The next requests go to one of the processes."""
+        self.app = self.apps[int(self.rng.integers(0, len(self.apps)))]
         self.http = TestClient(self.app, raise_server_exceptions=False)
+
+    def restart(self) -> None:
+        """The process last used dies and a new one serves the database."""
+        self.app.state.storage.close()
+        self.apps[self.apps.index(self.app)] = create_app(database=self.database, token=TOKEN)
+        self.pick()
 
     def send(self, values: list[float], first: int | None, crash: str | None = None):
         storage = self.app.state.storage
@@ -81,6 +87,7 @@ class Service:
 
 def _step(service: Service) -> None:
     rng = service.rng
+    service.pick()
     position = len(service.input)
     action = str(rng.choice(["new", "new", "new", "bare", "same", "changed", "resized", "overlap", "gap",
                              "crash", "restart"]))
@@ -93,7 +100,10 @@ def _step(service: Service) -> None:
             service.record(answer)
         else:
             assert answer.status_code == 500, answer.text
-            service.restart() if rng.random() < 0.5 else None
+            if rng.random() < 0.5:  # the crash killed the process
+                service.restart()
+            else:  # the client sends again, maybe to the other process
+                service.pick()
             # the client does not know whether it was committed: it sends the batch again, changed or not
             again = fresh if rng.random() < 0.6 else [(value + 1) % 50 for value in fresh]
             answer = service.send(again, position)
@@ -150,5 +160,6 @@ def test_no_position_is_answered_with_two_values(tmp_path):
     assert rows and all(rows[at] == value for at, value in service.answered.items() if at <= max(rows))
     expected = ToPS(**PARAMS, key=derive_key(7)).release(np.array(service.input)).tolist()
     assert all(value == expected[at - PARAMS["hold"]] for at, value in rows.items())
-    service.app.state.storage.close()
+    for app in service.apps:
+        app.state.storage.close()
     assert steps >= 100 and min(service.statuses.values()) >= 5, service.statuses
