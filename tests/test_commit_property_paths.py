@@ -4,11 +4,12 @@ A seeded loop (bounded in time) runs the command in this process, over a file or
 between runs: kills it at a random write or save (SIGKILL: the bytes of a write cut at a random
 point, no clean-up), stops it at a random line of dpstream's code (SIGTERM, whose handler raises
 :class:`~dpstream.cli._app.Stopped`), edits the output (cut, grown, a line inserted), changes a
-value of the input, cuts or extends it, switches between the file and stdin, restores an older
-copy of the state, and tries link tricks (a second hard link to the state, an output that is
-the input or the state).  Whatever happens: no output position -- per (key, position) with keys
--- is published twice, a value consumed by the state is never fed changed from a file, and no
-run removes a published byte.
+value, key or time of the input, puts a value outside ``[0, B]`` in it, cuts or extends it,
+switches between the file and stdin, restores an older copy of the state, and tries link tricks
+(a second hard link to the state, an output that is the input or the state, or a link to them).
+Whatever happens: no output position -- per (key, position) with keys -- is published twice, a
+row consumed by the state is never fed changed from a file, no run removes a published byte, and
+a stream says one threshold.
 """
 
 from __future__ import annotations
@@ -191,8 +192,8 @@ def _consumed(world: World) -> int:
     return StreamState.read(world.state).progress.consumed if world.state.exists() else 0
 
 
-ACTIONS = ["plain", "plain", "kill", "term", "cut", "grow", "insert", "change", "older", "stdin", "restart", "link",
-           "same"]
+ACTIONS = ["plain", "plain", "kill", "term", "cut", "grow", "insert", "change", "bad", "older", "stdin", "restart",
+           "link", "same"]
 
 
 def _step(world: World, copies: list[bytes]) -> None:
@@ -227,6 +228,8 @@ def _step(world: World, copies: list[bytes]) -> None:
             world.current_times[at] += ROWS
         else:
             world.current[at] = (world.current[at] + 1 + int(rng.integers(0, 48))) % 50
+    elif action == "bad" and length > before:  # a value outside [0, B] among those not consumed: refused there
+        world.current[int(rng.integers(before, length))] = float(rng.choice([99.0, -1.0]))
     elif action == "older" and copies and before_state is not None:
         world.state.write_bytes(copies[int(rng.integers(0, len(copies)))])
     elif action in ("stdin", "restart"):  # stdin continues from the consumed count, or starts the stream again
@@ -235,6 +238,8 @@ def _step(world: World, copies: list[bytes]) -> None:
         source = "-"
         if action == "stdin" and rows.size:  # a changed value among those not consumed yet is just new input
             world.current[rows] = world.truth[rows]
+        if rows.size and rng.random() < 0.2:  # a value outside [0, B]: refused there
+            world.current[int(rng.choice(rows))] = 99.0
     world.input.write_text(world.text(np.arange(length), header=True))
     stdin = world.text(rows, header=True) if source == "-" else None
     edited = world.out.read_bytes() if world.out.exists() else b""
@@ -283,6 +288,7 @@ def _step(world: World, copies: list[bytes]) -> None:
                 changed |= world.current_keys[:consumed] != world.keys[:consumed]
                 changed |= world.current_times[:consumed] != world.times[:consumed]
             assert not changed.any(), "a consumed row was fed changed"
+            assert ((world.current[consumed:now] >= 0) & (world.current[consumed:now] <= 50)).all(), "a bad value"
             world.truth[consumed:now] = world.current[consumed:now]
             world.keys[consumed:now] = world.current_keys[consumed:now]
             world.times[consumed:now] = world.current_times[consumed:now]
