@@ -10,7 +10,6 @@ published byte.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -19,58 +18,30 @@ import pytest
 import dpstream.durable.release as durable_release
 from dpstream.durable import DurableRelease, StateError, StreamState
 from dpstream.release import ToPS
+from durable_faults import Faults, Killed
 
 PARAMS = {"method": "tops", "epsilon": 1.0}
 VALUES = np.random.default_rng(5).integers(0, 50, 3000).astype(float)
 SECONDS = 20
 
 
-class Killed(BaseException):
-    """The process dies here (SIGKILL): nothing more runs, the kernel drops its locks."""
 
 
 def build(key: bytes) -> ToPS:
     return ToPS(epsilon=1.0, upper_bound=50, hold=60, max_range=256, key=key)
 
 
-class World:
+class World(Faults):
     """The files, what was published at each byte of the output, and the kill to come."""
 
     def __init__(self, folder, rng: np.random.Generator) -> None:
-        self.folder, self.rng = folder, rng
+        super().__init__(rng)
+        self.folder = folder
         self.out, self.state = folder / "out", folder / "state"
-        self.published = bytearray()
-        self.kill_in: int | None = None  # writes and saves to let through before the kill
         self.outcomes = {"done": 0, "refused": 0, "killed": 0}
         #: The stream's input: a changed value consumed at a position never consumed before is its value there.
         self.truth = VALUES.copy()
 
-    def _tick(self) -> bool:
-        if self.kill_in is None:
-            return False
-        self.kill_in -= 1
-        return self.kill_in < 0
-
-    def write_all(self, descriptor: int, data: bytes) -> None:
-        offset = os.fstat(descriptor).st_size  # the output is opened for appending
-        cut = int(self.rng.integers(0, len(data) + 1)) if self._tick() else None
-        data = data if cut is None else data[:cut]
-        end = min(len(self.published), offset + len(data))
-        assert bytes(self.published[offset:end]) == data[: max(0, end - offset)], "a byte published twice, differently"
-        self.published[end:] = data[end - offset:]
-        os.write(descriptor, data)
-        if cut is not None:
-            raise Killed
-
-    def save(self, original):
-        def save(state: StreamState) -> None:
-            if self._tick():
-                if self.rng.random() < 0.5:
-                    original(state)
-                raise Killed
-            original(state)
-
-        return save
 
     def run(self, values: np.ndarray) -> str:
         """One run over ``values`` in random chunks: "done", "refused" or "killed"."""

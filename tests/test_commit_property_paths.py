@@ -31,6 +31,7 @@ import dpstream.durable.release as durable_release
 from dpstream.cli import cli
 from dpstream.cli._app import Stopped
 from dpstream.durable import StreamState
+from durable_faults import Faults, Killed
 
 SECONDS = 11
 KEYS = ("a", "b", "c")
@@ -38,20 +39,16 @@ ROWS = 700
 HOLD = 15
 
 
-class Killed(BaseException):
-    """The process dies here (SIGKILL): nothing more of it runs, the kernel drops its locks."""
 
 
-class World:
+class World(Faults):
     """One stream's files, what was published at each byte of its output, and the kill or stop to come."""
 
     def __init__(self, folder, rng: np.random.Generator, path: str) -> None:
-        self.folder, self.rng, self.path = folder, rng, path
+        super().__init__(rng)
+        self.folder, self.path = folder, path
         self.out, self.state = folder / "out", folder / "state"
         self.input = folder / ("in.csv" if path in ("keys", "times") else "in.txt")
-        self.published = bytearray()
-        self.kill_in: int | None = None  # writes and saves to let through before SIGKILL
-        self.dead = False
         self.outcomes = {"done": 0, "refused": 0, "killed": 0, "stopped": 0}
         values = rng.integers(0, 50, ROWS).astype(float)
         self.truth = values
@@ -64,34 +61,6 @@ class World:
 
     # -- the injected faults ------------------------------------------------------------------
 
-    def _tick(self) -> bool:
-        if self.kill_in is None:
-            return False
-        self.kill_in -= 1
-        return self.kill_in < 0
-
-    def write_all(self, descriptor: int, data: bytes) -> None:
-        offset = os.fstat(descriptor).st_size  # the output is opened for appending
-        cut = int(self.rng.integers(0, len(data) + 1)) if self._tick() else None
-        data = data if cut is None else data[:cut]
-        end = min(len(self.published), offset + len(data))
-        assert bytes(self.published[offset:end]) == data[: max(0, end - offset)], "a byte published twice, differently"
-        self.published[end:] = data[end - offset:]
-        os.write(descriptor, data)
-        if cut is not None:
-            self.dead = True
-            raise Killed
-
-    def save(self, original):
-        def save(state: StreamState) -> None:
-            if self._tick():
-                if self.rng.random() < 0.5:
-                    original(state)
-                self.dead = True
-                raise Killed
-            original(state)
-
-        return save
 
     def abandon(self, original):
         def abandon(run) -> None:

@@ -1,0 +1,57 @@
+"""Faults injected into a durable release run in the test process: a SIGKILL at a chosen write or save.
+
+The property tests (``test_commit_property*.py``) patch ``dpstream.durable.release._write_all`` with
+:meth:`Faults.write_all` and ``StreamState.save`` with :meth:`Faults.save`; each records what the
+output published at each byte and checks that no byte is ever published twice with another value.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+
+class Killed(BaseException):
+    """The process dies here (SIGKILL): nothing more of it runs, the kernel drops its locks."""
+
+
+class Faults:
+    """What a stream's output published at each byte, and the kill to come (``kill_in`` writes and saves on)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.published = bytearray()
+        self.kill_in: int | None = None  # writes and saves to let through before the kill
+        self.dead = False
+
+    def _tick(self) -> bool:
+        if self.kill_in is None:
+            return False
+        self.kill_in -= 1
+        return self.kill_in < 0
+
+    def write_all(self, descriptor: int, data: bytes) -> None:
+        """The output's write, cut at a random byte when the kill comes; every byte checked against the last."""
+        offset = os.fstat(descriptor).st_size  # the output is opened for appending
+        cut = int(self.rng.integers(0, len(data) + 1)) if self._tick() else None
+        data = data if cut is None else data[:cut]
+        end = min(len(self.published), offset + len(data))
+        assert bytes(self.published[offset:end]) == data[: max(0, end - offset)], "a byte published twice, differently"
+        self.published[end:] = data[end - offset:]
+        os.write(descriptor, data)
+        if cut is not None:
+            self.dead = True
+            raise Killed
+
+    def save(self, original):
+        """``StreamState.save``, killed before or after the state is written when the kill comes."""
+        def save(state) -> None:
+            if self._tick():
+                if self.rng.random() < 0.5:
+                    original(state)
+                self.dead = True
+                raise Killed
+            original(state)
+
+        return save
