@@ -55,3 +55,16 @@ class Faults:
             original(state)
 
         return save
+
+
+def repair(world, *, after: bytes, outcome: str, action: str, before_state: bytes | None, copies: list[bytes]) -> None:
+    """Repair what a step broke, as its operator would: the output as published, the newest state (kept in
+    ``copies``, from which a later step may restore an older one). ``world`` has ``out``, ``state`` and
+    ``published``."""
+    if after != bytes(world.published[: len(after)]) or len(after) < len(world.published):
+        if outcome != "done":
+            world.out.write_bytes(bytes(world.published))
+    if action == "older" and outcome == "refused" and before_state is not None:
+        world.state.write_bytes(before_state)
+    if world.state.exists():
+        copies.append(world.state.read_bytes())

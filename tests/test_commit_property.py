@@ -18,7 +18,7 @@ import pytest
 import dpstream.durable.release as durable_release
 from dpstream.durable import DurableRelease, StateError, StreamState
 from dpstream.release import ToPS
-from durable_faults import Faults, Killed
+from durable_faults import Faults, Killed, repair
 
 PARAMS = {"method": "tops", "epsilon": 1.0}
 VALUES = np.random.default_rng(5).integers(0, 50, 3000).astype(float)
@@ -108,14 +108,7 @@ def _step(world: World, copies: list[bytes]) -> None:
     world.truth[consumed:now] = values[consumed:now]
     if action in ("grow", "insert") and edited and world.state.exists():
         assert outcome != "done", "an output edited by hand was appended to"
-    # repair what the step broke, as its operator would: the output as published, the newest state
-    if after != bytes(world.published[: len(after)]) or len(after) < len(world.published):
-        if outcome != "done":
-            world.out.write_bytes(bytes(world.published))
-    if action == "older" and outcome == "refused" and before_state is not None:
-        world.state.write_bytes(before_state)
-    if world.state.exists():
-        copies.append(world.state.read_bytes())
+    repair(world, after=after, outcome=outcome, action=action, before_state=before_state, copies=copies)
 
 
 def test_no_sequence_publishes_a_position_twice(tmp_path, monkeypatch):

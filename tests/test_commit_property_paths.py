@@ -31,7 +31,7 @@ import dpstream.durable.release as durable_release
 from dpstream.cli import cli
 from dpstream.cli._app import Stopped
 from dpstream.durable import StreamState
-from durable_faults import Faults, Killed
+from durable_faults import Faults, Killed, repair
 
 SECONDS = 11
 KEYS = ("a", "b", "c")
@@ -264,14 +264,7 @@ def _step(world: World, copies: list[bytes]) -> None:
     world.check_output()
     if action in ("grow", "insert") and edited and world.state.exists():
         assert outcome != "done", "an output edited by hand was appended to"
-    # repair what the step broke, as its operator would: the output as published, the newest state
-    if after != bytes(world.published[: len(after)]) or len(after) < len(world.published):
-        if outcome != "done":
-            world.out.write_bytes(bytes(world.published))
-    if action == "older" and outcome == "refused" and before_state is not None:
-        world.state.write_bytes(before_state)
-    if world.state.exists():
-        copies.append(world.state.read_bytes())
+    repair(world, after=after, outcome=outcome, action=action, before_state=before_state, copies=copies)
 
 
 def _patch(monkeypatch, world: World, save, abandon) -> None:
