@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dpstream._checks import check_stream_values
+from dpstream.release.revisions import revise
 
 __all__ = ["HoldOutRelease"]
 
@@ -72,6 +73,20 @@ class HoldOutRelease(ABC):
         rest = np.minimum(values[start:], self._threshold)
         self._position += rest.size
         return self._stream.release(rest)
+
+    def revised(self, released: object) -> np.ndarray:
+        """The revised values (:mod:`dpstream.release.revisions`) of ``released``, every value this release has
+        released so far in order: each closed leaf's total spread by the public shape, the open leaf's values as
+        released.  Post-processing: a new array, beside the first release, which is never changed."""
+        values = np.asarray(released, dtype=np.float64).ravel()
+        count = self._position - self.hold if self._stream is not None else 0
+        if values.size != count:
+            raise ValueError(f"revised() takes every value released so far ({count}), got {values.size}.")
+        if self._stream is None:
+            return values.copy()
+        if not hasattr(self._stream, "leaves"):
+            raise TypeError(f"{type(self._stream).__name__} measures no leaves: its release has no revised values.")
+        return revise(values, self._stream.leaves())
 
     def _hold_out_state(self) -> dict[str, Any]:
         """The position and, until theta is chosen, the held-out values (raw: SECRET)."""

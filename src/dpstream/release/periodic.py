@@ -42,6 +42,7 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.release.revisions import Leaves
 from dpstream.smoothers import Smoother, make_smoother
 from dpstream.thresholds.error_model import QueryLengths, aligned_noise_factors
 
@@ -139,6 +140,11 @@ class PeriodicPerturber(HierarchicalPerturber):
     def privacy(self) -> PrivacyGuarantee:
         """As :meth:`HierarchicalPerturber.privacy`, for ``d`` levels over leaves of one period."""
         return self._guarantee(f"d = {self.measured_levels} levels over leaves of one period of {self.period} values")
+
+    def leaves(self) -> Leaves:
+        """The periods as leaves (the first one from ``phase``), with the public shape of the predictions."""
+        return Leaves(length=self.period, phase=self.phase, chunk=self.max_range,
+                      shape=None if self._flat else self.shape)
 
     def _end_chunk(self) -> None:
         super()._end_chunk()

@@ -82,6 +82,7 @@ from dpstream.noise.grid import GridLaplace, ceil_units, choose_granularity
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
+from dpstream.release.revisions import Leaves
 from dpstream.smoothers import Smoother, make_smoother
 
 __all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
@@ -365,6 +366,11 @@ class HierarchicalPerturber(Params):
         """Exact path: the block estimates ``u`` lie on the lattice ``g / q`` (q the consistency
         denominator) around the block's true sum; at ``s = 0`` every released value does."""
         return None if not self.exact else self.granularity / self.consistency_denominator
+
+    def leaves(self) -> Leaves:
+        """The public layout of the measured leaves over the released values (blocks of ``b^s`` values from
+        each chunk's start), what :func:`~dpstream.release.revisions.revise` spreads each closed block's total over."""
+        return Leaves(length=self.block_size, chunk=self.max_range)
 
     def privacy(self) -> PrivacyGuarantee:
         """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]."""
