@@ -280,8 +280,9 @@ def _check_summary(context: click.Context, *, keyed: bool) -> None:
 
 def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: Callable[[Any], Any],
                     announce: Callable[[Any], None], seed: int | None, max_keys: int, time: bool, keyed: bool,
-                    written: str, upper_bound: float, clip: bool, chunk: int) -> None:
-    """``release`` with --time-column and/or --key-column: read ``reader``, write CSV rows to ``target``.
+                    written: str, upper_bound: float, clip: bool, chunk: int) -> Any:
+    """``release`` with --time-column and/or --key-column: read ``reader``, write CSV rows to ``target``;
+    return what released (``releaser``, or the :class:`~dpstream.release.by_key.ByKey` of the keys).
 
     ``releaser`` is the mechanism of the one stream (without keys; with keys only its ``hold`` is
     read); ``build(seed)`` builds a mechanism drawing from ``seed`` (a bit source), one per key;
@@ -320,6 +321,7 @@ def release_columns(reader: StreamReader, target: Any, releaser: Any, *, build: 
         report_keys(streams, line=f"released {released:,} values of {summary(streams, hold=releaser.hold)}")
     else:
         say(released_line(released, releaser.hold))
+    return streams
 
 
 def released_line(released: int, hold: int) -> str:

@@ -37,6 +37,7 @@ from dpstream.cli._columns import (
 )
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
+from dpstream.cli._revised import check_revised, write_revised
 from dpstream.cli._spark import ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
@@ -128,6 +129,13 @@ class _Methods(click.Choice):
               help="With --key-column: write theta, s (or the structure), the hold-out and epsilon of every key as "
                    "CSV 'key,values,released,threshold,smoothed_levels,hold,epsilon' (with at most 20 keys they are "
                    "also a table on stderr).")
+@click.option("--revised", "revised_path", type=click.Path(dir_okay=False), default=None,
+              help="tops: also write the revised values to this file when the release ends: each closed period's "
+                   "(leaf's) measured total spread by the period's public shape (post-processing; rewritten whole by "
+                   "every --state run), in the output's layout with the last column named 'revised'.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="tops: a PNG of the first release (faint) and the revised values over the last 2,000 positions "
+                   "(summed over keys with --key-column).")
 @click.option("--max-keys", type=int, default=DEFAULT_MAX_KEYS, show_default=True,
               help="With --key-column: stop at a key beyond this many (each key holds its own mechanism in memory).")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
@@ -173,11 +181,10 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             spark_conf: dict[str, str], **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
-    INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is
-    stdin).  From stdin, each value is released as soon as it arrives.  pak and pak-uncapped
-    are (epsilon, delta)-DP, topl is epsilon-LDP per value; the guarantee, with the noise
-    sampler and its source of randomness, is printed on stderr.  tops, pak and bt measure on a
-    public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
+    INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is stdin).  From stdin, each
+    value is released as soon as it arrives.  pak and pak-uncapped are (epsilon, delta)-DP, topl is epsilon-LDP per
+    value; the guarantee, with the noise sampler and its source of randomness, is printed on stderr.  tops, pak and
+    bt measure on a public grid with exact discrete Laplace noise from the OS CSPRNG (or --seed, for tests).
 
     The output is one value per line, no header; with --time-column it is CSV 'time,value', and
     with --key-column one stream per key as CSV 'key,position,value' (with a time column
@@ -221,11 +228,11 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     name = "stdin" if input_path == "-" else input_path
     written = "the output stops before it" if is_stream(target) else "nothing was written"
     if time_column is not None or key_column is not None:
-        release_columns(reader, target, releaser,
-                        build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
-                        announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
-                        time=time_column is not None, keyed=key_column is not None, written=written,
-                        upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
+        write_revised(release_columns(reader, target, releaser,
+                                      build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
+                                      announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
+                                      time=time_column is not None, keyed=key_column is not None, written=written,
+                                      upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK))
         return
     values = reader.values()
     writer = _Writer(releaser, lambda stream: announce(stream, describe), upper_bound=options["upper_bound"],
@@ -247,6 +254,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         reader.close()
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
     say(released_line(released, releaser.hold))
+    write_revised(releaser)
 
 
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:
@@ -260,6 +268,7 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
     options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
+    check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
         if alias in given:
@@ -367,11 +376,11 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
             raise
         finally:
             reader.close()
-        report_reading(reader, clipped=writer.clipped if options["clip"] else None,
-                       upper_bound=options["upper_bound"])
+        report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
         if keyed:
             report_keys(releaser, line=summary(releaser, hold=hold if "hold" in chosen.options else 0))
         say(message)
+        write_revised(releaser)
     finally:
         run.close()
 
