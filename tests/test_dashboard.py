@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from dpstream.client import Client, ToPLClient
+from dpstream.release.revisions import Leaves, closed_count, revise
 from service_helpers import TOKEN, ServeProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -207,4 +208,28 @@ def test_a_long_stream_shows_its_most_recent_values(visit: Visit, client: Client
     labels = visit.page.eval_on_selector_all(f'{visit.card("stream", "long")} text.label.x',
                                              "labels => labels.map(label => label.textContent)")
     assert len(labels) >= 3 and all(re.fullmatch(r"[0-2][0-9]:[0-5][0-9]", label) for label in labels), labels
+    assert visit.errors == []
+
+
+def test_a_periodic_stream_shows_its_revised_values_beside_the_first_release(visit: Visit, client: Client) -> None:
+    """The page revises the closed periods it holds as dpstream.release.revisions does; the first release is faint."""
+    period, hold = 48, 100
+    client.create_stream("days", epsilon=1.0, upper_bound=10.0, hold=hold, period=period, seed=8)
+    client.send("days", _values(8, 1000, 8.0))
+    facts = client.stream("days")
+    assert facts["leaves"]["length"] == period and facts["leaves"]["first_position"] == hold
+    visit.page.reload()
+    visit.wait_for_count("stream", "days", facts["released"])
+    card = visit.card("stream", "days")
+    assert visit.page.get_attribute(f"{card} polyline.series", "class") == "series faint"
+    assert visit.page.locator(f"{card} polyline.revised").count() == 1
+    assert "Blue: the revised values" in visit.page.text_content(f"{card} p.caption")
+    layout = facts["leaves"]
+    leaves = Leaves(length=layout["length"], phase=layout["phase"], chunk=layout["chunk"],
+                    shape=None if layout["shape"] is None else np.array(layout["shape"]))
+    revised = revise([row["value"] for row in client.all_released("days")], leaves)
+    window = int(visit.page.input_value("#window"))
+    shown = float(visit.page.get_attribute(f"{card} svg.chart", "data-last-revised"))
+    assert shown == pytest.approx(float(np.mean(revised[-window:])), rel=1e-9, abs=1e-9)
+    assert closed_count(revised.size, leaves) < revised.size  # the open period is drawn as released
     assert visit.errors == []

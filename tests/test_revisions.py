@@ -141,3 +141,16 @@ def test_a_leaf_the_shape_gives_no_weight_is_spread_evenly():
 def test_leaves_refuse_a_shape_of_the_wrong_length():
     with pytest.raises(ValueError, match="one number per position"):
         Leaves(length=4, shape=np.ones(3))
+
+
+def test_a_periodic_service_stream_publishes_its_leaves():
+    from dpstream.service.mechanisms import stream_facts
+
+    tops = ToPS(epsilon=1.0, upper_bound=8.0, hold=30, period=PERIOD, seed=1)
+    assert "leaves" not in stream_facts(tops)  # before the hold-out ends
+    tops.release(np.ones(40))
+    assert stream_facts(tops)["leaves"] == {"length": PERIOD, "phase": 30 % PERIOD, "chunk": tops.leaves().chunk,
+                                            "first_position": 30, "shape": None}
+    plain = ToPS(epsilon=1.0, upper_bound=8.0, hold=30, max_range=256, seed=1)
+    plain.release(np.ones(40))
+    assert "leaves" not in stream_facts(plain) and plain.leaves() is not None

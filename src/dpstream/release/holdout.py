@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dpstream._checks import check_stream_values
-from dpstream.release.revisions import revise
+from dpstream.release.revisions import Leaves, revise
 
 __all__ = ["HoldOutRelease"]
 
@@ -74,6 +74,13 @@ class HoldOutRelease(ABC):
         self._position += rest.size
         return self._stream.release(rest)
 
+    def leaves(self) -> Leaves | None:
+        """The public layout of the stream mechanism's leaves over the released values
+        (:class:`~dpstream.release.revisions.Leaves`), or None: before the hold-out ends, or for a
+        mechanism that measures no leaves."""
+        layout = getattr(self._stream, "leaves", None)
+        return None if layout is None else layout()
+
     def revised(self, released: object) -> np.ndarray:
         """The revised values (:mod:`dpstream.release.revisions`) of ``released``, every value this release has
         released so far in order: each closed leaf's total spread by the public shape, the open leaf's values as
@@ -84,9 +91,10 @@ class HoldOutRelease(ABC):
             raise ValueError(f"revised() takes every value released so far ({count}), got {values.size}.")
         if self._stream is None:
             return values.copy()
-        if not hasattr(self._stream, "leaves"):
+        leaves = self.leaves()
+        if leaves is None:
             raise TypeError(f"{type(self._stream).__name__} measures no leaves: its release has no revised values.")
-        return revise(values, self._stream.leaves())
+        return revise(values, leaves)
 
     def _hold_out_state(self) -> dict[str, Any]:
         """The position and, until theta is chosen, the held-out values (raw: SECRET)."""

@@ -201,11 +201,17 @@ def _guarantee(mechanism: Any) -> dict[str, Any]:
 
 def stream_facts(mechanism: Any) -> dict[str, Any]:
     """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, PAK's noisy sum of the
-    hold-out (its running sums start there), the guarantee."""
+    hold-out (its running sums start there), the guarantee; for a periodic ToPS stream its public leaves (length,
+    phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
     for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
+    leaves = mechanism.leaves() if getattr(mechanism, "period", None) or getattr(mechanism, "leaf", None) else None
+    if leaves is not None:  # a periodic stream: the dashboard revises its closed periods (post-processing)
+        facts["leaves"] = {"length": leaves.length, "phase": leaves.phase, "chunk": leaves.chunk,
+                           "first_position": mechanism.hold,
+                           "shape": None if leaves.shape is None else leaves.shape.tolist()}
     return facts
 
 

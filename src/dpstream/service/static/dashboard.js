@@ -6,7 +6,10 @@
  * library and nothing from another host, so it works offline.  It reads public endpoints only, and
  * every text that comes from the server is set as textContent, never parsed as HTML.
  *
- * The moving average is computed here from released values: post-processing, no privacy cost.
+ * The moving average is computed here from released values: post-processing, no privacy cost.  For a
+ * periodic stream (its facts carry its public leaves) the page also draws the revised values: each closed
+ * period's total (the sum of its released values) spread over its positions by the period's public shape,
+ * the same post-processing as dpstream.release.revisions; the first release is drawn faint beside them.
  */
 "use strict";
 
@@ -276,6 +279,36 @@
     return out;
   }
 
+  /**
+   * The revised values of the kept released values, or null for a stream without leaves: each closed leaf
+   * whose values are all kept is its total spread by the shape (flat without one); the rest as released.
+   */
+  function revise(source) {
+    const leaves = source.facts.leaves;
+    if (!leaves || leaves.length < 2) return null;
+    const { positions, values } = source;
+    const out = Float64Array.from(values);
+    const offsetAt = (position) => {
+      const clock = position - leaves.first_position + leaves.phase;
+      return (leaves.chunk ? clock % leaves.chunk : clock) % leaves.length;
+    };
+    const weight = (i) => (leaves.shape ? leaves.shape[offsetAt(positions[i])] : 1);
+    let start = 0;
+    for (let i = 0; i < values.length; i += 1) {
+      const closes = offsetAt(positions[i] + 1) === 0;
+      if (i + 1 < values.length && !closes) continue;
+      const whole = offsetAt(positions[start]) === 0 || positions[start] === leaves.first_position;
+      if (closes && whole) {
+        let total = 0;
+        let mass = 0;
+        for (let j = start; j <= i; j += 1) { total += values[j]; mass += weight(j); }
+        for (let j = start; j <= i; j += 1) out[j] = mass > 0 ? (total * weight(j)) / mass : total / (i - start + 1);
+      }
+      start = i + 1;
+    }
+    return out;
+  }
+
   function draw(source) {
     const { chart, caption } = source.view;
     const n = source.values.length;
@@ -301,20 +334,29 @@
     const offset = n - average.length; // average[k] ends at source.positions[k + offset]
     const m = average.length;
     chart.setAttribute("data-last-average", average[m - 1]);
+    const revised = revise(source);
+    const revisedAverage = revised ? movingAverage(revised, windowSize) : null;
+    chart.setAttribute("data-last-revised", revised ? revisedAverage[m - 1] : "");
     const along = axis === "time" ? source.times : source.positions;
     const buckets = Math.min(m, 2 * (right - left));
     const xs = new Float64Array(buckets);
     const ys = new Float64Array(buckets);
+    const rs = new Float64Array(revised ? buckets : 0);
     for (let b = 0; b < buckets; b += 1) {
       const from = Math.floor((b * m) / buckets);
       const to = Math.max(from + 1, Math.floor(((b + 1) * m) / buckets));
       let sum = 0;
-      for (let i = from; i < to; i += 1) sum += average[i];
+      let revisedSum = 0;
+      for (let i = from; i < to; i += 1) {
+        sum += average[i];
+        if (revised) revisedSum += revisedAverage[i];
+      }
       ys[b] = sum / (to - from);
+      if (revised) rs[b] = revisedSum / (to - from);
       xs[b] = (along[from + offset] + along[to - 1 + offset]) / 2;
     }
-    let low = Math.min(...ys);
-    let high = Math.max(...ys);
+    let low = Math.min(...ys, ...rs);
+    let high = Math.max(...ys, ...rs);
     if (high - low < 1e-9 * Math.max(1, Math.abs(high))) {
       low -= 1;
       high += 1;
@@ -339,17 +381,23 @@
     for (const t of xTicks.values) {
       chart.append(svg("text", { class: "label x", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, xTicks.label(t)));
     }
-    let points = "";
-    for (let b = 0; b < buckets; b += 1) points += `${px(xs[b]).toFixed(1)},${py(ys[b]).toFixed(1)} `;
-    if (buckets === 1) points += `${(px(xs[0]) + 2).toFixed(1)},${py(ys[0]).toFixed(1)}`;
-    chart.append(svg("polyline", { class: "series", points: points.trim() }));
+    const line = (values) => {
+      let points = "";
+      for (let b = 0; b < buckets; b += 1) points += `${px(xs[b]).toFixed(1)},${py(values[b]).toFixed(1)} `;
+      if (buckets === 1) points += `${(px(xs[0]) + 2).toFixed(1)},${py(values[0]).toFixed(1)}`;
+      return points.trim();
+    };
+    chart.append(svg("polyline", { class: revised ? "series faint" : "series", points: line(ys) }));
+    if (revised) chart.append(svg("polyline", { class: "revised", points: line(rs) }));
     const total = Math.max(source.facts.released, n);
     const span = total > n ? `the last ${number(n)} of ${number(total)} released values` : `${number(n)} released values`;
     const when = new Date(source.lastTime * 1000).toLocaleString("en-GB", { hour12: false });
     const over = n < windowSize ? `the mean of all ${number(n)} released values so far (fewer than ${number(windowSize)})`
       : `moving average over ${number(windowSize)} released values, by the ${axis} of the value that ends each window`;
+    const both = revised ? " Blue: the revised values (each closed period's released total spread by its public " +
+      "shape: post-processing, they change when a period closes); faint: the first release, as published." : "";
     caption.textContent = `${over[0].toUpperCase()}${over.slice(1)}; ${span} ` +
-      `(positions ${number(first)} to ${number(last)}); last release ${when}.`;
+      `(positions ${number(first)} to ${number(last)}); last release ${when}.${both}`;
   }
 
   // -- the lists --------------------------------------------------------------------------------
