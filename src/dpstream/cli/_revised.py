@@ -127,7 +127,8 @@ def _write(sink: Any, head: list[str], rows: list[list[str]], revised: np.ndarra
         return
     out = csv.writer(sink, lineterminator="\n")
     out.writerow([*head[:-1], "revised"])
-    out.writerows([*row[:-1], value] for row, value in zip(rows, revised.tolist()))
+    kept = list(zip(*rows))[:-1] if rows else [[] for _ in head[:-1]]  # the columns before the value
+    out.writerows(zip(*kept, revised.tolist()))
 
 
 def _plot(path: Path, positions: np.ndarray, first: np.ndarray, revised: np.ndarray, *, keyed: bool) -> None:
