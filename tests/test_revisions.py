@@ -154,3 +154,24 @@ def test_a_periodic_service_stream_publishes_its_leaves():
     plain = ToPS(epsilon=1.0, upper_bound=8.0, hold=30, max_range=256, seed=1)
     plain.release(np.ones(40))
     assert "leaves" not in stream_facts(plain) and plain.leaves() is not None
+
+
+def test_window_leaves_are_revised_with_their_phase():
+    """With query_length the model may choose leaves of a fraction of the window, counted from the stream's first
+    value (held-out values included): without noise each closed leaf's revised values sum to its true truncated sum
+    and are flat."""
+    rng = np.random.default_rng(4)
+    stream = (np.tile(PROFILE, 4 * 40) * rng.uniform(0.5, 1.5, size=4 * 40 * PERIOD)).round(2)
+    tops = ToPS(epsilon=1.0, upper_bound=8.0, hold=900, query_length=4 * PERIOD, noise=ZeroNoise())
+    first = tops.release(stream)
+    if tops.leaf is None:
+        pytest.skip("the model chose blocks of b^s here")  # a fixed input and ZeroNoise: it does not
+    leaves = tops.leaves()
+    assert (leaves.length, leaves.phase) == (tops.leaf, 900 % tops.leaf)
+    truth = np.minimum(stream[900:], tops.threshold)
+    closed = closed_count(first.size, leaves)
+    revised = tops.revised(first)
+    grid = tops.leaf * tops.granularity / 2  # each value is rounded to the grid by at most half a step
+    np.testing.assert_allclose(_leaf_sums(revised, leaves, closed), _leaf_sums(truth, leaves, closed), atol=grid)
+    starts = leaves.starts(closed)
+    assert np.all(revised[starts[1:]] == revised[starts[1:] + 1])  # flat inside a leaf
