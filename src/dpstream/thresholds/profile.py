@@ -100,9 +100,9 @@ def noisy_profile(values: np.ndarray, bound: float, *, period: int, bins: int, e
     noise = discrete_laplace(make_bits(seed), scale.numerator, scale.denominator, bins).astype(np.float64)
     sums = (np.bincount(which, weights=units, minlength=bins) + noise) * g
     seen = counts > 0
-    if not seen.any():
+    mean = float(sums[seen].sum() / counts[seen].sum()) if seen.any() else 0.0
+    if not mean > 0:  # nothing measured, or noise drowned the level: no shape to trust
         return np.ones(period)
-    mean = max(float(sums[seen].sum() / counts[seen].sum()), 1e-300)
     ratio = np.ones(bins)
     ratio[seen] = sums[seen] / counts[seen] / mean
     # noise variance of each ratio (discrete Laplace: at most 2 scale^2 units^2), against the spread of the ratios
