@@ -387,3 +387,14 @@ def test_evaluate_period_gives_tops_leaves_of_one_period(runner, tmp_path):
     for extra, shown in ((["--period", "0"], "--period"), (["--period", "48", "--study", "hierarchy"], "--period")):
         bad = runner.invoke(main, [*args, *extra, "--out", str(tmp_path / "b")])
         assert bad.exit_code == 2 and shown in bad.stderr and not (tmp_path / "b").exists()
+
+
+def test_one_line_cuts_long_quoted_runs_and_never_the_text_between_two_short_ones():
+    from dpstream.cli._app import QUOTE_LIMIT, one_line
+
+    between = "x" * (3 * QUOTE_LIMIT)
+    assert one_line(f"got 'a' then {between} then 'b'") == f"got 'a' then {between} then 'b'"
+    long_value = "y" * (3 * QUOTE_LIMIT)
+    cut = one_line(f"the file's column '{long_value}' isn't there")
+    assert cut.startswith("the file's column 'y") and cut.endswith("' isn't there") and "..." in cut
+    assert len(cut) < len("the file's column '' isn't there") + QUOTE_LIMIT + 1

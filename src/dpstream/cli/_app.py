@@ -82,7 +82,9 @@ def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[0]}{_cut(text[1:-1], limit)}{text[-1]} ({len(value):,} characters)"
 
 
-_QUOTED = re.compile(rf"'[^'\n]{{{QUOTE_LIMIT + 1},}}'|\"[^\"\n]{{{QUOTE_LIMIT + 1},}}\"")
+#: A quoted run: opened by a quote that does not follow a letter or digit and closed by one that does not precede
+#: one, so that two short quoted words are two runs (never the text between them) and an apostrophe opens nothing.
+_QUOTED = re.compile(r"(?<!\w)'[^'\n]*?'(?!\w)|(?<!\w)\"[^\"\n]*?\"(?!\w)")
 #: The longest error line, whatever its source (a last line of defence behind :func:`quote`).
 _MESSAGE_LIMIT = 600
 
@@ -96,7 +98,7 @@ def one_line(message: str) -> str:
     message = " ".join(message.split("\n"))
     if not message.isprintable():  # no control character may break the line (or the terminal)
         message = "".join(char if char.isprintable() else repr(char)[1:-1] for char in message)
-    message = _QUOTED.sub(lambda found: found[0][0] + _cut(found[0][1:-1], QUOTE_LIMIT) + found[0][0], message)
+    message = _QUOTED.sub(lambda found: found[0][0] + _cut(found[0][1:-1], QUOTE_LIMIT) + found[0][-1], message)
     return _cut(message, _MESSAGE_LIMIT)
 
 
