@@ -129,3 +129,27 @@ def test_budget_shows_each_key_of_a_keyed_state(tmp_path):
     assert plain.exit_code == 0, plain.output
     refused = _run("budget", tmp_path / "plain", "--summary", tmp_path / "x.csv")
     assert refused.exit_code == 2 and "--summary applies to the state of a release with --key-column" in refused.output
+
+
+
+def test_a_summary_that_fails_half_written_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """--summary is written as every output is, into a temporary renamed onto the file at the end: a failure while
+    writing its rows leaves the previous summary as it was (an in-place write would have truncated it)."""
+    import dpstream.cli._columns as columns
+
+    _meters(tmp_path / "m.csv", {"a": 12, "b": 12})
+    (tmp_path / "s.csv").write_text("old,contents\n" * 100)
+    fields, calls = columns._fields, []
+
+    def failing(report):
+        calls.append(report)
+        if len(calls) > 3:  # the table's two rows, then the summary's first: its second fails
+            raise RuntimeError("disk on fire")
+        return fields(report)
+
+    monkeypatch.setattr(columns, "_fields", failing)
+    result = _run("release", tmp_path / "m.csv", "-o", tmp_path / "out.csv", "--threshold", 4, *OPTIONS,
+                  "--summary", tmp_path / "s.csv")
+    assert result.exit_code != 0 and isinstance(result.exception, RuntimeError)
+    assert (tmp_path / "s.csv").read_text() == "old,contents\n" * 100
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]

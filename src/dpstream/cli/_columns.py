@@ -24,6 +24,7 @@ import csv
 import math
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -369,8 +370,9 @@ def key_table(reports: list[KeyReport]) -> list[str]:
 
 
 def write_summary(path: str, reports: list[KeyReport]) -> None:
-    """``--summary FILE``: the reports as CSV, one row per key (replaced whole, so a resumed release rewrites it)."""
-    with open(path, "w", newline="", encoding="utf-8") as sink:
+    """``--summary FILE``: the reports as CSV, one row per key, replaced whole and atomically (through
+    :func:`~dpstream.cli._outputs.output_file`), so a resumed release rewrites it and a kill leaves the old file."""
+    with output_file(Path(path)) as sink:
         out = csv.writer(sink, lineterminator="\n")
         out.writerow(SUMMARY_COLUMNS)
         out.writerows(map(_fields, reports))
