@@ -17,24 +17,39 @@ from dpstream.noise import ExactNoise
 __all__ = ["CountOfCountsRegion", "MaxSizeEstimate", "TopDownRelease"]
 
 
+#: Regions per level of :class:`CountOfCountsRegion` (more runs take several levels: bounded memory).
+_LEVEL = 100_000
+
+
 class CountOfCountsRegion(MechanismAdapter):
     """A Section 4 method on one region of 4 groups, sizes (1, 2, 2, 3) or (1, 2, 3, 3).
 
     ``n`` copies of the region form one level (disjoint regions get independent noise), so one
     ``estimate_level`` call is ``n`` runs, with the exact discrete Laplace sampler of a release
     drawing its bits from the audit's generator.  The output is the region's estimated sizes, sorted;
-    the statistic counts the groups of size >= 3.
+    the statistic counts the groups of size >= 3 (hc: the one noisy cumulative cell the move
+    changes; hg: the sorted sizes).  The naive method measures the histogram itself: the move takes
+    one group from cell 2 to cell 3, each cell's noise of scale ``2 / epsilon`` carrying half the
+    claim, and the projection onto the simplex keeps mostly their difference, so its statistic is
+    the number of groups of size 3 minus those of size 2 (its events reach about 0.81 of the claim
+    with a useful probability, the rest only in the noise's far tail).
     """
 
-    statistic_name = "the number of estimated groups of size 3 or more"
-
-    def __init__(self, *, method: str = "hc", epsilon: float = 1.0, max_size: int = 4, samples: int = 100_000) -> None:
+    def __init__(self, *, method: str = "hc", epsilon: float = 1.0, max_size: int = 4, samples: int | None = None
+                 ) -> None:
         self.name = "count-of-counts" if method == "hc" else f"count-of-counts-{method}"
-        self.method, self.epsilon, self.max_size, self.samples = method, epsilon, max_size, samples
+        self.method, self.epsilon, self.max_size = method, epsilon, max_size
+        self.samples = (1_000_000 if method == "naive" else 100_000) if samples is None else samples
+        self.statistic_name = ("the number of estimated groups of size 3 minus those of size 2" if method == "naive"
+                               else "the number of estimated groups of size 3 or more")
         self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
         self.neighbours = (np.array([1, 2, 2, 3]), np.array([1, 2, 3, 3]))
 
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.concatenate([self._level(x, min(_LEVEL, n - start), rng) for start in range(0, n, _LEVEL)])
+
+    def _level(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """One level of ``n`` copies of the region: ``n`` runs."""
         groups = x.size
         truth = LevelHistograms.from_groups(np.repeat(np.arange(n), groups), np.tile(x, n), n)
         estimate = estimate_level(truth, method=self.method, epsilon=self.epsilon, noise=ExactNoise(bits=rng),
@@ -43,6 +58,8 @@ class CountOfCountsRegion(MechanismAdapter):
         return np.repeat(hist.size, hist.count).reshape(n, groups)  # rows sorted by (region, size)
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        if self.method == "naive":
+            return (outputs == 3).sum(axis=1) - (outputs == 2).sum(axis=1)
         return (outputs >= 3).sum(axis=1)
 
     def possible_under(self, x: np.ndarray, outputs: np.ndarray) -> np.ndarray:
