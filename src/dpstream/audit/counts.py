@@ -84,7 +84,10 @@ class TopDownRelease(MechanismAdapter):
     count falls by one in the root and in leaf b, a node on every level.  Each level's log-likelihood
     ratio is ``+-1 / scale`` at every output (clipping keeps it: the tails of the discrete Laplace
     law have the same ratio), so the statistic is their sum, the Neyman-Pearson test of the release,
-    and the claim (``epsilon / 2`` per level, sequential over the two) is within reach.
+    and the claim (``epsilon / 2`` per level, sequential over the two) is within reach.  A release
+    hands the consistency step (:func:`~dpstream.count_of_counts.matching.top_down`) nothing but the
+    public tree and these estimates, so what it publishes spends no more than they do; the split of
+    the budget, the keyed noise of every level and region and its scale are the same code for any K.
     """
 
     name = "count-of-counts-top-down"
