@@ -1,141 +1,276 @@
 """The audit catches real bugs: each injected bug, one at a time, makes ``dpstream audit`` exit 1.
 
-Every mutant patches the library inside this process (``monkeypatch``, undone after the test) in
-a way that keeps the claimed epsilon unchanged while the mechanism spends more, then runs the
-command on the audit experiment that checks that part, with few runs that still see the bug.
-The same audit of the unmutated library passes.  The margins come from the statistics: a 3/4
-noise scale spends 4/3 of the claim, a binary tree whose scale counts one level fewer 3/2, and
-at these sample sizes the adapters' bounds reach about 0.95 (one measurement) and 0.9 (the
-binary tree's three levels) of what is spent, so the mutants' bounds sit near 1.25-1.3 against a
-failure threshold of 1 (``REACH`` checks the unmutated side of that margin); a selection without
-noise, or one that picks the best true score, releases a different threshold on the two
-neighbours every time, and noise shared between keys or reused across chunks makes the runs on
-one input alike (bounds of several units).
+Every mutant is a set of textual patches (an exact piece of source replaced by another, each
+of which must occur exactly once, so a renamed target fails loudly and never passes silently)
+applied to a copy of the package; the command then runs in a subprocess whose ``PYTHONPATH`` is
+that copy, on the audit experiment that checks that part, with the fewest runs that still see
+the bug.  It must exit 1 on its epsilon check.  The same audits of an unmutated copy exit 0, and
+a harmless patch (a comment) is not detected, so the test tells a bug from a change.
+
+Every mutant keeps the claimed epsilon while the mechanism spends more.  The margins come from
+the statistics: a 3/4 noise scale spends 4/3 of the claim, a binary tree whose scale counts one
+level fewer 3/2, a halved sensitivity or a budget split over one level too few twice the claim;
+at these sample sizes the adapters' bounds reach about 0.95 (one measurement), 0.9 (the binary
+tree's three levels) and 0.8 (the naive count-of-counts, the top-down levels) of what is spent,
+so the mutants' bounds sit above the failure threshold of 1 (``REACH`` checks the unmutated side
+of the finest margin).  A selection without noise, or one that picks the best true score,
+releases a different threshold on the two neighbours every time, and noise shared between keys
+or reused across chunks makes the runs on one input alike (bounds of several units).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from fractions import Fraction
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np
 import pytest
-from click.testing import CliRunner
 
-import dpstream.count_of_counts.consistency as consistency
-import dpstream.hierarchy.arithmetic as hierarchy_arithmetic
-import dpstream.release.binary_tree as binary_tree
-import dpstream.release.by_key as by_key
-import dpstream.release.perturber as perturber
-import dpstream.thresholds.model as model
-import dpstream.thresholds.noisy_max as noisy_max
-from dpstream.audit import format_table, run_audit
-from dpstream.cli import cli
-from dpstream.noise import ZeroNoise
-from dpstream.noise.bits import KeyedBits
-from dpstream.noise.grid import GridLaplace
+import dpstream
+
+#: The package under test: its copies are mutated, never the package itself.
+PACKAGE = Path(dpstream.__file__).parent
+
+#: One textual patch: the file (under the package), the exact source to replace, its replacement.
+Patch = tuple[str, str, str]
 
 
-def _scaled_noise(factor: Fraction) -> type[GridLaplace]:
-    """GridLaplace whose noise scale is ``factor`` times the right one, the claim unchanged."""
+@dataclass(frozen=True)
+class Mutant:
+    """An injected bug (``bug``, the docstring of the function that declares it), its patches, and
+    the audit experiment with the runs per input that must see it."""
 
-    class Scaled(GridLaplace):
-        @classmethod
-        def on_grid(cls, *args, **kwargs) -> GridLaplace:
-            right = GridLaplace.on_grid(*args, **kwargs)
-            return dataclasses.replace(right, scale=right.scale * factor)
-
-    return Scaled
-
-
-def _no_noise_max(noise, counts, epsilon, *, offsets=None, sensitivity=1, monotone=False) -> int:
-    """Report noisy max without the noise: the index of the best exact score (first on ties)."""
-    scores = np.asarray(counts, dtype=np.float64) - (0.0 if offsets is None else np.asarray(offsets))
-    return int(np.argmax(scores))
+    name: str
+    bug: str
+    patches: tuple[Patch, ...]
+    audit: str
+    runs: int
 
 
-def _argmax_select(mechanism, scores, *, epsilon, sensitivity=1.0, monotone=False, seed=None):
-    """The model's private selections (the median, step 1, and theta, step 3) pick the best true score."""
-    return int(np.argmax(scores))
+MUTANTS: dict[str, Mutant] = {}
 
 
-_estimate_level = consistency.estimate_level
+def mutant(audit: str, runs: int) -> Callable[[Callable[[], tuple[Patch, ...]]], Callable[[], tuple[Patch, ...]]]:
+    """Declare a mutant: the decorated function returns its patches and its docstring says the bug."""
+
+    def declare(patches: Callable[[], tuple[Patch, ...]]) -> Callable[[], tuple[Patch, ...]]:
+        name = patches.__name__.replace("_", "-")
+        MUTANTS[name] = Mutant(name, (patches.__doc__ or "").strip(), patches(), audit, runs)
+        return patches
+
+    return declare
 
 
-def _exact_root(truth, **options):
-    """The top-down release measures its root level (one region) without noise."""
-    if truth.n_nodes == 1:
-        options["noise"] = ZeroNoise()
-    return _estimate_level(truth, **options)
+_GRID_ON_PERTURBER = "        noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)\n"
+_IMPORT_REPLACE = ("release/perturber.py", "from dataclasses import dataclass\n",
+                   "from dataclasses import dataclass, replace\n")
 
 
-def _tree_one_level_short(exact, *, levels, **options):
+@mutant("tops-one-level", 400_000)
+def tops_noise_three_quarters() -> tuple[Patch, ...]:
+    """ToPS's hierarchy noise at 3/4 of its scale (the perturber spends 4/3 of its claim)."""
+    return (_IMPORT_REPLACE, ("release/perturber.py", _GRID_ON_PERTURBER,
+                              _GRID_ON_PERTURBER + "        noise = replace(noise, scale=noise.scale * 3 / 4)\n"))
+
+
+@mutant("tops-one-level", 20_000)
+def tops_noise_halved() -> tuple[Patch, ...]:
+    """ToPS's hierarchy noise at half its scale (twice the claim)."""
+    return (_IMPORT_REPLACE, ("release/perturber.py", _GRID_ON_PERTURBER,
+                              _GRID_ON_PERTURBER + "        noise = replace(noise, scale=noise.scale / 2)\n"))
+
+
+@mutant("binary-tree", 120_000)
+def binary_tree_noise_three_quarters() -> tuple[Patch, ...]:
+    """The exact hierarchy arithmetic (the binary tree's) draws noise at 3/4 of its scale."""
+    chosen = "        return GridArithmetic(GridLaplace.choose(bound, epsilon, granularity, levels=levels))\n"
+    return (("hierarchy/arithmetic.py", "from fractions import Fraction\n",
+             "from dataclasses import replace\nfrom fractions import Fraction\n"),
+            ("hierarchy/arithmetic.py", chosen,
+             "        noise = GridLaplace.choose(bound, epsilon, granularity, levels=levels)\n"
+             "        return GridArithmetic(replace(noise, scale=noise.scale * 3 / 4))\n"))
+
+
+@mutant("binary-tree", 30_000)
+def binary_tree_one_level_short() -> tuple[Patch, ...]:
     """The binary tree's noise scale counts one level fewer than it measures (sensitivity off by h / (h - 1))."""
-    return hierarchy_arithmetic.arithmetic(exact, levels=levels - 1, **options)
+    return (("release/binary_tree.py",
+             "arithmetic(self.exact, bound=bound, epsilon=self.epsilon, levels=self.levels,",
+             "arithmetic(self.exact, bound=bound, epsilon=self.epsilon, levels=self.levels - 1,"),)
 
 
-_make_source = perturber.make_source
+@mutant("nm-e", 400)
+def nm_e_without_noise() -> tuple[Patch, ...]:
+    """Report noisy max (NM-E's selection) adds no noise: the best exact count wins."""
+    return (("noise/laplace.py", "    noisy = values + noise.laplace_units(scale, values.size)\n",
+             "    noisy = values + 0 * noise.laplace_units(scale, values.size)\n"),)
 
 
-class _FirstChunkNoise:
-    """A noise source whose every part draws the first part's noise: each chunk of a stream reuses chunk 0's."""
-
-    def __init__(self, source) -> None:
-        self._source = source
-
-    def __getattr__(self, name: str):
-        return getattr(self._source, name)
-
-    def sampler(self, *parts):
-        return self._source.sampler(0)
+@mutant("tops-model", 200)
+def model_threshold_argmax() -> tuple[Patch, ...]:
+    """The model threshold's private selections (the median, step 1, and theta, step 3) take the best true score."""
+    return (("thresholds/model.py",
+             'index = select("permute-and-flip", -np.abs(at_most - self.m / 2.0), epsilon=epsilon, seed=self.bits)',
+             "index = int(np.argmax(-np.abs(at_most - self.m / 2.0)))"),
+            ("thresholds/model.py", "index = select(selection, scores, epsilon=epsilon, monotone=True, seed=self.bits)",
+             "index = int(np.argmax(scores))"))
 
 
-def _reused_chunk_noise(**options):
-    return _FirstChunkNoise(_make_source(**options))
+@mutant("count-of-counts-top-down", 200)
+def count_of_counts_root_without_noise() -> tuple[Patch, ...]:
+    """Top-down count-of-counts measures its root level without noise."""
+    return (("count_of_counts/consistency.py",
+             "from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler\n",
+             "from dpstream.noise.sampler import ExactNoise, FloatNoise, NoiseSampler, ZeroNoise\n"),
+            ("count_of_counts/consistency.py", "                    noise=noise.child(level),\n",
+             "                    noise=noise.child(level) if level else ZeroNoise(),\n"))
 
 
-def _shared_key_bits(*, key: bytes, identity: tuple) -> KeyedBits:
+@mutant("count-of-counts-top-down", 1_000)
+def count_of_counts_levels_overspend() -> tuple[Patch, ...]:
+    """Top-down count-of-counts splits its budget over L levels instead of L + 1 (the shares sum to (L + 1) / L)."""
+    return (("count_of_counts/consistency.py",
+             "        per_level = Fraction(self.epsilon) / levels  # exact",
+             "        per_level = Fraction(self.epsilon) / (levels - 1)  # exact"),)
+
+
+@mutant("count-of-counts-top-down", 8_000)
+def count_of_counts_levels_four_thirds() -> tuple[Patch, ...]:
+    """Top-down count-of-counts gives each of its two levels 2/3 of the budget (the shares sum to 4/3, as a
+    3/4 noise scale would spend)."""
+    return (("count_of_counts/consistency.py",
+             "        per_level = Fraction(self.epsilon) / levels  # exact",
+             "        per_level = Fraction(self.epsilon) * 2 / (levels + 1)  # exact"),)
+
+
+@mutant("count-of-counts-naive", 20_000)
+def count_of_counts_naive_sensitivity_halved() -> tuple[Patch, ...]:
+    """The naive count-of-counts method's sensitivity is taken as 1 (one entity moves two cells: it is 2)."""
+    return (("count_of_counts/estimators.py", 'SENSITIVITY = {"hc": 1, "hg": 1, "naive": 2}',
+             'SENSITIVITY = {"hc": 1, "hg": 1, "naive": 1}'),)
+
+
+@mutant("bt-by-key", 200)
+def noise_shared_between_keys() -> tuple[Patch, ...]:
     """Every key of a keyed stream draws the same bits: the secret's, whatever the key."""
-    return KeyedBits(key=key, identity=identity[:1])
+    return (("release/by_key.py", "    return KeyedBits(key=secret, identity=(KEY_IDENTITY, key))\n",
+             "    return KeyedBits(key=secret, identity=(KEY_IDENTITY,))\n"),)
 
 
-#: Each mutant: the patch (module, attribute, replacement), the audit experiment and its runs per input.
-MUTANTS = {
-    "tops-noise-three-quarters": (perturber, "GridLaplace", _scaled_noise(Fraction(3, 4)), "tops-one-level", 400_000),
-    "tops-noise-halved": (perturber, "GridLaplace", _scaled_noise(Fraction(1, 2)), "tops-one-level", 20_000),
-    "binary-tree-noise-three-quarters": (hierarchy_arithmetic, "GridLaplace", _scaled_noise(Fraction(3, 4)),
-                                         "binary-tree", 120_000),
-    "binary-tree-one-level-short": (binary_tree, "arithmetic", _tree_one_level_short, "binary-tree", 30_000),
-    "nm-e-without-noise": (noisy_max, "report_noisy_max_counts", _no_noise_max, "nm-e", 400),
-    "model-threshold-argmax": (model, "select", _argmax_select, "tops-model", 200),
-    "noise-reused-across-chunks": (perturber, "make_source", _reused_chunk_noise, "tops-one-level", 20_000),
-    "noise-shared-between-keys": (by_key, "KeyedBits", _shared_key_bits, "bt-by-key", 200),
-    "count-of-counts-root-without-noise": (consistency, "estimate_level", _exact_root, "count-of-counts-top-down",
-                                           2_500),
-}
+@mutant("tops-one-level", 20_000)
+def noise_reused_across_chunks() -> tuple[Patch, ...]:
+    """Every chunk of the perturber draws the first chunk's noise (its keyed identity is always chunk 0)."""
+    return (("release/perturber.py", "ar.draw(self._source.sampler(self._clock() // self.max_range),",
+             "ar.draw(self._source.sampler(0),"),)
 
 
-def _audit(name: str, samples: int):
-    return CliRunner().invoke(cli, ["audit", name, "--samples", str(samples), "--seed", "1"])
+@mutant("tops-one-level", 20_000)
+def noise_identity_without_parts() -> tuple[Patch, ...]:
+    """A keyed noise source leaves the part out of the identity: every part of a release (every chunk,
+    every region) draws the same noise."""
+    return (("noise/source.py", "ExactNoise(bits=KeyedBits(key=self._key, identity=self.identity + parts))",
+             "ExactNoise(bits=KeyedBits(key=self._key, identity=self.identity))"),)
 
 
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_the_audit_fails_on_the_mutant(mutant, monkeypatch):
-    module, attribute, replacement, name, samples = MUTANTS[mutant]
-    monkeypatch.setattr(module, attribute, replacement)
-    result = _audit(name, samples)
-    assert result.exit_code == 1, result.output
-    assert "1 of 1 audits failed" in result.output and "epsilon lower bound" in result.output
+def apply_patches(root: Path, patches: tuple[Patch, ...]) -> None:
+    """Apply each patch to the package copied under ``root``; a target that does not occur exactly once fails."""
+    for path, old, new in patches:
+        source = root / "dpstream" / path
+        text = source.read_text()
+        found = text.count(old)
+        if found != 1:
+            raise AssertionError(f"{path}: the patch's target occurs {found} times, not once: {old!r}")
+        source.write_text(text.replace(old, new))
 
 
-#: The least fraction of the claim the unmutated audit reaches at the mutants' sample sizes (seed 1): enough that
-#: 4/3 of the claim (a 3/4 noise scale) is seen above it.
-REACH = {"tops-one-level": 0.9, "binary-tree": 0.8}
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """A copy of the package, compiled once (every mutant's copy starts from it)."""
+    root = tmp_path_factory.mktemp("pristine")
+    shutil.copytree(PACKAGE, root / "dpstream", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "dpstream")], check=True)
+    return root
 
 
-@pytest.mark.parametrize(("name", "samples"), sorted({(m[3], m[4]) for m in MUTANTS.values()}))
-def test_the_audit_passes_on_the_library(name, samples):
-    [audited] = run_audit([name], samples=samples, seed=1)  # what the command runs
-    assert audited.passed, format_table([audited])
-    if samples == max(m[4] for m in MUTANTS.values() if m[3] == name):
-        assert audited.fraction >= REACH.get(name, 0.0), format_table([audited])
+def _copy(pristine: Path, tmp_path: Path, patches: tuple[Patch, ...] = ()) -> Path:
+    root = tmp_path / "copy"
+    shutil.copytree(pristine, root)  # the compiled files stay valid for every file left unpatched
+    apply_patches(root, patches)
+    return root
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return subprocess.run([sys.executable, *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+
+
+def _audit(root: Path, name: str, runs: int) -> subprocess.CompletedProcess:
+    return _run(root, "-m", "dpstream.cli", "audit", name, "--runs", str(runs), "--seed", "1")
+
+
+def _fraction(stdout: str, name: str) -> float:
+    """The ``lb/claim`` column of ``name``'s row in the audit's table."""
+    row = re.search(rf"^{re.escape(name)}\s+\S+\s+\S+\s+\S+\s+(\S+)", stdout, flags=re.MULTILINE)
+    assert row is not None, stdout
+    return float(row.group(1))
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_the_audit_fails_on_the_mutant(name, pristine, tmp_path):
+    bug = MUTANTS[name]
+    assert bug.bug, f"{name} must say in its docstring what bug it models"
+    result = _audit(_copy(pristine, tmp_path, bug.patches), bug.audit, bug.runs)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "1 of 1 audits failed" in result.stderr and f"{bug.audit}: epsilon lower bound" in result.stdout, (
+        result.stdout + result.stderr)
+
+
+#: The least fraction of the claim the unmutated audit reaches at the mutants' largest sample sizes (seed 1):
+#: enough that 4/3 of the claim (a 3/4 noise scale) is seen above it.
+REACH = {"tops-one-level": 0.9, "binary-tree": 0.8, "count-of-counts-top-down": 0.75}
+
+
+@pytest.mark.parametrize(("name", "runs"), sorted({(m.audit, m.runs) for m in MUTANTS.values()}))
+def test_the_audit_passes_on_the_package(name, runs, pristine, tmp_path):
+    result = _audit(_copy(pristine, tmp_path), name, runs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if runs == max(m.runs for m in MUTANTS.values() if m.audit == name):
+        assert _fraction(result.stdout, name) >= REACH.get(name, 0.0), result.stdout
+
+
+def test_a_harmless_patch_is_not_detected(pristine, tmp_path):
+    """A comment changed next to where ``nm-e-without-noise`` removes the noise: the audit passes."""
+    line = "    noisy = values + noise.laplace_units(scale, values.size)\n"
+    root = _copy(pristine, tmp_path, (("noise/laplace.py", line, "    # the noisy counts\n" + line),))
+    result = _audit(root, "nm-e", MUTANTS["nm-e-without-noise"].runs)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_copy_is_what_the_subprocess_runs(pristine, tmp_path):
+    root = _copy(pristine, tmp_path)
+    result = _run(root, "-c", "import dpstream; print(dpstream.__file__)")
+    assert Path(result.stdout.strip()) == root / "dpstream" / "__init__.py", result.stdout + result.stderr
+
+
+def test_a_patch_whose_target_moved_fails_loudly(tmp_path):
+    (tmp_path / "dpstream").mkdir()
+    (tmp_path / "dpstream" / "m.py").write_text("x = 1\nx = 1\n")
+    with pytest.raises(AssertionError, match="occurs 2 times, not once"):
+        apply_patches(tmp_path, (("m.py", "x = 1\n", "x = 2\n"),))
+    with pytest.raises(AssertionError, match="occurs 0 times, not once"):
+        apply_patches(tmp_path, (("m.py", "y = 1\n", "y = 2\n"),))
+
+
+def test_every_mutant_targets_the_package_once():
+    """Every patch of every mutant finds its target exactly once in the package as it is (a rename
+    of a target shows here, before any audit runs)."""
+    for bug in MUTANTS.values():
+        for path, old, _ in bug.patches:
+            assert (PACKAGE / path).read_text().count(old) == 1, (bug.name, path, old)
