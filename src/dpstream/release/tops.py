@@ -284,6 +284,7 @@ class ToPS(HoldOutRelease, Params):
         self._forced_levels = smoothed_levels
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
+        self.fitted = fitted  #: hold-out, tree, grid and largest s in use (fitted to expected_length, or the paper's)
         self._max_smoothed = fitted.max_smoothed_levels
         self._set_hierarchy(fitted.max_range, fanout, smoothed_levels, granularity)
         self._start_hold_out()
