@@ -112,7 +112,8 @@ def test_the_warning_fires_on_the_issues_configuration_and_not_on_a_good_one():
     with pytest.warns(ReleaseWarning, match="leave more than half of the 2,592 released values to the smoother's"):
         ToPS(epsilon=1.0, upper_bound=5.0, expected_length=2880, smoothed_levels=3, max_range=4096 * 16,
              hold=288, seed=1)
-    with pytest.warns(ReleaseWarning, match=r"noise of standard deviation about 8 x B \(epsilon 0.5, 3 levels, s = 0\)"):
+    noise = r"noise of standard deviation about 8 x B \(epsilon 0.5, 3 levels, s = 0\)"  # sqrt(2) 3 / 0.5 = 8.5
+    with pytest.warns(ReleaseWarning, match=noise):
         ToPS(epsilon=0.5, upper_bound=5.0, expected_length=2880, smoothed_levels=0, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReleaseWarning)

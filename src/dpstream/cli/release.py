@@ -203,14 +203,9 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
-    describe = chosen.describe
     check_engine(context, engine=engine, input_path=input_path, key_column=key_column, time_column=time_column,
                  state_path=state_path, missing=missing)
-    if key_column is not None and "expected_length" in chosen.optional and hold == PAPER_HOLD and (
-            context.get_parameter_source("hold") is click.core.ParameterSource.DEFAULT):
-        say(f"warning: every key holds out its first {PAPER_HOLD:,} values (the default --hold) and releases nothing "
-            "if it has fewer: give --expected-length N (the values of one key) to fit the hold-out, the tree, the "
-            "threshold grid and s to short streams, or --hold, or a public --threshold.")
+    _tell(context, chosen, options, hold=hold, seed=seed, keyed=key_column is not None, durable=state_path is not None)
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
@@ -220,15 +215,14 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
-    _say_fitted(releaser)
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
-        announce(releaser, describe)
+        announce(releaser, chosen.describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
+    build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
     if engine == "spark":
-        release_on_spark(input_path, target, build=_quiet(lambda bits: chosen.build({**options, "hold": hold},
-                                                                           seed=bits)),
+        release_on_spark(input_path, target, build=build,
                          key_column=key_column, column=column, seed=seed, upper_bound=options["upper_bound"],
                          clip=options["clip"], hold=releaser.hold, chunk=_CHUNK, master=spark_master, conf=spark_conf)
         return
@@ -238,13 +232,13 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     written = "the output stops before it" if is_stream(target) else "nothing was written"
     if time_column is not None or key_column is not None:
         release_columns(reader, target, releaser,
-                        build=_quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits)),
-                        announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
+                        build=build, announce=lambda stream: announce(stream, chosen.describe), seed=seed,
+                        max_keys=max_keys,
                         time=time_column is not None, keyed=key_column is not None, written=written,
                         upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
         return
     values = reader.values()
-    writer = _Writer(releaser, lambda stream: announce(stream, describe), upper_bound=options["upper_bound"],
+    writer = _Writer(releaser, lambda stream: announce(stream, chosen.describe), upper_bound=options["upper_bound"],
                      clip=options["clip"], written=written)
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
@@ -257,8 +251,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             if releaser.threshold is None:
                 raise click.ClickException(
                     f"{name} ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} "
-                    "was complete: nothing was released (lower --hold or give a longer stream)."
-                )
+                    "was complete: nothing was released (lower --hold or give a longer stream).")
     finally:
         reader.close()
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
@@ -294,16 +287,41 @@ def _paper_defaults(options: dict[str, Any], hold: int | None) -> int | None:
     return PAPER_HOLD if hold is None else hold
 
 
-def _said(build: Callable[[], Any]) -> Any:
-    """``build()``, a :class:`~dpstream.release.tops_defaults.ReleaseWarning` it issues said as a warning line."""
+def _tell(context: click.Context, chosen: Mechanism, options: dict[str, Any], *, hold: int | None, seed: int | None,
+          keyed: bool, durable: bool) -> None:
+    """What the parameters alone tell, before anything is read: a keyed tops release at the default hold-out releases
+    nothing for keys with fewer values (say what to set); with --state, whose mechanism is built later, the
+    mechanism's warning and what was fitted (a refused parameter is refused there, as always)."""
+    if durable:
+        _said(lambda: chosen.build({**options, "hold": hold}, seed=seed), refused=None)
+    if keyed and "expected_length" in chosen.optional and hold == PAPER_HOLD and (
+            context.get_parameter_source("hold") is click.core.ParameterSource.DEFAULT):
+        say(f"warning: every key holds out its first {PAPER_HOLD:,} values (the default --hold) and releases nothing "
+            "if it has fewer: give --expected-length N (the values of one key) to fit the hold-out, the tree, the "
+            "threshold grid and s to short streams, or --hold, or a public --threshold.")
+
+
+_RAISE = object()
+
+
+def _said(build: Callable[[], Any], *, refused: Any = _RAISE) -> Any:
+    """``build()``, a :class:`~dpstream.release.tops_defaults.ReleaseWarning` it issues said as a warning line, and
+    what was fitted to --expected-length said.  With ``refused``, a refused parameter returns it instead of raising
+    (a durable release builds its mechanism later, and refuses there as always)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ReleaseWarning)
-        built = build()
+        try:
+            built = build()
+        except (ValueError, TypeError):
+            if refused is _RAISE:
+                raise
+            return refused
     for warning in caught:
         if issubclass(warning.category, ReleaseWarning):
             say(f"warning: {warning.message}.")
         else:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    _say_fitted(built)
     return built
 
 
@@ -319,7 +337,7 @@ def _quiet(build: Callable[..., Any]) -> Callable[..., Any]:
 
 def _say_fitted(releaser: Any) -> None:
     """With --expected-length, say what was fitted to it (public: a function of public parameters)."""
-    fitted = getattr(releaser, "expected_length", None)
+    fitted = getattr(getattr(releaser, "fitted", None), "expected_length", None)
     if fitted is not None:
         levels = releaser.fitted.max_smoothed_levels
         say(f"fitted to --expected-length {fitted:,} (given values kept): hold-out {releaser.hold:,}, max-range "
@@ -372,8 +390,6 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # a missing input: no state is made
     try:
-        with suppress(ValueError, TypeError):  # said once; a refused parameter is refused below as always
-            _say_fitted(_said(lambda: chosen.build({**options, "hold": hold}, seed=seed)))
         run = durable.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
                             output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
                             build=_quiet(lambda key: chosen.build({**options, "hold": hold}, key=key)),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 
 import numpy as np
 
@@ -48,13 +47,7 @@ from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
 from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
-from dpstream.release.tops_defaults import (
-    ReleaseWarning,
-    check_threshold_choice,
-    fit_defaults,
-    public_hold,
-    release_warning,
-)
+from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
@@ -231,23 +224,15 @@ class ToPS(HoldOutRelease, Params):
         threshold: float | None = None,
         expected_length: int | None = None,
     ) -> None:
-        hold = public_hold(threshold, hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
-                           query_length=None if period else query_length, profile_bins=profile_bins,
-                           selection=selection)
-        fitted = fit_defaults(expected_length, upper_bound=upper_bound, fanout=fanout, hold=hold, max_range=max_range,
-                              threshold_step=threshold_step, query_length=query_length, period=period)
-        if expected_length is not None:  # a snapshot keeps what was fitted: it continues so under other rules
-            hold, max_range, threshold_step = fitted.hold, fitted.max_range, fitted.threshold_step
-        self.expected_length = expected_length  #: N, or None (the paper's defaults)
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
             smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
-            window_leaves=window_leaves, selection=selection, granularity=granularity,
-            **({} if threshold is None else {"threshold": threshold}),  # only then: snapshots stay as they were
-            **({} if expected_length is None else {"expected_length": expected_length}),
-        )
+            window_leaves=window_leaves, selection=selection, granularity=granularity, threshold=threshold,
+            expected_length=expected_length)
+        #: The hold-out, tree, grid and largest s in use: fitted to ``expected_length`` (N), or the paper's.
+        fitted = self.fitted = fit_params(self._params)
         self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
@@ -284,18 +269,11 @@ class ToPS(HoldOutRelease, Params):
         self._forced_levels = smoothed_levels
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
-        self.fitted = fitted  #: hold-out, tree, grid and largest s in use (fitted to expected_length, or the paper's)
         self._max_smoothed = fitted.max_smoothed_levels
         self._set_hierarchy(fitted.max_range, fanout, smoothed_levels, granularity)
         self._start_hold_out()
         self._begin(self._perturber_args["smoothed_levels"])
-        if warning := release_warning(
-                epsilon=self.epsilon, threshold_epsilon=self.threshold_epsilon, upper_bound=self.upper_bound,
-                hold=self.hold, threshold_step=self.threshold_step, threshold_method=self.threshold_method,
-                public_threshold=self.public_threshold, fanout=self.fanout, levels=self.levels,
-                smoothed_levels=self.smoothed_levels, max_smoothed_levels=self._max_smoothed,
-                expected_length=expected_length, period=self.period):
-            warnings.warn(warning, ReleaseWarning, stacklevel=3)
+        warn_if_useless(self)
 
     def _begin(self, smoothed_levels: int | None) -> None:
         """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""

@@ -27,7 +27,9 @@ prior or mostly noise, and says why in one line; ToPS issues it as a :class:`Rel
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from dpstream._checks import check_bound, check_length, check_nonnegative_int, check_positive_int
 from dpstream.hierarchy import num_levels
@@ -46,8 +48,10 @@ __all__ = [
     "ReleaseWarning",
     "check_threshold_choice",
     "fit_defaults",
+    "fit_params",
     "public_hold",
     "release_warning",
+    "warn_if_useless",
 ]
 
 #: The paper's hold-out, tree size and spacing of candidate thresholds: the defaults without an expected length.
@@ -123,6 +127,8 @@ class FittedDefaults:
     threshold_step: float
     #: The largest number of smoothed levels a block may have (None: any below h).
     max_smoothed_levels: int | None = None
+    #: N, the expected length fitted to (None: the paper's values).
+    expected_length: int | None = None
 
 
 def fit_defaults(expected_length: int | None, *, upper_bound: float, fanout: int, hold: int | None,
@@ -133,9 +139,9 @@ def fit_defaults(expected_length: int | None, *, upper_bound: float, fanout: int
     ``hold`` 0 stands for a public threshold (no hold-out, no grid).
 
     >>> fit_defaults(None, upper_bound=5.0, fanout=16, hold=None, max_range=None, threshold_step=None)
-    FittedDefaults(hold=65536, max_range=1048576, threshold_step=1.0, max_smoothed_levels=None)
+    FittedDefaults(hold=65536, max_range=1048576, threshold_step=1.0, max_smoothed_levels=None, expected_length=None)
     >>> fit_defaults(2880, upper_bound=5.0, fanout=16, hold=None, max_range=None, threshold_step=None, period=96)
-    FittedDefaults(hold=288, max_range=4096, threshold_step=0.0048828125, max_smoothed_levels=2)
+    FittedDefaults(hold=288, max_range=4096, threshold_step=0.0048828125, max_smoothed_levels=2, expected_length=2880)
     >>> fit_defaults(200, upper_bound=5.0, fanout=16, hold=None, max_range=None,
     ...              threshold_step=None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -164,7 +170,29 @@ def fit_defaults(expected_length: int | None, *, upper_bound: float, fanout: int
     most = 0
     while most + 1 < levels and fanout ** (most + 1) * MIN_BLOCKS <= released:
         most += 1
-    return FittedDefaults(hold=hold, max_range=max_range, threshold_step=threshold_step, max_smoothed_levels=most)
+    return FittedDefaults(hold=hold, max_range=max_range, threshold_step=threshold_step, max_smoothed_levels=most,
+                          expected_length=length)
+
+
+def fit_params(params: dict[str, Any]) -> FittedDefaults:
+    """ToPS's constructor arguments ``params`` (as stored in its snapshots) made what a snapshot records, in place,
+    and the defaults fitted: ``threshold`` and ``expected_length`` only when given (so snapshots without them stay
+    as they were), ``hold`` 0 with a public threshold (:func:`public_hold`), and with an expected length the
+    fitted ``hold``, ``max_range`` and ``threshold_step`` (a snapshot continues as it was under other rules)."""
+    for name in ("threshold", "expected_length"):
+        if params[name] is None:
+            del params[name]
+    period, query_length = params["period"], params["query_length"]
+    params["hold"] = public_hold(params.get("threshold"), hold=params["hold"], selection=params["selection"],
+                                 threshold_epsilon=params["threshold_epsilon"], profile_bins=params["profile_bins"],
+                                 threshold_method=params["threshold_method"],
+                                 query_length=None if period else query_length)
+    fitted = fit_defaults(params.get("expected_length"), upper_bound=params["upper_bound"], fanout=params["fanout"],
+                          hold=params["hold"], max_range=params["max_range"], threshold_step=params["threshold_step"],
+                          query_length=query_length, period=period)
+    if fitted.expected_length is not None:
+        params.update(hold=fitted.hold, max_range=fitted.max_range, threshold_step=fitted.threshold_step)
+    return fitted
 
 
 def _fitted_hold(length: int, window: int | None) -> int:
@@ -177,6 +205,18 @@ def _fitted_hold(length: int, window: int | None) -> int:
         raise ValueError(f"expected_length {length} is too short to choose a threshold from a hold-out (at least "
                          f"{MIN_HOLD} values, at most a quarter of the stream): give a public threshold, or hold.")
     return hold
+
+
+def warn_if_useless(tops: Any) -> None:
+    """Issue the :class:`ReleaseWarning` of :func:`release_warning` for a ToPS's public parameters, if any."""
+    warning = release_warning(
+        epsilon=tops.epsilon, threshold_epsilon=tops.threshold_epsilon, upper_bound=tops.upper_bound, hold=tops.hold,
+        threshold_step=tops.threshold_step, threshold_method=tops.threshold_method,
+        public_threshold=tops.public_threshold, fanout=tops.fanout, levels=tops.levels,
+        smoothed_levels=tops.smoothed_levels, max_smoothed_levels=tops.fitted.max_smoothed_levels,
+        expected_length=tops.fitted.expected_length, period=tops.period)
+    if warning is not None:
+        warnings.warn(warning, ReleaseWarning, stacklevel=4)  # the caller of ToPS(...), through Params' recording
 
 
 def release_warning(*, epsilon: float, threshold_epsilon: float, upper_bound: float, hold: int,
