@@ -181,3 +181,24 @@ def test_the_meter_readings_are_a_month_of_quarter_hours_with_missing_values(tmp
     assert lines[0] == "meter,time,kWh" and len(lines) == 1 + 20 * 2880
     assert lines[1].startswith("M0000,2024-01-01T00:00,") and lines[21].startswith("M0000,2024-01-01T00:15,")
     assert sum(line.endswith(",NA") for line in lines) == np.isnan(grid).sum()
+
+
+def test_a_fitted_keyed_state_release_resumes_as_one_run_and_says_what_was_fitted(meters_csv, tmp_path):
+    lines = meters_csv.read_text().splitlines(keepends=True)
+    (tmp_path / "part.csv").write_text("".join(lines[:4001]))
+    options = ["--key-column", "meter", "--column", "kWh", "--missing", "zero", "--seed", "3", "--epsilon", "1",
+               "--upper-bound", "5", "--clip", "--expected-length", "2880"]
+
+    def run(source, name):
+        result = CliRunner().invoke(cli, ["release", str(source), "-o", str(tmp_path / f"{name}.csv"), *options,
+                                          "--state", str(tmp_path / f"{name}.state")])
+        assert result.exit_code == 0, result.output
+        return result
+
+    run(tmp_path / "part.csv", "resumed")
+    resumed = run(meters_csv, "resumed")
+    whole = run(meters_csv, "whole")
+    assert (tmp_path / "resumed.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    for result in (resumed, whole):
+        assert "fitted to --expected-length 2,880 (given values kept): hold-out 360" in result.stderr
+        assert "each its own stream after a hold-out of 360 values" in result.stderr

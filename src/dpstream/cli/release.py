@@ -293,7 +293,8 @@ def _tell(context: click.Context, chosen: Mechanism, options: dict[str, Any], *,
     nothing for keys with fewer values (say what to set); with --state, whose mechanism is built later, the
     mechanism's warning and what was fitted (a refused parameter is refused there, as always)."""
     if durable:
-        _said(lambda: chosen.build({**options, "hold": hold}, seed=seed), refused=None)
+        with suppress(ValueError, TypeError):
+            _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
     if keyed and "expected_length" in chosen.optional and hold == PAPER_HOLD and (
             context.get_parameter_source("hold") is click.core.ParameterSource.DEFAULT):
         say(f"warning: every key holds out its first {PAPER_HOLD:,} values (the default --hold) and releases nothing "
@@ -301,21 +302,12 @@ def _tell(context: click.Context, chosen: Mechanism, options: dict[str, Any], *,
             "threshold grid and s to short streams, or --hold, or a public --threshold.")
 
 
-_RAISE = object()
-
-
-def _said(build: Callable[[], Any], *, refused: Any = _RAISE) -> Any:
+def _said(build: Callable[[], Any]) -> Any:
     """``build()``, a :class:`~dpstream.release.tops_defaults.ReleaseWarning` it issues said as a warning line, and
-    what was fitted to --expected-length said.  With ``refused``, a refused parameter returns it instead of raising
-    (a durable release builds its mechanism later, and refuses there as always)."""
+    what was fitted to --expected-length said."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ReleaseWarning)
-        try:
-            built = build()
-        except (ValueError, TypeError):
-            if refused is _RAISE:
-                raise
-            return refused
+        built = build()
     for warning in caught:
         if issubclass(warning.category, ReleaseWarning):
             say(f"warning: {warning.message}.")

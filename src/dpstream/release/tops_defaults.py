@@ -165,7 +165,7 @@ def fit_defaults(expected_length: int | None, *, upper_bound: float, fanout: int
         cover = max(released, window or 0, fanout)
         max_range = min(PAPER_MAX_RANGE, fanout ** math.ceil(math.log(cover) / math.log(fanout) - 1e-9))
     if threshold_step is None:
-        threshold_step = upper_bound / THRESHOLD_UNITS if hold else PAPER_THRESHOLD_STEP
+        threshold_step = upper_bound / THRESHOLD_UNITS
     levels = num_levels(check_positive_int(max_range, "max_range", minimum=2), fanout)
     most = 0
     while most + 1 < levels and fanout ** (most + 1) * MIN_BLOCKS <= released:
