@@ -289,14 +289,14 @@ def _paper_defaults(options: dict[str, Any], hold: int | None) -> int | None:
 
 def _tell(context: click.Context, chosen: Mechanism, options: dict[str, Any], *, hold: int | None, seed: int | None,
           keyed: bool, durable: bool) -> None:
-    """What the parameters alone tell, before anything is read: a keyed tops release at the default hold-out releases
-    nothing for keys with fewer values (say what to set); with --state, whose mechanism is built later, the
-    mechanism's warning and what was fitted (a refused parameter is refused there, as always)."""
+    """What the parameters alone tell, before anything is read: a keyed tops release at the default hold-out
+    releases nothing for keys with fewer values (said on the local engine: what to set); with --state, whose
+    mechanism is built later, the mechanism's warning and what was fitted (a refused parameter is refused there)."""
     if durable:
         with suppress(ValueError, TypeError):
             _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
-    if keyed and "expected_length" in chosen.optional and hold == PAPER_HOLD and (
-            context.get_parameter_source("hold") is click.core.ParameterSource.DEFAULT):
+    if keyed and "expected_length" in chosen.optional and hold == PAPER_HOLD and context.params["engine"] == "local" \
+            and context.get_parameter_source("hold") is click.core.ParameterSource.DEFAULT:
         say(f"warning: every key holds out its first {PAPER_HOLD:,} values (the default --hold) and releases nothing "
             "if it has fewer: give --expected-length N (the values of one key) to fit the hold-out, the tree, the "
             "threshold grid and s to short streams, or --hold, or a public --threshold.")
