@@ -49,6 +49,8 @@ CONFIGURATIONS = {
     "--expected-length 2880, eps 0.05": [*BASE, "--epsilon", "0.05", "--expected-length", "2880"],
     "issue's: --hold 96, eps 0.05": [*BASE, "--epsilon", "0.05", "--hold", "96"],
     "public --threshold 1 --period 96": [*BASE, "--epsilon", "1", "--threshold", "1", "--period", "96"],
+    "public --threshold 1 --period 96 --exp.-len.": [*BASE, "--epsilon", "1", "--threshold", "1", "--period", "96",
+                                                     "--expected-length", "2880"],
     "public --threshold 1": [*BASE, "--epsilon", "1", "--threshold", "1"],
     "public --threshold 2": [*BASE, "--epsilon", "1", "--threshold", "2"],
 }
