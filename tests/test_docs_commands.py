@@ -6,7 +6,8 @@ block, so that its later lines see what its earlier lines wrote (``release --sta
 then ``budget``).  The directory starts with small files under the names the examples use
 (``data.csv``, ``meters.csv``, ``E.csv``, ...).  What is substituted, so that all of them run in about a minute:
 
-* sizes and rounds: ``--rounds``/``--runs`` 1, ``--hold`` 512 (PAK's optimizer: 50,000), ``--max-range`` 1024,
+* sizes and rounds: ``--rounds``/``--runs`` 1, ``--hold`` 512 (PAK's optimizer: 50,000), ``--max-range`` 1024
+  (not added to a ``release`` with ``--expected-length``: they are fitted to it), 20 generated ``--meters``,
   ``--queries`` 5, ``--n-groups`` 2,000 with 3 states and 6 counties, ``--max-size`` 2,000, the
   post-processing studies on 20 users over 20 steps, the audit on 100 samples per input, lists
   of budgets and strategies cut to their first two;
@@ -48,7 +49,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SMALLER = {"--rounds": "1", "--runs": "1", "--hold": "512", "--max-range": "1024", "--queries": "5",
            "--n-groups": "2000", "--states": "3", "--counties": "6", "--max-size": "2000", "--users": "20",
            "--steps": "20", "--steps-grid": "10,20", "--levels": "0.1", "--correlation-epsilons": "1",
-           "--samples": "100", "--n": "4096"}
+           "--samples": "100", "--n": "4096", "--meters": "20"}
 #: Options whose comma-separated lists are cut to their first two items.
 LISTS = ("--epsilons", "--strategies", "--curves", "--fanouts")
 #: What each evaluation command gets even when the example does not say it.
@@ -151,6 +152,8 @@ def _runnable(line: str) -> tuple[list[str], str | None]:
         added += HOUSING
     if command == "release" and "bt" in args:
         added.remove("--hold")  # the binary tree holds nothing out
+    if command == "release" and "--expected-length" in args:
+        added = []  # the hold-out and the tree are fitted to the expected length, as written
     for option in added:
         if option not in args:
             args += [option, _smaller(command, option)]

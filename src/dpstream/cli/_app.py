@@ -29,6 +29,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -38,6 +39,7 @@ import click
 from dpstream._progress import Progress
 from dpstream.io import InputError
 from dpstream.privacy import PrivacyGuarantee, RowsKept
+from dpstream.release.tops_defaults import ReleaseWarning
 
 #: Exit code of a usage error (the command line is wrong).
 USAGE_ERROR = 2
@@ -204,6 +206,7 @@ def cli() -> None:
 def main() -> None:
     """Entry point: every error is one line on stderr; see the module docstring for the exit codes."""
     _reserve_standard_descriptors()
+    warnings.filterwarnings("ignore", category=ReleaseWarning)  # release says it; studies and audits choose theirs
     previous = _install_stop_handlers()
     try:
         cli.main()

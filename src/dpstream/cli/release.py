@@ -8,6 +8,7 @@ constructor arguments; the flags of ``release`` map to constructor arguments the
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any, TextIO
@@ -46,6 +47,7 @@ from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.registry import REGISTRY, Mechanism, specific_options
 from dpstream.release.tops import THRESHOLD_METHODS
+from dpstream.release.tops_defaults import PAPER_HOLD, PAPER_MAX_RANGE, PAPER_THRESHOLD_STEP, ReleaseWarning
 from dpstream.smoothers import SMOOTHERS
 from dpstream.spark.session import DEFAULT_MASTER
 from dpstream.thresholds.select import SELECTIONS
@@ -86,10 +88,16 @@ class _Methods(click.Choice):
               help="Release mechanism.")
 @click.option("--epsilon", type=float, required=True, help="Privacy budget of the release.")
 @click.option("--upper-bound", type=float, required=True, help="Public bound B: values lie in [0, B].")
-@click.option("--hold", type=int, default=65536, show_default=True,
-              help="Leading values used to choose the threshold; not released.")
-@click.option("--max-range", type=int, default=2**20, show_default=True,
-              help="Largest query range r; a fresh hierarchy every r values.")
+@click.option("--hold", type=int, default=None,
+              help="Leading values used to choose the threshold; not released  [default: 65536; tops with "
+                   "--expected-length: fitted].")
+@click.option("--max-range", type=int, default=None,
+              help="Largest query range r; a fresh hierarchy every r values  [default: 1048576; tops with "
+                   "--expected-length: fitted].")
+@click.option("--expected-length", type=int, default=None,
+              help="tops: how many values the stream (with --key-column, each key's stream) is expected to hold, a "
+                   "public number (never read from the data): --hold, --max-range, --threshold-step and s not given "
+                   "are fitted to it (see docs/keys.md, 'Short streams').")
 @click.option("--fanout", type=int, default=16, show_default=True, help="Fan-out b of the hierarchy.")
 @click.option("--smoother", type=click.Choice(list(SMOOTHERS)), default=None,
               help="tops: the smoother (default recent; with --period, moving_average over 7 periods).")
@@ -140,8 +148,9 @@ class _Methods(click.Choice):
               help="With --key-column: stop at a key beyond this many (each key holds its own mechanism in memory).")
 @click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
               help="Empty fields, NA, NaN, null: error; zero (positions kept); skip (shifts later positions).")
-@click.option("--threshold-step", type=float, default=1.0, show_default=True,
-              help="Spacing of the candidate thresholds step, 2 step, ..., B (use < 1 for B below 1).")
+@click.option("--threshold-step", type=float, default=None,
+              help="Spacing of the candidate thresholds step, 2 step, ..., B  [default: 1; tops with "
+                   "--expected-length: B/1024].")
 @click.option("--delta", type=float, default=None,
               help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range).")
 @click.option("--threshold-fraction", type=float, default=PAK_THRESHOLD_FRACTION, show_default=True,
@@ -197,13 +206,13 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     """
     chosen = REGISTRY[method]
     context = click.get_current_context()
-    hold = _check_options(context, chosen, options, hold)
+    hold = _paper_defaults(options, _check_options(context, chosen, options, hold))
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
-    describe = chosen.describe
     check_engine(context, engine=engine, input_path=input_path, key_column=key_column, time_column=time_column,
                  state_path=state_path, missing=missing)
+    _tell(context, chosen, options, hold=hold, seed=seed, keyed=key_column is not None, durable=state_path is not None)
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
@@ -212,14 +221,15 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
-        releaser = chosen.build({**options, "hold": hold}, seed=seed)
+        releaser = _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
-        announce(releaser, describe)
+        announce(releaser, chosen.describe)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
+    build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
     if engine == "spark":
-        release_on_spark(input_path, target, build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
+        release_on_spark(input_path, target, build=build,
                          key_column=key_column, column=column, seed=seed, upper_bound=options["upper_bound"],
                          clip=options["clip"], hold=releaser.hold, chunk=_CHUNK, master=spark_master, conf=spark_conf)
         return
@@ -229,13 +239,13 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     written = "the output stops before it" if is_stream(target) else "nothing was written"
     if time_column is not None or key_column is not None:
         write_revised(release_columns(reader, target, releaser,
-                                      build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
-                                      announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
+                                      build=build, announce=lambda stream: announce(stream, chosen.describe),
+                                      seed=seed, max_keys=max_keys,
                                       time=time_column is not None, keyed=key_column is not None, written=written,
                                       upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK))
         return
     values = reader.values()
-    writer = _Writer(releaser, lambda stream: announce(stream, describe), upper_bound=options["upper_bound"],
+    writer = _Writer(releaser, lambda stream: announce(stream, chosen.describe), upper_bound=options["upper_bound"],
                      clip=options["clip"], written=written)
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
@@ -248,8 +258,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
             if releaser.threshold is None:
                 raise click.ClickException(
                     f"{name} ended after {releaser.position:,} values, before the hold-out of {releaser.hold:,} "
-                    "was complete: nothing was released (lower --hold or give a longer stream)."
-                )
+                    "was complete: nothing was released (lower --hold or give a longer stream).")
     finally:
         reader.close()
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
@@ -275,6 +284,66 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
             say(f"warning: {_flag(context, alias)} is deprecated; use {_flag(context, name)}.")
             options[name] = value
     return hold if options.get("threshold") is None else _public_threshold(context)
+
+
+def _paper_defaults(options: dict[str, Any], hold: int | None) -> int | None:
+    """The hold-out; without --expected-length, the paper's --hold, --max-range and --threshold-step where not given
+    (what they always were); with it, None where not given: the mechanism fits them."""
+    if options.get("expected_length") is not None:
+        return hold
+    for name, paper in (("max_range", PAPER_MAX_RANGE), ("threshold_step", PAPER_THRESHOLD_STEP)):
+        options[name] = paper if options[name] is None else options[name]
+    return PAPER_HOLD if hold is None else hold
+
+
+def _tell(context: click.Context, chosen: Mechanism, options: dict[str, Any], *, hold: int | None, seed: int | None,
+          keyed: bool, durable: bool) -> None:
+    """What the parameters alone tell, before anything is read: a keyed tops release at the default hold-out
+    releases nothing for keys with fewer values (said on the local engine: what to set); with --state, whose
+    mechanism is built later, the mechanism's warning and what was fitted (a refused parameter is refused there)."""
+    if durable:
+        with suppress(ValueError, TypeError):
+            _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
+    if keyed and "expected_length" in chosen.optional and hold == PAPER_HOLD and context.params["engine"] == "local" \
+            and context.get_parameter_source("hold") is click.core.ParameterSource.DEFAULT:
+        say(f"warning: every key holds out its first {PAPER_HOLD:,} values (the default --hold) and releases nothing "
+            "if it has fewer: give --expected-length N (the values of one key) to fit the hold-out, the tree, the "
+            "threshold grid and s to short streams, or --hold, or a public --threshold.")
+
+
+def _said(build: Callable[[], Any]) -> Any:
+    """``build()``, a :class:`~dpstream.release.tops_defaults.ReleaseWarning` it issues said as a warning line, and
+    what was fitted to --expected-length said."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ReleaseWarning)
+        built = build()
+    for warning in caught:
+        if issubclass(warning.category, ReleaseWarning):
+            say(f"warning: {warning.message}.")
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    _say_fitted(built)
+    return built
+
+
+def _quiet(build: Callable[..., Any]) -> Callable[..., Any]:
+    """``build`` without its :class:`~dpstream.release.tops_defaults.ReleaseWarning`: every key's mechanism (and a
+    restored one) has the parameters whose warning was said once already."""
+    def built(*args: Any, **kwargs: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ReleaseWarning)
+            return build(*args, **kwargs)
+    return built
+
+
+def _say_fitted(releaser: Any) -> None:
+    """With --expected-length, say what was fitted to it (public: a function of public parameters)."""
+    fitted = getattr(getattr(releaser, "fitted", None), "expected_length", None)
+    if fitted is not None:
+        levels = releaser.fitted.max_smoothed_levels
+        say(f"fitted to --expected-length {fitted:,} (given values kept): hold-out {releaser.hold:,}, max-range "
+            f"{releaser.max_range:,}, threshold step {releaser.threshold_step:g}"
+            + ("" if releaser.period is not None else f", smoothed levels s <= {levels}") + ".")
 
 
 def _public_threshold(context: click.Context) -> int:
@@ -324,7 +393,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     try:
         run = durable.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
                             output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                            build=lambda key: chosen.build({**options, "hold": hold}, key=key),
+                            build=_quiet(lambda key: chosen.build({**options, "hold": hold}, key=key)),
                             max_keys=max_keys if keyed else None)
     except BaseException:
         reader.close()
@@ -378,11 +447,18 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
             reader.close()
         report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
         if keyed:
-            report_keys(releaser, line=summary(releaser, hold=hold if "hold" in chosen.options else 0))
+            report_keys(releaser, line=summary(releaser, hold=_shown_hold(chosen, options, hold)))
         say(message)
         write_revised(releaser)
     finally:
         run.close()
+
+
+def _shown_hold(chosen: Mechanism, options: dict[str, Any], hold: int | None) -> int:
+    """Every key's hold-out, for the closing line of a keyed release: fitted to --expected-length when not given."""
+    if "hold" not in chosen.options:
+        return 0
+    return _quiet(chosen.build)({**options, "hold": hold}, seed=0).hold if hold is None else hold
 
 
 class _Writer:

@@ -47,11 +47,12 @@ from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
 from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
+from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
-from dpstream.thresholds.model import SHARES, ModelChoice, model_threshold, window_leaves
-from dpstream.thresholds.noisy_max import nm_e_slope, threshold_candidates
+from dpstream.thresholds.model import ModelChoice, model_threshold, window_leaves
+from dpstream.thresholds.noisy_max import threshold_candidates
 from dpstream.thresholds.profile import noisy_profile, profile_epsilon
 from dpstream.thresholds.select import SELECTIONS
 
@@ -77,11 +78,12 @@ class ToPS(HoldOutRelease, Params):
         is given.
     upper_bound : float
         B: every value must lie in [0, B] (public).
-    hold : int
-        m: number of leading values used to choose theta and not released (paper: 65,536);
-        with ``threshold``, 0 (the default stands for 0 there).
-    max_range : int
-        r: the hierarchy covers chunks of r values; queries up to r are served (paper: 2^20).
+    hold : int, optional
+        m: number of leading values used to choose theta and not released (default the paper's 65,536, or
+        fitted to ``expected_length``); with ``threshold``, 0 (the default stands for 0 there).
+    max_range : int, optional
+        r: the hierarchy covers chunks of r values; queries up to r are served (default the paper's 2^20, or
+        fitted to ``expected_length``).
     fanout : int
         b (paper: 16).
     smoother : str or Smoother, optional
@@ -98,8 +100,9 @@ class ToPS(HoldOutRelease, Params):
         and no forced s, :attr:`smoothed_levels` is None until the hold-out ends.
     c : float
         The constant of Eq. 6 (paper: 60).
-    threshold_step : float
-        Spacing of NM-E's candidates ``step, 2 step, ..., B`` (paper: 1).
+    threshold_step : float, optional
+        Spacing of the candidates ``step, 2 step, ..., B`` (default the paper's 1, or ``B / 1024`` with
+        ``expected_length``).
     clip : bool
         Clip values outside [0, B] instead of raising an error.
     threshold_method : str
@@ -154,6 +157,12 @@ class ToPS(HoldOutRelease, Params):
         A public theta (:attr:`public_threshold`): no hold-out, nothing spent on it, values above it clipped to it;
         the stream is released from its first value as ``HierarchicalPerturber(threshold=theta)`` (same noise for the
         same seed or key); the options of a chosen threshold (``hold``, ``threshold_epsilon``, ...) are refused.
+    expected_length : int, optional
+        N, the number of values the stream is expected to hold: a public number, never read from the data.  The
+        defaults of ``hold``, ``max_range``, ``threshold_step`` and the smoothed levels are fitted to it
+        (:func:`~dpstream.release.tops_defaults.fit_defaults`); without it they are the paper's.  Public
+        parameters that make the values mostly chance, the prior or noise issue a
+        :class:`~dpstream.release.tops_defaults.ReleaseWarning` (with or without it).
 
     Privacy
     -------
@@ -191,8 +200,8 @@ class ToPS(HoldOutRelease, Params):
         *,
         epsilon: float,
         upper_bound: float,
-        hold: int = 65536,
-        max_range: int = 2**20,
+        hold: int | None = None,
+        max_range: int | None = None,
         fanout: int = 16,
         smoother: str | Smoother | None = None,
         window: int | None = None,
@@ -200,7 +209,7 @@ class ToPS(HoldOutRelease, Params):
         threshold_epsilon: float | None = None,
         smoothed_levels: int | None = None,
         c: float = NM_E_CONSTANT,
-        threshold_step: float = 1.0,
+        threshold_step: float | None = None,
         clip: bool = False,
         threshold_method: str = "model",
         query_length: int | None = None,
@@ -213,26 +222,26 @@ class ToPS(HoldOutRelease, Params):
         noise: NoiseSampler | None = None,
         key: bytes | None = None,
         threshold: float | None = None,
+        expected_length: int | None = None,
     ) -> None:
-        hold = _hold_of(threshold, hold=hold, threshold_epsilon=threshold_epsilon, threshold_method=threshold_method,
-                        query_length=None if period else query_length, profile_bins=profile_bins, selection=selection)
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
             smoother=smoother, window=window, alpha=alpha, threshold_epsilon=threshold_epsilon,
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
-            window_leaves=window_leaves, selection=selection, granularity=granularity,
-            **({} if threshold is None else {"threshold": threshold}),  # only then: snapshots stay as they were
-        )
+            window_leaves=window_leaves, selection=selection, granularity=granularity, threshold=threshold,
+            expected_length=expected_length)
+        #: The hold-out, tree, grid and largest s in use: fitted to ``expected_length`` (N), or the paper's.
+        fitted = self.fitted = fit_params(self._params)
         self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
-        self.hold = check_memory(check_positive_int(hold, "hold", minimum=int(threshold is None)), "hold")
+        self.hold = check_memory(check_positive_int(fitted.hold, "hold", minimum=int(threshold is None)), "hold")
         self.threshold_epsilon = (
             self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
         )
         self.c = check_bound(c, "c")
-        self.threshold_step = check_bound(threshold_step, "threshold_step")
+        self.threshold_step = check_bound(fitted.threshold_step, "threshold_step")
         check_magnitude(self.upper_bound / self.threshold_step, "upper_bound / threshold_step", "raise threshold_step")
         threshold_candidates(self.upper_bound, self.threshold_step)  # validates the grid now
         self.clip = check_bool(clip, "clip")
@@ -260,57 +269,25 @@ class ToPS(HoldOutRelease, Params):
         self._forced_levels = smoothed_levels
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
-        self._set_hierarchy(max_range, fanout, smoothed_levels, granularity)
+        self._max_smoothed = fitted.max_smoothed_levels
+        self._set_hierarchy(fitted.max_range, fanout, smoothed_levels, granularity)
         self._start_hold_out()
-        self._begin(smoothed_levels)
+        self._begin(self._perturber_args["smoothed_levels"])
+        warn_if_useless(self)
 
     def _begin(self, smoothed_levels: int | None) -> None:
         """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""
         if self.public_threshold is None:
-            self._check_model_budget()
-            self._check_threshold_scores()
+            check_threshold_choice(
+                threshold_method=self.threshold_method, epsilon=self.epsilon, threshold_epsilon=self.threshold_epsilon,
+                budget_given=self._params["threshold_epsilon"] is not None, upper_bound=self.upper_bound,
+                levels=self.levels, threshold_step=self.threshold_step, hold=self.hold, max_range=self.max_range,
+                fanout=self.fanout, c=self.c, share=1.0 - PROFILE_SHARE if self._profiled else 1.0)
         elif not self.public_threshold <= self.upper_bound:
             raise ValueError(f"threshold {self.public_threshold!r} is above upper_bound {self.upper_bound!r}.")
         else:
             self._start_stream(threshold=self.public_threshold, smoothed_levels=smoothed_levels, prior=None,
                                model_choice=None)
-
-    def _check_threshold_scores(self) -> None:
-        """Refuse now parameters whose threshold scores cannot be computed when the hold-out ends.
-
-        The model squares thresholds, noise scales (at most ``B h / epsilon``) and the scale of the values
-        (at least ``threshold_step / ln 2``): they must lie in [1e-150, 1e150].  NM-E compares ``slope * theta``
-        with integer counts exactly, which needs ``slope * B`` below 2^62.
-        """
-        if self.threshold_method == "model":
-            noise = self.upper_bound * self.levels / self.epsilon
-            if not (noise <= 1e150 and self.threshold_step >= 1e-150):
-                raise ValueError(f"the model threshold squares the noise scale upper_bound * h / epsilon ({noise:g}) "
-                                 f"and threshold_step ({self.threshold_step:g}): both must lie in [1e-150, 1e150].")
-        else:
-            slope = nm_e_slope(self.hold, stream_epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
-                               c=self.c)
-            if not slope * self.upper_bound < 2.0**62:
-                raise ValueError(f"NM-E's largest offset slope * upper_bound must stay below 2^62, got "
-                                 f"{slope * self.upper_bound:g}; raise c or epsilon, or lower hold.")
-
-    def _check_model_budget(self) -> None:
-        """Refuse now a threshold budget whose exact noise the model cannot draw when the hold-out ends.
-
-        The model rounds each of its noise scales to 40 significant bits, a numerator of at most 2^40
-        and a denominator below 2^62 (:mod:`dpstream.thresholds.model`): its prior's scale, at most
-        2^21 grid units over its share of the budget, must stay at most 2^40, and its drift counts'
-        scale, 1 over its share, above 2^-23.
-        """
-        if self.threshold_method != "model":
-            return
-        share = 1.0 - PROFILE_SHARE if self._profiled else 1.0
-        low, high = 2.0**-19 / SHARES["prior"] / share, 2.0**23 / SHARES["drift"] / share
-        if not low <= self.threshold_epsilon < high:
-            name = "threshold_epsilon" if self._params["threshold_epsilon"] is not None else (
-                "epsilon (the budget of the threshold too, unless threshold_epsilon)")
-            raise ValueError(f"{name} must be in [{low:.3g}, {high:.3g}) for the exact noise of the model threshold, "
-                             f"got {self.threshold_epsilon!r}.")
 
     def _set_smoothers(self, smoother: str | Smoother | None, window: int | None, alpha: float | None) -> None:
         """The smoother of blocks and periods, and the one of leaves of a fraction of the window."""
@@ -327,6 +304,11 @@ class ToPS(HoldOutRelease, Params):
         """Check r, b and s now rather than after the hold-out (s does not depend on theta, Eq. 7),
         and choose the grid for the largest theta, B, and the most levels the hold-out may choose."""
         shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        chosen_later = self.threshold_method == "model" and smoothed_levels is None and self.public_threshold is None
+        if smoothed_levels is None and not chosen_later and self._max_smoothed is not None \
+                and self._max_smoothed < shape.smoothed_levels:
+            smoothed_levels = self._max_smoothed  # Eq. 7's s, but no block longer than the stream can fill
+            shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
         self.max_range, self.fanout = shape.max_range, shape.fanout
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
         self._perturber_args = dict(epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
@@ -334,7 +316,6 @@ class ToPS(HoldOutRelease, Params):
         self.granularity: float | None = None
         if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
             return
-        chosen_later = self.threshold_method == "model" and smoothed_levels is None
         measured = shape.levels if chosen_later or self.period else shape.measured_levels
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
         check_magnitude(self.upper_bound * measured / self.epsilon,
@@ -482,6 +463,8 @@ class ToPS(HoldOutRelease, Params):
         length = self.query_length or self.period
         queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
+        if levels is None and self._max_smoothed is not None:  # no block longer than the stream can fill
+            levels = tuple(range(min(self._max_smoothed, self.levels - 1) + 1))
         model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
         leaves = ()
         if self.query_length is not None and self.period is None and self._forced_levels is None and self.window_leaves:
@@ -566,18 +549,6 @@ class ToPS(HoldOutRelease, Params):
             return min(max(value, 0.0), self.upper_bound)
         check_stream_values([value], self.upper_bound, clip=self.clip, offset=self._position)
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _hold_of(threshold: float | None, **given: object) -> int:
-    """``hold``, or 0 with a public ``threshold`` (refusing a chosen one's options; the default hold stands for 0)."""
-    if threshold is None:
-        return given["hold"]  # type: ignore[return-value]
-    passes = {"hold": (65536, 0), "threshold_epsilon": (None,), "threshold_method": ("model",),
-              "selection": ("permute-and-flip",), "profile_bins": (0,), "query_length": (None,)}
-    if wrong := [name for name, value in given.items() if value not in passes[name]]:
-        raise ValueError(f"a public threshold is not chosen from a hold-out: {', '.join(wrong)} "
-                         f"{'does' if len(wrong) == 1 else 'do'} not apply with threshold.")
-    return 0
 
 
 def _bits_of(sampler: NoiseSampler):
