@@ -74,12 +74,11 @@ from dpstream.audit.streams import (
     BinaryTreeByKey,
     NoisyMaxThreshold,
     PAKHoldOut,
-    PeriodicLeaves,
     ToPSModelThreshold,
     ToPSOneLevel,
-    ToPSPerturber,
     laplace_log_ratio,
 )
+from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, WindowLeaves
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
 
@@ -176,6 +175,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "tops-one-level": ToPSOneLevel,
     "tops-periodic": PeriodicLeaves,
     "tops-model": ToPSModelThreshold,
+    "tops-window-leaves": WindowLeaves,
+    "tops-stream": ToPSStream,
     "nm-e": NoisyMaxThreshold,
     "nm-e-tail": lambda *, epsilon=1.0: NoisyMaxThreshold(epsilon=epsilon, gap=3),
     "binary-tree": BinaryTree,

@@ -20,7 +20,6 @@ from dpstream.release import HierarchicalPerturber, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.by_key import ByKey, key_bits
 from dpstream.release.pak import PAK
-from dpstream.release.periodic import PeriodicPerturber
 from dpstream.release.registry import mechanism
 from dpstream.thresholds import noisy_max_threshold
 from dpstream.thresholds.model import model_candidates
@@ -31,10 +30,8 @@ __all__ = [
     "BinaryTreeByKey",
     "NoisyMaxThreshold",
     "PAKHoldOut",
-    "PeriodicLeaves",
     "ToPSModelThreshold",
     "ToPSOneLevel",
-    "ToPSPerturber",
     "laplace_log_ratio",
 ]
 
@@ -49,40 +46,6 @@ def laplace_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, scale: floa
     """
     outputs = np.atleast_2d(np.asarray(outputs, dtype=np.float64).T).T
     return ((np.abs(outputs - mean_a) - np.abs(outputs - mean_b)) / scale).sum(axis=1)
-
-
-class ToPSPerturber(MechanismAdapter):
-    """ToPS's hierarchical perturber with a fixed threshold (no smoothing, so chunks are independent).
-
-    Each chunk of ``max_range`` values gets a fresh hierarchy, so one stream of ``n`` chunks is
-    ``n`` independent runs; position 0 of every chunk is 0 (input A) or theta (input B).  The
-    output is the first released value (its leaf's consistent measurement); the parent's share of
-    the budget reaches it only through consistency, so the bound stays near half the claim
-    (``tops-one-level`` audits the noise scale at the full claim).
-    """
-
-    name = "tops"
-    statistic_name = "the first released value"
-
-    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, max_range: int = 16, fanout: int = 4,
-                 samples: int = 50_000) -> None:
-        self._params = dict(threshold=threshold, epsilon=epsilon, max_range=max_range, fanout=fanout, smoothed_levels=0)
-        probe = HierarchicalPerturber(**self._params, seed=0)
-        guarantee = probe.privacy()
-        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
-        self.granularity = probe.leaf_granularity
-        self.max_range, self.samples = probe.max_range, samples
-        self.neighbours = (0.0, probe.threshold)
-
-    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        stream = np.zeros((n, self.max_range))
-        stream[:, 0] = x
-        released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(n, self.max_range)[:, 0]
-
-    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        return on_lattice(outputs, x, self.granularity, what="ToPS's perturber")
 
 
 class ToPSOneLevel(MechanismAdapter):
@@ -112,40 +75,6 @@ class ToPSOneLevel(MechanismAdapter):
 
     def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
         return on_lattice(outputs, x, self.granularity, what="ToPS's one-level perturber")
-
-
-class PeriodicLeaves(MechanismAdapter):
-    """The periodic perturber with a fixed threshold: leaves of ``period`` values under two levels.
-
-    Each chunk of ``max_range`` values gets a fresh hierarchy; position 0 of every chunk is 0
-    (input A) or theta (input B), the rest 0.  The audited output is the sum of the values
-    released for the chunk's first period: that leaf's consistent noisy measurement, whatever
-    the smoother predicted inside it (predictions of earlier chunks' leaves, which are
-    independent of this chunk's noise).
-    """
-
-    name = "tops-periodic"
-    statistic_name = "the sum released for the first period"
-
-    def __init__(self, *, epsilon: float = 1.0, threshold: float = 4.0, period: int = 2, max_range: int = 16,
-                 fanout: int = 4, samples: int = 50_000) -> None:
-        self._params = dict(threshold=threshold, epsilon=epsilon, period=period, max_range=max_range, fanout=fanout,
-                            levels=2, prior=0.0)
-        probe = PeriodicPerturber(**self._params, seed=0)
-        guarantee = probe.privacy()
-        self.claimed_epsilon, self.claimed_delta = guarantee.epsilon, guarantee.delta
-        self.granularity = probe.leaf_granularity
-        self.max_range, self.period, self.samples = probe.max_range, period, samples
-        self.neighbours = (0.0, probe.threshold)
-
-    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        stream = np.zeros((n, self.max_range))
-        stream[:, 0] = x
-        released = PeriodicPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(n, self.max_range)[:, : self.period].sum(axis=1)
-
-    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
-        return on_lattice(outputs, x, self.granularity, what="the periodic perturber")
 
 
 class NoisyMaxThreshold(MechanismAdapter):
