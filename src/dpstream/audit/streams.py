@@ -133,7 +133,7 @@ class ToPSModelThreshold(MechanismAdapter):
     name = "tops-model"
     statistic_name = "the log-likelihood ratio of the model's median, theta and prior"
 
-    def __init__(self, *, epsilon: float = 1.0, samples: int = 4_000) -> None:
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 2_000) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
         held = np.array([0.0, 0.0, 0.0, 2.0, 2.0, 3.0, 3.0, 5.0])
         moved = held.copy()
@@ -232,29 +232,34 @@ class BinaryTree(MechanismAdapter):
 class BinaryTreeByKey(BinaryTree):
     """The binary tree per key, as ``release --method bt --key-column`` runs it: the registry's entry
     builds one counter per key (:class:`~dpstream.release.by_key.ByKey`), key ``k`` drawing from
-    ``key_bits(secret, k)`` with a fresh secret per input.  Every key's stream is one run (its first
-    value 0 or tau, then zeros); the output and statistic are the binary tree's (one noisy count on
-    every level, their likelihood ratio jointly), on trees of 4 leaves: two levels, so that the
-    ratio's top value (the whole claim, when both counts exceed tau) has probability about 1/4 and
-    the runs the per-key counters afford come near the claim.  Noise shared between keys would
-    make the runs on one input alike: the audit sees it at once.
+    ``key_bits(secret, k)`` with a fresh secret per input.  Every key's stream holds eight trees,
+    each one run (its first value 0 or tau, then zeros; each tree's noise from the key's bits).
+    The output and statistic are the binary tree's (one noisy count on every level, their
+    likelihood ratio jointly), on trees of 4 leaves: two levels, so that the ratio's top value
+    (the whole claim, when both counts exceed tau) has probability about 1/4 and the runs the
+    per-key counters afford come near the claim.  Noise shared between keys would make the runs
+    on one input alike: the audit sees it at once.
     """
 
     name = "bt-by-key"
 
-    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, levels: int = 2, samples: int = 12_000) -> None:
+    #: Trees in each key's stream (a fresh tree every ``2^levels`` values): every tree is one run.
+    trees_per_key = 8
+
+    def __init__(self, *, epsilon: float = 1.0, threshold: float = 1.0, levels: int = 2, samples: int = 32_000) -> None:
         super().__init__(epsilon=epsilon, threshold=threshold, levels=levels, samples=samples)
         self._options = {"epsilon": epsilon, "upper_bound": threshold, "max_range": 2**levels, "clip": False,
                          "granularity": None}
 
     def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        entry, secret, width = mechanism("bt"), rng.bytes(32), 2**self.levels
-        streams = ByKey(build=lambda key: entry.build(self._options, seed=key_bits(secret, key)), max_keys=n)
-        stream = np.zeros((n, width))
+        entry, secret, width, trees = mechanism("bt"), rng.bytes(32), 2**self.levels, self.trees_per_key
+        keys = -(-n // trees)
+        streams = ByKey(build=lambda key: entry.build(self._options, seed=key_bits(secret, key)), max_keys=keys)
+        stream = np.zeros((keys * trees, width))
         stream[:, 0] = x
-        released = streams.release(stream.ravel(), [f"key {run}" for run in range(n) for _ in range(width)])
+        released = streams.release(stream.ravel(), [f"key {k}" for k in range(keys) for _ in range(trees * width)])
         order = np.lexsort((released.positions, np.array([int(key[4:]) for key in released.keys])))
-        runs = released.values[order].reshape(n, width)
+        runs = released.values[order].reshape(keys * trees, width)[:n]
         return np.cumsum(runs, axis=1)[:, 2 ** np.arange(self.levels) - 1]
 
 

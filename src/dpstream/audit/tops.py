@@ -219,7 +219,7 @@ class ToPSStream(MechanismAdapter):
     statistic_name = "the log-likelihood ratio of the first tree's released leaves given theta"
     _HELD = (0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 5.0, 8.0)
 
-    def __init__(self, *, epsilon: float = 1.0, samples: int = 6_000) -> None:
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 8_000) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
         self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
         self.fanout, self.samples = 4, samples
