@@ -21,8 +21,8 @@ tops-stream               ToPS end to end after its hold-out (theta, s, prior ch
                           keyed): the first value after it is 0 or B; the first tree's leaves
 tops-model                ToPS end to end on its hold-out with the default model threshold
                           (median, drift, selection, prior; keyed): one held-out value is 0 or
-                          B; the median, theta and the prior, their likelihood ratio (the claim is
-                          what the steps that release something spend: 3/4 of eps)
+                          B; the median, theta and the prior, their likelihood ratio (threshold
+                          budget 4/3 eps: the steps that release something spend eps, the claim)
 nm-e, nm-e-tail           NM-E: one held-out value moves candidate 1's count by 1 so that the
                           noiseless winner changes (nm-e), or deeper in the noise's tail; theta
 binary-tree               binary-tree counter, trees of 8 leaves: the first value is 0 or tau;
