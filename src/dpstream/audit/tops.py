@@ -206,39 +206,46 @@ class ToPSStream(MechanismAdapter):
     threshold on a keyed source), then the stream released on them.
 
     Both inputs hold out the same eight values, so what the hold-out releases has one law on
-    both; the first value after it is 0 (input A) or B (input B, clipped to the chosen theta), so
-    the first tree's (or, at ``s = 1``, the first block's) node on every measured level moves by
-    theta.  A run's output is theta, the measured levels, the noise scale and the grid of the
-    perturber it chose, then the estimates of the first tree's four leaves (sums of the released
-    values over each block of ``b^s``); the statistic is their log-likelihood ratio given
-    theta: the single level's Laplace ratio, or the two levels' jointly
-    (:func:`consistent_log_ratio`).  The claim is the perturber's budget.
+    both; the first value of every chunk after it is 0 (input A) or B (input B, clipped to the
+    chosen theta), so the chunk's first tree's (or, at ``s = 1``, first block's) node on every
+    measured level moves by theta.  A run is one chunk: theta, the measured levels, the noise
+    scale and the grid of the perturber the hold-out chose, then the estimates of the chunk's
+    first four leaves (sums of the released values over each block of ``b^s``); the statistic is
+    their log-likelihood ratio given theta: the single level's Laplace ratio, or the two levels'
+    jointly (:func:`consistent_log_ratio`).  The claim is the perturber's budget.  Each ToPS
+    releases four chunks: they share theta, but given theta they are independent, and the
+    statistic's law does not depend on theta (the noise scale and the change are both
+    proportional to it; here the hold-out chooses one measured level in every run), so the runs
+    are independent.
     """
 
     name = "tops-stream"
-    statistic_name = "the log-likelihood ratio of the first tree's released leaves given theta"
+    statistic_name = "the log-likelihood ratio of a chunk's first released leaves given theta"
     _HELD = (0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 5.0, 8.0)
+    #: Chunks released after each hold-out, each one run.
+    chunks = 4
 
-    def __init__(self, *, epsilon: float = 1.0, samples: int = 8_000) -> None:
+    def __init__(self, *, epsilon: float = 1.0, samples: int = 16_000) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
         self.claimed_epsilon, self.claimed_delta = float(epsilon), 0.0
         self.fanout, self.samples = 4, samples
         self.neighbours = (0.0, 8.0)
 
     def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        held = np.array(self._HELD)
-        out = np.empty((n, 4 + self.fanout))
-        for run in range(n):
+        held, r = np.array(self._HELD), self._params["max_range"]
+        out = np.empty((-(-n // self.chunks), self.chunks, 4 + self.fanout))
+        for run in range(out.shape[0]):
             tops = ToPS(**self._params, hold=held.size, key=rng.bytes(32))
             tops.release(held)
             perturber = tops._stream
             block = self.fanout**perturber.smoothed_levels
-            stream = np.zeros(self.fanout * block)
-            stream[0] = x
-            estimates = tops.release(stream).reshape(self.fanout, block).sum(axis=1)
-            out[run] = (tops.threshold, perturber.measured_levels, perturber.noise_scale, perturber.leaf_granularity,
-                        *estimates)
-        return out
+            stream = np.zeros((self.chunks, r))
+            stream[:, 0] = x
+            released = tops.release(stream.ravel()).reshape(self.chunks, r)[:, : self.fanout * block]
+            out[run, :, :4] = (tops.threshold, perturber.measured_levels, perturber.noise_scale,
+                               perturber.leaf_granularity)
+            out[run, :, 4:] = released.reshape(self.chunks, self.fanout, block).sum(axis=2)
+        return out.reshape(-1, 4 + self.fanout)[:n]
 
     def _means(self, x: float, theta: np.ndarray) -> np.ndarray:
         mean = np.zeros((theta.size, self.fanout + 1))
