@@ -219,6 +219,8 @@ EXACT = {
     "tops-one-level": 20_000,
     "tops-periodic": 4_000,
     "tops-model": 200,
+    "tops-window-leaves": 400,
+    "tops-stream": 200,
     "binary-tree": 2_048,
     "pak": 400,
     "nm-e": 20_000,
@@ -310,3 +312,52 @@ def test_events_in_words():
     assert Event(low=3.0, high=3.0).describe("theta") == "theta is 3"
     assert Event(members=(1.0,)).describe("theta") == "theta is 1"
     assert Event(members=(1.0, 2.0)).describe("theta") == "theta is one of 1, 2"
+
+
+# -- statistics that reach the claim ------------------------------------------------------------
+
+
+def test_consistent_log_ratio_is_the_likelihood_ratio_of_the_consistent_leaves():
+    """The closed form against a numerical integral of the nodes' Laplace densities along the line of
+    measurements that give the same consistent leaves (``y + t (1, ..., 1, -1)``)."""
+    from dpstream.audit.tops import consistent_log_ratio
+
+    rng = np.random.default_rng(0)
+    mean_a, mean_b, scale = np.zeros(5), np.array([4.0, 0.0, 0.0, 0.0, 4.0]), 8.0
+    leaves = rng.laplace(0.0, 10.0, (6, 4))
+    t = np.linspace(-400.0, 400.0, 400_001)
+    for row, ratio in zip(leaves, consistent_log_ratio(leaves, mean_b, mean_a, scale), strict=True):
+        nodes = np.concatenate((row[:, None] + t, (row.sum() - t)[None, :]))
+        density = [np.trapezoid(np.exp(-np.abs(nodes - m[:, None]).sum(axis=0) / scale), t) for m in (mean_b, mean_a)]
+        assert ratio == pytest.approx(math.log(density[0] / density[1]), abs=1e-6)
+        assert abs(ratio) <= 2 * 4.0 / scale + 1e-12  # never beyond the two levels' budget
+
+
+def _three_quarter_scale():
+    """GridLaplace whose noise scale is 3/4 of the right one, the claim unchanged (4/3 of it spent)."""
+    import dataclasses
+    from fractions import Fraction
+
+    from dpstream.noise.grid import GridLaplace
+
+    class Scaled(GridLaplace):
+        @classmethod
+        def on_grid(cls, *args, **kwargs):
+            right = GridLaplace.on_grid(*args, **kwargs)
+            return dataclasses.replace(right, scale=right.scale * Fraction(3, 4))
+
+    return Scaled
+
+
+@pytest.mark.parametrize(("name", "module"), [("tops", "dpstream.release.perturber"),
+                                              ("tops-periodic", "dpstream.release.perturber"),
+                                              ("bt-by-key", "dpstream.hierarchy.arithmetic"),
+                                              ("pak", "dpstream.release.pak")])
+def test_the_default_audit_sees_a_three_quarter_noise_scale(name, module, monkeypatch):
+    """The adapters whose statistics reach about 0.8 of the claim or more: at their default runs a
+    mechanism that spends 4/3 of its claim (noise at 3/4 of its scale) fails."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(module), "GridLaplace", _three_quarter_scale())
+    [result] = run_audit([name], seed=1)
+    assert not result.epsilon_ok, format_table([result])

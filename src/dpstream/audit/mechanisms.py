@@ -7,22 +7,31 @@ one stream, independent regions of one level, one report per client).
 ========================  =======================================================================
 name                      neighbours and audited output
 ========================  =======================================================================
-tops                      ToPS's perturber, fixed theta, two levels: the first value of a chunk
-                          is 0 or theta; the first released value (its leaf's consistent value)
+tops                      ToPS's perturber, fixed theta, two levels: the first value of every tree
+                          (4 leaves, one parent) is 0 or theta; the tree's released leaves, their
+                          exact likelihood ratio through consistency (every tree is a run)
 tops-one-level            the perturber with one measured level on a keyed source (``key=``):
                           every value is 0 or theta; each released value (value + its noise)
 tops-periodic             the periodic perturber (leaves of one period of 2 values, 2 levels): the
-                          first value of a chunk is 0 or theta; the sum released for its period
+                          first value of every tree is 0 or theta; the sums released for its periods
+tops-window-leaves        the perturber ToPS runs on leaves of a fraction of the window
+                          (``query_length``), phase 8 (the first value not aligned to a leaf): the
+                          first value is 0 or theta; the sums released for the first chunk's leaves
+tops-stream               ToPS end to end after its hold-out (theta, s, prior chosen privately,
+                          keyed): the first value after it is 0 or B; the first tree's leaves
 tops-model                ToPS end to end on its hold-out with the default model threshold
                           (median, drift, selection, prior; keyed): one held-out value is 0 or
-                          B; theta (with s and the prior)
+                          B; the median, theta and the prior, their likelihood ratio (threshold
+                          budget 4/3 eps: the steps that release something spend eps, the claim)
 nm-e, nm-e-tail           NM-E: one held-out value moves candidate 1's count by 1 so that the
                           noiseless winner changes (nm-e), or deeper in the noise's tail; theta
 binary-tree               binary-tree counter, trees of 8 leaves: the first value is 0 or tau;
                           the noisy counts after 1, 2 and 4 values (one node on every level)
-bt-by-key                 the same, per key as ``release --key-column`` runs it (the registry's
-                          entry, one counter per key on its keyed bits): one key is one run
-pak                       PAK: one held-out value is 0 or B; the released sum of the hold-out
+bt-by-key                 the same on trees of 4 leaves, per key as ``release --key-column`` runs
+                          it (the registry's entry, one counter per key on its keyed bits): one
+                          key is one run
+pak                       PAK (threshold_fraction 0.02): one held-out value is 0 or B; tau and the
+                          released sum of the hold-out, the sum's likelihood ratio given tau
 sr, pm, hm                the LDP mean randomizers on the extreme inputs -1 and 1; the report (an
                           index on the mechanism's declared grid)
 square-wave               Square Wave on the extreme inputs 0 and 1; the report (a grid index)
@@ -74,12 +83,11 @@ from dpstream.audit.streams import (
     BinaryTreeByKey,
     NoisyMaxThreshold,
     PAKHoldOut,
-    PeriodicLeaves,
     ToPSModelThreshold,
     ToPSOneLevel,
-    ToPSPerturber,
     laplace_log_ratio,
 )
+from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, WindowLeaves
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
 
@@ -176,6 +184,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "tops-one-level": ToPSOneLevel,
     "tops-periodic": PeriodicLeaves,
     "tops-model": ToPSModelThreshold,
+    "tops-window-leaves": WindowLeaves,
+    "tops-stream": ToPSStream,
     "nm-e": NoisyMaxThreshold,
     "nm-e-tail": lambda *, epsilon=1.0: NoisyMaxThreshold(epsilon=epsilon, gap=3),
     "binary-tree": BinaryTree,

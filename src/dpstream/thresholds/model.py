@@ -70,7 +70,7 @@ from dpstream.hierarchy import num_levels
 from dpstream.noise.bits import BitsSeed, make_bits
 from dpstream.noise.discrete_laplace_law import discrete_laplace
 from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths, aligned_noise_factors
-from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon
+from dpstream.thresholds.select import SELECTIONS, select, selection_epsilon, selection_probabilities
 
 __all__ = [
     "DRIFT_MARGIN",
@@ -80,6 +80,7 @@ __all__ = [
     "SHARES",
     "ModelChoice",
     "model_candidates",
+    "model_selection_laws",
     "model_threshold",
     "noisy_mean",
     "selection_scores",
@@ -331,6 +332,45 @@ def model_threshold(
     return _four_steps(held, structures, epsilon=epsilon, stream_epsilon=stream_epsilon, selection=selection)
 
 
+def model_selection_laws(
+    values: np.ndarray,
+    choice: ModelChoice,
+    *,
+    epsilon: float,
+    stream_epsilon: float,
+    upper_bound: float,
+    max_range: int,
+    fanout: int,
+    queries: QueryLengths | None = None,
+    selection: str = "permute-and-flip",
+    step: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exact laws of the two private selections of :func:`model_threshold` on ``values``: the
+    probability of every candidate as the median (step 1) and, given the public outputs of steps 1
+    and 2 (``choice.scale`` and ``choice.drift``), as theta (step 3).  For audits: with the noisy
+    prior's law (step 4, given theta) they are the likelihood of everything the model releases.
+    Blocks of ``b^s`` values (no period, no leaves); at most 16 candidates for permute-and-flip
+    (:func:`~dpstream.thresholds.select.selection_probabilities`).
+
+    >>> held = np.array([0.0, 0.0, 2.0, 3.0, 5.0, 8.0])
+    >>> choice = model_threshold(held, epsilon=1.0, stream_epsilon=1.0, upper_bound=8, max_range=16, fanout=4, seed=1)
+    >>> median, theta = model_selection_laws(held, choice, epsilon=1.0, stream_epsilon=1.0, upper_bound=8,
+    ...                                      max_range=16, fanout=4)
+    >>> median.size == theta.size == 8, round(float(median.sum()), 9), round(float(theta.sum()), 9)
+    (True, 1.0, 1.0)
+    """
+    held = _HeldOut(np.asarray(values, dtype=np.float64), None, model_candidates(upper_bound, step))
+    queries = QueryLengths.random(max_range) if queries is None else queries
+    structures = _Structures(max_range=max_range, fanout=fanout, queries=queries,
+                             levels=tuple(range(num_levels(max_range, fanout))), period=None, leaves=())
+    rows, _ = _public_errors(held.candidates, structures, m=held.m, scale=choice.scale, drift=choice.drift,
+                             eps_prior=epsilon * SHARES["prior"], stream_epsilon=stream_epsilon)
+    median = selection_probabilities("permute-and-flip", held.rank_scores(), epsilon=epsilon * SHARES["scale"])
+    theta = selection_probabilities(selection, held.theta_scores(rows, queries)[1],
+                                    epsilon=epsilon * SHARES["selection"], monotone=True)
+    return median, theta
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Structures:
     """The hierarchies the model scores: chunks of r values, fan-out b, the windows that matter, the
@@ -399,10 +439,14 @@ class _HeldOut:
     def m(self) -> int:
         return self.values.size
 
+    def rank_scores(self) -> np.ndarray:
+        """Step 1's scores: ``-|#{v <= t} - m / 2|`` for every candidate ``t`` (sensitivity 1)."""
+        at_most = np.searchsorted(self.ordered, self.candidates, side="right")
+        return -np.abs(at_most - self.m / 2.0)
+
     def median(self, epsilon: float) -> tuple[float, float]:
         """Step 1: the candidate nearest the median by permute-and-flip on ranks, and its budget."""
-        at_most = np.searchsorted(self.ordered, self.candidates, side="right")
-        index = select("permute-and-flip", -np.abs(at_most - self.m / 2.0), epsilon=epsilon, seed=self.bits)
+        index = select("permute-and-flip", self.rank_scores(), epsilon=epsilon, seed=self.bits)
         return float(self.candidates[index]), selection_epsilon("permute-and-flip", epsilon)
 
     def select(self, rows: np.ndarray, queries: QueryLengths, selection: str,
@@ -412,14 +456,19 @@ class _HeldOut:
         The counts enter every structure alike, so the best structure for a theta is the one with
         the least public error: a public function of theta.  Only theta is selected privately.
         """
+        best_level, scores = self.theta_scores(rows, queries)
+        index = select(selection, scores, epsilon=epsilon, monotone=True, seed=self.bits)
+        return index, int(best_level[index]), float(scores[index]), selection_epsilon(selection, epsilon,
+                                                                                       monotone=True)
+
+    def theta_scores(self, rows: np.ndarray, queries: QueryLengths) -> tuple[np.ndarray, np.ndarray]:
+        """Step 3's scores: the best structure of every candidate theta and the score of theta (sensitivity 1,
+        monotone) from the exact count above it and that structure's public error."""
         above = self.m - np.searchsorted(self.ordered, self.candidates, side="left")  # m_theta = |{v >= theta}|
         kappa = queries.mean / queries.mean_square  # weight of the truncation's variance term
         best_level = np.argmin(rows, axis=0)
         public = rows[best_level, np.arange(self.candidates.size)]
-        scores = selection_scores(above, public, kappa=kappa, m=self.m)
-        index = select(selection, scores, epsilon=epsilon, monotone=True, seed=self.bits)
-        return index, int(best_level[index]), float(scores[index]), selection_epsilon(selection, epsilon,
-                                                                                       monotone=True)
+        return best_level, selection_scores(above, public, kappa=kappa, m=self.m)
 
 
 def _public_errors(
