@@ -1,7 +1,7 @@
 """Times and durations of rows: parsed in batches, aligned in UTC (the one parser of a time column).
 
-A time is either ISO 8601 -- ``2024-03-01T00:30:00Z`` (a date alone is its midnight), an offset (``+02:00``, ``+0200``), a space
-for the ``T`` as most tools write it, fractions of a second allowed, and **no offset meaning UTC**
+A time is either ISO 8601 -- ``2024-03-01T00:30:00Z`` (a date alone is its midnight), an offset
+(``+02:00``, ``+0200``), a space for the ``T`` as most tools write it, fractions of a second allowed, and **no offset meaning UTC**
 -- or epoch seconds (a decimal number of seconds since 1970-01-01T00:00:00Z).  Which of the two a
 column holds is decided by its first value (:func:`time_kind`) and said by the command; a later
 value of the other kind is an error naming its row.  Times are held as int64 nanoseconds since
@@ -94,9 +94,9 @@ def parse_times(texts: pa.Array | list[str], *, kind: str, first_row: int = 1, w
     [1704069000000000000, 1704069000500000000]
     >>> parse_times(["2024-01-01"], kind="iso").tolist()
     [1704067200000000000]
-    >>> parse_times(["2024-01-01", "yesterday"], kind="iso", first_row=10)
+    >>> parse_times(["2024-01-01", "yesterday"], kind="iso", first_row=10)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    dpstream.io.InputError: row 11: the time 'yesterday' is not ISO 8601 (2024-03-01T00:30:00Z, an offset or none for UTC, a space for the T allowed)
+    dpstream.io.InputError: row 11: the time 'yesterday' is not ISO 8601 (2024-03-01T00:30:00Z, an offset or none ...
     """
     array = pa.array(texts, type=pa.string()) if not isinstance(texts, (pa.Array, pa.ChunkedArray)) else texts
     array = pc.utf8_trim_whitespace(array.cast(pa.string()))
