@@ -3,8 +3,9 @@
 A time is either ISO 8601 -- ``2024-03-01T00:30:00Z`` (a date alone is its midnight), an offset
 (``+02:00``, ``+0200``), a space for the ``T`` as most tools write it, fractions of a second
 allowed, and **no offset meaning UTC** -- or epoch seconds (a decimal number of seconds since
-1970-01-01T00:00:00Z).  Which of the two a column holds is decided by its first value (:func:`time_kind`) and said by the command; a later
-value of the other kind is an error naming its row.  Times are held as int64 nanoseconds since
+1970-01-01T00:00:00Z).  Which of the two a column holds is decided by its first value
+(:func:`time_kind`) and said by the command; a later value of the other kind is an error naming
+its row.  Times are held as int64 nanoseconds since
 the epoch (numpy ``datetime64[ns]``'s range, 1678 to 2261), parsed by pyarrow's compute kernels:
 no Python loop per row.
 
