@@ -80,6 +80,7 @@ from dpstream.audit.streams import (
     ToPSPerturber,
     laplace_log_ratio,
 )
+from dpstream.audit.units import UnitAggregateWindows
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
 
@@ -192,6 +193,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "count-of-counts-top-down": TopDownRelease,
     "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
+    "unit-aggregate": UnitAggregateWindows,
 }
 
 

@@ -43,7 +43,7 @@ from dpstream.cli._spark_release import check_engine, release_on_spark
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
-from dpstream.release.registry import REGISTRY, Mechanism, specific_options
+from dpstream.release.registry import REGISTRY, Mechanism, release_methods, specific_options
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.smoothers import SMOOTHERS
 from dpstream.spark.session import DEFAULT_MASTER
@@ -70,7 +70,7 @@ class _Methods(click.Choice):
 
     @property  # type: ignore[override]
     def choices(self) -> tuple[str, ...]:
-        return tuple(REGISTRY)
+        return tuple(release_methods())
 
     @choices.setter
     def choices(self, value: object) -> None:
@@ -279,7 +279,7 @@ def _public_threshold(context: click.Context) -> int:
 
 def _names(applies: Callable[[Mechanism], bool]) -> str:
     """The registered methods an option applies to, for a message."""
-    return ", ".join(name for name, entry in REGISTRY.items() if applies(entry))
+    return ", ".join(name for name, entry in release_methods().items() if applies(entry))
 
 
 def _flag(context: click.Context, name: str) -> str:

@@ -228,6 +228,7 @@ class UnitAggregate(Params):
         self.late = 0  # rows dropped as late (not printed: data-dependent)
         self._open: int | None = None  # the open bucket (index since the epoch)
         self._window: int | None = None  # the open window
+        self._flushed = False  # the open bucket was closed by flush (the end of an input)
 
     def _build_measures(self, granularity: float | None) -> list[_Measure]:
         factor = 2 if self.replace else 1
@@ -250,6 +251,16 @@ class UnitAggregate(Params):
     def threshold(self) -> float:
         """The public L1 bound C (what the durable machinery reads as "released from the first row")."""
         return self.unit_bound
+
+    @property
+    def granularity(self) -> float:
+        """The public grid of the first measure (the sum's; the count's is 1): released sums lie on it."""
+        return self._measures[0].arithmetic.granularity  # type: ignore[return-value]
+
+    @property
+    def noise_scale(self) -> float:
+        """The noise scale of the first measure's nodes, in the values' units."""
+        return self._measures[0].arithmetic.scale_value
 
     def relation(self) -> UnitLevel:
         """The neighbour relation, with the bounds in words."""
@@ -279,12 +290,14 @@ class UnitAggregate(Params):
 
     # -- releasing ---------------------------------------------------------------------------
 
-    def release(self, times: Any, units: Any, values: Any, partitions: Any = None) -> Released:
+    def release(self, times: Any, units: Any, values: Any, partitions: Any = None, *,
+                skip: np.ndarray | None = None) -> Released:
         """Consume a batch of rows in arrival order; return the buckets it closes (vectorized).
 
         ``times`` are int64 nanoseconds since the epoch, ``units`` any comparable labels (str),
-        ``values`` floats, ``partitions`` the partitions' names (None without partitions).  A
-        bucket closes when a row of a later bucket arrives; :meth:`flush` closes the last one.
+        ``values`` floats, ``partitions`` the partitions' names (None without partitions);
+        ``skip`` marks rows consumed but left out (a missing value dropped).  A bucket closes
+        when a row of a later bucket arrives; :meth:`flush` closes the last one.
         """
         times = np.asarray(times, dtype=np.int64)
         count = times.size
@@ -296,9 +309,10 @@ class UnitAggregate(Params):
         parts = self._partition_indices(partitions, count)
         amounts = self._check_values(values)
         buckets = times // (self.bucket * _NS)
-        keep = self._not_late(buckets)
+        keep = self._not_late(buckets) if skip is None else self._not_late(buckets, ~np.asarray(skip, dtype=bool))
         out: list[Released] = []
         if count and keep.any():
+            self._flushed = False
             buckets, units, parts, amounts = buckets[keep], units[keep], parts[keep], [a[keep] for a in amounts]
             windows = buckets // self.width
             cuts = np.flatnonzero(np.diff(windows)) + 1
@@ -311,8 +325,9 @@ class UnitAggregate(Params):
 
     def flush(self) -> Released:
         """Close and release the open bucket (the end of the input)."""
-        if self._open is None:
+        if self._open is None or self._flushed:
             return _join([])
+        self._flushed = True
         return self._close_through(self._open)
 
     def _partition_indices(self, partitions: Any, count: int) -> np.ndarray:
@@ -346,20 +361,24 @@ class UnitAggregate(Params):
         return [np.ones(values.size, dtype=np.int64) if m.name == "count"
                 else m.arithmetic.units(np.minimum(values, m.arithmetic.bound)) for m in self._measures]
 
-    def _not_late(self, buckets: np.ndarray) -> np.ndarray:
+    def _not_late(self, buckets: np.ndarray, used: np.ndarray | None = None) -> np.ndarray:
         """Rows at or after the open bucket (arrival order); a late row refused or dropped as stated."""
         floor = -(2**62) if self._open is None else self._open
         if self.start is not None:
             floor = max(floor, self.start // (self.bucket * _NS))
-        newest = np.maximum.accumulate(np.maximum(buckets, floor)) if buckets.size else buckets
-        keep = buckets >= newest
-        if not keep.all():
-            row = int(np.flatnonzero(~keep)[0])
+        seen = buckets if used is None else np.where(used, buckets, floor)  # a skipped row's time is not read
+        newest = np.maximum.accumulate(np.maximum(seen, floor)) if buckets.size else buckets
+        late = buckets < newest if used is None else (buckets < newest) & used
+        return self._late(late, ~late if used is None else ~late & used)
+
+    def _late(self, late: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        if late.any():
+            row = int(np.flatnonzero(late)[0])
             if self.late_policy == "error":
                 raise ValueError(f"row {self.position + row + 1}: its bucket was released already or lies before "
                                  "the start (rows come in time order, in any order inside the open bucket); "
-                                 "late='drop' drops it.")
-            self.late += int((~keep).sum())
+                                 "dropping late rows (late='drop', aggregate --late drop) drops it.")
+            self.late += int(late.sum())
         return keep
 
     def _advance_to(self, bucket: int) -> Released:
@@ -422,7 +441,7 @@ class UnitAggregate(Params):
         keep = not self._source.keyed
         return {**snapshot_header(AGGREGATE, self.get_params(), self._source),
                 "position": self.position, "released": self.released, "late": self.late, "open": self._open,
-                "window": self._window,
+                "flushed": self._flushed, "window": self._window,
                 "measures": [{"totals": m.totals.copy(),
                               "noise": [list(pair) for pair in m.noise] if keep and m.noise is not None else None}
                              for m in self._measures],
@@ -435,6 +454,7 @@ class UnitAggregate(Params):
         agg = cls(**params, noise=source)
         agg.position, agg.released, agg.late = int(state["position"]), int(state["released"]), int(state["late"])
         agg._open = None if state["open"] is None else int(state["open"])
+        agg._flushed = bool(state["flushed"])
         agg._window = None if state["window"] is None else int(state["window"])
         for m, data in zip(agg._measures, state["measures"]):
             m.totals[:] = np.asarray(data["totals"]).reshape(m.totals.shape)
