@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import click
 import numpy as np
+import pyarrow.compute as pc
 
 from dpstream.cli import _durable as durable
 from dpstream.cli._app import Stopped, cli, say, usage_errors, warn_if_seeded
@@ -192,10 +193,10 @@ def _batches(rows: Iterator[RowBatch], held: list[RowBatch]) -> Iterator[Batch]:
     """The rows as the durable run's input log absorbs them: values, and the time, unit and partition texts."""
     for batch in rows:
         held.append(batch)
-        keys = batch.units if batch.partitions is None else np.char.add(np.char.add(batch.units, "\x1f"),
-                                                                       batch.partitions)
+        keys = batch.units if batch.partitions is None else pc.binary_join_element_wise(batch.units,
+                                                                                       batch.partitions, "\x1f")
         yield Batch(values=batch.values, lines=np.arange(batch.first_row, batch.first_row + len(batch)),
-                    times=batch.times.to_pylist(), keys=keys.tolist())
+                    times=batch.times.to_pylist(), keys=keys.to_pylist())
 
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],

@@ -43,9 +43,9 @@ class RowBatch:
     """
 
     times: pa.Array
-    units: np.ndarray
+    units: pa.Array
     values: np.ndarray
-    partitions: np.ndarray | None
+    partitions: pa.Array | None
     first_row: int
     missing: np.ndarray
 
@@ -155,5 +155,5 @@ def _batch(table: pa.RecordBatch, names: dict[str, str], source: str, row: int, 
                     missing=absent if missing == "skip" else np.zeros(values.size, dtype=bool))
 
 
-def _strings(column: pa.Array) -> np.ndarray:
-    return np.asarray(pc.utf8_trim_whitespace(column).to_numpy(zero_copy_only=False)).astype(str)
+def _strings(column: pa.Array) -> pa.Array:
+    return pc.utf8_trim_whitespace(column)

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from dpstream._checks import check_bool, check_bound, check_epsilon, check_positive_int
 from dpstream._params import Params
@@ -65,7 +66,7 @@ from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import Composition, EpsilonDelta, Part, PrivacyGuarantee, UnitLevel
-from dpstream.release.bounding import ContributionBounder, ContributionBounds
+from dpstream.release.bounding import ContributionBounder, ContributionBounds, codes
 from dpstream.release.contract import read_header, snapshot_header
 
 __all__ = ["AGGREGATE", "LATE_POLICIES", "STATISTICS", "Released", "UnitAggregate", "unit_statement"]
@@ -302,9 +303,9 @@ class UnitAggregate(Params):
         times = np.asarray(times, dtype=np.int64)
         count = times.size
         values = np.asarray(values, dtype=np.float64)
-        units = np.asarray(units)
-        if values.size != count or units.size != count:
-            raise ValueError(f"times, units and values must have one entry per row, got {count}, {units.size} and "
+        units = units if isinstance(units, (pa.Array, pa.ChunkedArray)) else np.asarray(units)
+        if values.size != count or len(units) != count:
+            raise ValueError(f"times, units and values must have one entry per row, got {count}, {len(units)} and "
                              f"{values.size}.")
         parts = self._partition_indices(partitions, count)
         amounts = self._check_values(values)
@@ -313,7 +314,9 @@ class UnitAggregate(Params):
         out: list[Released] = []
         if count and keep.any():
             self._flushed = False
-            buckets, units, parts, amounts = buckets[keep], units[keep], parts[keep], [a[keep] for a in amounts]
+            if not keep.all():
+                units = units.filter(pa.array(keep)) if isinstance(units, (pa.Array, pa.ChunkedArray)) else units[keep]
+                buckets, parts, amounts = buckets[keep], parts[keep], [a[keep] for a in amounts]
             windows = buckets // self.width
             cuts = np.flatnonzero(np.diff(windows)) + 1
             for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [buckets.size]))):
@@ -335,14 +338,14 @@ class UnitAggregate(Params):
             if len(self.partitions) > 1:
                 raise ValueError("this release has partitions: every row needs one.")
             return np.zeros(count, dtype=np.int64)
-        names = np.asarray(partitions).astype(str)
-        known, inverse = np.unique(names, return_inverse=True)
-        index = np.array([self._index.get(name, -1) for name in known.tolist()], dtype=np.int64)
+        known, inverse = codes(partitions)
+        index = np.array([self._index.get(str(name), -1) for name in known], dtype=np.int64)
         if (index < 0).any():
-            bad = known[index < 0][0]
-            row = self.position + int(np.flatnonzero(names == bad)[0])
-            raise ValueError(f"row {row + 1}: the partition {str(bad)[:80]!r} is not one of the public partitions.")
-        return index[inverse.ravel()]
+            bad = int(np.flatnonzero(index < 0)[0])
+            row = self.position + int(np.flatnonzero(inverse == bad)[0])
+            raise ValueError(f"row {row + 1}: the partition {str(known[bad])[:80]!r} is not one of the public "
+                             "partitions.")
+        return index[inverse]
 
     def _check_values(self, values: np.ndarray) -> list[np.ndarray]:
         """The amounts of each measure (grid units): clipped (or checked) values for the sum, 1 for the count."""

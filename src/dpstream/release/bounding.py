@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["ContributionBounder", "ContributionBounds"]
+__all__ = ["ContributionBounder", "ContributionBounds", "codes"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,22 @@ class ContributionBounds:
     limit: int
     max_rows: int | None = None
     max_partitions: int | None = None
+
+
+def codes(labels: Any) -> tuple[list[Any], np.ndarray]:
+    """The distinct labels and each row's index among them: a pyarrow array by hashing (its dictionary
+    encoding), anything else by sorting (:func:`numpy.unique`).
+
+    >>> codes(np.array(["b", "a", "b"]))
+    (['a', 'b'], array([1, 0, 1]))
+    """
+    if isinstance(labels, (pa.Array, pa.ChunkedArray)):
+        encoded = pc.dictionary_encode(labels)
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = encoded.combine_chunks()
+        return encoded.dictionary.to_pylist(), np.asarray(encoded.indices, dtype=np.int64)
+    names, inverse = np.unique(np.asarray(labels), return_inverse=True)
+    return names.tolist(), inverse.ravel()
 
 
 def _running(ordered: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -84,22 +102,22 @@ class ContributionBounder:
         self._totals = self._totals[:0]
         self._parts = self._parts[:0]
 
-    def _slots_of(self, units: np.ndarray) -> np.ndarray:
-        names, inverse = np.unique(units, return_inverse=True)
+    def _slots_of(self, units: Any) -> np.ndarray:
+        names, inverse = codes(units)
         slots = self._slots
         start = len(slots)
-        mapped = np.fromiter((slots.setdefault(name, len(slots)) for name in names.tolist()), dtype=np.int64,
-                             count=names.size)
+        mapped = np.fromiter((slots.setdefault(name, len(slots)) for name in names), dtype=np.int64,
+                             count=len(names))
         grown = len(slots) - start
         if grown:
             self._rows = np.concatenate((self._rows, np.zeros(grown, dtype=np.int64)))
             self._totals = np.concatenate((self._totals, np.zeros(grown, dtype=np.int64)))
             self._parts = np.concatenate((self._parts, np.full((grown, self._parts.shape[1]), -1, dtype=np.int64)))
-        return mapped[inverse.ravel()]
+        return mapped[inverse]
 
     def bound(self, units: np.ndarray, amounts: np.ndarray, partitions: np.ndarray) -> np.ndarray:
         """The amount each row adds (int64 grid units, 0 for a dropped row), rows of one window in arrival order."""
-        if not len(units):
+        if not len(amounts):
             return np.zeros(0, dtype=np.int64)
         slot = self._slots_of(units)
         keep = self._partitions_kept(slot, partitions) if self.bounds.max_partitions is not None else None
