@@ -101,3 +101,20 @@ def test_kill_and_resume_with_state_writes_what_an_uninterrupted_run_writes(tmp_
     again = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)
     assert again.exit_code == 0 and "nothing new" in again.output
     assert (tmp_path / "out.csv").read_bytes() == expected
+
+
+def test_sort_orders_a_file_written_meter_by_meter(tmp_path):
+    data = _csv(tmp_path / "in.csv", days=2)
+    lines = data.read_text().splitlines()
+    by_meter = sorted(lines[1:], key=lambda line: line.split(",")[1])  # meter by meter, time order inside
+    (tmp_path / "meters.csv").write_text("\n".join([lines[0], *by_meter]) + "\n")
+    ordered = sorted(lines[1:], key=lambda line: line.split(",")[0])  # what --sort makes of it (stable)
+    (tmp_path / "ordered.csv").write_text("\n".join([lines[0], *sorted(by_meter, key=lambda x: x.split(",")[0])])
+                                          + "\n")
+    assert len(ordered) == len(by_meter)
+    refused = _run(tmp_path / "meters.csv", "-o", tmp_path / "a.csv", *BASE, "--missing", "zero")
+    assert refused.exit_code == 1 and "its bucket was released already" in refused.output
+    sorted_run = _run(tmp_path / "meters.csv", "-o", tmp_path / "b.csv", *BASE, "--missing", "zero", "--sort")
+    plain = _run(tmp_path / "ordered.csv", "-o", tmp_path / "c.csv", *BASE, "--missing", "zero")
+    assert sorted_run.exit_code == 0 and plain.exit_code == 0
+    assert (tmp_path / "b.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import click
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpstream.cli import _durable as durable
@@ -77,6 +78,9 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="A missing value: stop, read as 0, or drop its row.")
 @click.option("--late", type=click.Choice(LATE_POLICIES), default="error", show_default=True,
               help="A row for a bucket already released: stop, or drop it (counted, not printed).")
+@click.option("--sort", "sort_rows", is_flag=True,
+              help="Read the whole input and sort its rows by time first (a file written meter by meter); memory "
+                   "grows with the rows.")
 @click.option("--seed", type=int, default=None, help=SEED_HELP)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
@@ -85,7 +89,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="With --state: the least time between two commits.")
 def aggregate(input_path: str, output_path: str, time_column: str, unit_column: str, column: str, bucket: int,
               unit_window: int, partition_column: str | None, partitions_path: str | None, missing: str,
-              seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float,
+              seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float, sort_rows: bool,
               **options: Any) -> None:
     """Release per-bucket sums, counts or means of INPUT's rows under unit-level DP.
 
@@ -107,8 +111,12 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
                       partitions=partitions, levels=options["levels"], replace=options["replace"],
                       late=options["late"], unit=unit_column)
         UnitAggregate(**params, seed=0)  # refuse bad parameters before reading or writing
+        if sort_rows and state_path is not None:
+            raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
+    if sort_rows:
+        rows = _sorted(rows)
     names = partitions or [""]
     if state_path is not None:
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
@@ -177,6 +185,25 @@ class _Feeder:
         relation = agg.relation()
         say(unit_statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
         say(f"released {agg.released:,} buckets x {len(self.names):,} partition{'s' * (len(self.names) != 1)}.")
+
+
+def _sorted(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:
+    """The rows sorted by time (stable: rows of one time keep their order), renumbered in that order."""
+    batches = [batch for batch in rows if len(batch)]
+    if not batches:
+        return
+    kind = time_kind(str(batches[0].times[0]))
+    times = np.concatenate([parse_times(b.times, kind=kind, first_row=b.first_row) for b in batches])
+    order = pa.array(np.argsort(times, kind="stable"))
+    joined = {name: pa.concat_arrays([getattr(b, name) for b in batches]).take(order)
+              for name in ("times", "units") + (("partitions",) if batches[0].partitions is not None else ())}
+    values = np.concatenate([b.values for b in batches])[order.to_numpy()]
+    missing = np.concatenate([b.missing for b in batches])[order.to_numpy()]
+    for start in range(0, values.size, _BATCH):
+        part = slice(start, start + _BATCH)
+        yield RowBatch(times=joined["times"][part], units=joined["units"][part], values=values[part],
+                       partitions=joined["partitions"][part] if "partitions" in joined else None,
+                       first_row=start + 1, missing=missing[part])
 
 
 def _read_partitions(path: str) -> list[str]:
