@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any, TextIO
 
 import click
@@ -25,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpstream.cli import _durable as durable
-from dpstream.cli._app import Stopped, cli, say, usage_errors, warn_if_seeded
+from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
 from dpstream.cli._outputs import check_finite, output_file, prepare_output
 from dpstream.io import Batch, InputError
@@ -241,28 +240,15 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
         warn_if_seeded(seed)
         feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
         held: list[RowBatch] = []
-        try:
-            with run.output() as sink:
-                if run.state.progress.output_bytes == 0:
-                    sink.write("bucket,partition,value\n")
-                for fed in run.feed_batches(_batches(rows, held)):
-                    batch = held.pop()
-                    feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
-                    run.checkpoint(sink)
-                feeder.end(sink)
-                message = run.finish(sink)
-        except (Stopped, KeyboardInterrupt) as error:
-            run.abandon()
-            durable.stopped(run, error)
-            raise
-        except (click.ClickException, ValueError):
-            with suppress(Exception):
-                run.commit_released()
-            run.abandon()
-            raise
-        except BaseException:
-            run.abandon()
-            raise
+        with durable.guarded(run), run.output() as sink:
+            if run.state.progress.output_bytes == 0:
+                sink.write("bucket,partition,value\n")
+            for fed in run.feed_batches(_batches(rows, held)):
+                batch = held.pop()
+                feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
+                run.checkpoint(sink)
+            feeder.end(sink)
+            message = run.finish(sink)
         feeder.report()
         say(message)
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from typing import Any, TextIO
 
 import click
@@ -17,7 +16,6 @@ import numpy as np
 
 from dpstream.cli import _durable as durable
 from dpstream.cli._app import (
-    Stopped,
     announce,
     cli,
     report_reading,
@@ -343,7 +341,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                              written=written)
         writer.after = run.checkpoint
         try:
-            with run.output() as sink:
+            with durable.guarded(run), run.output() as sink:
                 if columns and input_path == "-":
                     writer.live(run.feed_live(reader.records()), sink)
                 elif columns:
@@ -353,18 +351,6 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                 else:
                     writer.batches(run.feed_chunks(iter_chunks(reader.values(), _CHUNK)), sink)
                 message = run.finish(sink)
-        except (Stopped, KeyboardInterrupt) as error:
-            run.abandon()
-            durable.stopped(run, error)
-            raise
-        except (click.ClickException, ValueError):  # an input error or a refused value: what came before stays
-            with suppress(Exception):  # the error told is the first one
-                run.commit_released()
-            run.abandon()
-            raise
-        except BaseException:
-            run.abandon()
-            raise
         finally:
             reader.close()
         report_reading(reader, clipped=writer.clipped if options["clip"] else None,
