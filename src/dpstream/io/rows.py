@@ -96,7 +96,7 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
         reader = pcsv.open_csv(handle, read_options=pcsv.ReadOptions(block_size=max(1 << 16, batch_rows * 32)),
                                convert_options=pcsv.ConvertOptions(column_types=types, include_columns=columns,
                                                                    null_values=_NULLS, strings_can_be_null=False))
-    except pa.ArrowInvalid as error:
+    except (pa.ArrowInvalid, pa.ArrowKeyError) as error:  # a bad file, or a column it lacks
         raise InputError(_message(source, error)) from None
     _check_names(reader.schema.names, columns, source)
     while True:
@@ -104,7 +104,7 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
             batch = reader.read_next_batch()
         except StopIteration:
             return
-        except pa.ArrowInvalid as error:
+        except (pa.ArrowInvalid, pa.ArrowKeyError) as error:
             raise InputError(_message(source, error)) from None
         yield batch
 
