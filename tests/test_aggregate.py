@@ -11,7 +11,7 @@ from dpstream.durable.encoding import decode, encode
 from dpstream.hierarchy.tree import aggregate_levels
 from dpstream.noise.sampler import ZeroNoise
 from dpstream.release.aggregate import UnitAggregate
-from dpstream.release.bounding import ContributionBounds
+from dpstream.release.bounding import ContributionBounder, ContributionBounds
 
 NS = 10**9
 PARTS = ["p", "q", "r"]
@@ -189,3 +189,36 @@ def test_bad_rows_are_refused_or_dropped_as_stated():
         UnitAggregate(epsilon=1.0, bucket=7 * 60, window=3600, unit_bound=1.0)
     with pytest.raises(ValueError, match="max_rows"):
         UnitAggregate(epsilon=1.0, bucket=60, window=3600, unit_bound=1.0, statistic="mean")
+
+
+def _one_by_one(units, amounts, parts, limit, max_rows, max_partitions):
+    """The bounding as the module docstring words it, row by row."""
+    state, out = {}, []
+    for unit, amount, part in zip(units, amounts, parts):
+        rows, total, seen = state.get(unit, (0, 0, ()))
+        if max_partitions is not None and part not in seen:
+            if len(seen) >= max_partitions:
+                out.append(0)
+                continue
+            seen = (*seen, part)
+        if max_rows is not None and rows >= max_rows:
+            state[unit] = (rows, total, seen)
+            out.append(0)
+            continue
+        out.append(min(total + amount, limit) - min(total, limit))
+        state[unit] = (rows + 1, min(total + amount, limit), seen)
+    return out
+
+
+def test_the_bounding_keeps_and_scales_the_rows_the_docstring_says_in_any_batches():
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n = int(rng.integers(1, 40))
+        limit, max_rows = int(rng.integers(1, 30)), [None, int(rng.integers(1, 5))][trial % 2]
+        max_partitions = [None, int(rng.integers(1, 3))][(trial // 2) % 2]
+        units, amounts, parts = rng.choice(list("abcd"), n), rng.integers(0, 10, n), rng.integers(0, 4, n)
+        bounder = ContributionBounder(ContributionBounds(limit, max_rows, max_partitions))
+        cut = int(rng.integers(0, n + 1))
+        got = [*bounder.bound(units[:cut], amounts[:cut], parts[:cut]),
+               *bounder.bound(units[cut:], amounts[cut:], parts[cut:])]
+        assert got == _one_by_one(units, amounts, parts, limit, max_rows, max_partitions), trial
