@@ -222,3 +222,15 @@ def test_the_bounding_keeps_and_scales_the_rows_the_docstring_says_in_any_batche
         got = [*bounder.bound(units[:cut], amounts[:cut], parts[:cut]),
                *bounder.bound(units[cut:], amounts[cut:], parts[cut:])]
         assert got == _one_by_one(units, amounts, parts, limit, max_rows, max_partitions), trial
+
+
+def test_count_and_mean_without_noise_are_the_bounded_truth():
+    times = np.array([0, 10, 20, 1800, 1810]) * NS
+    units, values = np.array(["a", "a", "b", "a", "b"]), np.array([1.0, 3.0, 2.0, 4.0, 0.5])
+    options = dict(epsilon=1.0, bucket=1800, window=3600, upper_bound=5.0, noise=ZeroNoise())
+    count = UnitAggregate(**options, unit_bound=3.0, statistic="count", max_rows=2)
+    got = [*count.release(times, units, values).values, *count.flush().values]
+    assert got == [3.0, 1.0]  # a's third row is beyond max_rows
+    mean = UnitAggregate(**options, unit_bound=5.0, statistic="mean", max_rows=2)
+    got = [*mean.release(times, units, values).values, *mean.flush().values]
+    assert got == [2.0, 0.5]  # bucket 0: (1 + 3 + 2) / 3; bucket 1: a's row is its third (dropped), b adds 0.5

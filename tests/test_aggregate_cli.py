@@ -118,3 +118,15 @@ def test_sort_orders_a_file_written_meter_by_meter(tmp_path):
     plain = _run(tmp_path / "ordered.csv", "-o", tmp_path / "c.csv", *BASE, "--missing", "zero")
     assert sorted_run.exit_code == 0 and plain.exit_code == 0
     assert (tmp_path / "b.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()
+
+
+def test_start_releases_from_a_public_time_and_refuses_rows_before_it(tmp_path):
+    data = _csv(tmp_path / "in.csv", days=2)
+    later = _run(data, "-o", tmp_path / "a.csv", *BASE, "--missing", "zero", "--start", "2024-02-28T06:00:00Z")
+    assert later.exit_code == 0, later.output
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    assert lines[1].startswith("2024-02-28T00:00:00Z,,") and len(lines) == 1 + 24 * 4  # empty days 28 and 29 too
+    early = _run(data, "-o", tmp_path / "b.csv", *BASE, "--missing", "zero", "--start", "2024-03-02")
+    assert early.exit_code == 1 and "row 1: its bucket was released already or lies before the start" in early.output
+    bad = _run(data, "-o", tmp_path / "c.csv", *BASE, "--start", "soon")
+    assert bad.exit_code == 2 and "--start must be a time" in bad.output

@@ -77,6 +77,9 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="A missing value: stop, read as 0, or drop its row.")
 @click.option("--late", type=click.Choice(LATE_POLICIES), default="error", show_default=True,
               help="A row for a bucket already released: stop, or drop it (counted, not printed).")
+@click.option("--start", default=None,
+              help="The first bucket released (a time, aligned down to its window), public: without it the window "
+                   "of the first row, which the guarantee does not cover.")
 @click.option("--sort", "sort_rows", is_flag=True,
               help="Read the whole input and sort its rows by time first (a file written meter by meter); memory "
                    "grows with the rows.")
@@ -108,7 +111,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
                       statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
                       max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
                       partitions=partitions, levels=options["levels"], replace=options["replace"],
-                      late=options["late"], unit=unit_column)
+                      late=options["late"], unit=unit_column, start=_start(options["start"]))
         UnitAggregate(**params, seed=0)  # refuse bad parameters before reading or writing
         if sort_rows and state_path is not None:
             raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
@@ -203,6 +206,15 @@ def _sorted(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:
         yield RowBatch(times=joined["times"][part], units=joined["units"][part], values=values[part],
                        partitions=joined["partitions"][part] if "partitions" in joined else None,
                        first_row=start + 1, missing=missing[part])
+
+
+def _start(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(parse_times([text], kind=time_kind(text))[0])
+    except InputError:
+        raise ValueError(f"--start must be a time (ISO 8601 or epoch seconds), got {text!r}.") from None
 
 
 def _read_partitions(path: str) -> list[str]:
