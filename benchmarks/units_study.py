@@ -82,7 +82,7 @@ def generate(households: int, days: int, seed: int) -> tuple[pa.Table, np.ndarra
 
 
 def _dpstream(*args: object) -> tuple[float, float]:
-    """Run a dpstream command; its wall and CPU seconds."""
+    """Run a dpstream command; its wall and CPU seconds (the children's peak RSS is read after it)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "dpstream.cli", *map(str, args)], check=True, stderr=subprocess.DEVNULL)
@@ -150,7 +150,8 @@ def study(folder: Path, households: int, days: int, seed: int) -> dict[str, dict
     return results
 
 
-def throughput(folder: Path, units: int, buckets: int) -> tuple[int, float, float]:
+def throughput(folder: Path, units: int, buckets: int) -> tuple[int, float, float, float]:
+    """Rows, wall and CPU seconds, and the peak RSS (MiB) of any run so far (run smaller inputs first)."""
     rng = np.random.default_rng(1)
     times = START + (np.arange(buckets) * 30).astype("timedelta64[m]")
     table = pa.table({"time": np.repeat(np.char.add(np.datetime_as_string(times, unit="s"), "Z"), units),
@@ -159,7 +160,8 @@ def throughput(folder: Path, units: int, buckets: int) -> tuple[int, float, floa
     data = folder / "throughput.csv"
     pcsv.write_csv(table, data)
     wall, cpu = _dpstream(*_aggregate_args(data, folder / "throughput_out.csv"))
-    return units * buckets, wall, cpu
+    data.unlink()
+    return units * buckets, wall, cpu, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,9 +183,12 @@ def main(argv: list[str] | None = None) -> None:
             for method, errors in results.items():
                 cells = " | ".join("—" if np.isnan(v) else f"{100 * v:.1f}%" for v in errors.values())
                 print(f"| {method} | {cells} |")
-        rows, wall, cpu = throughput(folder, args.units, args.buckets)
-        print(f"throughput: {rows:,} rows of {args.units:,} units in {wall:.2f} s wall ({rows / wall / 1e6:.2f} M "
-              f"rows/s), {cpu:.2f} s CPU ({rows / cpu / 1e6:.2f} M rows/s per CPU second); {os.cpu_count()} cores")
+        for units, buckets in ((args.units // 10, args.buckets), (args.units, args.buckets // 4),
+                               (args.units, args.buckets)):  # peak memory: in rows, then in units
+            rows, wall, cpu, peak = throughput(folder, units, buckets)
+            print(f"{rows:,} rows of {units:,} units: {wall:.2f} s wall ({rows / wall / 1e6:.2f} M rows/s), "
+                  f"{cpu:.2f} s CPU ({rows / cpu / 1e6:.2f} M rows/s per CPU second), peak RSS so far {peak:.0f} MiB; "
+                  f"{os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -234,3 +234,12 @@ def test_count_and_mean_without_noise_are_the_bounded_truth():
     mean = UnitAggregate(**options, unit_bound=5.0, statistic="mean", max_rows=2)
     got = [*mean.release(times, units, values).values, *mean.flush().values]
     assert got == [2.0, 0.5]  # bucket 0: (1 + 3 + 2) / 3; bucket 1: a's row is its third (dropped), b adds 0.5
+
+
+def test_replacement_doubles_the_noise_not_the_bound():
+    options = dict(epsilon=1.0, bucket=1800, window=3600, unit_bound=4.0, upper_bound=4.0, replace=True)
+    agg = UnitAggregate(**options, noise=ZeroNoise())
+    out = agg.release(np.array([0, 1, 2]) * NS, np.array(["a"] * 3), np.full(3, 4.0))
+    assert [*out.values, *agg.flush().values] == [4.0]  # a's 12 brought down to C = 4, not 2C
+    assert UnitAggregate(**options, seed=1).noise_scale == 2 * 2 * 4.0  # d = 2 levels at 2C each
+    assert "L1 sensitivity per level 2C = 8" in str(UnitAggregate(**options, seed=1).privacy())

@@ -106,9 +106,11 @@ class _Measure:
     """One measured statistic (the sum, or the count) of every partition: its grid, noise and open window."""
 
     def __init__(self, *, name: str, bound: float, epsilon: float, levels: int, fanout: int, width: int,
-                 partitions: int, granularity: float | None, source: NoiseSource) -> None:
+                 partitions: int, granularity: float | None, source: NoiseSource, factor: int = 1) -> None:
         self.name, self.levels, self.fanout, self.width, self.partitions = name, levels, fanout, width, partitions
-        self.arithmetic = arithmetic(source.exact, bound=bound, epsilon=epsilon, levels=levels,
+        # the bound C on the grid (what bounding enforces); the noise for factor * C on each of the levels
+        # (replacement: 2C), as levels * factor measurements of sensitivity C
+        self.arithmetic = arithmetic(source.exact, bound=bound, epsilon=epsilon, levels=levels * factor,
                                      granularity=granularity)
         self.source = source
         self.totals = np.zeros((partitions, width), dtype=np.int64)
@@ -239,9 +241,9 @@ class UnitAggregate(Params):
         for name in names:
             bound = self.unit_bound if name == "sum" or self.statistic == "count" else float(self.max_rows or 0)
             grid = 1.0 if name == "count" else granularity
-            out.append(_Measure(name=name, bound=bound * factor, epsilon=share, levels=self.levels,
-                                fanout=self.fanout, width=self.width, partitions=len(self.partitions),
-                                granularity=grid, source=self._source))
+            out.append(_Measure(name=name, bound=bound, epsilon=share, levels=self.levels, fanout=self.fanout,
+                                width=self.width, partitions=len(self.partitions), granularity=grid,
+                                source=self._source, factor=factor))
         return out
 
     # -- the contract ------------------------------------------------------------------------
@@ -281,10 +283,11 @@ class UnitAggregate(Params):
         parts = []
         for m in self._measures:
             ar = m.arithmetic
+            sensitivity = f"2C = {2 * ar.bound:g}" if self.replace else f"C = {ar.bound:g}"
             parts.append(Part(what=m.name, budget=EpsilonDelta(ar.spent_epsilon), noise=self._source.describe(),
                               text=f"{m.name}: discrete Laplace of scale {ar.scale_value:g} on each of {self.levels} "
-                                   f"levels over {self.width} buckets per window (L1 sensitivity {ar.bound:g} per "
-                                   f"level from the bounds{', replacement: 2C' if self.replace else ''})"))
+                                   f"levels over {self.width} buckets per window (L1 sensitivity per level "
+                                   f"{sensitivity} from the bounds)"))
         body = Composition(kind="sequential", parts=tuple(parts), layout="; ".join("{}" for _ in parts)
                            + "; windows and partitions share the bound (disjoint windows: parallel)")
         return PrivacyGuarantee.of(body, neighbours=self.relation())
