@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 import dpstream.cli.aggregate as aggregate_command
 import dpstream.durable.release as durable_release
+import dpstream.io.rows as rows
 from dpstream.cli import cli
 from dpstream.durable import StreamState
 from durable_faults import Faults, Killed
@@ -78,6 +79,7 @@ def test_late_rows_unknown_partitions_and_missing_units_are_refused(tmp_path):
 def test_kill_and_resume_with_state_writes_what_an_uninterrupted_run_writes(tmp_path, monkeypatch):
     data = _csv(tmp_path / "in.csv", days=3)
     options = [*BASE, "--missing", "skip", "--checkpoint-seconds", "0"]
+    monkeypatch.setattr(rows, "_BLOCK", 1500)  # CSV batches of about 40 rows: many commits to kill
     monkeypatch.setattr(aggregate_command, "_BATCH", 40)
     whole = _run(data, "-o", tmp_path / "whole.csv", "--state", tmp_path / "whole.state", *options)
     assert whole.exit_code == 0, whole.output
