@@ -81,13 +81,24 @@ def generate(households: int, days: int, seed: int) -> tuple[pa.Table, np.ndarra
     return pa.table({"time": stamp, "meter": meters, "kWh": text}), truth
 
 
-def _dpstream(*args: object) -> tuple[float, float]:
-    """Run a dpstream command; its wall and CPU seconds (the children's peak RSS is read after it)."""
+#: Runs the command and writes its own peak RSS (KiB) to the file named by DPSTREAM_PEAK at exit (the children's
+#: peak of ``getrusage`` would count the pages of this process at the fork).
+_PEAK = ("import atexit, os, resource, sys; atexit.register(lambda: open(os.environ['DPSTREAM_PEAK'], 'w').write("
+         "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); sys.argv[0] = 'dpstream'; "
+         "from dpstream.cli import main; main()")
+
+
+def _dpstream(*args: object) -> tuple[float, float, float]:
+    """Run a dpstream command; its wall and CPU seconds and its peak RSS in MiB."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dpstream.cli", *map(str, args)], check=True, stderr=subprocess.DEVNULL)
+    with tempfile.NamedTemporaryFile() as peak:
+        subprocess.run([sys.executable, "-c", _PEAK, *map(str, args)], check=True, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "DPSTREAM_PEAK": peak.name})
+        rss = int(Path(peak.name).read_text() or 0) / 1024
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            rss)
 
 
 def _aggregate_args(data: Path, out: Path) -> list[object]:
@@ -132,7 +143,7 @@ def study(folder: Path, households: int, days: int, seed: int) -> dict[str, dict
     weekend = (np.arange(days) % 7) >= 5
     results: dict[str, dict[str, float]] = {}
 
-    _dpstream(*_aggregate_args(data, folder / "aggregate.csv"), "--seed", seed + 1)
+    _dpstream(*_aggregate_args(data, folder / "aggregate.csv"), "--seed", seed + 1)  # (wall, CPU, peak) unused
     load = _released_column(folder / "aggregate.csv")
     daily = load.reshape(days, HALF_HOURS).sum(axis=1)
     spread = _spread(daily, load.reshape(days, HALF_HOURS), weekend).ravel()
@@ -150,18 +161,24 @@ def study(folder: Path, households: int, days: int, seed: int) -> dict[str, dict
     return results
 
 
-def throughput(folder: Path, units: int, buckets: int) -> tuple[int, float, float, float]:
-    """Rows, wall and CPU seconds, and the peak RSS (MiB) of any run so far (run smaller inputs first)."""
+def write_rows(data: Path, units: int, buckets: int) -> None:
+    """The throughput's input: ``units`` meters x ``buckets`` half-hours, time by time."""
     rng = np.random.default_rng(1)
     times = START + (np.arange(buckets) * 30).astype("timedelta64[m]")
     table = pa.table({"time": np.repeat(np.char.add(np.datetime_as_string(times, unit="s"), "Z"), units),
                       "meter": np.tile(np.array([f"m{u}" for u in range(units)]), buckets),
                       "kWh": np.round(rng.gamma(2.0, 0.15, units * buckets), 3)})
-    data = folder / "throughput.csv"
     pcsv.write_csv(table, data)
-    wall, cpu = _dpstream(*_aggregate_args(data, folder / "throughput_out.csv"))
+
+
+def throughput(folder: Path, units: int, buckets: int) -> tuple[int, float, float, float]:
+    """Rows, wall and CPU seconds, and the peak RSS (MiB) of the run.  The input is written by another process:
+    a process's peak RSS keeps what it held when it was forked (this one holds the study's data)."""
+    data = folder / "throughput.csv"
+    subprocess.run([sys.executable, __file__, "--write-rows", str(data), str(units), str(buckets)], check=True)
+    wall, cpu, peak = _dpstream(*_aggregate_args(data, folder / "throughput_out.csv"))
     data.unlink()
-    return units * buckets, wall, cpu, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return units * buckets, wall, cpu, peak
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -172,7 +189,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--buckets", type=int, default=480)
     parser.add_argument("--throughput-only", action="store_true", help="Skip the accuracy study.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write-rows", nargs=3, metavar=("PATH", "UNITS", "BUCKETS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.write_rows:
+        write_rows(Path(args.write_rows[0]), int(args.write_rows[1]), int(args.write_rows[2]))
+        return
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         if not args.throughput_only:
@@ -187,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
                                (args.units, args.buckets)):  # peak memory: in rows, then in units
             rows, wall, cpu, peak = throughput(folder, units, buckets)
             print(f"{rows:,} rows of {units:,} units: {wall:.2f} s wall ({rows / wall / 1e6:.2f} M rows/s), "
-                  f"{cpu:.2f} s CPU ({rows / cpu / 1e6:.2f} M rows/s per CPU second), peak RSS so far {peak:.0f} MiB; "
+                  f"{cpu:.2f} s CPU ({rows / cpu / 1e6:.2f} M rows/s per CPU second), peak RSS {peak:.0f} MiB; "
                   f"{os.cpu_count()} cores")
 
 
