@@ -236,6 +236,7 @@ EXACT = {
     "count-of-counts-k": 4_000,
     "bt-by-key": 200,
     "laplace-counts": 100_000,
+    "unit-aggregate": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

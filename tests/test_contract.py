@@ -65,7 +65,8 @@ MAKERS = {
 KINDS = ("key", "seed", "float")
 #: The registered mechanisms (:mod:`dpstream.release.registry`) whose streaming contract this file tests: those of
 #: MAKERS, and ToPL (:func:`test_topl_simulation_continues_from_its_snapshot`).
-CONTRACT_TESTED = frozenset(name for name in MAKERS if name in REGISTRY) | {"topl"}
+CONTRACT_TESTED = frozenset(name for name in MAKERS if name in REGISTRY) | {"topl", "aggregate"}  # aggregate: rows
+# of units, not values: its contract (batches, one row at a time, snapshots) is tested in tests/test_aggregate.py
 
 
 def run_split(make, splits: list[int], *, one_by_one: bool = False) -> np.ndarray:

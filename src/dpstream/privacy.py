@@ -13,7 +13,8 @@ relation with other parameters.  The relations of dpstream, importable by name:
 * :data:`USER_STEP` -- two databases of ``n`` users that differ in one user's location at one
   time step (the post-processing release of Cao et al.);
 * :class:`RowsKept` (``RowsKept(EVENT_LEVEL)``) -- a relation on the stream of the rows kept when
-  rows with a missing value are dropped before the release (``release --missing skip``).
+  rows with a missing value are dropped before the release (``release --missing skip``);
+* :class:`WEvent` (``w`` consecutive positions) and :class:`UnitLevel` (one unit's rows in one aligned window).
 
 A guarantee keeps how its budget breaks down over the mechanism's parts: a :class:`Part` (what
 it is, its :class:`EpsilonDelta` budget, its noise) or a :class:`Composition` of parts, read
@@ -51,7 +52,9 @@ __all__ = [
     "PrivacyGuarantee",
     "Relation",
     "RowsKept",
+    "UnitLevel",
     "UserStep",
+    "WEvent",
 ]
 
 
@@ -171,6 +174,29 @@ class RowsKept(Relation):
     def description(self) -> str:
         return (f"{self.within.description}, on the stream of the rows kept: rows with a missing value are dropped "
                 "first, so whether a row is missing (which moves every later value up one position) is not protected")
+
+
+@dataclass(frozen=True)
+class WEvent(Relation):
+    """Streams that differ in the values of at most ``w`` consecutive positions (Kellaris et al., VLDB 2014)."""
+
+    w: int
+    description = property(lambda self: f"w-event (w = {self.w}): streams that differ in at most {self.w} "
+                                        "consecutive values are neighbours")
+
+
+@dataclass(frozen=True)
+class UnitLevel(Relation):
+    """One ``unit``'s rows in one aligned ``window`` added or removed (L1 sensitivity C) or, with ``replace``,
+    replaced (2C), under the contribution ``bounds`` (words); see ``docs/units.md``."""
+
+    unit: str
+    window: str
+    bounds: str
+    replace: bool = False
+    description = property(lambda self: (
+        f"unit level: inputs that differ in the rows of one {self.unit} in one {self.window} are neighbours "
+        f"({'replaced by any rows within the bounds' if self.replace else 'added or removed'}; {self.bounds})"))
 
 
 #: Streams that differ in the value at one position (central DP, Definition 2.1).

@@ -88,6 +88,7 @@ from dpstream.audit.streams import (
     laplace_log_ratio,
 )
 from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, WindowLeaves
+from dpstream.audit.units import UnitAggregateWindows
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
 
@@ -202,6 +203,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "count-of-counts-top-down": TopDownRelease,
     "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
+    "unit-aggregate": UnitAggregateWindows,
 }
 
 

@@ -9,6 +9,7 @@ or not at all; ``_spark`` what the commands on Spark share.
 """
 
 from dpstream.cli import (
+    aggregate,  # noqa: F401  (registers aggregate)
     audit,  # noqa: F401  (registers audit)
     budget,  # noqa: F401  (registers budget)
     count_of_counts,  # noqa: F401  (registers count-of-counts, evaluate-count-of-counts)

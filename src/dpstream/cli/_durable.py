@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from dpstream.durable import StateMismatchError
 from dpstream.durable.keys import seed_key
 from dpstream.durable.release import CHECKPOINT_SECONDS, PER_KEY, DurableRelease, ParameterError
 
-__all__ = ["CHECKPOINT_SECONDS", "PER_KEY", "DurableRelease", "seed_key", "start", "stopped"]
+__all__ = ["CHECKPOINT_SECONDS", "PER_KEY", "DurableRelease", "guarded", "seed_key", "start", "stopped"]
 
 
 def start(state_path: str, *, method: str, params: dict[str, Any], seed: int | None, build: Callable[[bytes], Any],
@@ -103,3 +104,24 @@ def stopped(run: DurableRelease, error: BaseException) -> None:
         raise click.exceptions.Exit(128 + error.signum) from None
     if isinstance(error, KeyboardInterrupt):
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
+
+
+@contextmanager
+def guarded(run: DurableRelease) -> Iterator[None]:
+    """The body of a durable run: stopped by a signal, it says what the output keeps and exits 128 + N; after
+    an input error or a refused value it commits (publishes) what was released before it; a new stream that
+    committed nothing leaves no state and no output (:meth:`DurableRelease.abandon`)."""
+    try:
+        yield
+    except (Stopped, KeyboardInterrupt) as error:
+        run.abandon()
+        stopped(run, error)
+        raise
+    except (click.ClickException, ValueError):
+        with suppress(Exception):  # the error told is the first one
+            run.commit_released()
+        run.abandon()
+        raise
+    except BaseException:
+        run.abandon()
+        raise

@@ -18,7 +18,6 @@ import numpy as np
 
 from dpstream.cli import _durable as durable
 from dpstream.cli._app import (
-    Stopped,
     announce,
     cli,
     report_reading,
@@ -45,7 +44,7 @@ from dpstream.cli._spark_release import check_engine, release_on_spark
 from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
-from dpstream.release.registry import REGISTRY, Mechanism, specific_options
+from dpstream.release.registry import REGISTRY, Mechanism, release_methods, specific_options
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.release.tops_defaults import PAPER_HOLD, PAPER_MAX_RANGE, PAPER_THRESHOLD_STEP, ReleaseWarning
 from dpstream.smoothers import SMOOTHERS
@@ -73,7 +72,7 @@ class _Methods(click.Choice):
 
     @property  # type: ignore[override]
     def choices(self) -> tuple[str, ...]:
-        return tuple(REGISTRY)
+        return tuple(release_methods())
 
     @choices.setter
     def choices(self, value: object) -> None:
@@ -357,7 +356,7 @@ def _public_threshold(context: click.Context) -> int:
 
 def _names(applies: Callable[[Mechanism], bool]) -> str:
     """The registered methods an option applies to, for a message."""
-    return ", ".join(name for name, entry in REGISTRY.items() if applies(entry))
+    return ", ".join(name for name, entry in release_methods().items() if applies(entry))
 
 
 def _flag(context: click.Context, name: str) -> str:
@@ -421,7 +420,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                              written=written)
         writer.after = run.checkpoint
         try:
-            with run.output() as sink:
+            with durable.guarded(run), run.output() as sink:
                 if columns and input_path == "-":
                     writer.live(run.feed_live(reader.records()), sink)
                 elif columns:
@@ -431,18 +430,6 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                 else:
                     writer.batches(run.feed_chunks(iter_chunks(reader.values(), _CHUNK)), sink)
                 message = run.finish(sink)
-        except (Stopped, KeyboardInterrupt) as error:
-            run.abandon()
-            durable.stopped(run, error)
-            raise
-        except (click.ClickException, ValueError):  # an input error or a refused value: what came before stays
-            with suppress(Exception):  # the error told is the first one
-                run.commit_released()
-            run.abandon()
-            raise
-        except BaseException:
-            run.abandon()
-            raise
         finally:
             reader.close()
         report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])

@@ -14,7 +14,10 @@ HTTP API's ``method``, the ledger's ``method``):
 * ``describe`` -- the line ``release`` says about what the mechanism chose;
 * whether ``release --state`` continues it (``durable``), whether it runs per key
   (``per_key``) and whether the service offers it (``service``);
-* ``audits`` -- the :mod:`dpstream.audit` experiments that check its privacy claim.
+* ``audits`` -- the :mod:`dpstream.audit` experiments that check its privacy claim;
+* ``command`` -- the command that runs it: ``release`` (its ``--method`` choices are these
+  entries, :func:`release_methods`) or another (``aggregate``: :class:`~dpstream.release.aggregate.UnitAggregate`,
+  rows of privacy units rather than one stream of values, so ``release`` does not offer it).
 
 Adding a mechanism is its module, one :func:`register` call (here, for the built-in ones) and,
 when it is new, its relation; ``tests/test_registry.py`` fails if a registered mechanism has no
@@ -32,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dpstream.noise.bits import KeyedBits
+from dpstream.release.aggregate import AGGREGATE, UnitAggregate
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
 from dpstream.release.pak import PAK
@@ -45,6 +49,7 @@ __all__ = [
     "class_of_kind",
     "mechanism",
     "register",
+    "release_methods",
     "served",
     "specific_options",
     "unregister",
@@ -99,6 +104,8 @@ class Mechanism:
     service: int = 0
     #: The names of the :mod:`dpstream.audit` experiments that check its privacy claim.
     audits: tuple[str, ...] = ()
+    #: The command that runs it: ``release --method NAME``, or a command of its own (``aggregate``).
+    command: str = "release"
 
     def build(self, options: Mapping[str, Any], *, seed: Any = None, key: bytes | None = None) -> Any:
         """The mechanism of ``release``'s ``options`` (by option name), with noise from ``seed`` or ``key``.
@@ -140,8 +147,13 @@ def mechanism(name: str) -> Mechanism:
     'BinaryTreeCounter'
     """
     if name not in _ENTRIES:
-        raise ValueError(f"method must be one of {', '.join(_ENTRIES)}; got {name!r}.")
+        raise ValueError(f"method must be one of {', '.join(release_methods())}; got {name!r}.")
     return _ENTRIES[name]
+
+
+def release_methods() -> dict[str, Mechanism]:
+    """The mechanisms ``release --method`` offers, by name, in registration order."""
+    return {name: entry for name, entry in _ENTRIES.items() if entry.command == "release"}
 
 
 def specific_options() -> frozenset[str]:
@@ -207,6 +219,11 @@ def _describe_topl(topl: ToPL) -> str:
             f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
 
 
+def _describe_aggregate(agg: UnitAggregate) -> str:
+    return (f"buckets of {agg.bucket} s, {agg.width} per window of {agg.window} s; {agg.levels} measured levels of "
+            f"fan-out {agg.fanout}; public bounds only (nothing chosen from the data)")
+
+
 def _same_names(*names: str) -> dict[str, str]:
     return {name: name for name in names}
 
@@ -229,3 +246,5 @@ register(Mechanism("bt", BinaryTreeCounter, BINARY_TREE, _describe_bt, _same_nam
                    audits=("binary-tree", "bt-by-key")))
 register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "threshold_epsilon"), noise=_topl_noise,
                    audits=("square-wave", "hm")))
+register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",
+                   audits=("unit-aggregate",)))

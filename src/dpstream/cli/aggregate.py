@@ -1,0 +1,268 @@
+"""``dpstream aggregate``: per-bucket population aggregates of privacy units' rows, under unit-level DP.
+
+Rows ``(time, unit, value[, partition])`` are read in batches (:func:`~dpstream.io.rows.read_rows`),
+their times parsed (:mod:`dpstream.io.times`), and released by
+:class:`~dpstream.release.aggregate.UnitAggregate` as the buckets close: CSV ``bucket,partition,value``,
+the bucket's start in ISO 8601 UTC, the partition (empty without ``--partition-column``), the
+value; one row per bucket and partition, in time order.  The guarantee and what a unit gets over
+the windows released go to stderr.  ``--state FILE`` makes the release durable, as ``release
+--state`` (:class:`~dpstream.durable.release.DurableRelease`): the noise of every window is keyed,
+each batch is committed before its buckets are written, and a killed run continued by the same
+command writes what an uninterrupted one would, byte for byte.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpstream.cli import _durable as durable
+from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
+from dpstream.cli._options import SEED_HELP, epsilon_option
+from dpstream.cli._outputs import check_finite, output_file, prepare_output
+from dpstream.io import Batch, InputError
+from dpstream.io.records import MISSING_POLICIES
+from dpstream.io.rows import RowBatch, read_rows
+from dpstream.io.times import buckets_per_window, format_times, parse_duration, parse_times, time_kind
+from dpstream.release.aggregate import LATE_POLICIES, STATISTICS, Released, UnitAggregate, unit_statement
+
+__all__ = ["aggregate"]
+
+#: Rows read per batch (and, with --state, per commit at most).
+_BATCH = 1 << 18
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an integer and s, m, h or d (m = minutes), e.g. 30m.") from None
+
+
+@cli.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where to write the CSV bucket,partition,value ('-' for stdout).")
+@click.option("--time-column", required=True, help="The time of each row: ISO 8601 (no offset = UTC) or epoch seconds.")
+@click.option("--unit-column", required=True, help="The privacy unit of each row (a meter, a household).")
+@click.option("--column", required=True, help="The value column.")
+@click.option("--bucket", required=True, callback=_duration, help="Bucket length: an integer and s|m|h|d (30m).")
+@click.option("--unit-window", required=True, callback=_duration,
+              help="The window a unit is protected in (1d: each UTC day), a whole number of buckets.")
+@click.option("--unit-bound", type=float, required=True,
+              help="L1 bound of one unit's contribution per window (the sum of its values; with --statistic count, "
+                   "its rows).")
+@click.option("--epsilon", type=float, required=True, callback=epsilon_option, help="Budget per unit per window.")
+@click.option("--upper-bound", type=float, default=None, help="Bound B of one value: values lie in [0, B] "
+                                                                   "(default --unit-bound).")
+@click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
+@click.option("--partition-column", default=None, help="The partition of each row (a feeder); needs --partitions.")
+@click.option("--partitions", "partitions_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="The public partitions, one name per line.")
+@click.option("--unit-max-partitions", type=int, default=None, help="Partitions one unit may touch per window.")
+@click.option("--unit-max-rows", type=int, default=None, help="Rows one unit may have per window.")
+@click.option("--statistic", type=click.Choice(STATISTICS), default="sum", show_default=True)
+@click.option("--levels", type=int, default=None, help="Measured levels over a window's buckets (default 2: the "
+                                                       "buckets and the whole window).")
+@click.option("--replace", is_flag=True, help="Neighbours replace one unit's rows (noise for 2C) rather than add or "
+                                              "remove them.")
+@click.option("--missing", type=click.Choice(list(MISSING_POLICIES)), default="error", show_default=True,
+              help="A missing value: stop, read as 0, or drop its row.")
+@click.option("--late", type=click.Choice(LATE_POLICIES), default="error", show_default=True,
+              help="A row for a bucket already released: stop, or drop it (counted, not printed).")
+@click.option("--start", default=None,
+              help="The first bucket released (a time, aligned down to its window), public: without it the window "
+                   "of the first row, which the guarantee does not cover.")
+@click.option("--sort", "sort_rows", is_flag=True,
+              help="Read the whole input and sort its rows by time first (a file written meter by meter); memory "
+                   "grows with the rows.")
+@click.option("--seed", type=int, default=None, help=SEED_HELP)
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
+              help="A secret state file: the release continues where a stopped run left it, never re-drawing noise.")
+@click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="With --state: the least time between two commits.")
+def aggregate(input_path: str, output_path: str, time_column: str, unit_column: str, column: str, bucket: int,
+              unit_window: int, partition_column: str | None, partitions_path: str | None, missing: str,
+              seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float, sort_rows: bool,
+              **options: Any) -> None:
+    """Release per-bucket sums, counts or means of INPUT's rows under unit-level DP.
+
+    INPUT is CSV with a header (.gz allowed, '-' is stdin) or Parquet, one row per reading:
+    a time, a unit and a value (and a partition).  Each unit's rows in each aligned window
+    (--unit-window, UTC) are protected at --epsilon: the release bounds them (values clipped to
+    [0, B], at most --unit-bound in total, --unit-max-rows rows, --unit-max-partitions
+    partitions) and adds exact discrete Laplace noise from the bounds.  OUT is CSV
+    'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
+    """
+    with usage_errors():
+        width = buckets_per_window(bucket, unit_window)
+        if (partition_column is None) != (partitions_path is None):
+            raise ValueError("--partition-column and --partitions go together (the partitions are public).")
+        partitions = _read_partitions(partitions_path) if partitions_path is not None else None
+        params = dict(epsilon=options["epsilon"], bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
+                      statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
+                      max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
+                      partitions=partitions, levels=options["levels"], replace=options["replace"],
+                      late=options["late"], unit=unit_column, start=_start(options["start"]))
+        UnitAggregate(**params, seed=0)  # refuse bad parameters before reading or writing
+        if sort_rows and state_path is not None:
+            raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
+    rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
+                     partition_column=partition_column, missing=missing, batch_rows=_BATCH)
+    if sort_rows:
+        rows = _sorted(rows)
+    names = partitions or [""]
+    if state_path is not None:
+        _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
+                     names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
+                     columns=(time_column, unit_column, column, partition_column, missing))
+        return
+    if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--checkpoint-seconds applies with --state only.")
+    releaser = UnitAggregate(**params, seed=seed)
+    warn_if_seeded(seed)
+    target = prepare_output(output_path, force=force, inputs=[input_path])
+    feeder = _Feeder(releaser, names, width)
+    with output_file(target) as sink:
+        writer = csv.writer(sink, lineterminator="\n")
+        writer.writerow(["bucket", "partition", "value"])
+        for batch in rows:
+            feeder.feed(batch, sink)
+        feeder.end(sink)
+    feeder.report()
+
+
+class _Feeder:
+    """Parses each batch's times, feeds the release and writes the buckets it closes."""
+
+    def __init__(self, releaser: UnitAggregate, names: list[str], width: int) -> None:
+        self.releaser, self.names, self.width = releaser, names, width
+        self.kind: str | None = None
+        self.first: int | None = None
+        self.windows = 0
+
+    def feed(self, batch: RowBatch, sink: TextIO) -> None:
+        if not len(batch):
+            return
+        if self.kind is None:
+            self.kind = time_kind(str(batch.times[0]))
+            say(f"times: {'epoch seconds' if self.kind == 'epoch' else 'ISO 8601, no offset read as UTC'} "
+                f"(from the first row)")
+        times = parse_times(batch.times, kind=self.kind, first_row=batch.first_row)
+        released = self.releaser.release(times, batch.units, batch.values, batch.partitions,
+                                         skip=batch.missing if batch.missing.any() else None)
+        self.write(released, sink)
+
+    def end(self, sink: TextIO) -> None:
+        if self.releaser.position == 0:
+            raise InputError("the input holds no rows.")
+        self.write(self.releaser.flush(), sink)
+
+    def write(self, released: Released, sink: TextIO) -> None:
+        if not len(released):
+            return
+        check_finite(released.values, position=self.releaser.released, written="the output stops before it")
+        if self.first is None:
+            self.first = int(released.buckets[0])
+        buckets = format_times(released.buckets)
+        names = np.asarray(self.names, dtype=object)[released.partitions]
+        text = io.StringIO()
+        rows = zip(buckets, names.tolist(), map(repr, released.values.tolist()))
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        sink.write(text.getvalue())
+
+    def report(self) -> None:
+        agg = self.releaser
+        guarantee = agg.privacy()
+        say(f"privacy: {guarantee}")
+        windows = -(-agg.released // self.width)
+        relation = agg.relation()
+        say(unit_statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
+        say(f"released {agg.released:,} buckets x {len(self.names):,} partition{'s' * (len(self.names) != 1)}.")
+
+
+def _sorted(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:
+    """The rows sorted by time (stable: rows of one time keep their order), renumbered in that order."""
+    batches = [batch for batch in rows if len(batch)]
+    if not batches:
+        return
+    kind = time_kind(str(batches[0].times[0]))
+    times = np.concatenate([parse_times(b.times, kind=kind, first_row=b.first_row) for b in batches])
+    order = pa.array(np.argsort(times, kind="stable"))
+    joined = {name: pa.concat_arrays([getattr(b, name) for b in batches]).take(order)
+              for name in ("times", "units") + (("partitions",) if batches[0].partitions is not None else ())}
+    values = np.concatenate([b.values for b in batches])[order.to_numpy()]
+    missing = np.concatenate([b.missing for b in batches])[order.to_numpy()]
+    for start in range(0, values.size, _BATCH):
+        part = slice(start, start + _BATCH)
+        yield RowBatch(times=joined["times"][part], units=joined["units"][part], values=values[part],
+                       partitions=joined["partitions"][part] if "partitions" in joined else None,
+                       first_row=start + 1, missing=missing[part])
+
+
+def _start(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(parse_times([text], kind=time_kind(text))[0])
+    except InputError:
+        raise ValueError(f"--start must be a time (ISO 8601 or epoch seconds), got {text!r}.") from None
+
+
+def _read_partitions(path: str) -> list[str]:
+    with open(path, encoding="utf-8-sig") as handle:
+        names = [line.strip() for line in handle if line.strip()]
+    if not names:
+        raise ValueError(f"--partitions {path} names no partition.")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--partitions {path} names a partition twice.")
+    return names
+
+
+def _batches(rows: Iterator[RowBatch], held: list[RowBatch]) -> Iterator[Batch]:
+    """The rows as the durable run's input log absorbs them: values, and the time, unit and partition texts."""
+    for batch in rows:
+        held.append(batch)
+        keys = batch.units if batch.partitions is None else pc.binary_join_element_wise(batch.units,
+                                                                                       batch.partitions, "\x1f")
+        yield Batch(values=batch.values, lines=np.arange(batch.first_row, batch.first_row + len(batch)),
+                    times=batch.times.to_pylist(), keys=keys.to_pylist())
+
+
+def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
+                 rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
+                 checkpoint_seconds: float, columns: tuple[Any, ...]) -> None:
+    """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
+    if input_path == "-":
+        raise click.UsageError("aggregate --state reads a file, not stdin (it skips the rows consumed by earlier "
+                               "runs).")
+    recorded = {"method": "aggregate", **params, "columns": list(columns), "seed": seed}
+    run = durable.start(state_path, method="aggregate", params=recorded, seed=seed, input_path=input_path,
+                        output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
+                        build=lambda key: UnitAggregate(**params, key=key))
+    try:
+        warn_if_seeded(seed)
+        feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
+        held: list[RowBatch] = []
+        with durable.guarded(run), run.output() as sink:
+            if run.state.progress.output_bytes == 0:
+                sink.write("bucket,partition,value\n")
+            for fed in run.feed_batches(_batches(rows, held)):
+                batch = held.pop()
+                feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
+                run.checkpoint(sink)
+            feeder.end(sink)
+            message = run.finish(sink)
+        feeder.report()
+        say(message)
+    finally:
+        run.close()
+

@@ -1,0 +1,156 @@
+"""Times and durations of rows: parsed in batches, aligned in UTC (the one parser of a time column).
+
+A time is either ISO 8601 -- ``2024-03-01T00:30:00Z`` (a date alone is its midnight), an offset
+(``+02:00``, ``+0200``), a space for the ``T`` as most tools write it, fractions of a second
+allowed, and **no offset meaning UTC** -- or epoch seconds (a decimal number of seconds since
+1970-01-01T00:00:00Z).  Which of the two a column holds is decided by its first value
+(:func:`time_kind`) and said by the command; a later value of the other kind is an error naming
+its row.  Times are held as int64 nanoseconds since
+the epoch (numpy ``datetime64[ns]``'s range, 1678 to 2261), parsed by pyarrow's compute kernels:
+no Python loop per row.
+
+A duration is an integer and a unit: ``s``, ``m`` (minutes), ``h`` or ``d`` (:func:`parse_duration`).
+Buckets and windows are aligned in UTC from the epoch: bucket ``k`` of a duration ``b`` holds the
+times ``[k b, (k + 1) b)``, so ``1d`` windows are UTC days; a window must be a whole number of
+buckets (:func:`buckets_per_window`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpstream.io.records import InputError, _quote
+
+__all__ = ["NS", "buckets_per_window", "duration_text", "format_times", "parse_duration", "parse_times", "time_kind"]
+
+#: Nanoseconds per second.
+NS = 1_000_000_000
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"([0-9]+)([smhd])")
+_OFFSET = r"(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$"
+_EPOCH = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
+
+
+def parse_duration(text: object, name: str = "duration") -> int:
+    """A duration ``integer + s|m|h|d`` in seconds.
+
+    >>> parse_duration("30m"), parse_duration("1d"), parse_duration("90s")
+    (1800, 86400, 90)
+    >>> parse_duration("1.5h")
+    Traceback (most recent call last):
+    ValueError: duration must be a positive integer and s, m, h or d (m = minutes), e.g. 30m or 1d; got '1.5h'.
+    """
+    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None or int(match.group(1)) == 0:
+        raise ValueError(f"{name} must be a positive integer and s, m, h or d (m = minutes), e.g. 30m or 1d; "
+                         f"got {text!r}.")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def duration_text(seconds: int) -> str:
+    """The shortest spelling of ``seconds`` as :func:`parse_duration` reads it.
+
+    >>> duration_text(86400), duration_text(1800), duration_text(90)
+    ('1d', '30m', '90s')
+    """
+    for unit in "dhm":
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def buckets_per_window(bucket: int, window: int) -> int:
+    """How many buckets of ``bucket`` seconds a window of ``window`` seconds holds; refused unless whole.
+
+    >>> buckets_per_window(1800, 86400)
+    48
+    >>> buckets_per_window(7 * 60, 3600)
+    Traceback (most recent call last):
+    ValueError: the window (1h) must be a whole number of buckets (7m): 3600 s is not a multiple of 420 s.
+    """
+    if window % bucket:
+        raise ValueError(f"the window ({duration_text(window)}) must be a whole number of buckets "
+                         f"({duration_text(bucket)}): {window} s is not a multiple of {bucket} s.")
+    return window // bucket
+
+
+def time_kind(first: str) -> str:
+    """``"epoch"`` when the first time of a column is a number of seconds, else ``"iso"`` (ISO 8601)."""
+    return "epoch" if re.fullmatch(_EPOCH, first.strip()) else "iso"
+
+
+def parse_times(texts: pa.Array | list[str], *, kind: str, first_row: int = 1, what: str = "time") -> np.ndarray:
+    """The times of ``texts`` as int64 nanoseconds since the epoch (UTC); vectorized.
+
+    ``kind`` is ``"iso"`` or ``"epoch"`` (:func:`time_kind`); ``first_row`` numbers the rows in
+    an error, which names the first bad value.
+
+    >>> parse_times(["2024-01-01T00:30:00Z", "2024-01-01 02:30:00+02:00", "2024-01-01T00:30"], kind="iso").tolist()
+    [1704069000000000000, 1704069000000000000, 1704069000000000000]
+    >>> parse_times(["1704069000", "1704069000.5"], kind="epoch").tolist()
+    [1704069000000000000, 1704069000500000000]
+    >>> parse_times(["2024-01-01"], kind="iso").tolist()
+    [1704067200000000000]
+    >>> parse_times(["2024-01-01", "yesterday"], kind="iso", first_row=10)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    dpstream.io.InputError: row 11: the time 'yesterday' is not ISO 8601 (2024-03-01T00:30:00Z, an offset or none ...
+    """
+    array = pa.array(texts, type=pa.string()) if not isinstance(texts, (pa.Array, pa.ChunkedArray)) else texts
+    array = pc.utf8_trim_whitespace(array.cast(pa.string()))
+    if array.null_count:
+        _fail(array, np.asarray(array.is_null()), first_row, what, "is missing", empty=True)
+    if kind == "epoch":
+        numeric = np.asarray(pc.match_substring_regex(array, _EPOCH))
+        if not numeric.all():
+            _fail(array, ~numeric, first_row, what, "is not epoch seconds (a decimal number), as the first time was")
+        seconds = np.asarray(array.cast(pa.float64()))
+        if not np.all(np.abs(seconds) < 9.2e9):
+            _fail(array, ~(np.abs(seconds) < 9.2e9), first_row, what, "is outside the years 1678 to 2261")
+        whole = np.floor(seconds)  # exact: whole seconds, then the fraction (float64: ~0.2 us today)
+        return whole.astype(np.int64) * NS + np.round((seconds - whole) * NS).astype(np.int64)
+    original = array  # what an error quotes
+    dates = pc.equal(pc.utf8_length(array), 10)  # a date alone: its midnight, UTC
+    array = pc.if_else(dates, pc.binary_join_element_wise(array, pa.scalar("T00:00:00"), ""), array)
+    zoned = np.asarray(pc.match_substring_regex(array, _OFFSET))
+    out = np.empty(len(array), dtype=np.int64)
+    for mask, target in ((zoned, pa.timestamp("ns", tz="UTC")), (~zoned, pa.timestamp("ns"))):
+        if not mask.any():
+            continue
+        part = array.filter(pa.array(mask))
+        try:
+            out[mask] = np.asarray(part.cast(target).cast(pa.int64()))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            good = np.array([_parses(item, target) for item in part.to_pylist()])  # the error path only
+            bad = np.zeros(len(array), dtype=bool)
+            bad[np.flatnonzero(mask)[~good]] = True
+            _fail(original, bad, first_row, what, "is not ISO 8601 (2024-03-01T00:30:00Z, an offset or none for UTC, "
+                                               "a space for the T allowed)")
+    return out
+
+
+def _parses(text: str, target: pa.DataType) -> bool:
+    try:
+        pa.array([text]).cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _fail(array: pa.Array, bad: np.ndarray, first_row: int, what: str, problem: str, *, empty: bool = False) -> None:
+    index = int(np.flatnonzero(bad)[0])
+    text = "" if empty else f" {_quote(array[index].as_py())}"
+    raise InputError(f"row {first_row + index}: the {what}{text} {problem}")
+
+
+def format_times(nanoseconds: np.ndarray) -> list[str]:
+    """Times (int64 nanoseconds, whole seconds) as ISO 8601 UTC texts, ``2024-01-01T00:30:00Z``.
+
+    >>> format_times(np.array([1704069000 * NS]))
+    ['2024-01-01T00:30:00Z']
+    """
+    texts = np.datetime_as_string(np.asarray(nanoseconds, dtype=np.int64).astype("datetime64[ns]"), unit="s")
+    return [text + "Z" for text in texts.tolist()]

@@ -1,0 +1,134 @@
+"""``dpstream aggregate``: the command, its one-line errors and its durable release under kills."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dpstream.cli.aggregate as aggregate_command
+import dpstream.durable.release as durable_release
+import dpstream.io.rows as rows
+from dpstream.cli import cli
+from dpstream.durable import StreamState
+from durable_faults import Faults, Killed
+
+BASE = ["--time-column", "time", "--unit-column", "meter", "--column", "kWh", "--bucket", "1h", "--unit-window", "1d",
+        "--unit-bound", "8", "--epsilon", "1", "--upper-bound", "2", "--clip", "--seed", "4"]
+
+
+def _csv(path, *, days=2, meters=6, seed=0, partitions=False):
+    rng = np.random.default_rng(seed)
+    lines = ["time,meter,kWh" + (",feeder" if partitions else "")]
+    for hour in range(24 * days):
+        stamp = f"2024-03-{1 + hour // 24:02d} {hour % 24:02d}:{int(rng.integers(60)):02d}:00"  # a space, no offset
+        for meter in rng.permutation(meters):
+            value = "NA" if rng.random() < 0.02 else f"{rng.gamma(2, 0.3):.3f}"
+            lines.append(f"{stamp},m{meter},{value}" + (f",f{meter % 2}" if partitions else ""))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, ["aggregate", *map(str, args)])
+
+
+def test_the_output_is_one_row_per_bucket_and_partition_in_time_order(tmp_path):
+    data = _csv(tmp_path / "in.csv", partitions=True)
+    (tmp_path / "parts").write_text("f0\nf1\n")
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, "--missing", "zero", "--partition-column", "feeder",
+                  "--partitions", tmp_path / "parts", "--unit-max-partitions", "1")
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert lines[0] == "bucket,partition,value" and len(lines) == 1 + 48 * 2
+    assert lines[1].startswith("2024-03-01T00:00:00Z,f0,") and lines[2].startswith("2024-03-01T00:00:00Z,f1,")
+    assert lines[-1].startswith("2024-03-02T23:00:00Z,f1,")
+    assert "each meter's readings in each UTC day: ε = 1; over 2 days: ε = 2 by composition" in result.output
+
+
+@pytest.mark.parametrize(("extra", "code", "message"), [
+    (["--bucket", "7m"], 2, "whole number of buckets"),
+    (["--bucket", "30min"], 2, "is not an integer and s, m, h or d"),
+    (["--missing", "error"], 1, "the value is missing"),
+    (["--partition-column", "feeder"], 2, "--partition-column and --partitions go together"),
+])
+def test_bad_options_and_inputs_are_one_line_errors(tmp_path, extra, code, message):
+    data = _csv(tmp_path / "in.csv")
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, *extra)
+    assert result.exit_code == code and message in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out.csv").exists()
+
+
+def test_late_rows_unknown_partitions_and_missing_units_are_refused(tmp_path):
+    rows = "time,meter,kWh,feeder\n2024-03-01T01:00:00Z,a,1,f0\n2024-03-01T00:00:00+00:00,a,1,f0\n"
+    (tmp_path / "late.csv").write_text(rows)
+    (tmp_path / "parts").write_text("f0\n")
+    late = _run(tmp_path / "late.csv", "-o", tmp_path / "o1", *BASE)
+    assert late.exit_code == 1 and "row 2: its bucket was released already" in late.output
+    dropped = _run(tmp_path / "late.csv", "-o", tmp_path / "o1", *BASE, "--late", "drop")
+    assert dropped.exit_code == 0
+    (tmp_path / "bad.csv").write_text(rows.replace(",f0\n2024", ",f9\n2024"))
+    unknown = _run(tmp_path / "bad.csv", "-o", tmp_path / "o2", *BASE, "--partition-column", "feeder",
+                   "--partitions", tmp_path / "parts")
+    assert unknown.exit_code == 1 and "row 1: the partition 'f9' is not one of the public partitions" in unknown.output
+    (tmp_path / "nounit.csv").write_text("time,meter,kWh\n2024-03-01T01:00:00Z,,1\n")
+    missing = _run(tmp_path / "nounit.csv", "-o", tmp_path / "o3", *BASE)
+    assert missing.exit_code == 1 and "row 1: the unit ('meter') is missing" in missing.output
+
+
+def test_kill_and_resume_with_state_writes_what_an_uninterrupted_run_writes(tmp_path, monkeypatch):
+    data = _csv(tmp_path / "in.csv", days=3)
+    options = [*BASE, "--missing", "skip", "--checkpoint-seconds", "0"]
+    monkeypatch.setattr(rows, "_BLOCK", 1500)  # CSV batches of about 40 rows: many commits to kill
+    monkeypatch.setattr(aggregate_command, "_BATCH", 40)
+    whole = _run(data, "-o", tmp_path / "whole.csv", "--state", tmp_path / "whole.state", *options)
+    assert whole.exit_code == 0, whole.output
+    expected = (tmp_path / "whole.csv").read_bytes()
+    faults = Faults(np.random.default_rng(11))
+    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
+    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
+    kills = 0
+    for _ in range(40):  # runs killed at a random write (cut at a random byte) or save, until one finishes
+        faults.kill_in = int(faults.rng.integers(0, 4))
+        try:
+            result = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)
+        except Killed:
+            kills += 1
+            continue
+        assert result.exit_code == 0, result.output
+        break
+    assert kills >= 3
+    faults.kill_in = None
+    assert (tmp_path / "out.csv").read_bytes() == expected
+    again = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)
+    assert again.exit_code == 0 and "nothing new" in again.output
+    assert (tmp_path / "out.csv").read_bytes() == expected
+
+
+def test_sort_orders_a_file_written_meter_by_meter(tmp_path):
+    data = _csv(tmp_path / "in.csv", days=2)
+    lines = data.read_text().splitlines()
+    by_meter = sorted(lines[1:], key=lambda line: line.split(",")[1])  # meter by meter, time order inside
+    (tmp_path / "meters.csv").write_text("\n".join([lines[0], *by_meter]) + "\n")
+    ordered = sorted(lines[1:], key=lambda line: line.split(",")[0])  # what --sort makes of it (stable)
+    (tmp_path / "ordered.csv").write_text("\n".join([lines[0], *sorted(by_meter, key=lambda x: x.split(",")[0])])
+                                          + "\n")
+    assert len(ordered) == len(by_meter)
+    refused = _run(tmp_path / "meters.csv", "-o", tmp_path / "a.csv", *BASE, "--missing", "zero")
+    assert refused.exit_code == 1 and "its bucket was released already" in refused.output
+    sorted_run = _run(tmp_path / "meters.csv", "-o", tmp_path / "b.csv", *BASE, "--missing", "zero", "--sort")
+    plain = _run(tmp_path / "ordered.csv", "-o", tmp_path / "c.csv", *BASE, "--missing", "zero")
+    assert sorted_run.exit_code == 0 and plain.exit_code == 0
+    assert (tmp_path / "b.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()
+
+
+def test_start_releases_from_a_public_time_and_refuses_rows_before_it(tmp_path):
+    data = _csv(tmp_path / "in.csv", days=2)
+    later = _run(data, "-o", tmp_path / "a.csv", *BASE, "--missing", "zero", "--start", "2024-02-28T06:00:00Z")
+    assert later.exit_code == 0, later.output
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    assert lines[1].startswith("2024-02-28T00:00:00Z,,") and len(lines) == 1 + 24 * 4  # empty days 28 and 29 too
+    early = _run(data, "-o", tmp_path / "b.csv", *BASE, "--missing", "zero", "--start", "2024-03-02")
+    assert early.exit_code == 1 and "row 1: its bucket was released already or lies before the start" in early.output
+    bad = _run(data, "-o", tmp_path / "c.csv", *BASE, "--start", "soon")
+    assert bad.exit_code == 2 and "--start must be a time" in bad.output
