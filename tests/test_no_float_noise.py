@@ -49,6 +49,7 @@ SYNTHETIC_DATA = {
     "count_of_counts/data.py": {"housing_data", "taxi_data"},
     "postprocess/markov.py": {"simulate_counts"},
     "datasets/synthetic.py": {"_events", "smart_meter", "taxi_fares", "bursty_counts"},
+    "datasets/meters.py": {"meter_readings"},
 }
 
 #: Modules still to move onto exact noise (a strict xfail each): none left.
