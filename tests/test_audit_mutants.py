@@ -115,8 +115,8 @@ def nm_e_without_noise() -> tuple[Patch, ...]:
 def model_threshold_argmax() -> tuple[Patch, ...]:
     """The model threshold's private selections (the median, step 1, and theta, step 3) take the best true score."""
     return (("thresholds/model.py",
-             'index = select("permute-and-flip", -np.abs(at_most - self.m / 2.0), epsilon=epsilon, seed=self.bits)',
-             "index = int(np.argmax(-np.abs(at_most - self.m / 2.0)))"),
+             'index = select("permute-and-flip", self.rank_scores(), epsilon=epsilon, seed=self.bits)',
+             "index = int(np.argmax(self.rank_scores()))"),
             ("thresholds/model.py", "index = select(selection, scores, epsilon=epsilon, monotone=True, seed=self.bits)",
              "index = int(np.argmax(scores))"))
 
