@@ -221,6 +221,10 @@ EXACT = {
     "tops-model": 200,
     "tops-window-leaves": 400,
     "tops-stream": 200,
+    "tops-selection": 4_000,
+    "tops-median": 4_000,
+    "tops-selection-rnm": 4_000,
+    "tops-selection-exponential": 4_000,
     "binary-tree": 2_048,
     "pak": 400,
     "nm-e": 20_000,
@@ -352,6 +356,7 @@ def _three_quarter_scale():
 
 @pytest.mark.parametrize(("name", "module"), [("tops", "dpstream.release.perturber"),
                                               ("tops-periodic", "dpstream.release.perturber"),
+                                              ("tops-window-leaves", "dpstream.release.perturber"),
                                               ("bt-by-key", "dpstream.hierarchy.arithmetic"),
                                               ("pak", "dpstream.release.pak")])
 def test_the_default_audit_sees_a_three_quarter_noise_scale(name, module, monkeypatch):
@@ -362,3 +367,85 @@ def test_the_default_audit_sees_a_three_quarter_noise_scale(name, module, monkey
     monkeypatch.setattr(importlib.import_module(module), "GridLaplace", _three_quarter_scale())
     [result] = run_audit([name], seed=1)
     assert not result.epsilon_ok, format_table([result])
+
+
+# -- the model threshold's selections, and what a pair's output law spends -----------------------
+
+SELECTION_ADAPTERS = ("tops-selection", "tops-median", "tops-selection-rnm", "tops-selection-exponential")
+
+
+def test_the_selections_pair_changes_the_true_best_and_permute_and_flip_spends_its_claim():
+    """On A candidate 0 is the true best (its grid score ties with 1's), on B the true worst by the
+    sensitivity; permute-and-flip's exact law then shows its budget up to the grid's extra step
+    (1024 / 1025), report-noisy-max and the exponential mechanism less (their adapters say how much)."""
+    for name in SELECTION_ADAPTERS:
+        adapter = MECHANISMS[name]()
+        a, b = adapter.neighbours
+        assert int(np.argmax(a)) == 0 and int(np.argmax(b)) == 1 and np.abs(b - a).max() <= 1.0
+        laws = [adapter.law(x) for x in adapter.neighbours]
+        assert adapter.spends == pytest.approx(np.abs(np.log(laws[0] / laws[1])).max())
+    assert MECHANISMS["tops-selection"]().spends == pytest.approx(1024 / 1025)
+    assert MECHANISMS["tops-median"]().spends == pytest.approx(1024 / 1025)
+    assert 0.55 < MECHANISMS["tops-selection-rnm"]().spends < 0.65
+    # P(0) is 1/2 on A and 1 / (1 + e^(eps 1024 / 1025)) on B
+    assert MECHANISMS["tops-selection-exponential"]().spends == pytest.approx(math.log((math.exp(1024 / 1025) + 1) / 2))
+
+
+@pytest.mark.parametrize("name", ["tops-selection", "tops-median"])
+def test_the_default_audit_sees_a_selection_that_spends_four_thirds(name, monkeypatch):
+    """Permute-and-flip's coins computed with 3/4 of the sensitivity (true eps 4/3 of the claim) fail."""
+    from dpstream.thresholds import select
+
+    monkeypatch.setattr(select, "_SENSITIVITY_UNITS", (3 * select._SENSITIVITY_UNITS) // 4)
+    [result] = run_audit([name], seed=1)
+    assert not result.epsilon_ok, format_table([result])
+
+
+@pytest.mark.parametrize("name", SELECTION_ADAPTERS)
+def test_the_default_audit_sees_a_selection_of_the_best_true_score(name, monkeypatch):
+    from dpstream.thresholds import select
+
+    for mechanism in select.SELECTIONS:
+        monkeypatch.setitem(select.SELECTIONS, mechanism, lambda scores, **_: int(np.argmax(scores)))
+    [result] = run_audit([name], seed=1)
+    assert not result.epsilon_ok, format_table([result])
+
+
+def test_nm_e_spends_what_its_pair_can_show_and_the_report_says_so():
+    """NM-E's choice between candidates 1 and 2: candidate 1 wins when D = Z_1 - Z_2 >= gap on A and
+    >= gap + 1 on B; the largest log ratio of that law, from the difference's law in closed form."""
+    q = math.exp(-1.0)  # discrete Laplace of scale 1 (eps = 1, monotone): P[Z = z] = c q^|z|
+    c = (1 - q) / (1 + q)
+    d = np.arange(-400, 401)
+    law = c**2 * q ** np.abs(d) * ((1 + q**2) / (1 - q**2) + np.abs(d))  # sum over z of P[z] P[z - d]
+    assert law.sum() == pytest.approx(1.0)
+    for gap, name in ((0, "nm-e"), (3, "nm-e-tail")):
+        wins = [law[d >= g].sum() for g in (gap, gap + 1)]
+        expected = max(math.log(wins[0] / wins[1]), math.log((1 - wins[1]) / (1 - wins[0])))
+        assert MECHANISMS[name]().spends == pytest.approx(expected, rel=1e-9)
+    assert MECHANISMS["nm-e"]().spends == pytest.approx(0.5762, abs=1e-4)
+    [result] = run_audit(["nm-e"], samples=20_000)
+    table = format_table([result])
+    assert result.spent == MECHANISMS["nm-e"]().spends and result.spent_fraction == pytest.approx(
+        result.epsilon_lower_bound / result.spent)
+    assert "lb/spent" in table.splitlines()[0] and "nm-e: eps 0.576 of the claimed 1" in table
+
+
+def test_the_audit_accepts_registered_mechanism_names():
+    """A registered mechanism's name stands for its audits (bt: binary-tree and bt-by-key); an
+    experiment's name for itself, first (tops is both)."""
+    from click.testing import CliRunner
+
+    from dpstream.audit import experiments
+    from dpstream.cli import cli
+    from dpstream.release.registry import REGISTRY
+
+    assert experiments(["bt"]) == ["binary-tree", "bt-by-key"]
+    assert experiments(["tops", "bt", "binary-tree"]) == ["tops", "binary-tree", "bt-by-key"]
+    assert experiments(["topl"]) == list(REGISTRY["topl"].audits)
+    result = CliRunner().invoke(cli, ["audit", "bt", "--runs", "200"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("mechanism "))
+    assert [line.split()[0] for line in lines[header + 1 : header + 3]] == ["binary-tree", "bt-by-key"], result.output
+    assert not lines[header + 3].strip(), result.output  # nothing else ran

@@ -26,7 +26,7 @@ from dpstream.audit.core import (
     granularity_of,
     on_lattice,
 )
-from dpstream.audit.mechanisms import MECHANISMS, run_audit
+from dpstream.audit.mechanisms import MECHANISMS, experiments, run_audit
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -39,6 +39,7 @@ __all__ = [
     "audit_mechanism",
     "clopper_pearson",
     "epsilon_lower_bound",
+    "experiments",
     "format_table",
     "granularity_of",
     "on_lattice",

@@ -15,14 +15,20 @@ tops-one-level            the perturber with one measured level on a keyed sourc
 tops-periodic             the periodic perturber (leaves of one period of 2 values, 2 levels): the
                           first value of every tree is 0 or theta; the sums released for its periods
 tops-window-leaves        the perturber ToPS runs on leaves of a fraction of the window
-                          (``query_length``), phase 8 (the first value not aligned to a leaf): the
-                          first value is 0 or theta; the sums released for the first chunk's leaves
+                          (``query_length``), phase 8 (the first value not aligned to a leaf), the
+                          leaves measured: the first value is 0 or theta; the first leaf's sum
 tops-stream               ToPS end to end after its hold-out (theta, s, prior chosen privately,
                           keyed): the first value after it is 0 or B; the first tree's leaves
 tops-model                ToPS end to end on its hold-out with the default model threshold
                           (median, drift, selection, prior; keyed): one held-out value is 0 or
                           B; the median, theta and the prior, their likelihood ratio (threshold
                           budget 4/3 eps: the steps that release something spend eps, the claim)
+tops-selection,           the model threshold's permute-and-flip on two candidates, monotone scores
+tops-median               (theta's, step 3) or not (the median's rank scores, step 1): one score
+                          moves by the sensitivity and the true best changes; the candidate chosen
+tops-selection-rnm,       the same pair for theta's other selections (``selection=``),
+tops-selection-           report-noisy-max and the exponential mechanism (on two candidates their
+exponential               laws show about 0.6 of the budget: the adapters' ``spends``)
 nm-e, nm-e-tail           NM-E: one held-out value moves candidate 1's count by 1 so that the
                           noiseless winner changes (nm-e), or deeper in the noise's tail; theta
 binary-tree               binary-tree counter, trees of 8 leaves: the first value is 0 or tau;
@@ -78,6 +84,7 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
+from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
     BinaryTree,
     BinaryTreeByKey,
@@ -91,8 +98,9 @@ from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, Windo
 from dpstream.audit.units import UnitAggregateWindows
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
+from dpstream.release.registry import REGISTRY
 
-__all__ = ["MECHANISMS", "run_audit"]
+__all__ = ["MECHANISMS", "experiments", "run_audit"]
 
 
 class LaplaceCountsMove(MechanismAdapter):
@@ -187,6 +195,12 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "tops-model": ToPSModelThreshold,
     "tops-window-leaves": WindowLeaves,
     "tops-stream": ToPSStream,
+    "tops-selection": lambda *, epsilon=1.0: Selection("tops-selection", monotone=True, epsilon=epsilon),
+    "tops-median": lambda *, epsilon=1.0: Selection("tops-median", monotone=False, epsilon=epsilon),
+    "tops-selection-rnm": lambda *, epsilon=1.0: Selection("tops-selection-rnm", mechanism="report-noisy-max",
+                                                           epsilon=epsilon),
+    "tops-selection-exponential": lambda *, epsilon=1.0: Selection("tops-selection-exponential",
+                                                                   mechanism="exponential", epsilon=epsilon),
     "nm-e": NoisyMaxThreshold,
     "nm-e-tail": lambda *, epsilon=1.0: NoisyMaxThreshold(epsilon=epsilon, gap=3),
     "binary-tree": BinaryTree,
@@ -205,6 +219,29 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "laplace-counts": LaplaceCountsMove,
     "unit-aggregate": UnitAggregateWindows,
 }
+
+
+def experiments(names: list[str] | tuple[str, ...]) -> list[str]:
+    """The experiments of :data:`MECHANISMS` that ``names`` ask for, in order, each once: an experiment's
+    name stands for itself, a registered mechanism's name (:mod:`dpstream.release.registry`) for the
+    experiments that audit it (its ``audits``; ``tops`` and ``pak`` name experiments first).
+
+    >>> experiments(["bt", "sr", "binary-tree"])
+    ['binary-tree', 'bt-by-key', 'sr']
+    >>> experiments(["no-such"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: unknown mechanism 'no-such'; choose among the experiments tops, ... or the mechanisms tops, ...
+    """
+    out: dict[str, None] = {}
+    for name in names:
+        if name in MECHANISMS:
+            out[name] = None
+        elif name in REGISTRY:
+            out.update(dict.fromkeys(REGISTRY[name].audits))
+        else:
+            raise ValueError(f"unknown mechanism {name!r}; choose among the experiments {', '.join(MECHANISMS)} "
+                             f"or the mechanisms {', '.join(REGISTRY)}.")
+    return list(out)
 
 
 #: How many times each mechanism's own runs a thorough audit makes.
@@ -234,7 +271,8 @@ def run_audit(
     Parameters
     ----------
     names : list of str, optional
-        Keys of :data:`MECHANISMS`.
+        Keys of :data:`MECHANISMS`, or names of registered mechanisms (each stands for its audits:
+        :func:`experiments`).
     seed : int
         Each mechanism's runs are drawn from a generator seeded by ``(seed, name)``, so a
         mechanism gets the same runs whether it is audited alone or with others.
@@ -259,9 +297,11 @@ def run_audit(
     [True, True]
     """
     selected = list(MECHANISMS) if names is None else list(names)
-    unknown = [name for name in selected if name not in MECHANISMS]
+    unknown = [name for name in selected if name not in MECHANISMS and name not in REGISTRY]
     if unknown or not selected:
-        raise ValueError(f"names must be among {', '.join(MECHANISMS)}; got {unknown or selected!r}.")
+        raise ValueError(f"names must be among {', '.join(MECHANISMS)} (or {', '.join(REGISTRY)}); "
+                         f"got {unknown or selected!r}.")
+    selected = experiments(selected)
     results = []
     notify(progress, 0, len(selected))
     for index, name in enumerate(selected, start=1):

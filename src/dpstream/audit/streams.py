@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpstream.audit.core import MechanismAdapter, granularity_of, on_lattice
+from dpstream.noise.laplace import noisy_max_scale
 from dpstream.noise.source import NoiseSource
 from dpstream.release import HierarchicalPerturber, ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
@@ -87,6 +88,8 @@ class NoisyMaxThreshold(MechanismAdapter):
     noiseless winner changes between the neighbours (a selection without noise fails at once);
     a larger gap looks further into the tail of D, where the ratio of the two inputs'
     probabilities nears ``e^eps`` (``nm-e-tail``, gap 3: about 0.81 of the claim at eps = 1).
+    The law of the choice is known exactly: ``spends`` is its largest log ratio (0.576 at eps = 1
+    for ``nm-e``), what any event on this pair can show.
     """
 
     statistic_name = "the chosen threshold"
@@ -104,6 +107,20 @@ class NoisyMaxThreshold(MechanismAdapter):
         if not 0.0 < slope < 1.0:  # pragma: no cover - the configuration above keeps it small
             raise ValueError(f"NM-E's slope must lie in (0, 1) for this neighbour pair, got {slope}.")
         self.neighbours, self.samples = (held, moved), samples
+        self.spends = self._spends(epsilon, gap)
+
+    @staticmethod
+    def _spends(epsilon: float, gap: int) -> float:
+        """The largest log ratio of the choice's exact law: candidate 1 wins when ``D >= gap`` on A and
+        ``D >= gap + 1`` on B, ``D = Z_1 - Z_2`` the difference of two discrete Laplace noises."""
+        scale = float(noisy_max_scale(epsilon, monotone=True))
+        z = np.arange(-math.ceil(60.0 * scale), math.ceil(60.0 * scale) + 1)
+        pmf = np.exp(-np.abs(z) / scale)
+        law = np.convolve(pmf, pmf)  # of D, on -2 span .. 2 span
+        law /= law.sum()
+        d = np.arange(2 * z[0], 2 * z[-1] + 1)
+        wins = [law[d >= g].sum() for g in (gap, gap + 1)]
+        return max(math.log(wins[0] / wins[1]), math.log((1.0 - wins[1]) / (1.0 - wins[0])))
 
     def sample(self, x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         noise = NoiseSource(seed=rng).sampler()  # exact noise on the audit's bits, drawn in blocks

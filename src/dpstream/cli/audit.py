@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import click
 
-from dpstream.audit import DEFAULT_ALPHA, MECHANISMS, format_table, run_audit
+from dpstream.audit import DEFAULT_ALPHA, MECHANISMS, experiments, format_table, run_audit
 from dpstream.cli._app import cli, progress_bar, say
 
 __all__ = ["audit"]
 
 
 def _names(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple[str, ...]:
-    unknown = [name for name in names if name not in MECHANISMS]
-    if unknown:
-        raise click.BadParameter(f"unknown mechanism {unknown[0]!r}; choose among {', '.join(MECHANISMS)}.")
-    return names
+    try:
+        return tuple(experiments(names))
+    except ValueError as reason:
+        raise click.BadParameter(str(reason)) from None
 
 
 @cli.command()
@@ -31,7 +31,8 @@ def _names(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -
               show_default=True, help="Family-wise error over all mechanisms (Bonferroni).")
 def audit(mechanisms: tuple[str, ...], seed: int, epsilon: float, samples: int | None, thorough: bool,
           alpha: float) -> None:
-    """Audit the privacy claims of every mechanism (or of the MECHANISMs named).
+    """Audit the privacy claims of every mechanism (or of the MECHANISMs named: experiments, or registered
+    mechanisms such as bt, each standing for the experiments that audit it).
 
     For each mechanism and an adversarial pair of neighbouring inputs it runs the mechanism many
     times on both, bounds the probability of distinguishing events (Clopper-Pearson) and prints an

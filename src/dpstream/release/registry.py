@@ -238,7 +238,8 @@ register(Mechanism("tops", ToPS, TOPS, _describe_tops, _TOPS_OPTIONS, service=1,
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
                                         "expected_length"),
                    audits=("tops", "tops-one-level", "tops-periodic", "tops-window-leaves", "tops-stream",
-                           "tops-model", "nm-e", "nm-e-tail")))
+                           "tops-model", "tops-selection", "tops-median", "tops-selection-rnm",
+                           "tops-selection-exponential", "nm-e", "nm-e-tail")))
 register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3, audits=("pak",)))
 register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},
                    audits=("pak",)))
