@@ -291,3 +291,22 @@ def test_a_long_gap_is_released_a_window_at_a_time():
     np.testing.assert_array_equal(np.concatenate([p.values for p in pieces]), joined.values)
     np.testing.assert_array_equal(np.concatenate([p.buckets for p in pieces]), joined.buckets)
     assert parts.state["released"] == whole.state["released"] and parts.position == whole.position == 2
+
+
+def test_dropping_late_rows_states_that_the_arrival_order_is_public():
+    """One unit's row that runs ahead makes every other unit's rows of the buckets it closes late: with late="drop"
+    the release moves far beyond C, so the relation must say the arrival order is public (and without it, not)."""
+    others = [(h * 3600 + 60, f"v{i}", 1.0) for h in range(23) for i in range(20)]
+
+    def total(rows):
+        agg = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, late="drop", start=0,
+                            noise=ZeroNoise())
+        out = agg.release(np.array([r[0] for r in rows]) * NS, np.array([r[1] for r in rows]),
+                          np.array([r[2] for r in rows]))
+        return float(out.values.sum() + agg.flush().values.sum()), agg
+
+    alone, agg = total(others)
+    ahead, _ = total([(23 * 3600, "u", 1.0), *others])
+    assert alone - ahead > 5.0 * 10  # far beyond C: the order, not the bound, decides
+    assert "the order rows arrive in public" in str(agg.privacy())
+    assert "order" not in _small().relation().bounds

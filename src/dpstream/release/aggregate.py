@@ -41,7 +41,13 @@ What is not protected.  The span of the release: buckets are released from the s
 window of the first row (or ``start``) to the bucket of the last row; the first and last times
 of the input are public, as a stream's length is.  With ``late="drop"`` a row for a bucket
 already released is dropped and counted in :attr:`UnitAggregate.late` (not printed);
-``late="error"`` refuses it.
+``late="error"`` refuses it.  **The order rows arrive in** decides which bucket is open, and so
+which rows are late: one unit's row that runs ahead (a meter whose clock is fast, placed first)
+closes the buckets before it, and with ``late="drop"`` every other unit's later rows for them are
+dropped -- a change far beyond ``C`` (a day of 100 units at ``C = 5``: 500 released, 1 with the
+one row added).  So with ``late="drop"`` the guarantee holds for inputs whose arrival order is
+public (the relation says so); rows in time order (``aggregate --sort``) are never late, and with
+``late="error"`` such an input is refused rather than released.
 
 Noise: exact discrete Laplace on the public grid (:class:`~dpstream.hierarchy.arithmetic.GridArithmetic`).
 With ``key=`` the noise of window ``w`` in partition ``p`` is drawn from ``KeyedBits(key,
@@ -291,6 +297,8 @@ class UnitAggregate(Params):
             bounds.append(f"at most {self.max_rows} rows")
         if self.max_partitions is not None:
             bounds.append(f"at most {self.max_partitions} partitions")
+        if self.late_policy == "drop":  # which rows are late depends on every unit's rows (the module docstring)
+            bounds.append("the order rows arrive in public (late rows are dropped)")
         window = {86400: "UTC day", 3600: "UTC hour"}.get(self.window, f"UTC-aligned window of {_span(self.window)}")
         return UnitLevel(self.unit, window,
                          f"per {self.unit} and window: " + ", ".join(bounds), replace=self.replace)
