@@ -117,3 +117,13 @@ def test_an_existing_revised_file_needs_force(tmp_path):
                   tmp_path / "rev.txt")
     assert result.exit_code == 1 and "pass --force" in result.output
     assert (tmp_path / "rev.txt").read_text() == "old\n" and not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize("flag", ["--revised", "--plot"])
+def test_a_missing_directory_of_revised_or_plot_is_named_by_its_flag(tmp_path, flag):
+    """The error said "the directory ... of --output does not exist" for the --revised or --plot file."""
+    (tmp_path / "in.txt").write_text("\n".join(map(str, _values(64))) + "\n")
+    result = _run("release", tmp_path / "in.txt", "-o", tmp_path / "out.txt", *OPTIONS, flag,
+                  tmp_path / "none" / "x.png")
+    assert result.exit_code == 1 and f"the directory {tmp_path / 'none'} of {flag} does not exist" in result.output
+    assert not (tmp_path / "out.txt").exists()

@@ -61,6 +61,9 @@ def check_revised(context: click.Context, options: dict[str, Any]) -> None:
         for option, named in others.items():
             if path is not None and option != flag and named not in (None, "-") and _same(named, path):
                 raise click.UsageError(f"{flag} and {option} must name different files, got {quote(path)} for both.")
+        if path is not None and not Path(path).parent.is_dir():  # prepare_output would name it -o's directory
+            raise click.ClickException(f"the directory {Path(path).parent} of {flag} does not exist (nothing was "
+                                       "written).")
         if path is not None:  # a --state release rewrites them at the end of every run
             prepare_output(path, force=params["force"] or params.get("state_path") is not None,
                            inputs=[params["input_path"]])
