@@ -83,3 +83,17 @@ def test_a_duration_over_a_century_is_refused(text):
     with pytest.raises(ValueError, match=r"at most 36500d \(100 years\), got"):
         parse_duration(text)
     assert parse_duration("36500d") == 36500 * 86400
+
+
+@pytest.mark.parametrize(("column", "message"), [
+    (pa.array([["a"], ["b"]]), "the column 'meter' is of type list<element: string>, not text."),
+    (pa.array(["1.5", "x"]), "the column 'kWh' holds 'x', not numbers."),
+])
+def test_parquet_columns_that_do_not_convert_are_one_line_errors(tmp_path, column, message):
+    """A list column raised pyarrow's NotImplementedError (a traceback); a text value column an unnamed ArrowInvalid."""
+    name = "meter" if pa.types.is_list(column.type) else "kWh"
+    table = {"time": pa.array(["2024-03-01T00:00:00Z"] * 2), "meter": pa.array(["a", "b"]),
+             "kWh": pa.array([1.0, 2.0]), name: column}
+    pq.write_table(pa.table(table), tmp_path / "rows.parquet")
+    with pytest.raises(InputError, match=re.escape(message)):
+        list(read_rows(str(tmp_path / "rows.parquet"), time_column="time", unit_column="meter", column="kWh"))

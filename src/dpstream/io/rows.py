@@ -131,6 +131,7 @@ _PEEK = 1 << 16
 #: What a damaged .gz raises as it is read (an EOFError would otherwise become click's "aborted").
 _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 _NOT_A_NUMBER = re.compile(r"CSV conversion error to double: invalid value (.*)$")
+_NOT_PARSED = re.compile(r"Failed to parse string: (.*) as a scalar of type")
 
 
 def _header(handle: object) -> list[str] | None:
@@ -181,14 +182,14 @@ def _batch(table: pa.RecordBatch, names: dict[str, str], source: str, row: int, 
     texts = {}
     for role in ("time", "unit", "partition"):
         if role in names:
-            column = table.column(names[role]).cast(pa.string())
+            column = _cast(table.column(names[role]), pa.string(), source, names[role], "text")
             empty = np.asarray(pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(column)), 0), True))
             if empty.any():
                 raise InputError(f"{source} row {row + int(np.flatnonzero(empty)[0])}: the {role} "
                                  f"({_quote(names[role])}) is missing.")
             texts[role] = column
-    values = np.asarray(table.column(names["value"]).cast(pa.float64()).to_numpy(zero_copy_only=False),
-                        dtype=np.float64)
+    values = np.asarray(_cast(table.column(names["value"]), pa.float64(), source, names["value"], "numbers")
+                        .to_numpy(zero_copy_only=False), dtype=np.float64)
     absent = np.isnan(values)
     if absent.any():
         if missing == "error":
@@ -201,6 +202,18 @@ def _batch(table: pa.RecordBatch, names: dict[str, str], source: str, row: int, 
     return RowBatch(times=texts["time"], units=_strings(texts["unit"]), values=values,
                     partitions=None if partitions is None else _strings(partitions), first_row=row,
                     missing=absent if missing == "skip" else np.zeros(values.size, dtype=bool))
+
+
+def _cast(column: pa.Array, target: pa.DataType, source: str, name: str, wanted: str) -> pa.Array:
+    """A Parquet column as text or numbers; a value or a type that does not convert is a one-line error."""
+    try:
+        return column.cast(target)
+    except pa.ArrowNotImplementedError:
+        raise InputError(f"{source}: the column {_quote(name)} is of type {column.type}, not {wanted}.") from None
+    except pa.ArrowInvalid as error:
+        found = _NOT_PARSED.search(" ".join(str(error).split()))
+        holds = f"holds {found.group(1)[:80]}" if found else f"does not convert ({str(error)[:120]})"
+        raise InputError(f"{source}: the column {_quote(name)} {holds}, not {wanted}.") from None
 
 
 def _strings(column: pa.Array) -> pa.Array:
