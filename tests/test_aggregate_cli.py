@@ -200,3 +200,11 @@ def test_a_truncated_gzip_input_is_an_error_not_an_abort(tmp_path):
     (tmp_path / "cut.csv.gz").write_bytes(whole[: len(whole) // 2])
     result = _run(tmp_path / "cut.csv.gz", "-o", tmp_path / "out.csv", *BASE, "--missing", "zero")
     assert result.exit_code == 1 and "cut.csv.gz is not a readable gzip file" in result.output, result.output
+
+
+def test_a_partitions_file_that_is_not_utf8_is_a_usage_error(tmp_path):
+    data = _csv(tmp_path / "in.csv", partitions=True)
+    (tmp_path / "parts").write_bytes(b"f0\n\xff\xfe\n")
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, "--partition-column", "feeder", "--partitions",
+                  tmp_path / "parts")
+    assert result.exit_code == 2 and "is not UTF-8 text (byte 4)" in result.output, result.output

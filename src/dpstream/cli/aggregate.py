@@ -244,8 +244,11 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
 
 
 def _read_partitions(path: str) -> list[str]:
-    with open(path, encoding="utf-8-sig") as handle:
-        names = [line.strip() for line in handle if line.strip()]
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            names = [line.strip() for line in handle if line.strip()]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--partitions {path} is not UTF-8 text (byte {error.start + 1}).") from None
     if not names:
         raise ValueError(f"--partitions {path} names no partition.")
     if len(set(names)) != len(names):
