@@ -327,3 +327,12 @@ def test_a_large_partition_bound_needs_no_rows_x_k_memory():
     assert peak < 64 << 20
     expected = _one_by_one(units.tolist(), [1] * units.size, parts.tolist(), 10**9, None, 2_000)
     assert kept.tolist() == expected and 0 < expected.count(0) < units.size
+
+
+def test_datetime64_times_of_any_unit_are_read_as_instants():
+    """``datetime64[s]`` cast to int64 gave seconds where nanoseconds are meant: every row fell in 1970's first
+    bucket, silently."""
+    seconds = np.array(["2024-03-01T00:10", "2024-03-01T01:10"], dtype="datetime64[s]")
+    agg = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, noise=ZeroNoise())
+    out = agg.release(seconds, np.array(["a", "a"]), np.array([1.0, 2.0]))
+    assert out.buckets.tolist() == [1709251200 * NS] and out.values.tolist() == [1.0]

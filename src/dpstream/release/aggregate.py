@@ -334,7 +334,10 @@ class UnitAggregate(Params):
                       skip: np.ndarray | None = None) -> Iterator[Released]:
         """:meth:`release` in pieces of at most one window each, so that a long gap between two rows (every
         bucket in between is released) needs no more memory than a window; consume it to the end."""
-        times = np.asarray(times, dtype=np.int64)
+        times = np.asarray(times)
+        if np.issubdtype(times.dtype, np.datetime64):  # datetime64[s] as int64 would be seconds, not nanoseconds
+            times = times.astype("datetime64[ns]")
+        times = times.astype(np.int64)
         count = times.size
         values = np.asarray(values, dtype=np.float64)
         units = units if isinstance(units, (pa.Array, pa.ChunkedArray)) else np.asarray(units)
