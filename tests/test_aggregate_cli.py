@@ -208,3 +208,11 @@ def test_a_partitions_file_that_is_not_utf8_is_a_usage_error(tmp_path):
     result = _run(data, "-o", tmp_path / "out.csv", *BASE, "--partition-column", "feeder", "--partitions",
                   tmp_path / "parts")
     assert result.exit_code == 2 and "is not UTF-8 text (byte 4)" in result.output, result.output
+
+
+def test_an_error_after_sort_says_its_row_is_numbered_in_time_order(tmp_path):
+    (tmp_path / "in.csv").write_text("time,meter,kWh\n2024-03-01T05:00:00Z,a,1\n2024-03-01T01:00:00Z,b,9\n")
+    options = [opt for opt in BASE if opt != "--clip"]
+    result = _run(tmp_path / "in.csv", "-o", tmp_path / "out.csv", *options, "--sort")
+    assert result.exit_code == 1 and "row 1: the value 9.0 is not in [0, 2]" in result.output
+    assert "--sort: rows are numbered in time order, not as in the file" in result.output

@@ -145,7 +145,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
-    feeder = _Feeder(releaser, names, width)
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -158,8 +158,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
 class _Feeder:
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
-    def __init__(self, releaser: UnitAggregate, names: list[str], width: int) -> None:
-        self.releaser, self.names, self.width = releaser, names, width
+    def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False) -> None:
+        self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
         self.kind: str | None = None
         self.first: int | None = None
         self.windows = 0
@@ -172,9 +172,14 @@ class _Feeder:
             say(f"times: {'epoch seconds' if self.kind == 'epoch' else 'ISO 8601, no offset read as UTC'} "
                 f"(from the first row)")
         times = parse_times(batch.times, kind=self.kind, first_row=batch.first_row)
-        for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
-                                                    skip=batch.missing if batch.missing.any() else None):
-            self.write(released, sink)
+        try:
+            for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
+                                                        skip=batch.missing if batch.missing.any() else None):
+                self.write(released, sink)
+        except ValueError as error:
+            if not self.sorted_rows:
+                raise
+            raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
 
     def end(self, sink: TextIO) -> None:
         if self.releaser.position == 0:
