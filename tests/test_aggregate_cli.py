@@ -216,3 +216,14 @@ def test_an_error_after_sort_says_its_row_is_numbered_in_time_order(tmp_path):
     result = _run(tmp_path / "in.csv", "-o", tmp_path / "out.csv", *options, "--sort")
     assert result.exit_code == 1 and "row 1: the value 9.0 is not in [0, 2]" in result.output
     assert "--sort: rows are numbered in time order, not as in the file" in result.output
+
+
+@pytest.mark.parametrize(("window", "said"), [("2d", "over 2 windows: ε = 2 by composition"),
+                                              ("3h", "over 16 windows: ε = 16 by composition"),
+                                              ("1h", "over 48 hours: ε = 48 by composition")])
+def test_the_composition_counts_windows_when_a_window_is_not_a_day_or_an_hour(tmp_path, window, said):
+    """With --unit-window 3h it said "over 16 hourss: ε = 16", which reads as 16 hours (they were 48)."""
+    data = _csv(tmp_path / "in.csv", days=2)
+    options = [*BASE[:BASE.index("--unit-window") + 1], window, *BASE[BASE.index("--unit-window") + 2:]]
+    result = _run(data, "-o", tmp_path / "out.csv", *options, "--missing", "zero")
+    assert result.exit_code == 0 and said in result.output, result.output

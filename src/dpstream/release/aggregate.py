@@ -531,8 +531,11 @@ def unit_statement(guarantee: PrivacyGuarantee, *, unit: str, window: str, windo
     ...                      composition="")
     >>> unit_statement(g, unit="household", window="UTC day", windows=30)
     "each household's readings in each UTC day: ε = 1; over 30 days: ε = 30 by composition"
+    >>> unit_statement(g, unit="household", window="UTC-aligned window of 2 days", windows=3)
+    "each household's readings in each UTC-aligned window of 2 days: ε = 1; over 3 windows: ε = 3 by composition"
     """
     total = math.fsum([guarantee.epsilon] * windows)
-    plural = window.split()[-1] + ("s" if windows != 1 else "")
+    single = window.split()[-1] if window.startswith("UTC ") and len(window.split()) == 2 else "window"
+    plural = single + ("s" if windows != 1 else "")  # "UTC-aligned window of 2 days": 3 windows, not "3 dayss"
     return (f"each {unit}'s readings in each {window}: ε = {guarantee.epsilon:g}; over {windows:,} {plural}: "
             f"ε = {total:g} by composition")
