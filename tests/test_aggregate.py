@@ -243,3 +243,96 @@ def test_replacement_doubles_the_noise_not_the_bound():
     assert [*out.values, *agg.flush().values] == [4.0]  # a's 12 brought down to C = 4, not 2C
     assert UnitAggregate(**options, seed=1).noise_scale == 2 * 2 * 4.0  # d = 2 levels at 2C each
     assert "L1 sensitivity per level 2C = 8" in str(UnitAggregate(**options, seed=1).privacy())
+
+
+def test_a_window_too_many_leaves_for_memory_is_refused_before_allocating():
+    with pytest.raises(ValueError, match=r"a window of 86,400,000 buckets x 1 partitions is more than the 4,194,304"):
+        UnitAggregate(epsilon=1.0, bucket=1, window=1000 * 86400, unit_bound=1.0, seed=0)
+    with pytest.raises(ValueError, match="x 3 partitions"):
+        _small(bucket=1, window=2_000_000)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (dict(statistic="count", unit_bound=8.5), "unit_bound is a number of rows: a whole number, got 8.5"),
+    (dict(unit_bound=5e-324, upper_bound=2.0), "unit_bound 4.94066e-324 is below what the exact noise's grid"),
+    (dict(unit_bound=1e300, upper_bound=2.0), "unit_bound 1e[+]300 is too large: the released values would overflow"),
+    (dict(statistic="mean", unit_bound=8.0, max_rows=10**23), "max_rows 1e[+]23 with epsilon 1: noise scale"),
+])
+def test_bounds_the_grid_would_enforce_otherwise_or_overflow_are_refused(options, message):
+    """The stated bound must be the one enforced: a count bound of 8.5 rows was enforced as 9, a subnormal C as a
+    whole grid step (0.5), and a C near float64's top released inf."""
+    with pytest.raises(ValueError, match=message):
+        UnitAggregate(epsilon=1.0, bucket=60, window=3600, seed=0, **options)
+
+
+def test_a_partition_bound_at_or_above_the_partitions_is_no_bound_and_holds_no_columns():
+    rows = [(0, "a", 1.0, "p"), (1, "a", 1.0, "q"), (2, "a", 1.0, "r"), (5, "b", 2.0, "r")]
+    huge = _small(max_partitions=10**23)
+    assert huge._bounders[0]._parts.shape[1] == 0
+    np.testing.assert_array_equal(_leaves(huge, rows), _leaves(_small(max_partitions=None), rows))
+
+
+def test_a_late_row_is_refused_naming_its_bucket_and_the_open_one():
+    agg = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, noise=ZeroNoise())
+    agg.release(np.array([1709254800]) * NS, np.array(["a"]), np.array([1.0]))
+    with pytest.raises(ValueError, match=r"row 2: its bucket was released already or lies before the start "
+                                         r"\(2024-03-01T00:00:00Z, before the open bucket 2024-03-01T01:00:00Z;"):
+        agg.release(np.array([1709251300]) * NS, np.array(["a"]), np.array([1.0]))
+
+
+def test_a_long_gap_is_released_a_window_at_a_time():
+    """Rows years apart release every bucket in between: in pieces of one window, so memory stays that of a window."""
+    times = np.array([0, 3 * 365 * 86400 + 5]) * NS
+    whole = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, seed=3)
+    parts = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, seed=3)
+    joined = whole.release(times, np.array(["a", "a"]), np.array([1.0, 2.0]))
+    pieces = list(parts.release_parts(times, np.array(["a", "a"]), np.array([1.0, 2.0])))
+    assert len(joined) == 3 * 365 * 24 and max(len(p) for p in pieces) == 24
+    np.testing.assert_array_equal(np.concatenate([p.values for p in pieces]), joined.values)
+    np.testing.assert_array_equal(np.concatenate([p.buckets for p in pieces]), joined.buckets)
+    assert parts.state["released"] == whole.state["released"] and parts.position == whole.position == 2
+
+
+def test_dropping_late_rows_states_that_the_arrival_order_is_public():
+    """One unit's row that runs ahead makes every other unit's rows of the buckets it closes late: with late="drop"
+    the release moves far beyond C, so the relation must say the arrival order is public (and without it, not)."""
+    others = [(h * 3600 + 60, f"v{i}", 1.0) for h in range(23) for i in range(20)]
+
+    def total(rows):
+        agg = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, late="drop", start=0,
+                            noise=ZeroNoise())
+        out = agg.release(np.array([r[0] for r in rows]) * NS, np.array([r[1] for r in rows]),
+                          np.array([r[2] for r in rows]))
+        return float(out.values.sum() + agg.flush().values.sum()), agg
+
+    alone, agg = total(others)
+    ahead, _ = total([(23 * 3600, "u", 1.0), *others])
+    assert alone - ahead > 5.0 * 10  # far beyond C: the order, not the bound, decides
+    assert "the order rows arrive in public" in str(agg.privacy())
+    assert "order" not in _small().relation().bounds
+
+
+def test_a_large_partition_bound_needs_no_rows_x_k_memory():
+    """Step 1 compared every row with its unit's K partitions at once (rows x K int64): 20,000 rows with K = 2,000
+    took 320 MB.  It now matches (unit, partition) pairs, and keeps what it kept."""
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    units, parts = rng.integers(0, 5, 20_000), rng.integers(0, 6_000, 20_000)
+    bounder = ContributionBounder(ContributionBounds(limit=10**9, max_partitions=2_000))
+    tracemalloc.start()
+    kept = bounder.bound(units, np.ones(units.size, dtype=np.int64), parts)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 << 20
+    expected = _one_by_one(units.tolist(), [1] * units.size, parts.tolist(), 10**9, None, 2_000)
+    assert kept.tolist() == expected and 0 < expected.count(0) < units.size
+
+
+def test_datetime64_times_of_any_unit_are_read_as_instants():
+    """``datetime64[s]`` cast to int64 gave seconds where nanoseconds are meant: every row fell in 1970's first
+    bucket, silently."""
+    seconds = np.array(["2024-03-01T00:10", "2024-03-01T01:10"], dtype="datetime64[s]")
+    agg = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5.0, noise=ZeroNoise())
+    out = agg.release(seconds, np.array(["a", "a"]), np.array([1.0, 2.0]))
+    assert out.buckets.tolist() == [1709251200 * NS] and out.values.tolist() == [1.0]

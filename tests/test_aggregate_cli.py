@@ -132,3 +132,98 @@ def test_start_releases_from_a_public_time_and_refuses_rows_before_it(tmp_path):
     assert early.exit_code == 1 and "row 1: its bucket was released already or lies before the start" in early.output
     bad = _run(data, "-o", tmp_path / "c.csv", *BASE, "--start", "soon")
     assert bad.exit_code == 2 and "--start must be a time" in bad.output
+
+
+def test_a_state_run_says_buckets_released_never_the_rows_it_consumed(tmp_path):
+    """Under unit-level privacy the number of rows is data (a household's readings): the durable release's closing
+    line said "N input values consumed, N released" (both the row count); it now says the public buckets."""
+    data = _csv(tmp_path / "in.csv", days=2)
+    first = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing", "zero")
+    assert first.exit_code == 0, first.output
+    assert "released 48 buckets in this run (new release;" in first.output
+    again = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing", "zero")
+    assert again.exit_code == 0 and "nothing new" in again.output
+    rows = str(len(data.read_text().splitlines()) - 1)
+    for output in (first.output, again.output):
+        assert "consumed," not in output and rows not in output.replace(",", "")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
+    (["--state", "s.json", "--checkpoint-seconds", "nan"], "--checkpoint-seconds': must be a number of seconds >= 0"),
+    (["--unit-max-partitions", "2"], "--unit-max-partitions applies with --partition-column and --partitions only"),
+    (["--bucket", "99999999999999999999d"], "at most 36500d (100 years), got '99999999999999999999d'"),
+    (["--bucket", "1s", "--unit-window", "1000d"], "is more than the 4,194,304 leaves held in memory"),
+    (["--unit-max-partitions", "99999999999999999999999", "--partition-column", "feeder", "--partitions", "P"], None),
+])
+def test_bad_values_of_options_are_usage_errors_before_any_reading(tmp_path, monkeypatch, extra, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "P").write_text("f0\nf1\n")
+    data = _csv(tmp_path / "in.csv", partitions=True)
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, "--missing", "zero", *extra)
+    if message is None:  # a partition bound above the partitions: no bound, not numpy's "maximum dimension"
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("flag", ["-o", "--state"])
+def test_the_partitions_file_is_never_written_over(tmp_path, flag):
+    data = _csv(tmp_path / "in.csv", partitions=True)
+    (tmp_path / "parts").write_text("f0\nf1\n")
+    paths = {"-o": tmp_path / "out.csv", "--state": tmp_path / "s"}
+    paths[flag] = tmp_path / "parts"
+    result = _run(data, "-o", paths["-o"], "--state", paths["--state"], *BASE, "--missing", "zero", "--force",
+                  "--partition-column", "feeder", "--partitions", tmp_path / "parts")
+    assert result.exit_code == 2 and f"{flag} and --partitions must name different files" in result.output
+    assert (tmp_path / "parts").read_text() == "f0\nf1\n"
+
+
+@pytest.mark.parametrize(("header", "row", "message"), [
+    ("time,meter,kWh,kWh", "2024-03-01T00:00:00Z,m1,1,2", "has 2 columns named 'kWh': which one is meant is ambiguous"),
+    ("time,kWh", "2024-03-01T00:00:00Z,1", "has no column 'meter'; its columns are 'time', 'kWh'."),
+    ("time,meter,kWh", "2024-03-01T00:00:00Z,m1,abc", "the value column 'kWh' holds 'abc', not a number."),
+    ("time,meter,kWh", "9999-12-31T00:00:00Z,m1,1", "row 1: the time '9999-12-31T00:00:00Z' is outside the years"),
+])
+def test_bad_files_are_one_line_errors_naming_the_problem(tmp_path, header, row, message):
+    (tmp_path / "in.csv").write_text(f"{header}\n{row}\n")
+    result = _run(tmp_path / "in.csv", "-o", tmp_path / "out.csv", *BASE)
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_truncated_gzip_input_is_an_error_not_an_abort(tmp_path):
+    import gzip
+
+    whole = gzip.compress(_csv(tmp_path / "in.csv").read_bytes())
+    (tmp_path / "cut.csv.gz").write_bytes(whole[: len(whole) // 2])
+    result = _run(tmp_path / "cut.csv.gz", "-o", tmp_path / "out.csv", *BASE, "--missing", "zero")
+    assert result.exit_code == 1 and "cut.csv.gz is not a readable gzip file" in result.output, result.output
+
+
+def test_a_partitions_file_that_is_not_utf8_is_a_usage_error(tmp_path):
+    data = _csv(tmp_path / "in.csv", partitions=True)
+    (tmp_path / "parts").write_bytes(b"f0\n\xff\xfe\n")
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, "--partition-column", "feeder", "--partitions",
+                  tmp_path / "parts")
+    assert result.exit_code == 2 and "is not UTF-8 text (byte 4)" in result.output, result.output
+
+
+def test_an_error_after_sort_says_its_row_is_numbered_in_time_order(tmp_path):
+    (tmp_path / "in.csv").write_text("time,meter,kWh\n2024-03-01T05:00:00Z,a,1\n2024-03-01T01:00:00Z,b,9\n")
+    options = [opt for opt in BASE if opt != "--clip"]
+    result = _run(tmp_path / "in.csv", "-o", tmp_path / "out.csv", *options, "--sort")
+    assert result.exit_code == 1 and "row 1: the value 9.0 is not in [0, 2]" in result.output
+    assert "--sort: rows are numbered in time order, not as in the file" in result.output
+
+
+@pytest.mark.parametrize(("window", "said"), [("2d", "over 2 windows: ε = 2 by composition"),
+                                              ("3h", "over 16 windows: ε = 16 by composition"),
+                                              ("1h", "over 48 hours: ε = 48 by composition")])
+def test_the_composition_counts_windows_when_a_window_is_not_a_day_or_an_hour(tmp_path, window, said):
+    """With --unit-window 3h it said "over 16 hourss: ε = 16", which reads as 16 hours (they were 48)."""
+    data = _csv(tmp_path / "in.csv", days=2)
+    options = [*BASE[:BASE.index("--unit-window") + 1], window, *BASE[BASE.index("--unit-window") + 2:]]
+    result = _run(data, "-o", tmp_path / "out.csv", *options, "--missing", "zero")
+    assert result.exit_code == 0 and said in result.output, result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,3 +63,37 @@ def test_rows_from_csv_and_parquet_are_the_same(tmp_path):
     (tmp_path / "bad.csv").write_text("time,meter,kWh\n2024-03-01T12:00:00Z,a,lots\n")
     with pytest.raises(InputError, match="lots"):
         list(read_rows(str(tmp_path / "bad.csv"), time_column="time", unit_column="meter", column="kWh"))
+
+
+def test_a_leap_second_is_the_last_instant_before_the_next_minute():
+    times = parse_times(["2016-12-31T23:59:59Z", "2016-12-31 23:59:60Z", "2016-12-31T23:59:60.5+00:00",
+                         "2017-01-01T00:00:00Z"], kind="iso")
+    assert times.tolist() == [1483228799 * NS, 1483228800 * NS - 1, 1483228800 * NS - 1, 1483228800 * NS]
+    assert np.all(np.diff(times) >= 0)  # in order, and in the bucket of the second before it
+
+
+@pytest.mark.parametrize("text", ["9999-12-31T23:00:00Z", "2262-04-12T00:00:00", "1677-01-01 00:00:00+01:00"])
+def test_iso_times_outside_int64_nanoseconds_name_the_range_not_the_format(text):
+    with pytest.raises(InputError, match=re.escape(f"row 3: the time '{text}' is outside the years 1678 to 2261")):
+        parse_times(["2024-01-01T00:00:00Z", text], kind="iso", first_row=2)
+
+
+@pytest.mark.parametrize("text", ["36501d", "99999999999999999999d", "876001h"])
+def test_a_duration_over_a_century_is_refused(text):
+    with pytest.raises(ValueError, match=r"at most 36500d \(100 years\), got"):
+        parse_duration(text)
+    assert parse_duration("36500d") == 36500 * 86400
+
+
+@pytest.mark.parametrize(("column", "message"), [
+    (pa.array([["a"], ["b"]]), "the column 'meter' is of type list<element: string>, not text."),
+    (pa.array(["1.5", "x"]), "the column 'kWh' holds 'x', not numbers."),
+])
+def test_parquet_columns_that_do_not_convert_are_one_line_errors(tmp_path, column, message):
+    """A list column raised pyarrow's NotImplementedError (a traceback); a text value column an unnamed ArrowInvalid."""
+    name = "meter" if pa.types.is_list(column.type) else "kWh"
+    table = {"time": pa.array(["2024-03-01T00:00:00Z"] * 2), "meter": pa.array(["a", "b"]),
+             "kWh": pa.array([1.0, 2.0]), name: column}
+    pq.write_table(pa.table(table), tmp_path / "rows.parquet")
+    with pytest.raises(InputError, match=re.escape(message)):
+        list(read_rows(str(tmp_path / "rows.parquet"), time_column="time", unit_column="meter", column="kWh"))

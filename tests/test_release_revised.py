@@ -117,3 +117,39 @@ def test_an_existing_revised_file_needs_force(tmp_path):
                   tmp_path / "rev.txt")
     assert result.exit_code == 1 and "pass --force" in result.output
     assert (tmp_path / "rev.txt").read_text() == "old\n" and not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize("flag", ["--revised", "--plot"])
+def test_a_missing_directory_of_revised_or_plot_is_named_by_its_flag(tmp_path, flag):
+    """The error said "the directory ... of --output does not exist" for the --revised or --plot file."""
+    (tmp_path / "in.txt").write_text("\n".join(map(str, _values(64))) + "\n")
+    result = _run("release", tmp_path / "in.txt", "-o", tmp_path / "out.txt", *OPTIONS, flag,
+                  tmp_path / "none" / "x.png")
+    assert result.exit_code == 1 and f"the directory {tmp_path / 'none'} of {flag} does not exist" in result.output
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_revised_values_of_a_release_with_nothing_released_yet_are_an_empty_file(tmp_path):
+    """A --state release whose hold-out is not complete has an empty output: read back as no values, not an error."""
+    (tmp_path / "in.txt").write_text("\n".join(map(str, _values(40))) + "\n")
+    result = _run("release", tmp_path / "in.txt", "-o", tmp_path / "out.txt", "--epsilon", "1", "--upper-bound", "5",
+                  "--hold", "64", "--state", tmp_path / "s", "--seed", "1", "--revised", tmp_path / "rev.txt")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.txt").read_text() == "" and (tmp_path / "rev.txt").read_text() == ""
+
+
+def test_an_output_edited_so_it_does_not_read_back_is_refused_for_revision(tmp_path, monkeypatch):
+    import dpstream.cli._revised as revised_module
+
+    (tmp_path / "in.txt").write_text("\n".join(map(str, _values(160))) + "\n")
+    real = revised_module._read_release
+
+    def edited(output, **kwargs):
+        output.write_text(output.read_text() + "not a number\n")
+        return real(output, **kwargs)
+
+    monkeypatch.setattr(revised_module, "_read_release", edited)
+    result = _run("release", tmp_path / "in.txt", "-o", tmp_path / "out.txt", *OPTIONS, "--revised",
+                  tmp_path / "rev.txt")
+    assert result.exit_code == 1 and "does not read back as the release wrote it" in result.output, result.output
+    assert not (tmp_path / "rev.txt").exists()

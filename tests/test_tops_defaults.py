@@ -202,3 +202,15 @@ def test_a_fitted_keyed_state_release_resumes_as_one_run_and_says_what_was_fitte
     for result in (resumed, whole):
         assert "fitted to --expected-length 2,880 (given values kept): hold-out 360" in result.stderr
         assert "each its own stream after a hold-out of 360 values" in result.stderr
+
+
+@pytest.mark.parametrize(("length", "period", "needed"), [(1, None, "64 values must be at most a quarter of the "
+                                                                    "stream: at least 256 values"),
+                                                           (150, 48, "48 values must be at most a quarter of the "
+                                                                     "stream: at least 192 values")])
+def test_a_too_short_expected_length_says_how_long_it_must_be(length, period, needed):
+    """The message said "at least 64 values" even where the hold-out, whole periods, is 48: it now names the
+    hold-out it would take and the length that needs."""
+    with pytest.raises(ValueError, match=f"expected_length {length} is too short .*{needed}"):
+        fit_defaults(length, upper_bound=5.0, fanout=16, hold=None, max_range=None, threshold_step=None,
+                     period=period)

@@ -61,6 +61,9 @@ def check_revised(context: click.Context, options: dict[str, Any]) -> None:
         for option, named in others.items():
             if path is not None and option != flag and named not in (None, "-") and _same(named, path):
                 raise click.UsageError(f"{flag} and {option} must name different files, got {quote(path)} for both.")
+        if path is not None and not Path(path).parent.is_dir():  # prepare_output would name it -o's directory
+            raise click.ClickException(f"the directory {Path(path).parent} of {flag} does not exist (nothing was "
+                                       "written).")
         if path is not None:  # a --state release rewrites them at the end of every run
             prepare_output(path, force=params["force"] or params.get("state_path") is not None,
                            inputs=[params["input_path"]])
@@ -80,55 +83,84 @@ def write_revised(mechanism: Any) -> None:
     if revised_path is None and plot_path is None:
         return
     keyed, timed = params.get("key_column") is not None, params.get("time_column") is not None
-    text = Path(params["output_path"]).read_text(encoding="utf-8")
-    if keyed or timed:
-        rows = list(csv.reader(io.StringIO(text)))
-        head, rows = rows[0], rows[1:]
-        first = np.array([row[-1] for row in rows], dtype=np.float64)
-    else:
-        head, rows, first = [], [], np.array(text.split(), dtype=np.float64)
-    keys = [row[0] for row in rows] if keyed else None
+    output = Path(params["output_path"])
+    first, keys, positions = _read_release(output, keyed=keyed, columns=keyed or timed)
     revised = _revise(mechanism, first, keys)
     if revised_path is not None:
         with output_file(Path(revised_path)) as sink:
-            _write(sink, head, rows, revised)
+            _write(sink, output, revised, columns=keyed or timed)
         say(f"revised values: {revised.size:,} written to {revised_path} (post-processing of the release; "
             "a closed period's values are its measured total spread by the period's public shape).")
     if plot_path is not None:
-        positions = (np.array([row[1] for row in rows], dtype=np.int64) if keyed
-                     else mechanism.hold + np.arange(first.size))
-        _plot(Path(plot_path), positions, first, revised, keyed=keyed)
+        _plot(Path(plot_path), positions if keyed else mechanism.hold + np.arange(first.size), first, revised,
+              keyed=keyed)
         say(f"plot: {plot_path}")
 
 
-def _revise(mechanism: Any, first: np.ndarray, keys: list[str] | None) -> np.ndarray:
-    """The revised values of ``first`` (rows of the output), each key's stream revised on its own."""
+def _read_release(output: Path, *, keyed: bool, columns: bool) -> tuple[np.ndarray, Any, np.ndarray | None]:
+    """The first release read back compactly (pyarrow: float64 values, keys dictionary-encoded, positions int64),
+    so that revising a long release costs tens of bytes per value, not a Python object per field."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    if output.stat().st_size == 0:  # nothing released yet (a hold-out not complete)
+        return np.zeros(0), None, None
+    try:
+        if not columns:  # one value per line
+            table = pcsv.read_csv(output, read_options=pcsv.ReadOptions(column_names=["value"]),
+                                  convert_options=pcsv.ConvertOptions(column_types={"value": pa.float64()}))
+            return table.column("value").to_numpy(), None, None
+        head = next(csv.reader(io.StringIO(output.open(encoding="utf-8").readline())))
+        types = {name: pa.string() for name in head[:-1]}
+        types[head[-1]] = pa.float64()
+        if keyed:
+            types[head[0]], types[head[1]] = pa.dictionary(pa.int32(), pa.string()), pa.int64()
+        table = pcsv.read_csv(output, convert_options=pcsv.ConvertOptions(column_types=types))
+    except (pa.ArrowInvalid, StopIteration) as error:
+        raise click.ClickException(f"the output {output} does not read back as the release wrote it ({error}); no "
+                                   "revised values were written.") from None
+    first = table.column(head[-1]).to_numpy()
+    if not keyed:
+        return first, None, None
+    keys = table.column(head[0]).combine_chunks()
+    return first, keys, table.column(head[1]).to_numpy()
+
+
+def _revise(mechanism: Any, first: np.ndarray, keys: Any) -> np.ndarray:
+    """The revised values of ``first`` (rows of the output), each key's stream revised on its own (``keys`` a
+    dictionary-encoded array: its dictionary the key names, its indices each row's)."""
     try:
         if keys is None:
             return mechanism.revised(first)
         revised = np.empty_like(first)
-        names, inverse = np.unique(np.array(keys, dtype=object), return_inverse=True)
+        inverse = np.asarray(keys.indices, dtype=np.int64)
+        names = keys.dictionary.to_pylist()
         order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(names.size + 1))
-        for index, key in enumerate(names.tolist()):
+        bounds = np.searchsorted(inverse[order], np.arange(len(names) + 1))
+        for index, key in enumerate(names):
             rows = order[bounds[index] : bounds[index + 1]]
-            revised[rows] = mechanism.streams[key].revised(first[rows])
+            if rows.size:
+                revised[rows] = mechanism.streams[key].revised(first[rows])
         return revised
     except (KeyError, ValueError) as error:
         raise click.ClickException(f"the output does not hold what the release released ({error}); "
                                    "no revised values were written.") from None
 
 
-def _write(sink: Any, head: list[str], rows: list[list[str]], revised: np.ndarray) -> None:
-    """The output's layout with the revised values: plain lines, or its CSV with the last column ``revised``."""
-    if not head:
-        if revised.size:
-            sink.write("\n".join(map(repr, revised.tolist())) + "\n")
+def _write(sink: Any, output: Path, revised: np.ndarray, *, columns: bool) -> None:
+    """The output's layout with the revised values: plain lines, or its CSV with the last column ``revised``,
+    the output's other fields copied as they are, row by row (memory constant in the rows)."""
+    step = 1 << 16
+    if not columns:
+        for start in range(0, revised.size, step):
+            sink.write("".join(f"{value!r}\n" for value in revised[start : start + step].tolist()))
         return
     out = csv.writer(sink, lineterminator="\n")
-    out.writerow([*head[:-1], "revised"])
-    kept = list(zip(*rows))[:-1] if rows else [[] for _ in head[:-1]]  # the columns before the value
-    out.writerows(zip(*kept, revised.tolist()))
+    with output.open(encoding="utf-8", newline="") as source:
+        rows = csv.reader(source)
+        out.writerow([*next(rows)[:-1], "revised"])
+        values = iter(revised.tolist())
+        out.writerows([*row[:-1], value] for row, value in zip(rows, values))
 
 
 def _plot(path: Path, positions: np.ndarray, first: np.ndarray, revised: np.ndarray, *, keyed: bool) -> None:

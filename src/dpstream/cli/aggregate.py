@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import re
 from collections.abc import Iterator
 from typing import Any, TextIO
 
@@ -37,13 +39,23 @@ __all__ = ["aggregate"]
 
 #: Rows read per batch (and, with --state, per commit at most).
 _BATCH = 1 << 18
+#: Released rows formatted at a time (a long gap between two rows releases every bucket in between).
+_WRITE = 1 << 16
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
     try:
         return parse_duration(value)
-    except ValueError:
+    except ValueError as error:
+        if re.fullmatch(r"\s*[0-9]+[smhd]\s*", value):  # well formed, too long
+            raise click.BadParameter(str(error)) from None
         raise click.BadParameter(f"{value!r} is not an integer and s, m, h or d (m = minutes), e.g. 30m.") from None
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if value != value:  # NaN passes FloatRange
+        raise click.BadParameter(f"must be a number of seconds >= 0, got {value!r}.")
+    return value
 
 
 @cli.command()
@@ -88,7 +100,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A secret state file: the release continues where a stopped run left it, never re-drawing noise.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="With --state: the least time between two commits.")
+              callback=_seconds, help="With --state: the least time between two commits.")
 def aggregate(input_path: str, output_path: str, time_column: str, unit_column: str, column: str, bucket: int,
               unit_window: int, partition_column: str | None, partitions_path: str | None, missing: str,
               seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float, sort_rows: bool,
@@ -106,13 +118,16 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         width = buckets_per_window(bucket, unit_window)
         if (partition_column is None) != (partitions_path is None):
             raise ValueError("--partition-column and --partitions go together (the partitions are public).")
+        if partition_column is None and options["unit_max_partitions"] is not None:
+            raise ValueError("--unit-max-partitions applies with --partition-column and --partitions only.")
+        _check_not_partitions(partitions_path, {"-o": output_path, "--state": state_path})
         partitions = _read_partitions(partitions_path) if partitions_path is not None else None
         params = dict(epsilon=options["epsilon"], bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
                       statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
                       max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
                       partitions=partitions, levels=options["levels"], replace=options["replace"],
                       late=options["late"], unit=unit_column, start=_start(options["start"]))
-        UnitAggregate(**params, seed=0)  # refuse bad parameters before reading or writing
+        UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before reading or writing
         if sort_rows and state_path is not None:
             raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
@@ -129,8 +144,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
-    target = prepare_output(output_path, force=force, inputs=[input_path])
-    feeder = _Feeder(releaser, names, width)
+    target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -143,8 +158,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
 class _Feeder:
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
-    def __init__(self, releaser: UnitAggregate, names: list[str], width: int) -> None:
-        self.releaser, self.names, self.width = releaser, names, width
+    def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False) -> None:
+        self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
         self.kind: str | None = None
         self.first: int | None = None
         self.windows = 0
@@ -157,9 +172,14 @@ class _Feeder:
             say(f"times: {'epoch seconds' if self.kind == 'epoch' else 'ISO 8601, no offset read as UTC'} "
                 f"(from the first row)")
         times = parse_times(batch.times, kind=self.kind, first_row=batch.first_row)
-        released = self.releaser.release(times, batch.units, batch.values, batch.partitions,
-                                         skip=batch.missing if batch.missing.any() else None)
-        self.write(released, sink)
+        try:
+            for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
+                                                        skip=batch.missing if batch.missing.any() else None):
+                self.write(released, sink)
+        except ValueError as error:
+            if not self.sorted_rows:
+                raise
+            raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
 
     def end(self, sink: TextIO) -> None:
         if self.releaser.position == 0:
@@ -172,12 +192,14 @@ class _Feeder:
         check_finite(released.values, position=self.releaser.released, written="the output stops before it")
         if self.first is None:
             self.first = int(released.buckets[0])
-        buckets = format_times(released.buckets)
-        names = np.asarray(self.names, dtype=object)[released.partitions]
-        text = io.StringIO()
-        rows = zip(buckets, names.tolist(), map(repr, released.values.tolist()))
-        csv.writer(text, lineterminator="\n").writerows(rows)
-        sink.write(text.getvalue())
+        names = np.asarray(self.names, dtype=object)
+        for start in range(0, len(released), _WRITE):
+            part = slice(start, start + _WRITE)
+            text = io.StringIO()
+            rows = zip(format_times(released.buckets[part]), names[released.partitions[part]].tolist(),
+                       map(repr, released.values[part].tolist()))
+            csv.writer(text, lineterminator="\n").writerows(rows)
+            sink.write(text.getvalue())
 
     def report(self) -> None:
         agg = self.releaser
@@ -217,9 +239,21 @@ def _start(text: str | None) -> int | None:
         raise ValueError(f"--start must be a time (ISO 8601 or epoch seconds), got {text!r}.") from None
 
 
+def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | None]) -> None:
+    """Refuse an output or state that is the --partitions file (it would be overwritten before it is read again)."""
+    if partitions_path is None:
+        return
+    for flag, path in outputs.items():
+        if path not in (None, "-") and os.path.abspath(path) == os.path.abspath(partitions_path):
+            raise ValueError(f"{flag} and --partitions must name different files, got {partitions_path!r} for both.")
+
+
 def _read_partitions(path: str) -> list[str]:
-    with open(path, encoding="utf-8-sig") as handle:
-        names = [line.strip() for line in handle if line.strip()]
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            names = [line.strip() for line in handle if line.strip()]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--partitions {path} is not UTF-8 text (byte {error.start + 1}).") from None
     if not names:
         raise ValueError(f"--partitions {path} names no partition.")
     if len(set(names)) != len(names):
@@ -251,6 +285,7 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
     try:
         warn_if_seeded(seed)
         feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
+        before = (run.releaser.position, run.releaser.released)
         held: list[RowBatch] = []
         with durable.guarded(run), run.output() as sink:
             if run.state.progress.output_bytes == 0:
@@ -260,9 +295,15 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
                 feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
                 run.checkpoint(sink)
             feeder.end(sink)
-            message = run.finish(sink)
+            run.finish(sink)  # its message counts the rows consumed: data under unit-level privacy, not said
         feeder.report()
-        say(message)
+        where = f"state {state_path}"
+        if run.releaser.position == before[0]:
+            say(f"nothing new: every row of the input was consumed by earlier runs; nothing was released or spent "
+                f"({where}).")
+        else:
+            say(f"released {run.releaser.released - before[1]:,} buckets in this run "
+                f"({'resumed' if run.resumed else 'new release'}; {where}).")
     finally:
         run.close()
 

@@ -12,9 +12,12 @@ an error.  Rows are numbered from 1, the header not counted ("row 3").  Errors a
 
 from __future__ import annotations
 
+import csv
 import gzip
 import itertools
+import re
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +96,13 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
         yield from file.iter_batches(batch_size=batch_rows, columns=columns)
         return
     handle = sys.stdin.buffer if path == "-" else (
-        gzip.open(_existing(path), "rb") if path.endswith(".gz") else open(_existing(path), "rb"))
+        gzip.open(_existing(path), "rb") if path.endswith(".gz") else open(_existing(path), "rb", buffering=_PEEK))
+    try:
+        header = _header(handle)
+    except _GZIP_ERRORS as error:
+        raise InputError(_gzip_message(source, error)) from None
+    if header is not None:  # checked here: pyarrow reads the first of two columns of one name, and says less
+        _check_names(header, columns, source)
     types = {name: pa.string() for name in columns}
     types[names["value"]] = pa.float64()
     try:
@@ -101,7 +110,9 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
                                convert_options=pcsv.ConvertOptions(column_types=types, include_columns=columns,
                                                                    null_values=_NULLS, strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowKeyError) as error:  # a bad file, or a column it lacks
-        raise InputError(_message(source, error)) from None
+        raise InputError(_message(source, error, names["value"])) from None
+    except _GZIP_ERRORS as error:
+        raise InputError(_gzip_message(source, error)) from None
     _check_names(reader.schema.names, columns, source)
     while True:
         try:
@@ -109,12 +120,42 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
         except StopIteration:
             return
         except (pa.ArrowInvalid, pa.ArrowKeyError) as error:
-            raise InputError(_message(source, error)) from None
+            raise InputError(_message(source, error, names["value"])) from None
+        except _GZIP_ERRORS as error:
+            raise InputError(_gzip_message(source, error)) from None
         yield batch
 
 
-def _message(source: str, error: Exception) -> str:
+#: Bytes of the input looked at for its header line (without consuming them).
+_PEEK = 1 << 16
+#: What a damaged .gz raises as it is read (an EOFError would otherwise become click's "aborted").
+_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+_NOT_A_NUMBER = re.compile(r"CSV conversion error to double: invalid value (.*)$")
+_NOT_PARSED = re.compile(r"Failed to parse string: (.*) as a scalar of type")
+
+
+def _header(handle: object) -> list[str] | None:
+    """The names of the header line, read ahead without consuming it; None when that cannot be done (pyarrow then
+    checks the names as it reads)."""
+    try:
+        ahead = handle.peek(_PEEK)  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+    if b"\n" not in ahead:
+        return None
+    line = ahead.split(b"\n", 1)[0].decode("utf-8-sig", errors="replace").rstrip("\r")
+    return next(csv.reader([line]), [])
+
+
+def _gzip_message(source: str, error: BaseException) -> str:
+    return f"{source} is not a readable gzip file ({' '.join(str(error).split())[:120] or type(error).__name__})."
+
+
+def _message(source: str, error: Exception, value_column: str | None = None) -> str:
     text = " ".join(str(error).split())
+    found = _NOT_A_NUMBER.search(text)
+    if found is not None and value_column is not None:  # the one column read as numbers
+        return f"{source}: the value column {_quote(value_column)} holds {found.group(1)[:80]}, not a number."
     return f"{source}: {text[:200]}"
 
 
@@ -131,20 +172,24 @@ def _check_names(found: list[str], wanted: list[str], source: str) -> None:
     if lacking:
         raise InputError(f"{source} has no column {_quote(lacking[0])}; its columns are "
                          f"{', '.join(_quote(name) for name in found[:12])}.")
+    twice = [name for name in wanted if found.count(name) > 1]
+    if twice:
+        raise InputError(f"{source} has {found.count(twice[0])} columns named {_quote(twice[0])}: which one is meant "
+                         "is ambiguous; rename the others.")
 
 
 def _batch(table: pa.RecordBatch, names: dict[str, str], source: str, row: int, missing: str) -> RowBatch:
     texts = {}
     for role in ("time", "unit", "partition"):
         if role in names:
-            column = table.column(names[role]).cast(pa.string())
+            column = _cast(table.column(names[role]), pa.string(), source, names[role], "text")
             empty = np.asarray(pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(column)), 0), True))
             if empty.any():
                 raise InputError(f"{source} row {row + int(np.flatnonzero(empty)[0])}: the {role} "
                                  f"({_quote(names[role])}) is missing.")
             texts[role] = column
-    values = np.asarray(table.column(names["value"]).cast(pa.float64()).to_numpy(zero_copy_only=False),
-                        dtype=np.float64)
+    values = np.asarray(_cast(table.column(names["value"]), pa.float64(), source, names["value"], "numbers")
+                        .to_numpy(zero_copy_only=False), dtype=np.float64)
     absent = np.isnan(values)
     if absent.any():
         if missing == "error":
@@ -157,6 +202,18 @@ def _batch(table: pa.RecordBatch, names: dict[str, str], source: str, row: int, 
     return RowBatch(times=texts["time"], units=_strings(texts["unit"]), values=values,
                     partitions=None if partitions is None else _strings(partitions), first_row=row,
                     missing=absent if missing == "skip" else np.zeros(values.size, dtype=bool))
+
+
+def _cast(column: pa.Array, target: pa.DataType, source: str, name: str, wanted: str) -> pa.Array:
+    """A Parquet column as text or numbers; a value or a type that does not convert is a one-line error."""
+    try:
+        return column.cast(target)
+    except pa.ArrowNotImplementedError:
+        raise InputError(f"{source}: the column {_quote(name)} is of type {column.type}, not {wanted}.") from None
+    except pa.ArrowInvalid as error:
+        found = _NOT_PARSED.search(" ".join(str(error).split()))
+        holds = f"holds {found.group(1)[:80]}" if found else f"does not convert ({str(error)[:120]})"
+        raise InputError(f"{source}: the column {_quote(name)} {holds}, not {wanted}.") from None
 
 
 def _strings(column: pa.Array) -> pa.Array:

@@ -41,7 +41,13 @@ What is not protected.  The span of the release: buckets are released from the s
 window of the first row (or ``start``) to the bucket of the last row; the first and last times
 of the input are public, as a stream's length is.  With ``late="drop"`` a row for a bucket
 already released is dropped and counted in :attr:`UnitAggregate.late` (not printed);
-``late="error"`` refuses it.
+``late="error"`` refuses it.  **The order rows arrive in** decides which bucket is open, and so
+which rows are late: one unit's row that runs ahead (a meter whose clock is fast, placed first)
+closes the buckets before it, and with ``late="drop"`` every other unit's later rows for them are
+dropped -- a change far beyond ``C`` (a day of 100 units at ``C = 5``: 500 released, 1 with the
+one row added).  So with ``late="drop"`` the guarantee holds for inputs whose arrival order is
+public (the relation says so); rows in time order (``aggregate --sort``) are never late, and with
+``late="error"`` such an input is refused rather than released.
 
 Noise: exact discrete Laplace on the public grid (:class:`~dpstream.hierarchy.arithmetic.GridArithmetic`).
 With ``key=`` the noise of window ``w`` in partition ``p`` is drawn from ``KeyedBits(key,
@@ -52,6 +58,7 @@ re-draws noise for a released bucket (``aggregate --state``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +76,7 @@ from dpstream.privacy import Composition, EpsilonDelta, Part, PrivacyGuarantee, 
 from dpstream.release.bounding import ContributionBounder, ContributionBounds, codes
 from dpstream.release.contract import read_header, snapshot_header
 
-__all__ = ["AGGREGATE", "LATE_POLICIES", "STATISTICS", "Released", "UnitAggregate", "unit_statement"]
+__all__ = ["AGGREGATE", "LATE_POLICIES", "MAX_LEAVES", "STATISTICS", "Released", "UnitAggregate", "unit_statement"]
 
 #: The ``mechanism`` field of its snapshots (and its registered name).
 AGGREGATE = "aggregate"
@@ -77,6 +84,8 @@ AGGREGATE = "aggregate"
 STATISTICS = ("sum", "count", "mean")
 #: What a row for a bucket already released does: stop the release, or be dropped (counted, not printed).
 LATE_POLICIES = ("error", "drop")
+#: The most leaves (buckets per window x partitions) a window may have: its totals and noise are held in memory.
+MAX_LEAVES = 1 << 22
 _NS = 1_000_000_000
 
 
@@ -197,6 +206,9 @@ class UnitAggregate(Params):
         self.unit_bound = check_bound(unit_bound, "unit_bound")
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}.")
+        if statistic == "count" and self.unit_bound != math.floor(self.unit_bound):
+            raise ValueError(f"with statistic count, unit_bound is a number of rows: a whole number, got "
+                             f"{self.unit_bound:g}.")
         self.statistic = statistic
         self.upper_bound = self.unit_bound if upper_bound is None else check_bound(upper_bound, "upper_bound")
         self.clip = check_bool(clip, "clip")
@@ -209,6 +221,9 @@ class UnitAggregate(Params):
         if not self.partitions or len(set(self.partitions)) != len(self.partitions):
             raise ValueError("partitions must be distinct names, at least one.")
         self._index = {name: i for i, name in enumerate(self.partitions)}
+        if self.width * len(self.partitions) > MAX_LEAVES:
+            raise ValueError(f"a window of {self.width:,} buckets x {len(self.partitions):,} partitions is more than "
+                             f"the {MAX_LEAVES:,} leaves held in memory: use longer buckets or a shorter window.")
         self.fanout = self.width if fanout is None else check_positive_int(fanout, "fanout", minimum=2)
         most = num_levels(self.width, self.fanout) + 1 if self.width > 1 else 1
         self.levels = min(2, most) if levels is None else check_positive_int(levels, "levels")
@@ -224,7 +239,9 @@ class UnitAggregate(Params):
         if not self._source.exact:
             raise ValueError("the aggregate runs on exact noise only (seed, key or ZeroNoise), not FloatNoise.")
         self._measures = self._build_measures(granularity)
-        self._bounders = [ContributionBounder(ContributionBounds(m.limit, self.max_rows, self.max_partitions))
+        # K partitions or more of P: no bound (nothing is dropped), and no K columns per unit held
+        touched = self.max_partitions if (self.max_partitions or math.inf) < len(self.partitions) else None
+        self._bounders = [ContributionBounder(ContributionBounds(m.limit, self.max_rows, touched))
                           for m in self._measures]
         self.position = 0  # rows consumed
         self.released = 0  # buckets released
@@ -241,9 +258,15 @@ class UnitAggregate(Params):
         for name in names:
             bound = self.unit_bound if name == "sum" or self.statistic == "count" else float(self.max_rows or 0)
             grid = 1.0 if name == "count" else granularity
-            out.append(_Measure(name=name, bound=bound, epsilon=share, levels=self.levels, fanout=self.fanout,
-                                width=self.width, partitions=len(self.partitions), granularity=grid,
-                                source=self._source, factor=factor))
+            what = "max_rows" if self.statistic == "mean" and name == "count" else "unit_bound"
+            try:
+                measure = _Measure(name=name, bound=bound, epsilon=share, levels=self.levels, fanout=self.fanout,
+                                   width=self.width, partitions=len(self.partitions), granularity=grid,
+                                   source=self._source, factor=factor)
+            except ValueError as error:
+                raise ValueError(f"{what} {bound:g} with epsilon {self.epsilon:g}: {error}") from None
+            _check_grid(measure.arithmetic, bound, what)
+            out.append(measure)
         return out
 
     # -- the contract ------------------------------------------------------------------------
@@ -274,6 +297,8 @@ class UnitAggregate(Params):
             bounds.append(f"at most {self.max_rows} rows")
         if self.max_partitions is not None:
             bounds.append(f"at most {self.max_partitions} partitions")
+        if self.late_policy == "drop":  # which rows are late depends on every unit's rows (the module docstring)
+            bounds.append("the order rows arrive in public (late rows are dropped)")
         window = {86400: "UTC day", 3600: "UTC hour"}.get(self.window, f"UTC-aligned window of {_span(self.window)}")
         return UnitLevel(self.unit, window,
                          f"per {self.unit} and window: " + ", ".join(bounds), replace=self.replace)
@@ -303,7 +328,16 @@ class UnitAggregate(Params):
         ``skip`` marks rows consumed but left out (a missing value dropped).  A bucket closes
         when a row of a later bucket arrives; :meth:`flush` closes the last one.
         """
-        times = np.asarray(times, dtype=np.int64)
+        return _join(list(self.release_parts(times, units, values, partitions, skip=skip)))
+
+    def release_parts(self, times: Any, units: Any, values: Any, partitions: Any = None, *,
+                      skip: np.ndarray | None = None) -> Iterator[Released]:
+        """:meth:`release` in pieces of at most one window each, so that a long gap between two rows (every
+        bucket in between is released) needs no more memory than a window; consume it to the end."""
+        times = np.asarray(times)
+        if np.issubdtype(times.dtype, np.datetime64):  # datetime64[s] as int64 would be seconds, not nanoseconds
+            times = times.astype("datetime64[ns]")
+        times = times.astype(np.int64)
         count = times.size
         values = np.asarray(values, dtype=np.float64)
         units = units if isinstance(units, (pa.Array, pa.ChunkedArray)) else np.asarray(units)
@@ -314,7 +348,6 @@ class UnitAggregate(Params):
         amounts = self._check_values(values)
         buckets = times // (self.bucket * _NS)
         keep = self._not_late(buckets) if skip is None else self._not_late(buckets, ~np.asarray(skip, dtype=bool))
-        out: list[Released] = []
         if count and keep.any():
             self._flushed = False
             if not keep.all():
@@ -323,18 +356,17 @@ class UnitAggregate(Params):
             windows = buckets // self.width
             cuts = np.flatnonzero(np.diff(windows)) + 1
             for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [buckets.size]))):
-                out.append(self._advance_to(int(buckets[lo])))
+                yield from self._advance_to(int(buckets[lo]))
                 self._add(buckets[lo:hi], units[lo:hi], parts[lo:hi], [a[lo:hi] for a in amounts])
-                out.append(self._advance_to(int(buckets[hi - 1])))
+                yield from self._advance_to(int(buckets[hi - 1]))
         self.position += count
-        return _join(out)
 
     def flush(self) -> Released:
         """Close and release the open bucket (the end of the input)."""
         if self._open is None or self._flushed:
             return _join([])
         self._flushed = True
-        return self._close_through(self._open)
+        return _join(list(self._close_through(self._open)))
 
     def _partition_indices(self, partitions: Any, count: int) -> np.ndarray:
         if partitions is None:
@@ -375,33 +407,30 @@ class UnitAggregate(Params):
         seen = buckets if used is None else np.where(used, buckets, floor)  # a skipped row's time is not read
         newest = np.maximum.accumulate(np.maximum(seen, floor)) if buckets.size else buckets
         late = buckets < newest if used is None else (buckets < newest) & used
-        return self._late(late, ~late if used is None else ~late & used)
-
-    def _late(self, late: np.ndarray, keep: np.ndarray) -> np.ndarray:
-        if late.any():
+        if late.any() and self.late_policy == "error":
             row = int(np.flatnonzero(late)[0])
-            if self.late_policy == "error":
-                raise ValueError(f"row {self.position + row + 1}: its bucket was released already or lies before "
-                                 "the start (rows come in time order, in any order inside the open bucket); "
-                                 "dropping late rows (late='drop', aggregate --late drop) drops it.")
-            self.late += int(late.sum())
-        return keep
+            raise ValueError(f"row {self.position + row + 1}: its bucket was released already or lies before the "
+                             f"start ({_time_text(int(buckets[row]), self.bucket)}, before the open bucket "
+                             f"{_time_text(int(newest[row]), self.bucket)}; rows come in time order, in any order "
+                             "inside the open bucket); dropping late rows (late='drop', aggregate --late drop) drops "
+                             "it.")
+        self.late += int(late.sum())
+        return ~late if used is None else ~late & used
 
-    def _advance_to(self, bucket: int) -> Released:
+    def _advance_to(self, bucket: int) -> Iterator[Released]:
         """Close every bucket before ``bucket`` (opening its window, and the first window, as needed)."""
         if self._open is None:
             first = bucket if self.start is None else self.start // (self.bucket * _NS)
             self._open = first - first % self.width
             self._open_window(self._open // self.width)
-        done = self._close_through(bucket - 1) if bucket > self._open else _join([])
+        if bucket > self._open:
+            yield from self._close_through(bucket - 1)
         self._open = max(bucket, self._open)
         if self._open // self.width != self._window:
             self._open_window(self._open // self.width)
-        return done
 
-    def _close_through(self, last: int) -> Released:
-        """Release the buckets from the open one to ``last`` (windows opened as they begin)."""
-        out = []
+    def _close_through(self, last: int) -> Iterator[Released]:
+        """Release the buckets from the open one to ``last`` (windows opened as they begin), a window at a time."""
         first = self._open
         assert first is not None
         while first <= last:
@@ -412,12 +441,10 @@ class UnitAggregate(Params):
             leaves = np.arange(first - window * self.width, end - window * self.width + 1)
             values = self._estimates(leaves)
             starts = (window * self.width + leaves) * self.bucket * _NS
-            out.append(Released(np.repeat(starts, len(self.partitions)),
-                                np.tile(np.arange(len(self.partitions)), leaves.size), values.ravel()))
             self.released += leaves.size
-            first = end + 1
-        self._open = first
-        return _join(out)
+            first = self._open = end + 1
+            yield Released(np.repeat(starts, len(self.partitions)), np.tile(np.arange(len(self.partitions)),
+                                                                            leaves.size), values.ravel())
 
     def _estimates(self, leaves: np.ndarray) -> np.ndarray:
         found = [m.estimates(leaves) for m in self._measures]
@@ -473,6 +500,22 @@ class UnitAggregate(Params):
         return agg
 
 
+def _check_grid(ar: Any, bound: float, what: str) -> None:
+    """Refuse a bound the exact grid would enforce as another (a tiny one raised to a grid step), or whose
+    released values would overflow float64 (int64 grid units times the grid step)."""
+    if ar.bound > bound * (1 + 2.0**-19):
+        raise ValueError(f"{what} {bound:g} is below what the exact noise's grid can enforce: it would be "
+                         f"{ar.bound:g}; scale the values up.")
+    if not math.isfinite(2.0**63 * ar.granularity):
+        raise ValueError(f"{what} {bound:g} is too large: the released values would overflow float64; scale the "
+                         "values down.")
+
+
+def _time_text(bucket: int, seconds: int) -> str:
+    """The start of ``bucket`` (of ``seconds``) in ISO 8601 UTC, for a message."""
+    return f"{np.datetime64(bucket * seconds, 's')}Z"
+
+
 def _span(seconds: int) -> str:
     for name, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds % size == 0:
@@ -488,8 +531,11 @@ def unit_statement(guarantee: PrivacyGuarantee, *, unit: str, window: str, windo
     ...                      composition="")
     >>> unit_statement(g, unit="household", window="UTC day", windows=30)
     "each household's readings in each UTC day: ε = 1; over 30 days: ε = 30 by composition"
+    >>> unit_statement(g, unit="household", window="UTC-aligned window of 2 days", windows=3)
+    "each household's readings in each UTC-aligned window of 2 days: ε = 1; over 3 windows: ε = 3 by composition"
     """
     total = math.fsum([guarantee.epsilon] * windows)
-    plural = window.split()[-1] + ("s" if windows != 1 else "")
+    single = window.split()[-1] if window.startswith("UTC ") and len(window.split()) == 2 else "window"
+    plural = single + ("s" if windows != 1 else "")  # "UTC-aligned window of 2 days": 3 windows, not "3 dayss"
     return (f"each {unit}'s readings in each {window}: ε = {guarantee.epsilon:g}; over {windows:,} {plural}: "
             f"ε = {total:g} by composition")

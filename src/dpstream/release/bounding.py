@@ -149,8 +149,10 @@ class ContributionBounder:
         """Step 1: whether each row's partition is one of its unit's first ``max_partitions``."""
         k = self.bounds.max_partitions
         partitions = np.asarray(partitions, dtype=np.int64)
-        known = (self._parts[slot] == partitions[:, None]).any(axis=1)
-        pairs = slot * (int(partitions.max(initial=0)) + 1) + partitions
+        base = max(int(partitions.max(initial=0)), int(self._parts.max(initial=0))) + 1
+        pairs = slot * base + partitions  # (unit, partition) as one number
+        held = self._parts >= 0  # the units' partitions so far: rows x K would not fit in memory for a large K
+        known = np.isin(pairs, np.nonzero(held)[0] * base + self._parts[held])
         _, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
         new = ~known[first]
         firsts = np.sort(first[new])  # the first row of each new (unit, partition), in arrival order

@@ -145,7 +145,7 @@ def fit_defaults(expected_length: int | None, *, upper_bound: float, fanout: int
     >>> fit_defaults(200, upper_bound=5.0, fanout=16, hold=None, max_range=None,
     ...              threshold_step=None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ValueError: expected_length 200 is too short to choose a threshold from a hold-out (at least 64 values, ...
+    ValueError: expected_length 200 is too short to choose a threshold from a hold-out (its hold-out of 64 values ...
     """
     if expected_length is None:
         return FittedDefaults(hold=PAPER_HOLD if hold is None else hold,
@@ -202,8 +202,9 @@ def _fitted_hold(length: int, window: int | None) -> int:
         hold = hold // window * window
     hold = min(hold, PAPER_HOLD)
     if hold * 4 > length:
-        raise ValueError(f"expected_length {length} is too short to choose a threshold from a hold-out (at least "
-                         f"{MIN_HOLD} values, at most a quarter of the stream): give a public threshold, or hold.")
+        raise ValueError(f"expected_length {length} is too short to choose a threshold from a hold-out (its hold-out "
+                         f"of {hold:,} values must be at most a quarter of the stream: at least {4 * hold:,} values): "
+                         "give a public threshold, or hold.")
     return hold
 
 
