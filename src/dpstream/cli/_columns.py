@@ -33,6 +33,7 @@ from dpstream._checks import check_stream_values
 from dpstream.cli._app import quote, report_reading, say, stated_privacy
 from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
+from dpstream.io.vectorized import csv_rows
 from dpstream.release.by_key import ByKey, KeyReport, key_bits, new_secret, seed_secret, show_key
 
 __all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table", "keys_line",
@@ -154,23 +155,23 @@ class ColumnsWriter:
                 values = batch.values
                 self.clipped += int(np.count_nonzero((values < 0.0) | (values > self.upper_bound)))
             if self.keyed:
-                self._keyed_batch(batch, out)
+                self._keyed_batch(batch, sink)
             else:
-                self._timed_batch(batch, out)
+                self._timed_batch(batch, sink)
             if self.after is not None:
                 self.after(sink)
         return self.released
 
-    def _timed_batch(self, batch: Batch, out: Any) -> None:
+    def _timed_batch(self, batch: Batch, sink: TextIO) -> None:
         stream = self.streams
         released = stream.release(batch.values)
         self._maybe_announce(stream)
         if released.size:
             self._check(released, position=stream.position - released.size, key=None)
-            out.writerows(zip(batch.times[len(batch) - released.size :], released.tolist()))
+            sink.write(csv_rows([batch.times[len(batch) - released.size :], released]))
             self.released += released.size
 
-    def _keyed_batch(self, batch: Batch, out: Any) -> None:
+    def _keyed_batch(self, batch: Batch, sink: TextIO) -> None:
         if not self.clip:  # name the first bad row in input order, as the live path does
             outside = (batch.values < 0.0) | (batch.values > self.upper_bound)
             if outside.any():
@@ -186,11 +187,11 @@ class ColumnsWriter:
         if bad.any():
             first = int(np.argmax(bad))
             self._check(got.values[first], position=int(got.positions[first]), key=got.keys[first])
-        columns = [got.keys, got.positions.tolist()]
+        columns = [got.keys, got.positions]
         if self.time:
             columns.append(_times(batch.times, got.rows))
-        columns.append(got.values.tolist())
-        out.writerows(zip(*columns))
+        columns.append(got.values)
+        sink.write(csv_rows(columns))
         self.released += got.values.size
 
 

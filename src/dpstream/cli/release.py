@@ -40,7 +40,8 @@ from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_
 from dpstream.cli._spark import ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
-from dpstream.io import MISSING_POLICIES, StreamReader, iter_chunks
+from dpstream.io import MISSING_POLICIES, StreamReader
+from dpstream.io.vectorized import value_lines
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.registry import REGISTRY, Mechanism, specific_options
@@ -53,6 +54,9 @@ __all__ = ["RELEASE_METHODS"]
 
 #: Batch size for file input; stdin is released value by value.
 _CHUNK = 65536
+#: Batch size for file input with --key-column: each key's mechanism is called once a batch, so a batch holds
+#: a few hundred rows per key at a thousand keys (the reader caps the lines of a wide file's chunk).
+_KEYED_CHUNK = 1 << 18
 
 
 #: ``release``'s table of ``--method`` choices: the registry of mechanisms (deprecated name, kept one release).
@@ -225,17 +229,17 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                         build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
                         announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
                         time=time_column is not None, keyed=key_column is not None, written=written,
-                        upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
+                        upper_bound=options["upper_bound"], clip=options["clip"],
+                        chunk=_CHUNK if key_column is None else _KEYED_CHUNK)
         return
-    values = reader.values()
     writer = _Writer(releaser, lambda stream: announce(stream, describe), upper_bound=options["upper_bound"],
                      clip=options["clip"], written=written)
     try:
         with output_file(target) as sink:  # a failed release leaves no file and destroys none
             if input_path == "-":
-                released = writer.live(values, sink)
+                released = writer.live(reader.values(), sink)
             else:
-                released = writer.batches(iter_chunks(values, _CHUNK), sink)
+                released = writer.batches(_values(reader), sink)
             if releaser.position == 0:
                 raise click.ClickException(f"{name} holds no values.")
             if releaser.threshold is None:
@@ -351,7 +355,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
                 elif input_path == "-":
                     writer.live(run.feed_live(reader.values()), sink)
                 else:
-                    writer.batches(run.feed_chunks(iter_chunks(reader.values(), _CHUNK)), sink)
+                    writer.batches(run.feed_chunks(_values(reader)), sink)
                 message = run.finish(sink)
         except (Stopped, KeyboardInterrupt) as error:
             run.abandon()
@@ -374,6 +378,11 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         say(message)
     finally:
         run.close()
+
+
+def _values(reader: StreamReader) -> Iterator[np.ndarray]:
+    """A file's values in chunks of at most :data:`_CHUNK` (read at array speed where its lines are plain)."""
+    return (batch.values for batch in reader.batches(_CHUNK))
 
 
 class _Writer:
@@ -419,7 +428,7 @@ class _Writer:
                 self.announce(releaser)
             if out.size:
                 check_finite(out, position=releaser.position - out.size, written=self.written)
-                sink.write("\n".join(map(repr, out.tolist())) + "\n")
+                sink.write(value_lines(out))
                 released += out.size
             if self.after is not None:
                 self.after(sink)
