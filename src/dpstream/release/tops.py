@@ -46,7 +46,7 @@ from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, Priva
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
-from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
+from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums, model_structures
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
@@ -483,9 +483,9 @@ class ToPS(HoldOutRelease, Params):
         queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
         model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
-        leaves = ()
-        if self.query_length is not None and self.period is None and self._forced_levels is None and self.window_leaves:
-            leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout)
+        wanted = self.query_length is not None and not self.period and levels is None and self.window_leaves
+        leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout) if wanted else ()
+        levels, leaves = model_structures(self.max_range, self.fanout, leaves, forced=levels)  # memory per stream
         choice = model_threshold(
             self._held,
             epsilon=model_epsilon,
