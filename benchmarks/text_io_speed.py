@@ -90,7 +90,7 @@ def _pyarrow_reference(single: Path, keyed: Path, out: Path) -> dict[str, float]
 
 def _run(source: Path, arguments: list[str]) -> tuple[float, float]:
     """Wall seconds and peak resident MB of one ``dpstream`` run on the source tree ``source``."""
-    command = [sys.executable, "-m", "dpstream.cli", *arguments]
+    command = [sys.executable, "-m", "dpstream.cli", "release", *arguments]
     start = time.perf_counter()
     process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(source)}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
@@ -120,7 +120,9 @@ def main() -> None:
     options = parser.parse_args()
     directory = options.dir or Path(tempfile.mkdtemp(prefix="dpstream-io-"))
     directory.mkdir(parents=True, exist_ok=True)
-    single, keyed = _write_inputs(directory, options.values, options.rows, options.keys)
+    single, keyed = directory / "single.csv", directory / "keyed.csv"
+    if not (single.exists() and keyed.exists()):
+        _write_inputs(directory, options.values, options.rows, options.keys)
     trees = {"after": ROOT / "src"}
     if options.before:
         export = directory / "before"

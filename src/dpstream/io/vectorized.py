@@ -88,7 +88,8 @@ def repr_strings(values: np.ndarray) -> pa.Array:
     magnitude = np.abs(values)
     fixed = (magnitude >= _FIXED[0]) & (magnitude < _FIXED[1])
     zero = magnitude == 0.0
-    point = zero | (fixed & (values == np.trunc(values)))  # pyarrow writes 100 and 0 without '.0'
+    with np.errstate(invalid="ignore"):  # NaN, written by repr below
+        point = zero | (fixed & (values == np.trunc(values)))  # pyarrow writes 100 and 0 without '.0'
     if point.any():
         text = pc.if_else(_mask(point), pc.binary_join_element_wise(text, ".0", ""), text)
     other = ~(fixed | zero)  # exponents and non-finite values: repr itself
