@@ -112,14 +112,14 @@ def test_missing_tokens_are_read_only_when_the_policy_allows():
 
 
 def _read(source, size, **options):
-    """Everything a reader gives: the concatenated batches and the statistics, or the error's message."""
+    """Everything a reader gives: the batches' sizes, their concatenation and the statistics, or the error's message."""
     stats = ReadStats()
     try:
         batches = list(iter_batches(source, size, source="s.csv", stats=stats, **options))
     except InputError as error:
         return str(error)
     values = np.concatenate([b.values for b in batches]) if batches else np.empty(0)
-    return (values.tobytes(), [line for b in batches for line in b.lines.tolist()],
+    return ([len(b) for b in batches], values.tobytes(), [line for b in batches for line in b.lines.tolist()],
             [t for b in batches for t in (b.times or [])], [k for b in batches for k in (b.keys or [])], stats)
 
 
@@ -140,8 +140,9 @@ _NAME = st.sampled_from(["a", "b", "c", "meter 1", " d", '"e"', "é", ""])
        st.sampled_from([1, 2, 3, 7, 65536]), st.sampled_from(["error", "zero", "skip"]),
        st.booleans(), st.booleans())
 def test_files_are_read_by_blocks_as_by_lines(rows, size, missing, header, last_line_end):
-    """Values, line numbers, times, keys, statistics and errors are those of the line-by-line rules, whatever the
-    lines hold and wherever the chunks end (a block of plain lines is read at once, any other line by line)."""
+    """Batches, values, line numbers, times, keys, statistics and errors are those of the line-by-line rules,
+    whatever the lines hold and wherever the chunks end (a chunk of plain lines is read at once, any other line by
+    line)."""
     width = max((len(row) for row in rows), default=1)
     lines = [",".join(row) for row in rows]
     if width == 3 and header:
@@ -156,7 +157,7 @@ def test_files_are_read_by_blocks_as_by_lines(rows, size, missing, header, last_
 
 @pytest.mark.parametrize("size", [5, 1000, 65536])
 def test_a_long_plain_file_is_read_by_blocks_as_by_lines(size):
-    """Many blocks, a missing value and a bad line far in: the chunk boundaries do not show."""
+    """Many chunks, a missing value and a bad line far in: the same batches, values and errors."""
     rng = np.random.default_rng(5)
     values = np.round(rng.uniform(0, 100, 30_000), 2).tolist()
     rows = [f"2026-01-01T{i % 24:02d}:00,m{i % 7},{v!r}" for i, v in enumerate(values)]

@@ -452,39 +452,46 @@ def _line_chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
 
 
 def _blocks(handle: TextIO, parser: _TextRows, size: int, head: str) -> Iterator[list[str] | _Block]:
-    """The rest of an open text file as chunks: every block of plain lines read at array speed
-    (:meth:`_TextRows.plain_block`), and any other block as lists of at most ``size`` lines, for
-    the rules line by line.  The last line may lack its line end, as in a file read line by line.
-    A block is about ``size`` lines (the characters a line took so far, on average): memory stays that of
-    a batch.  ``head``: the text read already (line 1, if it is data)."""
-    rest, characters, ends = head, 0, 0
+    """The rest of an open text file in chunks of ``size`` lines (the last one fewer), as the lines read one by one
+    are chunked, so that batches end where they would: every chunk of plain lines read at array speed
+    (:meth:`_TextRows.plain_block`), any other as its list of lines, for the rules line by line.  The last line
+    may lack its line end, as in a file read line by line.  ``head``: the text read already (line 1, if data)."""
+    buffer, characters, ends, done = head, 0, 0, False
     while True:
-        text = handle.read(size * (characters // ends if ends else 64) + 1)
-        if text:
-            characters, ends = characters + len(text), ends + text.count("\n")
-            text = rest + text
-            cut = text.rfind("\n") + 1
-            block, rest = text[:cut], text[cut:]
-            if not block:
-                continue
-        elif rest:
-            block, rest = rest, ""  # the last line, without its line end
-        else:
+        while not done and buffer.count("\n") < size:  # reads of about the characters of `size` lines so far
+            text = handle.read(size * (characters // ends if ends else 64) + 1)
+            done = not text
+            characters, ends, buffer = characters + len(text), ends + text.count("\n"), buffer + text
+        if not buffer:
             return
+        block, buffer = _first_lines(buffer, size)
         fast = parser.plain_block(block if block.endswith("\n") else block + "\n")
         if fast is not None:
             yield fast
         else:
             lines = block.split("\n")
-            yield from _line_chunks(itertools.chain(map("{}\n".format, lines[:-1]), [lines[-1]] if lines[-1] else []),
-                                    size)
+            yield [*map("{}\n".format, lines[:-1]), *([lines[-1]] if lines[-1] else [])]
+
+
+def _first_lines(text: str, count: int) -> tuple[str, str]:
+    """The first ``count`` lines of ``text`` (each with its line end) and the rest; all of it if it holds fewer."""
+    if text.isascii():
+        ends = np.flatnonzero(np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10)
+        if ends.size < count:
+            return text, ""
+        cut = int(ends[count - 1]) + 1
+    else:
+        parts = text.split("\n", count)
+        if len(parts) <= count:
+            return text, ""
+        cut = len(text) - len(parts[-1])
+    return text[:cut], text[cut:]
 
 
 def _chunk_batches(chunks: Iterator[list[str] | _Block], parser: _TextRows, first: int,
                    size: int) -> Iterator[Batch]:
     """The batches of consecutive chunks of lines from line ``first`` on: a list of lines is read
-    by :meth:`_TextRows.block`, a :class:`_Block` (no blank line in it) by :meth:`_TextRows.numbered`
-    and cut into batches of at most ``size`` values."""
+    by :meth:`_TextRows.block`, a :class:`_Block` (no blank line in it) by :meth:`_TextRows.numbered`."""
     blank_from, blanks = 0, 0  # a run of blank lines that may be the end of the input
     for chunk in chunks:
         if isinstance(chunk, _Block):
@@ -498,30 +505,14 @@ def _chunk_batches(chunks: Iterator[list[str] | _Block], parser: _TextRows, firs
                 batch = parser.block([""] * min(size, blank_from + blanks - start), start)
                 if len(batch):
                     yield batch
-            if isinstance(chunk, _Block):
-                yield from _cut(parser.numbered(chunk, first), size)
-            else:
-                batch = parser.block(chunk[:end], first)
-                if len(batch):
-                    yield batch
+            batch = parser.numbered(chunk, first) if isinstance(chunk, _Block) else parser.block(chunk[:end], first)
+            if len(batch):
+                yield batch
             blank_from, blanks = first + end, 0
         elif not blanks:
             blank_from = first
         blanks += count - end
         first += count
-
-
-def _cut(batch: Batch, size: int) -> Iterator[Batch]:
-    """``batch`` in batches of at most ``size`` values."""
-    if len(batch) <= size:
-        if len(batch):
-            yield batch
-        return
-    for start in range(0, len(batch), size):
-        stop = start + size
-        yield Batch(batch.values[start:stop], batch.lines[start:stop],
-                    None if batch.times is None else batch.times[start:stop],
-                    None if batch.keys is None else batch.keys[start:stop])
 
 
 def read_lines(lines: Sequence[str], first: int, header: str, *, source: str = "input", column: str | None = None,
