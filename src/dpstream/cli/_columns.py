@@ -21,6 +21,7 @@ values, released, theta, s or the structure, hold-out, epsilon) is a table on st
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from dpstream.cli._app import quote, report_reading, say, stated_privacy
 from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
 from dpstream.io.vectorized import csv_rows
-from dpstream.release.by_key import ByKey, KeyReport, key_bits, new_secret, seed_secret, show_key
+from dpstream.release.by_key import ByKey, KeyedRelease, KeyReport, key_bits, new_secret, seed_secret, show_key
 
 __all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table", "keys_line",
            "release_columns", "released_line", "report_keys", "write_summary"]
@@ -145,21 +146,42 @@ class ColumnsWriter:
 
     # -- batches (file input) ----------------------------------------------------------------
 
+    #: With --key-column and no checkpoints, this many batches are released together: each key's mechanism is
+    #: then called once a group (what a keyed release's speed depends on), and what the release writes and says
+    #: is that of batch by batch: the same rows, the same first error, the same key's guarantee announced.
+    GROUP = 4
+
     def batches(self, batches: Iterator[Batch], sink: TextIO) -> int:
-        """Release batch by batch; each key's mechanism gets its rows of a batch in one call."""
-        out = None
-        for batch in batches:
-            if out is None:  # the header, once the input's header has been read
-                out = self._start(sink)
-            if self.clip:
-                values = batch.values
-                self.clipped += int(np.count_nonzero((values < 0.0) | (values > self.upper_bound)))
-            if self.keyed:
-                self._keyed_batch(batch, sink)
-            else:
-                self._timed_batch(batch, sink)
-            if self.after is not None:
-                self.after(sink)
+        """Release batch by batch; each key's mechanism gets its rows of a batch (a group of batches) in one call."""
+        out, group = None, []
+        grouped = self.keyed and self.after is None
+        try:
+            for batch in batches:
+                if out is None:  # the header, once the input's header has been read
+                    out = self._start(sink)
+                if self.clip:
+                    values = batch.values
+                    self.clipped += int(np.count_nonzero((values < 0.0) | (values > self.upper_bound)))
+                if grouped:
+                    self._admit(batch, group, sink)
+                    group.append(batch)
+                    if len(group) == self.GROUP:
+                        pending, group = group, []
+                        self._release_group(pending, sink)
+                    continue
+                if self.keyed:
+                    self._keyed_batch(batch, sink)
+                else:
+                    self._timed_batch(batch, sink)
+                if self.after is not None:
+                    self.after(sink)
+        except Exception:
+            if group:  # the batches read before the error are released, as batch by batch
+                pending, group = group, []
+                self._release_group(pending, sink)
+            raise
+        if group:
+            self._release_group(group, sink)
         return self.released
 
     def _timed_batch(self, batch: Batch, sink: TextIO) -> None:
@@ -181,19 +203,79 @@ class ColumnsWriter:
             ready = next((stream for stream in self.streams.streams.values() if stream.threshold is not None), None)
             if ready is not None:
                 self._maybe_announce(ready)
-        if not got.values.size:
-            return
-        bad = ~np.isfinite(got.values)
+        self._refuse_not_finite(got, got.values.size)
+        self._write_keyed(got, batch.times, got.values.size, sink)
+
+    def _refuse_not_finite(self, got: KeyedRelease, stop: int) -> None:
+        """Raise for the first released value among the first ``stop`` that is not a finite number."""
+        bad = ~np.isfinite(got.values[:stop])
         if bad.any():
             first = int(np.argmax(bad))
-            self._check(got.values[first], position=int(got.positions[first]), key=got.keys[first])
-        columns = [got.keys, got.positions]
-        if self.time:
-            columns.append(_times(batch.times, got.rows))
-        columns.append(got.values)
-        sink.write(csv_rows(columns))
-        self.released += got.values.size
+            self._check(float(got.values[first]), position=int(got.positions[first]), key=got.keys[first])
 
+    def _write_keyed(self, got: KeyedRelease, times: list[str] | None, stop: int, sink: TextIO) -> None:
+        """Write the first ``stop`` released rows."""
+        if not stop:
+            return
+        columns = [got.keys[:stop], got.positions[:stop]]
+        if self.time:
+            columns.append(_times(times, got.rows[:stop]))
+        columns.append(got.values[:stop])
+        sink.write(csv_rows(columns))
+        self.released += stop
+
+    # -- groups of batches (keyed file input without checkpoints) ------------------------------
+
+    def _admit(self, batch: Batch, group: list[Batch], sink: TextIO) -> None:
+        """What releasing ``batch`` alone would check first (a value outside [0, B], a key beyond --max-keys),
+        then its new keys' mechanisms built in the order batch by batch builds them (sorted within a batch)."""
+        if not self.clip:
+            outside = (batch.values < 0.0) | (batch.values > self.upper_bound)
+            if outside.any():
+                pending = list(group)
+                group.clear()  # released now, so that the refused row's position counts them
+                if pending:
+                    self._release_group(pending, sink)
+                self._refuse(batch, int(np.argmax(outside)))
+        self.streams.check_room(batch.keys)
+        for key in sorted(set(batch.keys).difference(self.streams.streams)):
+            self.streams.stream(key)
+
+    def _release_group(self, group: list[Batch], sink: TextIO) -> None:
+        """Release a group of admitted batches in one call per key, and write and say what batch by batch would."""
+        keys = list(itertools.chain.from_iterable(batch.keys for batch in group))
+        times = list(itertools.chain.from_iterable(batch.times for batch in group)) if self.time else None
+        starts = np.cumsum([0] + [len(batch) for batch in group])
+        before = None if self.announced else {key: self.streams.streams[key].position for key in set(keys)}
+        got = self.streams.release(np.concatenate([batch.values for batch in group]), keys)
+        if before is not None:
+            self._announce_group(keys, starts, before)
+        bad = ~np.isfinite(got.values)
+        if bad.any():  # batch by batch writes the batches before the one of the first value that is not finite
+            start = starts[np.searchsorted(starts, got.rows[int(np.argmax(bad))], side="right") - 1]
+            self._write_keyed(got, times, int(np.searchsorted(got.rows, start)), sink)
+            self._refuse_not_finite(got, got.values.size)
+        self._write_keyed(got, times, got.values.size, sink)
+
+    def _announce_group(self, keys: list[str], starts: np.ndarray, before: dict[str, int]) -> None:
+        """Announce the key batch by batch announces: after the first batch in which a key's threshold became known,
+        the first such key in build order."""
+        ready = {key: stream for key, stream in self.streams.streams.items() if stream.threshold is not None}
+        if not ready:
+            return
+        need = {key: max(stream.hold - before.get(key, 0), 1) for key, stream in ready.items()}  # the row it took
+        seen: dict[str, int] = dict.fromkeys(need, 0)
+        known: dict[str, int] = {}
+        for row, key in enumerate(keys):
+            if key in need and key not in known:
+                seen[key] += 1
+                if seen[key] == need[key]:
+                    known[key] = row
+                    if len(known) == len(need):
+                        break
+        order = {key: index for index, key in enumerate(self.streams.streams)}
+        first = min(known, key=lambda key: (int(np.searchsorted(starts, known[key], side="right")), order[key]))
+        self._maybe_announce(ready[first])
 
     def _refuse(self, batch: Batch, index: int) -> None:
         """Raise the error of row ``index``'s value, outside [0, B], as its key's mechanism words it

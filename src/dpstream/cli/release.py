@@ -54,9 +54,6 @@ __all__ = ["RELEASE_METHODS"]
 
 #: Batch size for file input; stdin is released value by value.
 _CHUNK = 65536
-#: Batch size for file input with --key-column: each key's mechanism is called once a batch, so a batch holds
-#: a few hundred rows per key at a thousand keys (the reader caps the lines of a wide file's chunk).
-_KEYED_CHUNK = 1 << 18
 
 
 #: ``release``'s table of ``--method`` choices: the registry of mechanisms (deprecated name, kept one release).
@@ -229,8 +226,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                         build=lambda bits: chosen.build({**options, "hold": hold}, seed=bits),
                         announce=lambda stream: announce(stream, describe), seed=seed, max_keys=max_keys,
                         time=time_column is not None, keyed=key_column is not None, written=written,
-                        upper_bound=options["upper_bound"], clip=options["clip"],
-                        chunk=_CHUNK if key_column is None else _KEYED_CHUNK)
+                        upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK)
         return
     writer = _Writer(releaser, lambda stream: announce(stream, describe), upper_bound=options["upper_bound"],
                      clip=options["clip"], written=written)

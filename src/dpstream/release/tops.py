@@ -483,9 +483,9 @@ class ToPS(HoldOutRelease, Params):
         queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
         model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
-        wanted = self.query_length is not None and not self.period and levels is None and self.window_leaves
-        leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout) if wanted else ()
-        levels, leaves = model_structures(self.max_range, self.fanout, leaves, forced=levels)  # memory per stream
+        fit = self.query_length is not None and not self.period and levels is None  # a structure for the windows
+        leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout) if fit else ()
+        levels, leaves = model_structures(self.max_range, self.fanout, leaves * self.window_leaves, levels, fit)
         choice = model_threshold(
             self._held,
             epsilon=model_epsilon,
