@@ -39,6 +39,7 @@ from dpstream import ToPS
 keys, query_length = int(sys.argv[1]), None if sys.argv[2] == "none" else int(sys.argv[2])
 rng = np.random.default_rng(0)
 streams = [rng.gamma(2.0, 0.4, 2880).clip(0, 5) for _ in range(keys)]
+ToPS(epsilon=0.05, upper_bound=5.0, hold=96, query_length=query_length, seed=keys).release(streams[0])  # imports
 tracemalloc.start()
 kept = []
 for key, values in enumerate(streams):
