@@ -127,3 +127,7 @@ def test_spark_progress_stops_quietly_when_the_tracker_fails():
     progress._thread.join(timeout=5)
     assert not progress._thread.is_alive()
     progress.stop()
+    quiet = StageProgress(None)  # a session without a status tracker
+    quiet.start()
+    assert not quiet._thread.is_alive()
+    quiet.stop()

@@ -64,7 +64,7 @@ def spark_session(master: str | None, conf: dict[str, str], *, source: str | Non
         raise click.ClickException(f"Spark did not start: {_spark_error(error, None)}") from None
     if owned:  # a failed task is one line of ours, not Spark's log of its stack trace
         spark.sparkContext.setLogLevel("OFF")
-    progress = StageProgress(spark.sparkContext.statusTracker())
+    progress = StageProgress(_tracker(spark))
     progress.start()
     try:
         yield spark
@@ -78,12 +78,21 @@ def spark_session(master: str | None, conf: dict[str, str], *, source: str | Non
             spark.stop()
 
 
+def _tracker(spark: Any) -> Any:
+    """The session's status tracker, or None (a session without one, such as Spark Connect's: no progress)."""
+    try:
+        return spark.sparkContext.statusTracker()
+    except Exception:
+        return None
+
+
 class StageProgress:
     """Spark's stages on stderr while a command runs on Spark: every stage that runs longer than
     :attr:`QUIET` seconds gets the progress of the other commands (:func:`~dpstream.cli._app.progress_bar`:
     a bar of its tasks on a terminal; otherwise a plain line each tenth of its tasks or every 10 s, and
     a closing line), read from Spark's status tracker by a thread every :attr:`POLL` seconds.  ``tracker`` is
-    ``SparkContext.statusTracker()``; ``clock`` and ``bar`` (a :func:`~dpstream.cli._app.progress_bar`) for tests.
+    ``SparkContext.statusTracker()`` (None: no progress); ``clock`` and ``bar`` (a
+    :func:`~dpstream.cli._app.progress_bar`) for tests.
     """
 
     #: Seconds between two looks at the tracker.
@@ -100,7 +109,8 @@ class StageProgress:
         self._thread = threading.Thread(target=self._run, name="dpstream-spark-progress", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        if self._tracker is not None:
+            self._thread.start()
 
     def stop(self) -> None:
         """Stop looking and close the stages shown (their closing lines)."""
