@@ -107,8 +107,8 @@ def test_spark_stages_report_progress_in_plain_lines(capsys):
     progress.poll()
     progress.stop()
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("Spark stage 4 (toArrow at keyed.py:1): 3 of 8 tasks (37%), ")
-    assert lines[-1].startswith("Spark stage 4 (toArrow at keyed.py:1): done, 8 of 8 tasks in ")
+    assert lines[0].startswith("Spark stage 4 (toArrow): 3 of 8 tasks (37%), ")
+    assert lines[-1].startswith("Spark stage 4 (toArrow): done, 8 of 8 tasks in ")
     assert "8 of 8 tasks (100%)" in lines[-2]
     assert not any("stage 5" in line or "\r" in line for line in lines)
 

@@ -97,8 +97,9 @@ class StageProgress:
 
     #: Seconds between two looks at the tracker.
     POLL = 0.5
-    #: A stage shows once it has run this many seconds (Spark runs many short stages).
-    QUIET = 2.0
+    #: A stage shows once it has run this many seconds: Spark runs many short stages, and a command's stderr on
+    #: Spark is otherwise the local engine's, line for line.
+    QUIET = 10.0
 
     def __init__(self, tracker: Any, *, clock: Callable[[], float] = time.monotonic,
                  bar: Callable[..., Any] = progress_bar) -> None:
@@ -137,7 +138,7 @@ class StageProgress:
                 continue
             if stage not in self._shown:
                 stack = ExitStack()
-                name = info.name if len(info.name) <= 40 else info.name[:39] + "…"
+                name = info.name.split(" at ", 1)[0][:40]  # "toArrow at /path/file.py:12": the action
                 update = stack.enter_context(self._bar(desc=f"Spark stage {stage} ({name})", unit="task",
                                                        total=info.numTasks))
                 self._shown[stage] = (stack, update, info.numTasks)
