@@ -74,6 +74,7 @@ def test_plain_rows_are_written_as_the_csv_module_writes_them():
     columns = [column[: len(columns[3])] for column in columns]
     assert csv_rows(columns) == _csv_module(columns)
     assert csv_rows([[], np.empty(0)]) == ""
+    assert csv_rows([["", "a", ""]]) == _csv_module([["", "a", ""]]) == '""\na\n""\n'
 
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")

@@ -115,7 +115,7 @@ def csv_rows(columns: Sequence[Sequence[str] | np.ndarray]) -> str:
     (float64 arrays, written as their ``repr``).
 
     Text fields that the csv module quotes or writes specially (a comma, a quote or a line end
-    in them) send the rows through the csv module itself.
+    in them; a row of one empty field) send the rows through the csv module itself.
 
     >>> csv_rows([["a", "b,c"], np.array([0, 1]), np.array([1.5, 2.0])])
     'a,0,1.5\\n"b,c",1,2.0\\n'
@@ -134,7 +134,8 @@ def csv_rows(columns: Sequence[Sequence[str] | np.ndarray]) -> str:
                 text = _strings(column)
             except (pa.ArrowException, UnicodeError):  # such as a lone surrogate
                 return _csv_module_rows(columns)
-            if pc.any(pc.match_substring_regex(text, _QUOTED)).as_py():
+            quoted = _QUOTED if len(columns) > 1 else f"{_QUOTED}|^$"  # a row of one empty field is written ""
+            if pc.any(pc.match_substring_regex(text, quoted)).as_py():
                 return _csv_module_rows(columns)
             fields.append(text)
     rows = pc.binary_join_element_wise(*fields, ",") if len(fields) > 1 else fields[0]
