@@ -39,6 +39,7 @@ def test_groups_release_as_batch_by_batch(tmp_path, monkeypatch, seed, method):
     monkeypatch.setattr("dpstream.cli.release._CHUNK", [7, 16, 50][seed % 3])
     extra = [["--time-column", "time"], ["--clip"], ["--max-keys", "6"], []][seed % 4]
     runs = {}
+    monkeypatch.setattr(ColumnsWriter, "ROWS_PER_KEY", 10**9)  # groups of GROUP batches, whatever the keys
     for group in (1, ColumnsWriter.GROUP):
         monkeypatch.setattr(ColumnsWriter, "GROUP", group)
         for output in ("-", str(tmp_path / f"out-{group}.csv")):
@@ -65,6 +66,7 @@ def test_a_value_that_is_not_finite_stops_at_its_batch(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ByKey, "release", overflowing)
     monkeypatch.setattr("dpstream.cli.release._CHUNK", 16)
+    monkeypatch.setattr(ColumnsWriter, "ROWS_PER_KEY", 10**9)
     runs = {}
     for group in (1, 4):
         monkeypatch.setattr(ColumnsWriter, "GROUP", group)

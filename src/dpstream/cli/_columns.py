@@ -60,6 +60,10 @@ def header(*, time: bool, key: bool) -> list[str]:
     raise ValueError("a CSV release needs a time column or a key column.")
 
 
+#: Rows of a keyed release turned into text at a time (a group of batches is written in such slices).
+_WRITE_ROWS = 65536
+
+
 def _times(times: list[str], rows: np.ndarray) -> list[str]:
     return np.array(times, dtype=object)[rows].tolist()
 
@@ -146,10 +150,12 @@ class ColumnsWriter:
 
     # -- batches (file input) ----------------------------------------------------------------
 
-    #: With --key-column and no checkpoints, this many batches are released together: each key's mechanism is
-    #: then called once a group (what a keyed release's speed depends on), and what the release writes and says
-    #: is that of batch by batch: the same rows, the same first error, the same key's guarantee announced.
+    #: With --key-column and no checkpoints, up to this many batches are released together, until the group holds
+    #: :attr:`ROWS_PER_KEY` rows per key: each key's mechanism is then called once a group (what a release of
+    #: many keys' speed depends on; with few keys a batch is a group, and memory that of one batch), and what
+    #: the release writes and says is that of batch by batch: the same rows, first error and key announced.
     GROUP = 4
+    ROWS_PER_KEY = 256
 
     def batches(self, batches: Iterator[Batch], sink: TextIO) -> int:
         """Release batch by batch; each key's mechanism gets its rows of a batch (a group of batches) in one call."""
@@ -165,7 +171,8 @@ class ColumnsWriter:
                 if grouped:
                     self._admit(batch, group, sink)
                     group.append(batch)
-                    if len(group) == self.GROUP:
+                    rows = sum(map(len, group))
+                    if len(group) == self.GROUP or rows >= self.ROWS_PER_KEY * len(self.streams):
                         pending, group = group, []
                         self._release_group(pending, sink)
                     continue
@@ -214,14 +221,14 @@ class ColumnsWriter:
             self._check(float(got.values[first]), position=int(got.positions[first]), key=got.keys[first])
 
     def _write_keyed(self, got: KeyedRelease, times: list[str] | None, stop: int, sink: TextIO) -> None:
-        """Write the first ``stop`` released rows."""
-        if not stop:
-            return
-        columns = [got.keys[:stop], got.positions[:stop]]
-        if self.time:
-            columns.append(_times(times, got.rows[:stop]))
-        columns.append(got.values[:stop])
-        sink.write(csv_rows(columns))
+        """Write the first ``stop`` released rows (the text of at most :data:`_WRITE_ROWS` rows at a time)."""
+        for start in range(0, stop, _WRITE_ROWS):
+            end = min(stop, start + _WRITE_ROWS)
+            columns = [got.keys[start:end], got.positions[start:end]]
+            if self.time:
+                columns.append(_times(times, got.rows[start:end]))
+            columns.append(got.values[start:end])
+            sink.write(csv_rows(columns))
         self.released += stop
 
     # -- groups of batches (keyed file input without checkpoints) ------------------------------

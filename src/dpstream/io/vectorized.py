@@ -181,7 +181,8 @@ def split_block(block: str, *, separator: str | None, width: int, wanted: Sequen
         try:
             table = pa_csv.read_csv(
                 pa.py_buffer(data),
-                read_options=pa_csv.ReadOptions(column_names=names, block_size=max(1 << 20, len(data) + 1)),
+                read_options=pa_csv.ReadOptions(column_names=names, block_size=max(1 << 20, len(data) + 1),
+                                                use_threads=False),
                 parse_options=pa_csv.ParseOptions(delimiter=separator, quote_char=False, escape_char=False,
                                                   double_quote=False, newlines_in_values=False,
                                                   ignore_empty_lines=False),
