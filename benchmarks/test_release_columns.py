@@ -5,7 +5,9 @@ Run with ``make bench`` (``pytest benchmarks --benchmark-only``).  The CSV (time
 stdin to stdout (the live path: each row released as it arrives) and read as a file (the batch
 path: each key's rows of a 65,536-row batch released in one call).  ``extra_info`` reports rows
 per second and the child's peak resident set (VmHWM); the peak of the 2-million-row run is
-checked against a run with 10x fewer rows: it must not grow with the rows.
+checked against a run with half the rows: it must not grow with the rows.  (From a file the peak
+settles over the first ten batches or so, as pyarrow's and Python's allocators reach their sizes:
+the smaller run has fifteen.)
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROWS, METERS, BOUND = 2_000_000, 20, 5.0
+#: The rows of the smaller run.
+SMALL = ROWS // 2
 
 _CHILD = """import atexit, sys
 peak = sys.argv.pop(1)
@@ -47,7 +51,7 @@ def _smart_meter_csv(path: Path, rows: int) -> Path:
 @pytest.fixture(scope="module")
 def meters(tmp_path_factory) -> dict[int, Path]:
     root = tmp_path_factory.mktemp("meters")
-    return {rows: _smart_meter_csv(root / f"{rows}.csv", rows) for rows in (ROWS // 10, ROWS)}
+    return {rows: _smart_meter_csv(root / f"{rows}.csv", rows) for rows in (SMALL, ROWS)}
 
 
 def _release(source: Path, *, stdin: bool, hold: int) -> int:
@@ -65,9 +69,9 @@ def _release(source: Path, *, stdin: bool, hold: int) -> int:
 
 @pytest.mark.parametrize("stdin", [True, False], ids=["stdin", "file"])
 def test_smart_meter_release(benchmark, meters, stdin):
-    hold = 4096  # each meter completes its hold-out in both runs (10,000 and 100,000 rows per meter)
-    small = _release(meters[ROWS // 10], stdin=stdin, hold=hold)
+    hold = 4096  # each meter completes its hold-out in both runs (50,000 and 100,000 rows per meter)
+    small = _release(meters[SMALL], stdin=stdin, hold=hold)
     peak = benchmark.pedantic(lambda: _release(meters[ROWS], stdin=stdin, hold=hold), rounds=1, iterations=1)
     benchmark.extra_info.update(rows_per_second=ROWS / benchmark.stats.stats.median, peak_kb=peak,
-                                peak_kb_tenth_rows=small)
+                                peak_kb_half_rows=small)
     assert peak - small < 8 * 1024  # constant in the rows (8 MiB of allocator noise)

@@ -71,3 +71,63 @@ def test_progress_bar_off_a_terminal_writes_lines(capsys, leave):
     err = capsys.readouterr().err
     assert "\r" not in err and "mechanisms: 2 of 2 mechanisms (100%)" in err
     assert ("mechanisms: done" in err) == leave
+
+
+class _Tracker:
+    """Spark's status tracker, as far as the stage progress reads it."""
+
+    def __init__(self) -> None:
+        self.active: list[int] = []
+        self.done = {4: 3, 5: 0}
+
+    def getActiveStageIds(self):  # noqa: N802 (Spark's name)
+        return self.active
+
+    def getStageInfo(self, stage):  # noqa: N802
+        from types import SimpleNamespace
+
+        return SimpleNamespace(name="toArrow at keyed.py:1", numTasks=8, numCompletedTasks=self.done[stage])
+
+
+def test_spark_stages_report_progress_in_plain_lines(capsys):
+    """A stage that runs past the quiet time gets lines (stderr is no terminal here) and a closing line when it
+    ends; a short stage none."""
+    from dpstream.cli._spark import StageProgress
+
+    tracker, now = _Tracker(), [0.0]
+    progress = StageProgress(tracker, clock=lambda: now[0])
+    tracker.active = [4, 5]
+    progress.poll()
+    tracker.active = [4]  # stage 5 ended within the quiet time
+    now[0] = StageProgress.QUIET + 1
+    progress.poll()
+    tracker.done[4] = 8
+    progress.poll()
+    tracker.active = []
+    progress.poll()
+    progress.stop()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("Spark stage 4 (toArrow): 3 of 8 tasks (37%), ")
+    assert lines[-1].startswith("Spark stage 4 (toArrow): done, 8 of 8 tasks in ")
+    assert "8 of 8 tasks (100%)" in lines[-2]
+    assert not any("stage 5" in line or "\r" in line for line in lines)
+
+
+def test_spark_progress_stops_quietly_when_the_tracker_fails():
+    """The polling thread ends on an error of the tracker (a stopping session), never failing the command."""
+    from dpstream.cli._spark import StageProgress
+
+    class Broken:
+        def getActiveStageIds(self):  # noqa: N802
+            raise RuntimeError("the session is gone")
+
+    progress = StageProgress(Broken())
+    progress.POLL = 0.01
+    progress.start()
+    progress._thread.join(timeout=5)
+    assert not progress._thread.is_alive()
+    progress.stop()
+    quiet = StageProgress(None)  # a session without a status tracker
+    quiet.start()
+    assert not quiet._thread.is_alive()
+    quiet.stop()

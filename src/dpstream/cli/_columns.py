@@ -21,6 +21,7 @@ values, released, theta, s or the structure, hold-out, epsilon) is a table on st
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -34,7 +35,8 @@ from dpstream._checks import check_stream_values
 from dpstream.cli._app import quote, report_reading, say, stated_privacy
 from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
-from dpstream.release.by_key import ByKey, KeyReport, key_bits, new_secret, seed_secret, show_key
+from dpstream.io.vectorized import csv_rows
+from dpstream.release.by_key import ByKey, KeyedRelease, KeyReport, key_bits, new_secret, seed_secret, show_key
 
 __all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table", "keys_line",
            "release_columns", "released_line", "report_keys", "write_summary"]
@@ -57,6 +59,10 @@ def header(*, time: bool, key: bool) -> list[str]:
     if time:
         return ["time", "value"]
     raise ValueError("a CSV release needs a time column or a key column.")
+
+
+#: Rows of a keyed release turned into text at a time (a group of batches is written in such slices).
+_WRITE_ROWS = 65536
 
 
 def _times(times: list[str], rows: np.ndarray) -> list[str]:
@@ -145,33 +151,57 @@ class ColumnsWriter:
 
     # -- batches (file input) ----------------------------------------------------------------
 
+    #: With --key-column and no checkpoints, up to this many batches are released together, until the group holds
+    #: :attr:`ROWS_PER_KEY` rows per key: each key's mechanism is then called once a group (what a release of
+    #: many keys' speed depends on; with few keys a batch is a group, and memory that of one batch), and what
+    #: the release writes and says is that of batch by batch: the same rows, first error and key announced.
+    GROUP = 4
+    ROWS_PER_KEY = 256
+
     def batches(self, batches: Iterator[Batch], sink: TextIO) -> int:
-        """Release batch by batch; each key's mechanism gets its rows of a batch in one call."""
-        out = None
-        for batch in batches:
-            if out is None:  # the header, once the input's header has been read
-                out = self._start(sink)
-            if self.clip:
-                values = batch.values
-                self.clipped += int(np.count_nonzero((values < 0.0) | (values > self.upper_bound)))
-            if self.keyed:
-                self._keyed_batch(batch, out)
-            else:
-                self._timed_batch(batch, out)
-            if self.after is not None:
-                self.after(sink)
+        """Release batch by batch; each key's mechanism gets its rows of a batch (a group of batches) in one call."""
+        out, group = None, []
+        grouped = self.keyed and self.after is None
+        try:
+            for batch in batches:
+                if out is None:  # the header, once the input's header has been read
+                    out = self._start(sink)
+                if self.clip:
+                    values = batch.values
+                    self.clipped += int(np.count_nonzero((values < 0.0) | (values > self.upper_bound)))
+                if grouped:
+                    self._admit(batch, group, sink)
+                    group.append(batch)
+                    rows = sum(map(len, group))
+                    if len(group) == self.GROUP or rows >= self.ROWS_PER_KEY * len(self.streams):
+                        pending, group = group, []
+                        self._release_group(pending, sink)
+                    continue
+                if self.keyed:
+                    self._keyed_batch(batch, sink)
+                else:
+                    self._timed_batch(batch, sink)
+                if self.after is not None:
+                    self.after(sink)
+        except Exception:
+            if group:  # the batches read before the error are released, as batch by batch
+                pending, group = group, []
+                self._release_group(pending, sink)
+            raise
+        if group:
+            self._release_group(group, sink)
         return self.released
 
-    def _timed_batch(self, batch: Batch, out: Any) -> None:
+    def _timed_batch(self, batch: Batch, sink: TextIO) -> None:
         stream = self.streams
         released = stream.release(batch.values)
         self._maybe_announce(stream)
         if released.size:
             self._check(released, position=stream.position - released.size, key=None)
-            out.writerows(zip(batch.times[len(batch) - released.size :], released.tolist()))
+            sink.write(csv_rows([batch.times[len(batch) - released.size :], released]))
             self.released += released.size
 
-    def _keyed_batch(self, batch: Batch, out: Any) -> None:
+    def _keyed_batch(self, batch: Batch, sink: TextIO) -> None:
         if not self.clip:  # name the first bad row in input order, as the live path does
             outside = (batch.values < 0.0) | (batch.values > self.upper_bound)
             if outside.any():
@@ -181,19 +211,79 @@ class ColumnsWriter:
             ready = next((stream for stream in self.streams.streams.values() if stream.threshold is not None), None)
             if ready is not None:
                 self._maybe_announce(ready)
-        if not got.values.size:
-            return
-        bad = ~np.isfinite(got.values)
+        self._refuse_not_finite(got, got.values.size)
+        self._write_keyed(got, batch.times, got.values.size, sink)
+
+    def _refuse_not_finite(self, got: KeyedRelease, stop: int) -> None:
+        """Raise for the first released value among the first ``stop`` that is not a finite number."""
+        bad = ~np.isfinite(got.values[:stop])
         if bad.any():
             first = int(np.argmax(bad))
-            self._check(got.values[first], position=int(got.positions[first]), key=got.keys[first])
-        columns = [got.keys, got.positions.tolist()]
-        if self.time:
-            columns.append(_times(batch.times, got.rows))
-        columns.append(got.values.tolist())
-        out.writerows(zip(*columns))
-        self.released += got.values.size
+            self._check(float(got.values[first]), position=int(got.positions[first]), key=got.keys[first])
 
+    def _write_keyed(self, got: KeyedRelease, times: list[str] | None, stop: int, sink: TextIO) -> None:
+        """Write the first ``stop`` released rows (the text of at most :data:`_WRITE_ROWS` rows at a time)."""
+        for start in range(0, stop, _WRITE_ROWS):
+            end = min(stop, start + _WRITE_ROWS)
+            columns = [got.keys[start:end], got.positions[start:end]]
+            if self.time:
+                columns.append(_times(times, got.rows[start:end]))
+            columns.append(got.values[start:end])
+            sink.write(csv_rows(columns))
+        self.released += stop
+
+    # -- groups of batches (keyed file input without checkpoints) ------------------------------
+
+    def _admit(self, batch: Batch, group: list[Batch], sink: TextIO) -> None:
+        """What releasing ``batch`` alone would check first (a value outside [0, B], a key beyond --max-keys),
+        then its new keys' mechanisms built in the order batch by batch builds them (sorted within a batch)."""
+        if not self.clip:
+            outside = (batch.values < 0.0) | (batch.values > self.upper_bound)
+            if outside.any():
+                pending = list(group)
+                group.clear()  # released now, so that the refused row's position counts them
+                if pending:
+                    self._release_group(pending, sink)
+                self._refuse(batch, int(np.argmax(outside)))
+        self.streams.check_room(batch.keys)
+        for key in sorted(set(batch.keys).difference(self.streams.streams)):
+            self.streams.stream(key)
+
+    def _release_group(self, group: list[Batch], sink: TextIO) -> None:
+        """Release a group of admitted batches in one call per key, and write and say what batch by batch would."""
+        keys = list(itertools.chain.from_iterable(batch.keys for batch in group))
+        times = list(itertools.chain.from_iterable(batch.times for batch in group)) if self.time else None
+        starts = np.cumsum([0] + [len(batch) for batch in group])
+        before = None if self.announced else {key: self.streams.streams[key].position for key in set(keys)}
+        got = self.streams.release(np.concatenate([batch.values for batch in group]), keys)
+        if before is not None:
+            self._announce_group(keys, starts, before)
+        bad = ~np.isfinite(got.values)
+        if bad.any():  # batch by batch writes the batches before the one of the first value that is not finite
+            start = starts[np.searchsorted(starts, got.rows[int(np.argmax(bad))], side="right") - 1]
+            self._write_keyed(got, times, int(np.searchsorted(got.rows, start)), sink)
+            self._refuse_not_finite(got, got.values.size)
+        self._write_keyed(got, times, got.values.size, sink)
+
+    def _announce_group(self, keys: list[str], starts: np.ndarray, before: dict[str, int]) -> None:
+        """Announce the key batch by batch announces: after the first batch in which a key's threshold became known,
+        the first such key in build order."""
+        ready = {key: stream for key, stream in self.streams.streams.items() if stream.threshold is not None}
+        if not ready:
+            return
+        need = {key: max(stream.hold - before.get(key, 0), 1) for key, stream in ready.items()}  # the row it took
+        seen: dict[str, int] = dict.fromkeys(need, 0)
+        known: dict[str, int] = {}
+        for row, key in enumerate(keys):
+            if key in need and key not in known:
+                seen[key] += 1
+                if seen[key] == need[key]:
+                    known[key] = row
+                    if len(known) == len(need):
+                        break
+        order = {key: index for index, key in enumerate(self.streams.streams)}
+        first = min(known, key=lambda key: (int(np.searchsorted(starts, known[key], side="right")), order[key]))
+        self._maybe_announce(ready[first])
 
     def _refuse(self, batch: Batch, index: int) -> None:
         """Raise the error of row ``index``'s value, outside [0, B], as its key's mechanism words it

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import click
 
-from dpstream.cli._app import quote
+from dpstream._progress import Progress
+from dpstream.cli._app import progress_bar, quote
 from dpstream.spark.session import SparkUnavailable
 
 #: What ``--engine`` accepts: this process (reading Parquet Entities in batches) or Spark.
@@ -16,7 +19,7 @@ ENGINES = ("local", "spark")
 #: How a master URL Spark accepts starts (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://...``).
 _MASTERS = ("local", "spark://", "yarn", "k8s://")
 
-__all__ = ["ENGINES", "last_error", "spark_conf_option", "spark_session"]
+__all__ = ["ENGINES", "StageProgress", "last_error", "spark_conf_option", "spark_session"]
 
 
 def spark_conf_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -61,6 +64,8 @@ def spark_session(master: str | None, conf: dict[str, str], *, source: str | Non
         raise click.ClickException(f"Spark did not start: {_spark_error(error, None)}") from None
     if owned:  # a failed task is one line of ours, not Spark's log of its stack trace
         spark.sparkContext.setLogLevel("OFF")
+    progress = StageProgress(_tracker(spark))
+    progress.start()
     try:
         yield spark
     except PythonException as error:  # a Python error on an executor: its message, without the traceback
@@ -68,8 +73,83 @@ def spark_session(master: str | None, conf: dict[str, str], *, source: str | Non
     except (PySparkException, Py4JError) as error:
         raise click.ClickException(_spark_error(error, source)) from None
     finally:
+        progress.stop()
         if owned:
             spark.stop()
+
+
+def _tracker(spark: Any) -> Any:
+    """The session's status tracker, or None (a session without one, such as Spark Connect's: no progress)."""
+    try:
+        return spark.sparkContext.statusTracker()
+    except Exception:
+        return None
+
+
+class StageProgress:
+    """Spark's stages on stderr while a command runs on Spark: every stage that runs longer than
+    :attr:`QUIET` seconds gets the progress of the other commands (:func:`~dpstream.cli._app.progress_bar`:
+    a bar of its tasks on a terminal; otherwise a plain line each tenth of its tasks or every 10 s, and
+    a closing line), read from Spark's status tracker by a thread every :attr:`POLL` seconds.  ``tracker`` is
+    ``SparkContext.statusTracker()`` (None: no progress); ``clock`` and ``bar`` (a
+    :func:`~dpstream.cli._app.progress_bar`) for tests.
+    """
+
+    #: Seconds between two looks at the tracker.
+    POLL = 0.5
+    #: A stage shows once it has run this many seconds: Spark runs many short stages, and a command's stderr on
+    #: Spark is otherwise the local engine's, line for line.
+    QUIET = 10.0
+
+    def __init__(self, tracker: Any, *, clock: Callable[[], float] = time.monotonic,
+                 bar: Callable[..., Any] = progress_bar) -> None:
+        self._tracker, self._clock, self._bar = tracker, clock, bar
+        self._seen: dict[int, float] = {}
+        self._shown: dict[int, tuple[ExitStack, Progress, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dpstream-spark-progress", daemon=True)
+
+    def start(self) -> None:
+        if self._tracker is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop looking and close the stages shown (their closing lines)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for stage in list(self._shown):
+            self._close(stage)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.POLL):
+            try:
+                self.poll()
+            except Exception:  # the session is stopping: no more progress, and never a failed command for it
+                return
+
+    def poll(self) -> None:
+        """One look at the tracker: show, update and close the stages."""
+        active = sorted(self._tracker.getActiveStageIds())
+        now = self._clock()
+        for stage in active:
+            info = self._tracker.getStageInfo(stage)
+            if info is None or now - self._seen.setdefault(stage, now) < self.QUIET and stage not in self._shown:
+                continue
+            if stage not in self._shown:
+                stack = ExitStack()
+                name = info.name.split(" at ", 1)[0][:40]  # "toArrow at /path/file.py:12": the action
+                update = stack.enter_context(self._bar(desc=f"Spark stage {stage} ({name})", unit="task",
+                                                       total=info.numTasks))
+                self._shown[stage] = (stack, update, info.numTasks)
+            self._shown[stage][1](info.numCompletedTasks, info.numTasks)
+        for stage in [stage for stage in self._shown if stage not in active]:
+            self._close(stage)
+
+    def _close(self, stage: int) -> None:
+        stack, update, total = self._shown.pop(stage)
+        update(total, total)  # the stage ended: all its tasks ran
+        stack.close()
 
 
 def last_error(text: str) -> str:

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 import numpy as np
-from scipy.signal import lfilter
 
 from dpstream._checks import check_nonnegative_int, check_positive_int
 
@@ -104,6 +103,8 @@ def smart_meter(n: int = 2_000_000, *, seed: int = 0) -> np.ndarray:
     load = 120.0 * level + profile * level
     # AR(1) fluctuation with stationary sd 30 W: x_t = 0.98 x_{t-1} + e_t, by a recursive filter.
     innovations = 30.0 * np.sqrt(1.0 - 0.98**2) * rng.standard_normal(n)
+    from scipy.signal import lfilter  # here: scipy.signal takes half a second to import
+
     load += lfilter([1.0], [1.0, -0.98], innovations)
     fridge_phase = rng.integers(0, 55)
     load += np.where(((t + fridge_phase) % 55) < 20, 90.0, 0.0)

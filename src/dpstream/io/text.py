@@ -13,7 +13,7 @@ import sys
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import NamedTuple, NoReturn, TextIO
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from dpstream.io.records import (
     _split,
     resolve_columns,
 )
+from dpstream.io.vectorized import parse_numbers, split_block
 
 __all__ = ["open_input", "iter_values", "iter_records", "iter_batches", "read_lines"]
 
@@ -66,6 +67,17 @@ def _texts(fields: list[str] | None) -> list[str] | None:
     texts = list(map(str.strip, fields))
     joined = "".join(texts)
     return list(map(_clean, texts)) if '"' in joined or "'" in joined else texts
+
+
+class _Block(NamedTuple):
+    """A block of ``count`` plain lines, parsed at once (:meth:`_TextRows.plain_block`): the value of every
+    line (0 for a missing one, marked in ``missing``), the time and key texts of every line."""
+
+    count: int
+    values: np.ndarray
+    missing: np.ndarray | None
+    times: list[str] | None
+    keys: list[str] | None
 
 
 class _TextRows:
@@ -182,6 +194,41 @@ class _TextRows:
         if number == 1 and self.separator is None and not special:
             hint += f"; {self.line1_hint}"
         raise InputError(f"{self._where(number)} is not a number: {_quote(text)} ({_NUMBER_RULE}{hint}).")
+
+    # -- a block of plain lines, at array speed ---------------------------------------------
+
+    def plain_block(self, block: str) -> _Block | None:
+        """Every line of ``block`` (each ended by ``\\n``, none blank) parsed at once, or None unless
+        every line is plain and every value a decimal number (or, under the policies zero and skip,
+        a missing-value token): the block is then read line by line, with the same results or errors."""
+        fields = split_block(block, separator=self.separator, width=self.width,
+                             wanted=(self.value, self.time, self.key))
+        if fields is None:
+            return None
+        parsed = parse_numbers(fields[0], missing=self.missing != "error")
+        if parsed is None:
+            return None
+        times, keys = (None if column is None else column.to_pylist() for column in fields[1:])
+        return _Block(len(fields[0]), *parsed, times, keys)
+
+    def numbered(self, block: _Block, first: int) -> Batch:
+        """The rows of a :class:`_Block` whose first line is ``first``, under the missing policy, counted in the
+        statistics as :meth:`block` counts them."""
+        lines = np.arange(first, first + block.count, dtype=np.int64)
+        values, times, keys, missing = block.values, block.times, block.keys, block.missing
+        if missing is not None and missing.any():
+            count = int(missing.sum())
+            self.stats._met_missing(first + int(np.argmax(missing)), count)
+            if self.missing == "zero":
+                self.stats.replaced += count
+            else:
+                keep = ~missing
+                values, lines = values[keep], lines[keep]
+                times = None if times is None else list(itertools.compress(times, keep.tolist()))
+                keys = None if keys is None else list(itertools.compress(keys, keep.tolist()))
+                self.stats.skipped += count
+        self.stats.values += values.size
+        return Batch(values, lines, times, keys)
 
     # -- a chunk of lines -----------------------------------------------------------------
 
@@ -389,30 +436,83 @@ def _batches(lines: Iterator[str], parser: _TextRows, size: int) -> Iterator[Bat
         return
     line = line.removeprefix("\ufeff")
     first = 1 if parser.start(line) else 2
-    size = min(size, max(1, _FIELDS_PER_CHUNK // (parser.width + 1)))  # wide files: fewer lines at a time
-    chunk = [line] if first == 1 else []
-    blank_from, blanks = 0, 0  # a run of blank lines that may be the end of the input
+    chunk_lines = min(size, max(1, _FIELDS_PER_CHUNK // (parser.width + 1)))  # wide files: fewer lines at a time
+    head = line if first == 1 else ""  # line 1, if it is data
+    if isinstance(lines, io.TextIOBase):
+        chunks = _blocks(lines, parser, chunk_lines, head)
+    else:
+        chunks = _line_chunks(itertools.chain([head] if head else [], lines), chunk_lines)
+    yield from _chunk_batches(chunks, parser, first, chunk_lines)
+
+
+def _line_chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    """``lines`` in lists of ``size``."""
+    while chunk := list(itertools.islice(lines, size)):
+        yield chunk
+
+
+def _blocks(handle: TextIO, parser: _TextRows, size: int, head: str) -> Iterator[list[str] | _Block]:
+    """The rest of an open text file in chunks of ``size`` lines (the last one fewer), as the lines read one by one
+    are chunked, so that batches end where they would: every chunk of plain lines read at array speed
+    (:meth:`_TextRows.plain_block`), any other as its list of lines, for the rules line by line.  The last line
+    may lack its line end, as in a file read line by line.  ``head``: the text read already (line 1, if data)."""
+    buffer, characters, ends, done = head, 0, 0, False
     while True:
-        chunk.extend(itertools.islice(lines, size - len(chunk)))
-        if not chunk:
+        while not done and buffer.count("\n") < size:  # reads of about the characters of `size` lines so far
+            text = handle.read(size * (characters // ends if ends else 64) + 1)
+            done = not text
+            characters, ends, buffer = characters + len(text), ends + text.count("\n"), buffer + text
+        if not buffer:
             return
-        end = len(chunk)
-        while end and _is_blank(chunk[end - 1]):
-            end -= 1
+        block, buffer = _first_lines(buffer, size)
+        fast = parser.plain_block(block if block.endswith("\n") else block + "\n")
+        if fast is not None:
+            yield fast
+        else:
+            lines = block.split("\n")
+            yield [*map("{}\n".format, lines[:-1]), *([lines[-1]] if lines[-1] else [])]
+
+
+def _first_lines(text: str, count: int) -> tuple[str, str]:
+    """The first ``count`` lines of ``text`` (each with its line end) and the rest; all of it if it holds fewer."""
+    if text.isascii():
+        ends = np.flatnonzero(np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10)
+        if ends.size < count:
+            return text, ""
+        cut = int(ends[count - 1]) + 1
+    else:
+        parts = text.split("\n", count)
+        if len(parts) <= count:
+            return text, ""
+        cut = len(text) - len(parts[-1])
+    return text[:cut], text[cut:]
+
+
+def _chunk_batches(chunks: Iterator[list[str] | _Block], parser: _TextRows, first: int,
+                   size: int) -> Iterator[Batch]:
+    """The batches of consecutive chunks of lines from line ``first`` on: a list of lines is read
+    by :meth:`_TextRows.block`, a :class:`_Block` (no blank line in it) by :meth:`_TextRows.numbered`."""
+    blank_from, blanks = 0, 0  # a run of blank lines that may be the end of the input
+    for chunk in chunks:
+        if isinstance(chunk, _Block):
+            end = count = chunk.count
+        else:
+            count = end = len(chunk)
+            while end and _is_blank(chunk[end - 1]):
+                end -= 1
         if end:
             for start in range(blank_from, blank_from + blanks, size):  # blank lines inside the stream
                 batch = parser.block([""] * min(size, blank_from + blanks - start), start)
                 if len(batch):
                     yield batch
-            batch = parser.block(chunk[:end], first)
+            batch = parser.numbered(chunk, first) if isinstance(chunk, _Block) else parser.block(chunk[:end], first)
             if len(batch):
                 yield batch
             blank_from, blanks = first + end, 0
         elif not blanks:
             blank_from = first
-        blanks += len(chunk) - end
-        first += len(chunk)
-        chunk = []
+        blanks += count - end
+        first += count
 
 
 def read_lines(lines: Sequence[str], first: int, header: str, *, source: str = "input", column: str | None = None,

@@ -46,7 +46,7 @@ from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, Priva
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
-from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
+from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums, model_structures
 from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
@@ -463,12 +463,13 @@ class ToPS(HoldOutRelease, Params):
         length = self.query_length or self.period
         queries = None if length is None else QueryLengths.fixed(length)
         levels = None if self._forced_levels is None else (self.smoothed_levels,)
-        if levels is None and self._max_smoothed is not None:  # no block longer than the stream can fill
-            levels = tuple(range(min(self._max_smoothed, self.levels - 1) + 1))
         model_epsilon = self.threshold_epsilon * (1.0 - PROFILE_SHARE) if self._profiled else self.threshold_epsilon
-        leaves = ()
-        if self.query_length is not None and self.period is None and self._forced_levels is None and self.window_leaves:
-            leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout)
+        fit = self.query_length is not None and not self.period and levels is None  # a structure for the windows
+        leaves = window_leaves(self.query_length, max_range=self.max_range, fanout=self.fanout) if fit else ()
+        levels, leaves = model_structures(self.max_range, self.fanout, leaves * self.window_leaves, levels, fit)
+        if self._forced_levels is None and self._max_smoothed is not None:  # no block longer than the stream fills
+            cap = min(self._max_smoothed, self.levels - 1)
+            levels = tuple(s for s in (levels or range(self.levels)) if s <= cap) or levels
         choice = model_threshold(
             self._held,
             epsilon=model_epsilon,
