@@ -181,4 +181,6 @@ class ContributionBounder:
         self._slots = {name: index for index, name in enumerate(data["units"])}
         self._rows = np.asarray(data["rows"], dtype=np.int64).copy()
         self._totals = np.asarray(data["totals"], dtype=np.int64).copy()
-        self._parts = np.asarray(data["partitions"], dtype=np.int64).reshape(len(self._slots), -1).copy()
+        # the columns as constructed: a snapshot taken before any row holds no unit, and reshape(0, -1) is ambiguous
+        self._parts = np.asarray(data["partitions"], dtype=np.int64).reshape(len(self._slots),
+                                                                             self._parts.shape[1]).copy()

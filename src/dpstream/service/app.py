@@ -27,7 +27,7 @@ from dpstream.service.dependencies import Settings
 from dpstream.service.errors import install_error_handlers
 from dpstream.service.ingest import LiveSources
 from dpstream.service.parsing import MAX_BATCH, MAX_BODY_BYTES, MAX_LIMIT
-from dpstream.service.routers import collectors, health, streams
+from dpstream.service.routers import aggregates, collectors, health, streams
 from dpstream.service.storage import Storage, open_storage
 
 __all__ = ["MAX_BATCH", "MAX_BODY_BYTES", "MAX_LIMIT", "POLL_SECONDS", "create_app"]
@@ -68,4 +68,5 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     mount_dashboard(app)
     app.include_router(streams.router)
     app.include_router(collectors.router)
+    app.include_router(aggregates.router)
     return app

@@ -32,19 +32,18 @@ import hashlib
 import hmac
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from dpstream.release import ToPLCollector
 from dpstream.service import mechanisms
 from dpstream.service.answers import released_json, released_rows_json
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.storage import ConflictError, HeldRows, Source, Storage
 
-__all__ = ["ATTEMPTS", "LiveSources", "batch_digest", "ingest"]
+__all__ = ["ATTEMPTS", "Answer", "LiveSources", "Rows", "batch_digest", "ingest"]
 
 #: How many times a batch is tried on a reloaded mechanism while other processes move its source on.
 ATTEMPTS = 8
@@ -113,8 +112,8 @@ class LiveSources:
         live = self._live.get((kind, name))
         if live is None or (live.source.id, live.position) != stored:
             source = self.storage.source(kind, name, secret=True)  # sources are never deleted: it is there
-            cls = ToPLCollector if kind == "collector" else mechanisms.STREAM_METHODS[source.params["method"]]
-            mechanism, apart = mechanisms.restore_stored(cls, source.state, key=source.key, held=source.held)
+            mechanism, apart = mechanisms.restore_stored(mechanisms.mechanism_class(kind, source.params), source.state,
+                                                         key=source.key, held=source.held)
             live = _Live(source=replace(source, key=None, state=None, held=None), mechanism=mechanism,
                          position=source.position, key=source.key, held_apart=apart)
             self._live[(kind, name)] = live
@@ -126,12 +125,14 @@ class LiveSources:
 
 
 def ingest(sources: LiveSources, kind: str, name: str, first_position: int | None, inputs: Any,
-           times: np.ndarray | None, release: Callable[[Any], np.ndarray]) -> bytes:
+           times: np.ndarray | None, release: Callable[[Any], np.ndarray | Rows], answer: Answer | None = None
+           ) -> bytes:
     """Ingest one batch under the source's lock; the answer's JSON.
 
-    ``inputs`` is a stream's values, or a collector's ``(mechanism, report)`` arrays; ``release`` gives the
-    mechanism's released values for them (a TypeError or ValueError refuses the batch, 422).  ``times`` are
-    the values' times (now when None).
+    ``inputs`` is a stream's values, or a collector's ``(mechanism, report)`` arrays, or an aggregate's arrays
+    of rows; ``release`` gives the mechanism's released values for them (a TypeError or ValueError refuses the
+    batch, 422), or :class:`Rows` when they are not at the batch's last positions.  ``times`` are the values'
+    times (now when None).  ``answer`` makes the JSON of the released rows (default :func:`released_rows_json`).
     """
     with sources.lock(kind, name):
         try:
@@ -139,7 +140,7 @@ def ingest(sources: LiveSources, kind: str, name: str, first_position: int | Non
                 for _ in range(ATTEMPTS):
                     live = sources.live(kind, name)
                     try:
-                        return _ingest_at(sources, live, first_position, inputs, times, release)
+                        return _ingest_at(sources, live, first_position, inputs, times, release, answer)
                     except _Moved as moved:
                         sources.drop(kind, name)
                         reason = str(moved)
@@ -151,12 +152,27 @@ def ingest(sources: LiveSources, kind: str, name: str, first_position: int | Non
     raise ApiError(409, f"{kind} {name!r}: {reason} Retry the batch.")
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Released values at positions of their own rather than at the batch's last ones (an aggregate's buckets, in
+    the order released): from position ``first``, with their ``times`` (seconds)."""
+
+    first: int
+    times: np.ndarray
+    values: np.ndarray
+
+
+#: The JSON answer of released ``(position, time, value)`` rows of a source.
+Answer = Callable[[Source, Sequence[tuple[int, float, float]]], bytes]
+
+
 class _Moved(Exception):
     """Another process moved the source on while this one ingested the batch: reload the mechanism and try again."""
 
 
 def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, inputs: Any,
-               times: np.ndarray | None, release: Callable[[Any], np.ndarray]) -> bytes:
+               times: np.ndarray | None, release: Callable[[Any], np.ndarray | Rows], answer: Answer | None
+               ) -> bytes:
     """One try of :func:`ingest` on the mechanism ``live`` (the database's when it was read); _Moved when that was
     left behind before the commit."""
     kind, name = live.source.kind, live.source.name
@@ -165,7 +181,7 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
     position = live.position
     start = position if first_position is None else first_position
     if start < position:
-        return _retry(sources.storage, live.source, start, count, digest, position)
+        return _retry(sources.storage, live.source, start, count, digest, position, answer)
     if start > position:
         raise ApiError(409, f"{kind} {name!r} is at position {position}; a batch at first_position {start} "
                             f"would leave a gap (send positions {position}..{start - 1} first).")
@@ -177,11 +193,15 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
         if sources.storage.position(kind, name) != (live.source.id, position):
             raise _Moved(moved) from None
         raise
-    held = count - released.size  # the released positions are the batch's last ones
-    positions = np.arange(position + held, position + count)
-    stamps = np.full(released.size, time.time()) if times is None else times[held:]
-    facts = (mechanisms.stream_facts(live.mechanism) if kind == "stream"
-             else mechanisms.collector_facts(live.mechanism))
+    if isinstance(released, Rows):  # where they are goes into the ledger, to answer a retry
+        positions, stamps, released = np.arange(released.first, released.first + released.values.size), \
+            released.times, released.values
+        digest = f"{digest}:{int(positions[0]) if positions.size else 0}+{positions.size}"
+    else:
+        held = count - released.size  # the released positions are the batch's last ones
+        positions = np.arange(position + held, position + count)
+        stamps = np.full(released.size, time.time()) if times is None else times[held:]
+    facts = mechanisms.facts(kind, live.mechanism)
     public = {**live.source.public, **facts}
     state, held = mechanisms.split_snapshot(live.mechanism)
     rows = None if held is None or held.size == live.held_apart else HeldRows(
@@ -196,14 +216,20 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
     live.held_apart = 0 if held is None else held.size
     live.position = position + count
     live.source = replace(live.source, public=public, position=live.position)
+    if answer is not None:
+        return answer(live.source, list(zip(positions.tolist(), stamps.tolist(), released.tolist())))
     return released_json(positions.tolist(), stamps.tolist(), released.tolist())
 
 
-def _retry(storage: Storage, source: Source, start: int, count: int, digest: str, position: int) -> bytes:
+def _retry(storage: Storage, source: Source, start: int, count: int, digest: str, position: int,
+           answer: Answer | None) -> bytes:
     """The answer to a batch sent again at ``start``: the values released the first time (409 if it differs)."""
     entry = storage.ledger_entry(source.id, start)
-    if entry is None or entry.count != count or entry.digest != digest:
+    stored, _, span = ("", "", "") if entry is None else entry.digest.partition(":")
+    if entry is None or entry.count != count or stored != digest:
         raise ApiError(409, f"{source.kind} {source.name!r} is at position {position}; the batch at "
                             f"first_position {start} is not the one ingested there (a retry must resend the "
                             "same values).")
-    return released_rows_json(storage.released(source.id, after=start - 1, before=start + count, limit=count))
+    first, released = (start, count) if not span else (int(part) for part in span.split("+"))
+    rows = storage.released(source.id, after=first - 1, before=first + released, limit=released)
+    return released_rows_json(rows) if answer is None else answer(source, rows)

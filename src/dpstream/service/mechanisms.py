@@ -44,16 +44,20 @@ from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
 from dpstream.durable.snapshots import keyless, with_key
 from dpstream.release import ToPLCollector
+from dpstream.release.aggregate import UnitAggregate, unit_statement
 from dpstream.release.registry import served
 
 __all__ = [
     "APART_FORMAT",
     "COLLECTOR_PARAMETERS",
     "STREAM_METHODS",
+    "aggregate_facts",
     "build_collector",
     "build_stream",
     "collector_facts",
     "derive_key",
+    "facts",
+    "mechanism_class",
     "restore",
     "restore_stored",
     "snapshot",
@@ -219,3 +223,29 @@ def collector_facts(collector: ToPLCollector) -> dict[str, Any]:
     """The public facts of a collector: theta once published, the parameters' id, the guarantee of each report."""
     return {"threshold": collector.threshold, "hold": collector.hold,
             "parameters_id": collector.client().parameters_id, "privacy": _guarantee(collector)}
+
+
+def aggregate_facts(agg: UnitAggregate) -> dict[str, Any]:
+    """The public facts of an aggregate: its grid, noise scale and hierarchy, the windows released so far and the
+    guarantee, also in words per unit (each unit's rows in each window, and over the windows released)."""
+    guarantee = _guarantee(agg)
+    relation = agg.relation()
+    windows = -(-agg.released // agg.width)  # the span released is public, as a stream's length is
+    return {"granularity": agg.granularity, "noise_scale": agg.noise_scale, "levels": agg.levels,
+            "fanout": agg.fanout, "windows": windows, "privacy": guarantee,
+            "guarantee": unit_statement(agg.privacy(), unit=relation.unit, window=relation.window,
+                                        windows=windows)}
+
+
+def facts(kind: str, mechanism: Any) -> dict[str, Any]:
+    """The public facts of a source's mechanism, by the source's kind."""
+    if kind == "collector":
+        return collector_facts(mechanism)
+    return aggregate_facts(mechanism) if kind == "aggregate" else stream_facts(mechanism)
+
+
+def mechanism_class(kind: str, params: dict[str, Any]) -> Any:
+    """The class that continues a stored source of ``kind`` (a stream's from its ``method``)."""
+    if kind == "collector":
+        return ToPLCollector
+    return UnitAggregate if kind == "aggregate" else STREAM_METHODS[params["method"]]

@@ -81,7 +81,7 @@ __all__ = [
     "open_storage",
 ]
 
-_KINDS = ("stream", "collector")
+_KINDS = ("stream", "collector", "aggregate")
 
 #: PostgreSQL advisory lock keys (see :meth:`Storage._serialize`): the schema's creation and migration, and the
 #: creation of sources.

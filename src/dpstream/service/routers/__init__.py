@@ -3,6 +3,8 @@
 * :mod:`~dpstream.service.routers.health` -- ``GET /health``;
 * :mod:`~dpstream.service.routers.streams` -- ``/streams``: central DP streams and their values;
 * :mod:`~dpstream.service.routers.collectors` -- ``/collectors``: ToPL collectors and their reports;
+* :mod:`~dpstream.service.routers.aggregates` -- ``/aggregates``: population aggregates under unit-level
+  privacy and their rows;
 * :mod:`~dpstream.service.routers.common` -- what both share: creating a source, its released values, its
   ledger and its events.
 

@@ -1,0 +1,199 @@
+"""``/aggregates``: population aggregates under unit-level privacy -- their creation, their rows in batches, and
+the public reads of the buckets they released.
+
+An aggregate is :class:`~dpstream.release.aggregate.UnitAggregate` (what ``dpstream aggregate`` runs), kept
+as a source of kind ``aggregate`` in the tables streams use: its position counts the rows consumed, its
+released values are numbered in the order released (bucket by bucket, the partitions of a bucket in their
+public order, so a value's partition is its position modulo the number of partitions) with the bucket's
+start as their time.  A batch of rows goes through the one ingest transaction of
+:mod:`~dpstream.service.ingest`: the buckets it closes, the ledger row and the new state are committed
+together before the answer is sent, and a retry (same ``first_position``, same rows) is answered with
+the buckets released the first time.  The noise is keyed by the aggregate's stored key, so a restart
+recomputes it, never re-draws it.
+
+Writes (``POST /aggregates``, ``POST /aggregates/{name}/rows``) need the bearer token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from dpstream.io.times import NS, duration_text, format_times, parse_duration, parse_times, time_kind
+from dpstream.release.aggregate import UnitAggregate
+from dpstream.service import mechanisms
+from dpstream.service.answers import describe
+from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize
+from dpstream.service.errors import ApiError, logger, unprocessable
+from dpstream.service.ingest import Rows, ingest
+from dpstream.service.parsing import MAX_BATCH, check_name, integer, numbers, query_int
+from dpstream.service.routers import common
+from dpstream.service.routers.streams import SEED_WARNING
+from dpstream.service.storage import Source
+
+__all__ = ["PARAMETERS", "router"]
+
+router = APIRouter()
+
+#: ``POST /aggregates``'s parameters (``dpstream aggregate``'s options) -> the keyword of UnitAggregate each sets.
+PARAMETERS = {"epsilon": "epsilon", "bucket": "bucket", "unit_window": "window", "unit_bound": "unit_bound",
+              "upper_bound": "upper_bound", "clip": "clip", "statistic": "statistic", "partitions": "partitions",
+              "unit_max_rows": "max_rows", "unit_max_partitions": "max_partitions", "levels": "levels",
+              "replace": "replace", "late": "late", "unit": "unit", "start": "start"}
+#: The fields of a batch of rows.
+_BATCH_FIELDS = ("times", "units", "values", "partitions", "first_position", "flush")
+
+
+def _texts(items: object, name: str, size: int | None = None) -> list[str]:
+    """A JSON list of strings (or integers, read as their text): unit labels, partition names; ``size`` entries
+    when given (one per row), else 1 to :data:`~dpstream.service.parsing.MAX_BATCH`."""
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+        raise ApiError(422, f"{name} must be a list of 1 to {MAX_BATCH} strings, got {json.dumps(items)[:80]}.")
+    if size is not None and len(items) != size:
+        raise ApiError(422, f"{name} must have one entry per row ({size}), got {len(items)}.")
+    if not set(map(type, items)) <= {str, int}:
+        index = next(i for i, v in enumerate(items) if type(v) not in (str, int))
+        raise ApiError(422, f"{name}[{index}] must be a string, got {json.dumps(items[index])[:80]}.")
+    return [str(item) for item in items]
+
+
+def _time(value: object, name: str) -> int:
+    """One time, ISO 8601 or epoch seconds, as int64 nanoseconds (:func:`~dpstream.io.times.parse_times`)."""
+    return int(_times([value], name)[0])
+
+
+def _times(values: object, name: str) -> np.ndarray:
+    """Times as ISO 8601 texts or epoch seconds (numbers or their texts), which the first decides, as int64
+    nanoseconds: the one parser of :mod:`dpstream.io.times`; an error names the entry."""
+    if not isinstance(values, list) or not values or not set(map(type, values)) <= {str, int, float}:
+        raise ApiError(422, f"{name} must be a list of times (ISO 8601 texts or epoch seconds), got "
+                            f"{json.dumps(values)[:80]}.")
+    texts = [value if isinstance(value, str) else repr(value) for value in values]
+    try:
+        return parse_times(texts, kind=time_kind(texts[0]), first_row=0, what="time")
+    except ValueError as error:
+        raise ApiError(422, re.sub(r"^row ([0-9]+): ", rf"{name}[\1]: ", str(error))) from None
+
+
+def _parameters(document: dict[str, Any]) -> dict[str, Any]:
+    """UnitAggregate's keywords of a creation request (its own checks follow: a ValueError is a 422)."""
+    unknown = sorted(set(document) - set(PARAMETERS))
+    if unknown:
+        raise ApiError(422, f"an aggregate takes no parameter {', '.join(map(repr, unknown))}; it takes "
+                            f"{', '.join(PARAMETERS)}.")
+    for required in ("epsilon", "bucket", "unit_window", "unit_bound"):
+        if required not in document:
+            raise ApiError(422, f"an aggregate needs {required}.")
+    params: dict[str, Any] = {}
+    for name, value in document.items():
+        if value is None:
+            continue
+        if name == "partitions":
+            params["partitions"] = _texts(value, name)
+        elif name in ("bucket", "unit_window"):
+            params[PARAMETERS[name]] = parse_duration(value, name)
+        elif name == "start":
+            params["start"] = _time(value, "start")
+        elif not isinstance(value, (bool, int, float, str)):
+            raise TypeError(f"{name} must be a number, a string or a boolean, got {json.dumps(value)[:80]}.")
+        else:
+            params[PARAMETERS[name]] = value
+    return params
+
+
+@router.post("/aggregates", status_code=201, dependencies=[Depends(authorize)])
+async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONResponse:
+    name = check_name(document.pop("name", None))
+    seed = document.pop("seed", None)
+    with unprocessable():
+        params = _parameters(document)
+        key = mechanisms.derive_key(seed)
+        agg = UnitAggregate(**params, key=key)
+    shown = {**document, "bucket": duration_text(agg.bucket), "unit_window": duration_text(agg.window)}
+    source = await common.create_source(storage, kind="aggregate", name=name, params=shown,
+                                        public={**mechanisms.aggregate_facts(agg), "seeded": seed is not None},
+                                        key=key, state=mechanisms.snapshot(agg))
+    answer = describe(source)
+    if seed is not None:
+        logger.warning("aggregate %r: %s", name, SEED_WARNING)
+        answer["warning"] = SEED_WARNING
+    return JSONResponse(answer, status_code=201)
+
+
+@router.get("/aggregates")
+def list_aggregates(storage: StorageDep) -> dict[str, Any]:
+    return {"aggregates": [describe(source) for source in storage.sources("aggregate")]}
+
+
+@router.get("/aggregates/{name}")
+def get_aggregate(name: str, sources: SourcesDep) -> dict[str, Any]:
+    return describe(sources.public("aggregate", name))
+
+
+def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float]]) -> bytes:
+    """``{"released": [{"position", "bucket", "partition", "value"}, ...]}``: the bucket's start in ISO 8601 UTC, the
+    partition's name (empty without partitions), the value."""
+    names = source.params.get("partitions") or [""]
+    if not rows:
+        return b'{"released":[]}'
+    positions, times, values = (list(column) for column in zip(*rows))
+    starts = format_times(np.round(np.asarray(times) * NS).astype(np.int64))
+    items = [{"position": p, "bucket": b, "partition": names[p % len(names)], "value": v}
+             for p, b, v in zip(positions, starts, values)]
+    return json.dumps({"released": items}, separators=(",", ":"), allow_nan=False).encode()
+
+
+@router.post("/aggregates/{name}/rows", dependencies=[Depends(authorize)])
+async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Response:
+    unknown = sorted(set(document) - set(_BATCH_FIELDS))
+    if unknown:
+        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; a batch has {', '.join(_BATCH_FIELDS)}.")
+    for required in ("times", "units", "values"):
+        if required not in document:
+            raise ApiError(422, f"a batch needs {required}.")
+    values = numbers(document["values"], "values")
+    times = _times(document["times"], "times")
+    if times.size != values.size:
+        raise ApiError(422, f"times must have one entry per value ({values.size}), got {times.size}.")
+    units = np.array(_texts(document["units"], "units", values.size), dtype=str)
+    given = document.get("partitions")
+    partitions = None if given is None else np.array(_texts(given, "partitions", values.size), dtype=str)
+    flush = document.get("flush", False)
+    if not isinstance(flush, bool):
+        raise ApiError(422, f"flush must be true or false, got {json.dumps(flush)[:80]}.")
+    first = document.get("first_position")
+    first = None if first is None else integer(first, "first_position", minimum=0)
+    inputs = (times, values, units, np.array([flush])) + (() if partitions is None else (partitions,))
+
+    def release(agg: UnitAggregate) -> Rows:
+        start = agg.released * len(agg.partitions)
+        parts = [agg.release(times, units, values, partitions)] + ([agg.flush()] if flush else [])
+        buckets = np.concatenate([part.buckets for part in parts])
+        return Rows(first=start, times=(buckets // NS).astype(np.float64),
+                    values=np.concatenate([part.values for part in parts]))
+
+    body = await run_in_threadpool(ingest, sources, "aggregate", name, first, inputs, None, release,
+                                   released_buckets_json)
+    return Response(body, media_type="application/json")
+
+
+@router.get("/aggregates/{name}/released")
+def get_released(name: str, request: Request, sources: SourcesDep) -> Response:
+    """Released buckets in the order released, after position ``?after=`` (from the first when omitted), at most
+    ``?limit=``."""
+    source = sources.public("aggregate", name)
+    after = query_int(request, "after", minimum=-1, default=None)
+    rows = sources.storage.released(source.id, after=after, limit=common._limit(request))
+    return Response(released_buckets_json(source, rows), media_type="application/json")
+
+
+@router.get("/aggregates/{name}/ledger")
+def get_ledger(name: str, request: Request, sources: SourcesDep) -> dict[str, Any]:
+    return common.ledger(sources, "aggregate", name, request)
