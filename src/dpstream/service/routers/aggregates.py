@@ -31,11 +31,10 @@ from dpstream.release.aggregate import UnitAggregate
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
 from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize
-from dpstream.service.errors import ApiError, logger, unprocessable
+from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.ingest import Rows, ingest
 from dpstream.service.parsing import MAX_BATCH, check_name, integer, numbers, query_int
 from dpstream.service.routers import common
-from dpstream.service.routers.streams import SEED_WARNING
 from dpstream.service.storage import Source
 
 __all__ = ["PARAMETERS", "router"]
@@ -117,14 +116,9 @@ async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONRes
         key = mechanisms.derive_key(seed)
         agg = UnitAggregate(**params, key=key)
     shown = {**document, "bucket": duration_text(agg.bucket), "unit_window": duration_text(agg.window)}
-    source = await common.create_source(storage, kind="aggregate", name=name, params=shown,
-                                        public={**mechanisms.aggregate_facts(agg), "seeded": seed is not None},
-                                        key=key, state=mechanisms.snapshot(agg))
-    answer = describe(source)
-    if seed is not None:
-        logger.warning("aggregate %r: %s", name, SEED_WARNING)
-        answer["warning"] = SEED_WARNING
-    return JSONResponse(answer, status_code=201)
+    return await common.created(storage, kind="aggregate", name=name, params=shown,
+                                public=mechanisms.aggregate_facts(agg), key=key, state=mechanisms.snapshot(agg),
+                                seeded=seed is not None)
 
 
 @router.get("/aggregates")

@@ -9,16 +9,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from dpstream.service.answers import released_rows_json
-from dpstream.service.errors import ApiError
+from dpstream.service.answers import describe, released_rows_json
+from dpstream.service.errors import ApiError, logger
 from dpstream.service.ingest import LiveSources
 from dpstream.service.parsing import DEFAULT_LIMIT, MAX_LIMIT, query_int
 from dpstream.service.storage import ConflictError, Source, Storage
 
-__all__ = ["KEEPALIVE_SECONDS", "create_source", "events", "ledger", "released", "require"]
+__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "create_source", "created", "events", "ledger", "released", "require"]
+
+#: The warning a seeded stream or aggregate is created with (in its answer and the log).
+SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
 
 #: Seconds of quiet after which an events stream sends a comment that keeps the connection alive.
 KEEPALIVE_SECONDS = 15.0
@@ -39,6 +42,19 @@ async def create_source(storage: Storage, *, kind: str, name: str, params: dict[
                                        key=key, state=state)
     except ConflictError as error:
         raise ApiError(409, str(error)) from None
+
+
+async def created(storage: Storage, *, kind: str, name: str, params: dict[str, Any], public: dict[str, Any],
+                  key: bytes, state: str, seeded: bool) -> JSONResponse:
+    """Store a new source (:func:`create_source`) and answer 201 with its public facts; a ``seeded`` one's answer
+    carries :data:`SEED_WARNING`, which the log says too."""
+    source = await create_source(storage, kind=kind, name=name, params=params, public={**public, "seeded": seeded},
+                                 key=key, state=state)
+    answer = describe(source)
+    if seeded:
+        logger.warning("%s %r: %s", kind, name, SEED_WARNING)
+        answer["warning"] = SEED_WARNING
+    return JSONResponse(answer, status_code=201)
 
 
 def _limit(request: Request) -> int:

@@ -15,17 +15,15 @@ from starlette.concurrency import run_in_threadpool
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
 from dpstream.service.dependencies import JsonObject, SettingsDep, SourcesDep, StorageDep, authorize
-from dpstream.service.errors import ApiError, logger, unprocessable
+from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.ingest import ingest
 from dpstream.service.parsing import check_name, integer, numbers
 from dpstream.service.routers import common
+from dpstream.service.routers.common import SEED_WARNING
 
 __all__ = ["SEED_WARNING", "router"]
 
 router = APIRouter()
-
-#: The warning a seeded stream is created with (in its answer and the log).
-SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
 
 #: The fields of a batch of values.
 _BATCH_FIELDS = ("values", "times", "first_position")
@@ -40,14 +38,9 @@ async def create_stream(document: JsonObject, storage: StorageDep) -> JSONRespon
     with unprocessable():
         key = mechanisms.derive_key(seed)
         mechanism = mechanisms.build_stream(method, document, key)
-    source = await common.create_source(storage, kind="stream", name=name, params={"method": method, **document},
-                                        public={**mechanisms.stream_facts(mechanism), "seeded": seed is not None},
-                                        key=key, state=mechanisms.snapshot(mechanism))
-    answer = describe(source)
-    if seed is not None:
-        logger.warning("stream %r: %s", name, SEED_WARNING)
-        answer["warning"] = SEED_WARNING
-    return JSONResponse(answer, status_code=201)
+    return await common.created(storage, kind="stream", name=name, params={"method": method, **document},
+                                public=mechanisms.stream_facts(mechanism), key=key,
+                                state=mechanisms.snapshot(mechanism), seeded=seed is not None)
 
 
 @router.get("/streams")
