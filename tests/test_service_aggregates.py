@@ -10,6 +10,7 @@ from dpstream.io.times import NS, format_times
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.service import create_app
 from dpstream.service.mechanisms import derive_key
+from dpstream.service.routers import aggregates
 
 TOKEN = "aggregate-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -120,6 +121,10 @@ def test_a_retried_batch_gets_the_first_answer_and_is_not_ingested_twice(http):
         again = http.post("/aggregates/load/rows", json=_batch(rows, lo, hi, first_position=lo), headers=AUTH)
         assert again.status_code == 200 and again.json() == answer
     assert http.get("/aggregates/load").json()["position"] == 1000
+    inside = _batch(rows, 999, 1000, first_position=1000)  # the open bucket's: it closes nothing
+    for _ in range(2):
+        assert http.post("/aggregates/load/rows", json=inside, headers=AUTH).json() == {"released": []}
+    assert http.get("/aggregates/load").json()["position"] == 1001
     changed = _batch(rows, 0, 600, first_position=0)
     changed["values"][5] += 1.0
     refused = http.post("/aggregates/load/rows", json=changed, headers=AUTH)
@@ -196,6 +201,22 @@ def test_bad_rows_are_one_line_errors_and_change_nothing(http):
     assert http.post("/aggregates/load/rows", json=good).status_code == 401
     assert (http.get("/aggregates/load").json(), http.get("/aggregates/load/released").json()) == before
     assert http.post("/aggregates/load/rows", json=good, headers=AUTH).status_code == 200  # still at its position
+
+
+def test_a_batch_may_not_release_a_gap_of_more_than_its_limit(http, monkeypatch):
+    monkeypatch.setattr(aggregates, "MAX_CLOSED", 900)
+    _create(http)
+    rows = _rows(100, days=1)
+    http.post("/aggregates/load/rows", json=_batch(rows, 0, 100), headers=AUTH)
+    before = http.get("/aggregates/load").json()
+    far = _batch(rows, 99, 100)
+    released = len(http.get("/aggregates/load/released").json()["released"])
+    far["times"] = [START + 11 * 86400]  # the buckets of 11 days of 96 values, less those released, close
+    assert 11 * 96 - released > 900
+    assert "more than 900 bucket values" in _refused(http, "/aggregates/load/rows", far)
+    assert http.get("/aggregates/load").json() == before
+    far["times"] = [START + 10 * 86400]
+    assert len(http.post("/aggregates/load/rows", json=far, headers=AUTH).json()["released"]) == 10 * 96 - released
 
 
 def test_a_late_row_is_dropped_when_the_aggregate_says_so(http):

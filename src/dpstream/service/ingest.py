@@ -23,7 +23,8 @@ parameters the database has left behind.
 
 A retry of a batch whose answer was lost names the same ``first_position``: it is recognized by the
 ledger (same length, same HMAC of its content under the source's key) and answered with the values
-released the first time, never ingested twice.
+released the first time, never ingested twice.  An aggregate's released values are numbered apart from
+its rows (:class:`Rows`): its ledger row records, after the HMAC, where the batch's released values are.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
 
-* ``sources`` -- one row per stream or collector: its public ``params`` and ``public`` facts
+* ``sources`` -- one row per stream, collector or aggregate: its public ``params`` and ``public`` facts
   (JSON: theta, position, privacy statement), its ``position`` (inputs consumed) and
   ``released`` count, and two SECRET columns: ``secret_key`` (the key its noise is derived
   from) and ``secret_state`` (the mechanism's state: held-out raw values, noise).  No method

@@ -37,7 +37,7 @@ from dpstream.service.parsing import MAX_BATCH, check_name, integer, numbers, qu
 from dpstream.service.routers import common
 from dpstream.service.storage import Source
 
-__all__ = ["PARAMETERS", "router"]
+__all__ = ["MAX_CLOSED", "PARAMETERS", "router"]
 
 router = APIRouter()
 
@@ -46,6 +46,8 @@ PARAMETERS = {"epsilon": "epsilon", "bucket": "bucket", "unit_window": "window",
               "upper_bound": "upper_bound", "clip": "clip", "statistic": "statistic", "partitions": "partitions",
               "unit_max_rows": "max_rows", "unit_max_partitions": "max_partitions", "levels": "levels",
               "replace": "replace", "late": "late", "unit": "unit", "start": "start"}
+#: The most bucket values one batch may release (a gap between two rows releases every bucket in between).
+MAX_CLOSED = 1 << 22
 #: The fields of a batch of rows.
 _BATCH_FIELDS = ("times", "units", "values", "partitions", "first_position", "flush")
 
@@ -167,11 +169,17 @@ async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Res
     inputs = (times, values, units, np.array([flush])) + (() if partitions is None else (partitions,))
 
     def release(agg: UnitAggregate) -> Rows:
-        start = agg.released * len(agg.partitions)
-        parts = [agg.release(times, units, values, partitions)] + ([agg.flush()] if flush else [])
-        buckets = np.concatenate([part.buckets for part in parts])
+        start, parts = agg.released * len(agg.partitions), []
+        for part in agg.release_parts(times, units, values, partitions):  # a window at a time: a long gap is cut
+            parts.append(part)
+            if sum(map(len, parts)) > MAX_CLOSED:
+                raise ValueError(f"this batch would release more than {MAX_CLOSED:,} bucket values (every bucket "
+                                 "between two rows is released); the service refuses so long a gap: create "
+                                 "another aggregate.")
+        parts += [agg.flush()] if flush else []
+        buckets = np.concatenate([np.zeros(0, dtype=np.int64)] + [part.buckets for part in parts])
         return Rows(first=start, times=(buckets // NS).astype(np.float64),
-                    values=np.concatenate([part.values for part in parts]))
+                    values=np.concatenate([np.zeros(0)] + [part.values for part in parts]))
 
     body = await run_in_threadpool(ingest, sources, "aggregate", name, first, inputs, None, release,
                                    released_buckets_json)
