@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from dpstream.client import Client, ServiceError
 from dpstream.io.times import NS, format_times
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.service import create_app
@@ -138,18 +139,19 @@ def test_a_new_app_on_the_same_database_continues_identically(database_url):
     cuts = [0, 900, 1700, 2400]
     released = []
     for step, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
-        app = _app(database_url)  # a restart before every batch: the state comes from the database alone
+        # a restart before every batch: the state comes from the database alone, sealed under a database key
+        app = create_app(database=database_url, token=TOKEN, database_key=b"k" * 32)
         try:
-            http = TestClient(app)
+            client = Client("http://testserver", TOKEN, http=TestClient(app))
             if step == 0:
-                _create(http, seed=5)
-            answer = http.post("/aggregates/load/rows", headers=AUTH,
-                               json=_batch(rows, lo, hi, first_position=lo, flush=hi == cuts[-1]))
-            assert answer.status_code == 200, answer.text
-            released += answer.json()["released"]
+                client.create_aggregate("load", **{**CREATE, "seed": 5})
+            batch = _batch(rows, lo, hi)
+            released += client.send_rows("load", batch["times"], batch["units"], batch["values"],
+                                         batch["partitions"], first_position=lo, flush=hi == cuts[-1])
         finally:
             app.state.storage.close()
     assert _triples(released) == _library(rows, cuts, seed=5)
+    assert released[-1]["position"] == len(released) - 1
 
 
 def _refused(http, path, document, status=422):
@@ -232,3 +234,5 @@ def test_a_late_row_is_dropped_when_the_aggregate_says_so(http):
 def test_a_name_is_taken_once(http):
     _create(http)
     assert "exists already" in _refused(http, "/aggregates", {"name": "load", **CREATE}, status=409)
+    with pytest.raises(ServiceError, match="exists already"):
+        Client("http://testserver", TOKEN, http=http).create_aggregate("load", **CREATE)

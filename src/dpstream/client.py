@@ -153,6 +153,34 @@ class Client:
         return self._call("POST", f"/collectors/{name}/reports", content=reports, params=params,
                           headers={"Content-Type": "application/json"}).json()["released"]
 
+    # -- aggregates ------------------------------------------------------------------------
+
+    def create_aggregate(self, name: str, *, epsilon: float, bucket: str, unit_window: str, unit_bound: float,
+                         **params: Any) -> dict[str, Any]:
+        """``POST /aggregates``: population aggregates of privacy units' rows (``dpstream aggregate``'s options by
+        name: ``upper_bound``, ``clip``, ``statistic``, ``partitions``, ``unit_max_rows``, ...)."""
+        body = {"name": name, "epsilon": epsilon, "bucket": bucket, "unit_window": unit_window,
+                "unit_bound": unit_bound, **params}
+        return self._call("POST", "/aggregates", json=body).json()
+
+    def aggregate(self, name: str) -> dict[str, Any]:
+        """``GET /aggregates/{name}``: public facts and what a unit gets, in words."""
+        return self._call("GET", f"/aggregates/{name}").json()
+
+    def send_rows(self, name: str, times: Sequence[str | float], units: Sequence[str], values: Sequence[float],
+                  partitions: Sequence[str] | None = None, *, first_position: int | None = None,
+                  flush: bool = False) -> list[dict[str, Any]]:
+        """``POST /aggregates/{name}/rows``: the buckets this batch of rows closed (``bucket``, ``partition``,
+        ``value``); ``flush`` closes the open bucket after them.  ``first_position`` makes a retry safe."""
+        body: dict[str, Any] = {"times": list(times), "units": [str(unit) for unit in units],
+                                "values": np.asarray(values, dtype=np.float64).tolist(), "flush": flush}
+        if partitions is not None:
+            body["partitions"] = [str(name) for name in partitions]
+        if first_position is not None:
+            body["first_position"] = int(first_position)
+        return self._call("POST", f"/aggregates/{name}/rows", content=_dumps(body),
+                          headers={"Content-Type": "application/json"}).json()["released"]
+
 
 class ToPLClient:
     """Clients of one ToPL collector: fetch the public parameters, randomize locally, post the reports.
