@@ -147,3 +147,96 @@ def test_the_mean_is_refused_and_rows_in_any_layout_are_read():
     together = revise_released(buckets, parts, values, bucket=1, width=4, count=2)
     shuffled = revise_released(buckets[order], parts[order], values[order], bucket=1, width=4, count=2)
     assert np.array_equal(shuffled, together[order])
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+BASE = ["--time-column", "time", "--unit-column", "meter", "--column", "kWh", "--bucket", "1h", "--unit-window", "1d",
+        "--unit-bound", "8", "--epsilon", "1", "--upper-bound", "2", "--clip", "--seed", "4", "--missing", "zero"]
+
+
+def _csv(path, *, days, meters=6, seed=0):
+    """Hourly readings, one file per number of days; a shorter one is a prefix of a longer one."""
+    rng = np.random.default_rng(seed)
+    lines = ["time,meter,kWh,feeder"]
+    for hour in range(24 * days):
+        for meter in range(meters):
+            lines.append(f"2024-03-{1 + hour // 24:02d}T{hour % 24:02d}:00:00Z,m{meter},{rng.gamma(2, 0.3):.3f},"
+                         f"f{meter % 2}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(*args):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    return CliRunner().invoke(cli, ["aggregate", *map(str, args)])
+
+
+def _read(path):
+    rows = [line.split(",") for line in path.read_text().splitlines()]
+    return rows[0], rows[1:]
+
+
+def _expected(out_rows, names, history=28, cycle=1):
+    from dpstream.io.times import parse_times
+
+    buckets = parse_times([row[0] for row in out_rows], kind="iso")
+    parts = np.array([names.index(row[1]) for row in out_rows])
+    return revise_released(buckets, parts, np.array([float(row[2]) for row in out_rows]), bucket=3600, width=24,
+                           count=len(names), history=history, cycle=cycle)
+
+
+def test_revised_is_written_beside_an_unchanged_output(tmp_path):
+    data = _csv(tmp_path / "in.csv", days=4)
+    (tmp_path / "parts").write_text("f0\nf1\n")
+    parts = ["--partition-column", "feeder", "--partitions", tmp_path / "parts"]
+    plain = _run(data, "-o", tmp_path / "plain.csv", *BASE, *parts)
+    both = _run(data, "-o", tmp_path / "out.csv", *BASE, *parts, "--revised", tmp_path / "rev.csv",
+                "--revised-history", "2")
+    assert plain.exit_code == 0 and both.exit_code == 0, both.output
+    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "plain.csv").read_bytes()
+    head, out_rows = _read(tmp_path / "out.csv")
+    revised_head, revised_rows = _read(tmp_path / "rev.csv")
+    assert head == ["bucket", "partition", "value"] and revised_head == ["bucket", "partition", "revised"]
+    assert [row[:2] for row in revised_rows] == [row[:2] for row in out_rows]
+    revised = np.array([float(row[2]) for row in revised_rows])
+    assert np.array_equal(revised, _expected(out_rows, ["f0", "f1"], history=2))
+    first = np.array([float(row[2]) for row in out_rows])
+    assert np.allclose(revised.reshape(4, 24, 2).sum(axis=1), first.reshape(4, 24, 2).sum(axis=1), atol=1e-9)
+    assert np.array_equal(revised[:48], first[:48]) and not np.allclose(revised[48:], first[48:])
+    assert "revised values: 192 written to" in both.output and "not final" in both.output
+
+
+def test_with_state_the_revised_file_is_rewritten_whole_by_every_run(tmp_path):
+    state = ["--state", tmp_path / "s", "-o", tmp_path / "out.csv", "--revised", tmp_path / "rev.csv"]
+    first = _run(_csv(tmp_path / "in.csv", days=2), *state, *BASE)
+    assert first.exit_code == 0, first.output
+    assert len(_read(tmp_path / "rev.csv")[1]) == 48
+    again = _run(_csv(tmp_path / "in.csv", days=3), *state, *BASE)
+    assert again.exit_code == 0, again.output
+    _, out_rows = _read(tmp_path / "out.csv")
+    _, revised_rows = _read(tmp_path / "rev.csv")
+    assert len(out_rows) == len(revised_rows) == 72
+    assert np.array_equal(np.array([float(row[2]) for row in revised_rows]), _expected(out_rows, [""]))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--revised", "{tmp}/rev.csv", "--statistic", "mean", "--unit-max-rows", "24"], "not mean"),
+    (["--revised", "{tmp}/out.csv"], "--revised and -o must name different files"),
+    (["--revised", "{tmp}/in.csv"], "--revised and INPUT must name different files"),
+    (["--revised-history", "3"], "--revised-history applies with --revised only"),
+    (["--revised", "{tmp}/no/rev.csv"], "of --revised does not exist"),
+])
+def test_bad_revised_options_are_usage_errors_before_any_work(tmp_path, extra, message):
+    data = _csv(tmp_path / "in.csv", days=1)
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, *[arg.format(tmp=tmp_path) for arg in extra])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "rev.csv").exists()
+
+
+def test_revised_needs_a_regular_output_file(tmp_path):
+    result = _run(_csv(tmp_path / "in.csv", days=1), "-o", "-", *BASE, "--revised", tmp_path / "rev.csv")
+    assert result.exit_code == 2 and "--revised reads the release back from -o" in result.output
