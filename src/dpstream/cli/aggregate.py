@@ -8,7 +8,9 @@ value; one row per bucket and partition, in time order.  The guarantee and what 
 the windows released go to stderr.  ``--state FILE`` makes the release durable, as ``release
 --state`` (:class:`~dpstream.durable.release.DurableRelease`): the noise of every window is keyed,
 each batch is committed before its buckets are written, and a killed run continued by the same
-command writes what an uninterrupted one would, byte for byte.
+command writes what an uninterrupted one would, byte for byte.  ``--revised FILE`` reads OUT back at
+the end and writes the revised values (:mod:`dpstream.release.aggregate_revisions`) whole beside it:
+post-processing, rewritten by every ``--state`` run.
 """
 
 from __future__ import annotations
