@@ -32,7 +32,7 @@ import numpy as np
 from dpstream.cli._app import quote, say
 from dpstream.cli._outputs import is_stream, output_directory, output_file, prepare_output
 
-__all__ = ["PLOT_VALUES", "check_revised", "write_revised"]
+__all__ = ["PLOT_VALUES", "check_revised", "write_revised", "write_revised_csv"]
 
 #: ``--plot`` shows the last this many positions of the stream.
 PLOT_VALUES = 2000
@@ -95,6 +95,13 @@ def write_revised(mechanism: Any) -> None:
         _plot(Path(plot_path), positions if keyed else mechanism.hold + np.arange(first.size), first, revised,
               keyed=keyed)
         say(f"plot: {plot_path}")
+
+
+def write_revised_csv(path: Path, output: Path, revised: np.ndarray) -> None:
+    """Write ``path`` whole (or not at all): the CSV ``output`` with its last column replaced by ``revised``, named
+    ``revised`` in the header, rows in the output's order."""
+    with output_file(path) as sink:
+        _write(sink, output, revised, columns=True)
 
 
 def _read_release(output: Path, *, keyed: bool, columns: bool) -> tuple[np.ndarray, Any, np.ndarray | None]:

@@ -8,7 +8,9 @@ value; one row per bucket and partition, in time order.  The guarantee and what 
 the windows released go to stderr.  ``--state FILE`` makes the release durable, as ``release
 --state`` (:class:`~dpstream.durable.release.DurableRelease`): the noise of every window is keyed,
 each batch is committed before its buckets are written, and a killed run continued by the same
-command writes what an uninterrupted one would, byte for byte.
+command writes what an uninterrupted one would, byte for byte.  ``--revised FILE`` reads OUT back at
+the end and writes the revised values (:mod:`dpstream.release.aggregate_revisions`) whole beside it:
+post-processing, rewritten by every ``--state`` run.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ import io
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 
 from dpstream.cli import _durable as durable
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
-from dpstream.cli._outputs import check_finite, output_file, prepare_output
+from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
+from dpstream.cli._revised import write_revised_csv
 from dpstream.io import Batch, InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
@@ -95,6 +100,14 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--sort", "sort_rows", is_flag=True,
               help="Read the whole input and sort its rows by time first (a file written meter by meter); memory "
                    "grows with the rows.")
+@click.option("--revised", "revised_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the revised values (post-processing, not final): each closed window's released total "
+                   "spread by the profile of earlier windows; CSV bucket,partition,revised.")
+@click.option("--revised-history", type=click.IntRange(min=1), default=28, show_default=True,
+              help="With --revised: the earlier windows whose released values make the profile.")
+@click.option("--revised-cycle", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --revised: only earlier windows at the same place in a cycle of this many windows "
+                   "(7 with days: the same weekday).")
 @click.option("--seed", type=int, default=None, help=SEED_HELP)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
@@ -104,7 +117,7 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 def aggregate(input_path: str, output_path: str, time_column: str, unit_column: str, column: str, bucket: int,
               unit_window: int, partition_column: str | None, partitions_path: str | None, missing: str,
               seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float, sort_rows: bool,
-              **options: Any) -> None:
+              revised_path: str | None, revised_history: int, revised_cycle: int, **options: Any) -> None:
     """Release per-bucket sums, counts or means of INPUT's rows under unit-level DP.
 
     INPUT is CSV with a header (.gz allowed, '-' is stdin) or Parquet, one row per reading:
@@ -113,6 +126,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     [0, B], at most --unit-bound in total, --unit-max-rows rows, --unit-max-partitions
     partitions) and adds exact discrete Laplace noise from the bounds.  OUT is CSV
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
+    --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
     with usage_errors():
         width = buckets_per_window(bucket, unit_window)
@@ -130,6 +144,9 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before reading or writing
         if sort_rows and state_path is not None:
             raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
+        revised = _check_revised(revised_path, output_path=output_path, statistic=options["statistic"],
+                                 inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
+                                 force=force or state_path is not None, history=(revised_history, revised_cycle))
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:
@@ -139,6 +156,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                      columns=(time_column, unit_column, column, partition_column, missing))
+        _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
         return
     if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
@@ -153,6 +171,58 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
             feeder.feed(batch, sink)
         feeder.end(sink)
     feeder.report()
+    _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
+
+
+def _check_revised(path: str | None, *, output_path: str, statistic: str, inputs: dict[str, str | None],
+                   force: bool, history: tuple[int, int]) -> Path | None:
+    """Usage errors of --revised (and its options), and where it writes, checked before any work."""
+    if path is None:
+        source = click.get_current_context().get_parameter_source
+        given = [flag for flag, name in (("--revised-history", "revised_history"), ("--revised-cycle",
+                                                                                    "revised_cycle"))
+                 if source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise ValueError(f"{given[0]} applies with --revised only.")
+        return None
+    if statistic == "mean":
+        raise ValueError("--revised applies to --statistic sum and count, not mean (a ratio has no window total to "
+                         "spread).")
+    if output_path == "-" or is_stream(Path(output_path)):
+        raise ValueError(f"--revised reads the release back from -o: give a regular file, not {output_path!r}.")
+    for flag, named in {"-o": output_path, **inputs}.items():
+        if named not in (None, "-") and os.path.abspath(named) == os.path.abspath(path):
+            raise ValueError(f"--revised and {flag} must name different files, got {path!r} for both.")
+    if not Path(path).parent.is_dir():
+        raise ValueError(f"the directory {Path(path).parent} of --revised does not exist (nothing was written).")
+    return prepare_output(path, force=force, inputs=[inputs["INPUT"], inputs["--partitions"]])
+
+
+def _write_revised(target: Path | None, output_path: str, names: list[str], params: dict[str, Any], *,
+                   history: tuple[int, int]) -> None:
+    """Read OUT back (every bucket released so far, earlier runs' too with --state) and write --revised whole."""
+    if target is None:
+        return
+    output = Path(output_path)
+    types = {"bucket": pa.string(), "partition": pa.string(), "value": pa.float64()}
+    table = pcsv.read_csv(output, convert_options=pcsv.ConvertOptions(column_types=types))
+    released = Released(parse_times(table.column("bucket").combine_chunks(), kind="iso"),
+                        _partition_indices(table.column("partition"), names),
+                        table.column("value").to_numpy())
+    releaser = UnitAggregate(**params, seed=0)  # the public layout only: no noise is drawn or read
+    revised = releaser.revised(released, history=history[0], cycle=history[1])
+    write_revised_csv(target, output, revised)
+    say(f"revised values: {revised.size:,} written to {target} (post-processing of the release, not final: each "
+        f"closed window's released total spread by the profile of the previous {history[0]} windows"
+        f"{f', those at the same place in a cycle of {history[1]}' if history[1] > 1 else ''}).")
+
+
+def _partition_indices(column: pa.ChunkedArray, names: list[str]) -> np.ndarray:
+    """Each row's partition as its index in ``names`` (the public partitions, in the release's order)."""
+    encoded = column.combine_chunks().dictionary_encode()
+    index = {name: i for i, name in enumerate(names)}
+    lookup = np.array([index[name] for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+    return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 class _Feeder:

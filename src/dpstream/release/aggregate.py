@@ -73,6 +73,7 @@ from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import Composition, EpsilonDelta, Part, PrivacyGuarantee, UnitLevel
+from dpstream.release.aggregate_revisions import revise_released
 from dpstream.release.bounding import ContributionBounder, ContributionBounds, codes
 from dpstream.release.contract import read_header, snapshot_header
 
@@ -465,6 +466,17 @@ class UnitAggregate(Params):
             added = bounder.bound(units, amount, parts)  # sums below 2^52: exact in float64
             flat = np.bincount(parts * self.width + leaves, weights=added, minlength=m.totals.size)
             m.totals += flat.astype(np.int64).reshape(m.totals.shape)
+
+    def revised(self, released: Released, *, history: int = 28, cycle: int = 1) -> np.ndarray:
+        """The revised values of ``released`` (every bucket released so far, in order): each closed window's
+        released total spread by the profile of the previous ``history`` windows (``cycle``: of the same place
+        in a cycle of windows), post-processing (:mod:`dpstream.release.aggregate_revisions`).  Not the mean:
+        its released values are ratios, whose window sum is no total."""
+        if self.statistic == "mean":
+            raise ValueError("revised values apply to the sum and the count, not the mean (a ratio has no window "
+                             "total to spread).")
+        return revise_released(released.buckets, released.partitions, released.values, bucket=self.bucket,
+                               width=self.width, count=len(self.partitions), history=history, cycle=cycle)
 
     # -- snapshots ---------------------------------------------------------------------------
 
