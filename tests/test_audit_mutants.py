@@ -111,6 +111,12 @@ def nm_e_without_noise() -> tuple[Patch, ...]:
              "    noisy = values + 0 * noise.laplace_units(scale, values.size)\n"),)
 
 
+@mutant("unit-aggregate", 4_000)
+def unit_bound_doubled() -> tuple[Patch, ...]:
+    """Contribution bounding lets a unit add twice the L1 bound C that the noise is drawn for."""
+    return (("release/bounding.py", "        limit = self.bounds.limit\n", "        limit = 2 * self.bounds.limit\n"),)
+
+
 @mutant("tops-model", 200)
 def model_threshold_argmax() -> tuple[Patch, ...]:
     """The model threshold's private selections (the median, step 1, and theta, step 3) take the best true score."""
