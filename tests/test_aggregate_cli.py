@@ -148,6 +148,33 @@ def test_a_state_run_says_buckets_released_never_the_rows_it_consumed(tmp_path):
         assert "consumed," not in output and rows not in output.replace(",", "")
 
 
+def test_budget_and_a_stopped_run_never_print_the_rows_an_aggregate_consumed(tmp_path, monkeypatch):
+    """``dpstream budget`` of an aggregate's state and the line of a stopped run leave out the numbers of rows (data
+    under the unit-level relation) that they print for a stream (whose positions are public)."""
+    data = _csv(tmp_path / "in.csv", days=2)
+    rows = f"{len(data.read_text().splitlines()) - 1:,}"
+    assert _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing", "zero").exit_code == 0
+    shown = CliRunner().invoke(cli, ["budget", str(tmp_path / "s")])
+    assert shown.exit_code == 0, shown.output
+    assert "unit level" in shown.output and "not shown" in shown.output
+    assert f"{rows} input values" not in shown.output and f"[0, {rows})" not in shown.output
+    assert "positions [first, last)" not in shown.output and f"  {rows}  " not in shown.output
+
+    import dpstream.cli._durable as durable
+
+    said: list[str] = []
+    monkeypatch.setattr(durable, "say", said.append)
+
+    class Run:  # what stopped() reads of a durable run
+        output_path = "out.csv"
+        saved = type("Saved", (), {"released": 48, "consumed": 1234})()
+
+    for counts in (True, False):
+        with pytest.raises(BaseException):
+            durable.stopped(Run(), KeyboardInterrupt(), counts=counts)
+    assert "1,234 input values consumed" in said[0] and "1,234" not in said[1] and "48" not in said[1]
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
     (["--state", "s.json", "--checkpoint-seconds", "nan"], "--checkpoint-seconds': must be a number of seconds >= 0"),

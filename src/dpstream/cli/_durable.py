@@ -95,11 +95,13 @@ def _check_distinct(state_path: str, output_path: str, input_path: str) -> None:
                                        "must be three different files (nothing was written).")
 
 
-def stopped(run: DurableRelease, error: BaseException) -> None:
-    """Say what a stopped run left: the output up to its last checkpoint, and how to continue."""
+def stopped(run: DurableRelease, error: BaseException, *, counts: bool = True) -> None:
+    """Say what a stopped run left: the output up to its last checkpoint, and how to continue (``counts=False``:
+    without the numbers of values, data under a unit-level relation)."""
     saved = run.saved
-    say(f"stopped: the output {run.output_path} keeps the {saved.released:,} values of the last checkpoint "
-        f"({saved.consumed:,} input values consumed); run the same command again to continue.")
+    kept = f"the {saved.released:,} values of the last checkpoint ({saved.consumed:,} input values consumed)" \
+        if counts else "what was released up to the last checkpoint"
+    say(f"stopped: the output {run.output_path} keeps {kept}; run the same command again to continue.")
     if isinstance(error, Stopped):
         raise click.exceptions.Exit(128 + error.signum) from None
     if isinstance(error, KeyboardInterrupt):
@@ -107,7 +109,7 @@ def stopped(run: DurableRelease, error: BaseException) -> None:
 
 
 @contextmanager
-def guarded(run: DurableRelease) -> Iterator[None]:
+def guarded(run: DurableRelease, *, counts: bool = True) -> Iterator[None]:
     """The body of a durable run: stopped by a signal, it says what the output keeps and exits 128 + N; after
     an input error or a refused value it commits (publishes) what was released before it; a new stream that
     committed nothing leaves no state and no output (:meth:`DurableRelease.abandon`)."""
@@ -115,7 +117,7 @@ def guarded(run: DurableRelease) -> Iterator[None]:
         yield
     except (Stopped, KeyboardInterrupt) as error:
         run.abandon()
-        stopped(run, error)
+        stopped(run, error, counts=counts)
         raise
     except (click.ClickException, ValueError):
         with suppress(Exception):  # the error told is the first one

@@ -357,7 +357,7 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
         feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
         before = (run.releaser.position, run.releaser.released)
         held: list[RowBatch] = []
-        with durable.guarded(run), run.output() as sink:
+        with durable.guarded(run, counts=False), run.output() as sink:
             if run.state.progress.output_bytes == 0:
                 sink.write("bucket,partition,value\n")
             for fed in run.feed_batches(_batches(rows, held)):

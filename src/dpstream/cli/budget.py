@@ -9,6 +9,7 @@ from dpstream.cli._columns import TABLE_KEYS, key_table, write_summary
 from dpstream.durable import StreamState, format_ledger
 from dpstream.durable.release import restore
 from dpstream.release.by_key import BY_KEY, ByKey
+from dpstream.release.registry import REGISTRY
 
 __all__ = ["budget"]
 
@@ -26,8 +27,9 @@ def budget(state_file: str, summary_path: str | None) -> None:
     shows what the release tells about each key (values, released, theta, s, hold-out, epsilon:
     public or published numbers only), as a table for at most 20 keys and with --summary FILE as CSV.
     """
-    ledger = format_ledger(state_file)
     state = StreamState.read(state_file)
+    entry = REGISTRY.get(str(state.params.get("method")))
+    ledger = format_ledger(state_file, counts=entry is None or entry.public_counts)
     snapshot = state.mechanism
     keyed = isinstance(snapshot, dict) and snapshot.get("mechanism") == BY_KEY
     if summary_path is not None and not keyed:

@@ -171,12 +171,24 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
                       for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
 
 
+def _counted(rows: list[list[str]], right: set[int], columns: tuple[int, ...],
+             counts: bool) -> tuple[list[list[str]], set[int]]:
+    """``rows`` and their right-aligned columns, without ``columns`` (the counts) unless ``counts``."""
+    if counts:
+        return rows, right
+    kept = [index for index in range(len(rows[0])) if index not in columns]
+    return [[row[index] for index in kept] for row in rows], {kept.index(index) for index in right if index in kept}
+
+
 def _number(value: float) -> str:
     return f"{value:,}" if isinstance(value, int) else repr(float(value))
 
 
-def ledger_table(entries: Sequence[LedgerEntry]) -> str:
+def ledger_table(entries: Sequence[LedgerEntry], *, counts: bool = True) -> str:
     """The ledger as a text table, then the totals per stream and, for several streams, overall.
+
+    ``counts=False`` leaves out the positions and the numbers of values (rows of a release whose relation makes
+    them data, such as a unit-level aggregate).
 
     The entries of one stream cover disjoint positions of one release, so they compose in
     parallel: the stream's total is its largest epsilon and delta.  Across streams the table
@@ -212,7 +224,7 @@ def ledger_table(entries: Sequence[LedgerEntry]) -> str:
     rows += [[str(index), entry.stream, f"[{entry.first:,}, {entry.last:,})", _number(entry.size), *keys(entry.keys),
               entry.method, _number(entry.epsilon), _number(entry.delta), entry.time, label[entry.neighbours]]
              for index, entry in enumerate(entries, start=1)]
-    lines = _table(rows, right={0, 2, 3, 4, 6, 7} if keyed else {0, 2, 3, 5, 6})
+    lines = _table(*_counted(rows, {0, 2, 3, 4, 6, 7} if keyed else {0, 2, 3, 5, 6}, (2, 3), counts))
     lines.append("relations: " + "; ".join(f"{label[relation]} {relation}" for relation in relations))
     if keyed:
         lines.append("per-key streams: positions are the input's rows over all keys, keys how many keys they fed; "
@@ -227,7 +239,7 @@ def ledger_table(entries: Sequence[LedgerEntry]) -> str:
               *keys(max((e.keys for e in group if e.keys is not None), default=None)),
               _number(max(e.epsilon for e in group)), _number(max(e.delta for e in group)), label[relation]]
              for (stream, relation), group in groups.items()]
-    lines += _table(rows, right={1, 2, 3, 4, 5} if keyed else {1, 2, 3, 4})
+    lines += _table(*_counted(rows, {1, 2, 3, 4, 5} if keyed else {1, 2, 3, 4}, (2,), counts))
     for relation in relations:
         totals = [group for (_, rel), group in groups.items() if rel == relation]
         if len(totals) > 1:

@@ -404,8 +404,11 @@ def _version() -> str:
     return __version__
 
 
-def format_ledger(path: str | os.PathLike[str]) -> str:
+def format_ledger(path: str | os.PathLike[str], *, counts: bool = True) -> str:
     """What ``dpstream budget FILE`` prints: the state's public summary, its ledger and the totals.
+
+    ``counts=False``: without the numbers of input values consumed and released and the ledger's positions
+    (a release whose relation makes its rows data, such as a unit-level aggregate).
 
     Reads without the lock (a running release keeps it), and never shows the key or the
     mechanism state.
@@ -433,11 +436,14 @@ def format_ledger(path: str | os.PathLike[str]) -> str:
     inputs = (state.commitment or {}).get("inputs") or []
     read = "; ".join(f"[{part['first']:,}, {part['last']:,}) from {part['source'] or 'an unrecorded input'}"
                      for part in inputs)
+    shown = (f"progress: {progress.consumed:,} input values consumed, {progress.released:,} positions released, "
+             f"output {progress.output_bytes:,} bytes" + (f"; input {read}" if inputs else "")) if counts else (
+        f"progress: output {progress.output_bytes:,} bytes (how many rows were consumed is data under this "
+        "release's relation: not shown)")
     return "\n".join([
         f"state file {state.path} ({FORMAT} version {VERSION}), created {state.created}, last saved {state.saved}",
         f"parameters: {parameters}",
-        f"progress: {progress.consumed:,} input values consumed, {progress.released:,} positions released, "
-        f"output {progress.output_bytes:,} bytes" + (f"; input {read}" if inputs else ""),
+        shown,
         "",
-        ledger_table(state.ledger),
+        ledger_table(state.ledger, counts=counts),
     ])

@@ -106,6 +106,9 @@ class Mechanism:
     audits: tuple[str, ...] = ()
     #: The command that runs it: ``release --method NAME``, or a command of its own (``aggregate``).
     command: str = "release"
+    #: Whether how many input values it consumed is public under its relation (event level: a stream's positions
+    #: are; unit level: the rows are data), and so may be printed by ``dpstream budget`` and a stopped run.
+    public_counts: bool = True
 
     def build(self, options: Mapping[str, Any], *, seed: Any = None, key: bytes | None = None) -> Any:
         """The mechanism of ``release``'s ``options`` (by option name), with noise from ``seed`` or ``key``.
@@ -248,4 +251,5 @@ register(Mechanism("bt", BinaryTreeCounter, BINARY_TREE, _describe_bt, _same_nam
 register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "threshold_epsilon"), noise=_topl_noise,
                    audits=("square-wave", "hm")))
 register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",
+                   public_counts=False,
                    audits=("unit-aggregate",)))
