@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -170,7 +171,7 @@ def test_budget_and_a_stopped_run_never_print_the_rows_an_aggregate_consumed(tmp
         saved = type("Saved", (), {"released": 48, "consumed": 1234})()
 
     for counts in (True, False):
-        with pytest.raises(BaseException):
+        with pytest.raises(click.exceptions.Exit):
             durable.stopped(Run(), KeyboardInterrupt(), counts=counts)
     assert "1,234 input values consumed" in said[0] and "1,234" not in said[1] and "48" not in said[1]
 
