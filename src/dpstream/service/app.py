@@ -28,6 +28,7 @@ from dpstream.service.dashboard import mount_dashboard
 from dpstream.service.dependencies import Settings
 from dpstream.service.errors import install_error_handlers
 from dpstream.service.ingest import LiveSources
+from dpstream.service.metrics import Metrics, mount_metrics
 from dpstream.service.parsing import MAX_BATCH, MAX_BODY_BYTES, MAX_LIMIT
 from dpstream.service.routers import aggregates, collectors, health, streams
 from dpstream.service.storage import Storage, open_storage
@@ -67,9 +68,11 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     app = FastAPIOffline(title="dpstream", summary="Differentially private release of data streams", docs_url="/docs",
                          redoc_url=None, static_url=DOCS_STATIC, swagger_ui_parameters={"validatorUrl": None})
     app.state.storage = storage
-    app.state.sources = LiveSources(storage)
+    app.state.metrics = Metrics(storage)
+    app.state.sources = LiveSources(storage, on_commit=app.state.metrics.ingested)
     app.state.settings = Settings(token=token.encode(), max_body_bytes=max_body_bytes, poll_seconds=poll_seconds)
     install_error_handlers(app)
+    mount_metrics(app, app.state.metrics)
     app.include_router(health.router)
     mount_dashboard(app)
     app.include_router(streams.router)
