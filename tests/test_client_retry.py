@@ -172,3 +172,24 @@ def test_a_server_killed_and_restarted_during_sends_loses_and_duplicates_nothing
         assert server.starts == 3
     finally:
         server.stop()
+
+
+def test_a_5xx_is_retried_and_a_create_that_may_have_been_done_is_not_sent_again():
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path))
+        if request.url.path == "/health":
+            return httpx.Response(503 if len(seen) < 3 else 200, json={"status": "ok"})
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    http = httpx.Client(base_url="http://testserver", transport=httpx.MockTransport(answer))
+    client = Client("http://testserver", TOKEN, http=http, retry=QUICK)
+    assert client.health() == {"status": "ok"} and len(seen) == 3
+    with pytest.raises(ServiceError) as error:
+        client.create_stream("a", **TOPS)
+    assert error.value.status is None and "ReadTimeout" in error.value.message and "not sent again" in str(error.value)
+    assert seen[3:] == [("POST", "/streams")]
+    with pytest.raises(ServiceError) as error:  # a batch names its position: it is sent again, to the budget's end
+        client.send("a", [1.0], first_position=0)
+    assert error.value.status is None and "8 tries" in str(error.value) and len(seen) == 4 + 8
