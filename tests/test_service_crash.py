@@ -9,11 +9,10 @@ from __future__ import annotations
 import base64
 import threading
 
-import httpx
 import numpy as np
 import pytest
 
-from dpstream.client import Client
+from dpstream.client import Client, Retry, ServiceError
 from dpstream.release import ToPS
 from dpstream.service.mechanisms import derive_key
 from dpstream.service.storage import open_storage
@@ -43,9 +42,11 @@ def crash_run(database: str, *, total: int, batch: int, kills: int, rng: np.rand
                 killer.start()
             while start not in acknowledged:
                 try:
-                    with Client(server.url, TOKEN, timeout=30) as client:
+                    with Client(server.url, TOKEN, timeout=30, retry=Retry(attempts=1)) as client:
                         acknowledged[start] = client.send("load", values[start:start + batch], first_position=start)
-                except httpx.TransportError:  # killed while the batch was on its way: restart and retry
+                except ServiceError as error:  # killed while the batch was on its way: restart and retry
+                    if error.status is not None:
+                        raise
                     if killer is not None:
                         killer.join()
                     server.kill()

@@ -13,24 +13,30 @@ the mechanism's new secret state -- are committed in one transaction before the 
 the values released the first time, never ingested twice.
 
 The application is assembled from its parts: one router per resource (:mod:`~dpstream.service.routers`),
-the page (:mod:`~dpstream.service.dashboard`), the errors (:mod:`~dpstream.service.errors`); the storage,
-the mechanisms in memory and the settings live on ``app.state``, where the routes reach them through
-:mod:`~dpstream.service.dependencies`.
+the page (:mod:`~dpstream.service.dashboard`), the API's page ``/docs`` (Swagger UI, served with its files
+from the package ``fastapi-offline``: it works without internet access), the errors
+(:mod:`~dpstream.service.errors`); the storage, the mechanisms in memory and the settings live on
+``app.state``, where the routes reach them through :mod:`~dpstream.service.dependencies`.
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from dpstream.service.dashboard import mount_dashboard
 from dpstream.service.dependencies import Settings
 from dpstream.service.errors import install_error_handlers
 from dpstream.service.ingest import LiveSources
+from dpstream.service.metrics import Metrics, mount_metrics
 from dpstream.service.parsing import MAX_BATCH, MAX_BODY_BYTES, MAX_LIMIT
 from dpstream.service.routers import aggregates, collectors, health, streams
 from dpstream.service.storage import Storage, open_storage
 
-__all__ = ["MAX_BATCH", "MAX_BODY_BYTES", "MAX_LIMIT", "POLL_SECONDS", "create_app"]
+__all__ = ["DOCS_STATIC", "MAX_BATCH", "MAX_BODY_BYTES", "MAX_LIMIT", "POLL_SECONDS", "create_app"]
+
+#: Where the files of the API's page (``/docs``, Swagger UI) are served from: this server, never a CDN.
+DOCS_STATIC = "/docs-static"
 
 #: Seconds between two looks for new released values of an events stream.
 POLL_SECONDS = 0.25
@@ -58,12 +64,15 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
         raise ValueError("token must be a string of at least 16 characters (e.g. python -c 'import secrets; "
                          "print(secrets.token_urlsafe())').")
     storage = open_storage(database, database_key=database_key) if isinstance(database, str) else database
-    app = FastAPI(title="dpstream", summary="Differentially private release of data streams", docs_url="/docs",
-                  redoc_url=None)
+    # /docs: Swagger UI from the files fastapi-offline installs (under /docs-static), nothing from another host
+    app = FastAPIOffline(title="dpstream", summary="Differentially private release of data streams", docs_url="/docs",
+                         redoc_url=None, static_url=DOCS_STATIC, swagger_ui_parameters={"validatorUrl": None})
     app.state.storage = storage
-    app.state.sources = LiveSources(storage)
+    app.state.metrics = Metrics(storage)
+    app.state.sources = LiveSources(storage, on_commit=app.state.metrics.ingested)
     app.state.settings = Settings(token=token.encode(), max_body_bytes=max_body_bytes, poll_seconds=poll_seconds)
     install_error_handlers(app)
+    mount_metrics(app, app.state.metrics)
     app.include_router(health.router)
     mount_dashboard(app)
     app.include_router(streams.router)

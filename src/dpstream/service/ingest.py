@@ -76,8 +76,10 @@ class LiveSources:
     """The mechanisms of the streams and collectors, loaded from the database on first use and whenever the
     database moved on without them, one lock each."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, on_commit: Callable[[str, int], None] | None = None) -> None:
         self.storage = storage
+        #: Told ``(kind, count)`` after each batch committed (the service's metrics); never a retry answered.
+        self.on_commit = on_commit
         self._live: dict[tuple[str, str], _Live] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -216,6 +218,8 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
         raise _Moved(str(error)) from None
     live.held_apart = 0 if held is None else held.size
     live.position = position + count
+    if sources.on_commit is not None:
+        sources.on_commit(kind, count)
     live.source = replace(live.source, public=public, position=live.position)
     if answer is not None:
         return answer(live.source, list(zip(positions.tolist(), stamps.tolist(), released.tolist())))
