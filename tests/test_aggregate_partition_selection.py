@@ -133,8 +133,25 @@ def test_without_noise_the_selection_is_the_distinct_unit_counts_against_the_thr
            zip(part.buckets.tolist(), part.partitions.tolist(), part.values.tolist()) if b < 2 * HOUR * _NS}
     expected = {p for p, c in counts.items() if p != "pub" and c >= tau}
     assert {p for p, _ in got} == expected | {"pub"}  # the public one always; a private one only when selected
+    private = [names[p] for p in out[1].partitions.tolist() if p > 0]
+    assert private == sorted(expected) * 2  # by name, not by first arrival (data): bucket by bucket
     assert 0 < len(expected) < len(counts) - 1  # both sides of the threshold occur
     assert got == {(p, b): sums.get((p, b), 0.0) for p in expected | {"pub"} for b in (0, 1)}
+
+
+def test_selected_partitions_come_out_in_the_order_of_their_names_not_of_their_first_rows():
+    """Which partition's first row came first is data (it may be one unit's row): it must not order the output."""
+    params = dict(epsilon=1.0, bucket=HOUR, window=HOUR, unit_bound=10.0, max_partitions=1,
+                  partition_selection="private", selection_delta=1e-3, noise=ZeroNoise())
+    crowd = [f"c{i}" for i in range(80)]
+    orders = []
+    for first in ("zeta", "alpha"):
+        agg = UnitAggregate(**params)
+        for part, units in ((first, crowd[:40]), (({"zeta", "alpha"} - {first}).pop(), crowd[40:])):
+            data = _rows({part: units})  # a batch each: the first batch's partition is seen first
+            assert not len(agg.release(*data[:3], data[3]))
+        orders.append([agg.partition_names[p] for p in agg.flush().partitions.tolist()])
+    assert orders == [["alpha", "zeta"], ["alpha", "zeta"]]
 
 
 def test_private_buckets_are_held_until_their_window_closes_and_survive_a_snapshot():

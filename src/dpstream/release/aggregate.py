@@ -478,7 +478,8 @@ class UnitAggregate(Params):
 
     @property
     def partition_names(self) -> list[str]:
-        """The public partitions, then the private ones seen so far (a released partition number's name)."""
+        """The public partitions, then the private ones seen so far (SECRET: unselected names too); publish a
+        released private partition by its name here, never by its number (the order names first arrived in)."""
         return self.partitions + (self._selector.names if self._selector else [])
 
     @property

@@ -184,9 +184,15 @@ class PartitionSelector:
 
     def select(self, units: np.ndarray, window: int, source: NoiseSource) -> np.ndarray:
         """The private partitions (numbers from 0) selected in ``window`` from their distinct-unit counts
-        ``units``: each with rows gets ``DLap(scale)`` from the keyed part ``("selection", name, window)``."""
+        ``units``: each with rows gets ``DLap(scale)`` from the keyed part ``("selection", name, window)``.
+
+        In the order of their names: the order names first arrived in is data (one unit's row may be a
+        partition's first), and the output's order must be a function of the selected set alone.
+        """
         assert self.tau is not None
         candidates = np.flatnonzero(units > 0)
+        candidates = candidates[np.argsort(np.array([self.names[c] for c in candidates], dtype=object),
+                                           kind="stable")]
         noisy = [int(units[c]) + int(source.sampler("selection", self.names[c], window).laplace_units(self.scale, 1)[0])
                  for c in candidates]
         return candidates[np.asarray(noisy, dtype=np.int64) >= self.tau]
