@@ -33,10 +33,11 @@ and ``P[M(D) in O] <= e^eps P[M_c(D') in O] <= e^eps (P[M(D') in O] + P[not E])`
 ``delta`` when ``K e^eps a^(tau - 1) / (1 + a) <= delta``.  Windows are disjoint (parallel
 composition); the replacement relation is not offered with private selection.
 
-What is public: the public partitions and the names of the selected ones (each a DP output).
-What is not: which private partitions had rows and how many units (never printed).  An error
-when a window's private partitions and buckets exceed what is held in memory (``MAX_LEAVES``)
-depends on the data; it is stated as a limit.
+What is public: the public partitions and the names of the selected ones (each a DP output), in
+the order of their names (the order they first arrived in is data).  What is not: which private
+partitions had rows and how many units (never printed), nor their numbers (the order of arrival).
+Every private name seen in the run is held, with a window's sums of each: an error when they exceed
+what is held in memory (``MAX_LEAVES`` buckets x partitions) depends on the data; it is stated as a limit.
 """
 
 from __future__ import annotations
