@@ -39,6 +39,7 @@ from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
 from dpstream.io.times import buckets_per_window, format_times, parse_duration, parse_times, time_kind
 from dpstream.release.aggregate import LATE_POLICIES, STATISTICS, Released, UnitAggregate, unit_statement
+from dpstream.release.partition_selection import SELECTIONS
 
 __all__ = ["aggregate"]
 
@@ -80,9 +81,19 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--upper-bound", type=float, default=None, help="Bound B of one value: values lie in [0, B] "
                                                                    "(default --unit-bound).")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
-@click.option("--partition-column", default=None, help="The partition of each row (a feeder); needs --partitions.")
+@click.option("--partition-column", default=None, help="The partition of each row (a feeder); needs --partitions "
+                                                        "or --partition-selection private.")
 @click.option("--partitions", "partitions_path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="The public partitions, one name per line.")
+@click.option("--partition-selection", type=click.Choice(SELECTIONS), default="public", show_default=True,
+              help="private: partitions not in --partitions are selected per window (distinct units + discrete "
+                   "Laplace over a threshold for --selection-delta) and come out when their window closes; needs "
+                   "--unit-max-partitions.")
+@click.option("--selection-epsilon", type=float, default=None,
+              help="With --partition-selection private: the share of --epsilon the selection spends (default half).")
+@click.option("--selection-delta", type=float, default=1e-6, show_default=True,
+              help="With --partition-selection private: the probability bound of letting out a partition of one "
+                   "unit's rows, at most 1e-3.")
 @click.option("--unit-max-partitions", type=int, default=None, help="Partitions one unit may touch per window.")
 @click.option("--unit-max-rows", type=int, default=None, help="Rows one unit may have per window.")
 @click.option("--statistic", type=click.Choice(STATISTICS), default="sum", show_default=True)
@@ -130,20 +141,22 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     """
     with usage_errors():
         width = buckets_per_window(bucket, unit_window)
-        if (partition_column is None) != (partitions_path is None):
-            raise ValueError("--partition-column and --partitions go together (the partitions are public).")
-        if partition_column is None and options["unit_max_partitions"] is not None:
-            raise ValueError("--unit-max-partitions applies with --partition-column and --partitions only.")
+        private = _check_selection(partition_column, partitions_path, options)
         _check_not_partitions(partitions_path, {"-o": output_path, "--state": state_path})
         partitions = _read_partitions(partitions_path) if partitions_path is not None else None
         params = dict(epsilon=options["epsilon"], bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
                       statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
                       max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
                       partitions=partitions, levels=options["levels"], replace=options["replace"],
-                      late=options["late"], unit=unit_column, start=_start(options["start"]))
+                      late=options["late"], unit=unit_column, start=_start(options["start"]),
+                      partition_selection=options["partition_selection"],
+                      selection_epsilon=options["selection_epsilon"], selection_delta=options["selection_delta"])
         UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before reading or writing
         if sort_rows and state_path is not None:
             raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
+        if revised_path is not None and private:
+            raise ValueError("--revised applies with public partitions only (a privately selected partition is "
+                             "released in the windows it is selected in, not in all of them).")
         revised = _check_revised(revised_path, output_path=output_path, statistic=options["statistic"],
                                  inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
@@ -151,7 +164,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:
         rows = _sorted(rows)
-    names = partitions or [""]
+    names = partitions or ([] if private else [""])
     if state_path is not None:
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
@@ -172,6 +185,26 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         feeder.end(sink)
     feeder.report()
     _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
+
+
+def _check_selection(partition_column: str | None, partitions_path: str | None, options: dict[str, Any]) -> bool:
+    """Usage errors of the partition options; whether partitions are selected privately."""
+    private = options["partition_selection"] == "private"
+    if private and partition_column is None:
+        raise ValueError("--partition-selection private needs --partition-column.")
+    if not private and (partition_column is None) != (partitions_path is None):
+        raise ValueError("--partition-column and --partitions go together (the partitions are public; "
+                         "--partition-selection private selects others).")
+    if partition_column is None and options["unit_max_partitions"] is not None:
+        raise ValueError("--unit-max-partitions applies with --partition-column and --partitions only (or "
+                         "--partition-selection private).")
+    source = click.get_current_context().get_parameter_source
+    given = [flag for flag, name in (("--selection-epsilon", "selection_epsilon"),
+                                     ("--selection-delta", "selection_delta"))
+             if source(name) is not click.core.ParameterSource.DEFAULT]
+    if given and not private:
+        raise ValueError(f"{given[0]} applies with --partition-selection private only.")
+    return private
 
 
 def _check_revised(path: str | None, *, output_path: str, statistic: str, inputs: dict[str, str | None],
@@ -262,7 +295,7 @@ class _Feeder:
         check_finite(released.values, position=self.releaser.released, written="the output stops before it")
         if self.first is None:
             self.first = int(released.buckets[0])
-        names = np.asarray(self.names, dtype=object)
+        names = np.asarray(self.releaser.partition_names, dtype=object)  # private ones named once selected
         for start in range(0, len(released), _WRITE):
             part = slice(start, start + _WRITE)
             text = io.StringIO()
@@ -278,7 +311,12 @@ class _Feeder:
         windows = -(-agg.released // self.width)
         relation = agg.relation()
         say(unit_statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
-        say(f"released {agg.released:,} buckets x {len(self.names):,} partition{'s' * (len(self.names) != 1)}.")
+        if agg.partition_selection == "private":
+            say(f"released {agg.released:,} buckets x {len(self.names):,} public partition"
+                f"{'s' * (len(self.names) != 1)}, and the private partitions selected in each closed window "
+                f"(threshold {agg.selection_threshold} units; those of a window still open are held).")
+        else:
+            say(f"released {agg.released:,} buckets x {len(self.names):,} partition{'s' * (len(self.names) != 1)}.")
 
 
 def _sorted(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:

@@ -76,6 +76,7 @@ from dpstream.privacy import Composition, EpsilonDelta, Part, PrivacyGuarantee, 
 from dpstream.release.aggregate_revisions import revise_released
 from dpstream.release.bounding import ContributionBounder, ContributionBounds, codes
 from dpstream.release.contract import read_header, snapshot_header
+from dpstream.release.partition_selection import PartitionSelector, check_selection
 
 __all__ = ["AGGREGATE", "LATE_POLICIES", "MAX_LEAVES", "STATISTICS", "Released", "UnitAggregate", "unit_statement"]
 
@@ -144,7 +145,8 @@ class _Measure:
         assert self.noise is not None
         ar = self.arithmetic
         return np.stack([ar.estimates(self.totals[p, leaves], noise, fraction, leaves)
-                         for p, (noise, fraction) in enumerate(self.noise)], axis=1)
+                         for p, (noise, fraction) in enumerate(self.noise)], axis=1) if self.noise else np.zeros(
+            (leaves.size, 0))
 
 
 class UnitAggregate(Params):
@@ -168,7 +170,12 @@ class UnitAggregate(Params):
     max_rows, max_partitions : int, optional
         Per unit and window; None: not bounded (the L1 bound alone).
     partitions : sequence of str, optional
-        The public partitions; None: one, named ``""``.
+        The public partitions; None: one, named ``""`` (none with private selection).
+    partition_selection : str
+        ``"public"`` (default: a row of another partition is an error) or ``"private"``: other partitions
+        are selected per window (:mod:`dpstream.release.partition_selection`; needs ``max_partitions``).
+    selection_epsilon, selection_delta : float
+        Of ``epsilon``, the share the private selection spends (default half), and its delta.
     levels, fanout : int, optional
         d measured levels of fan-out b over the buckets of a window (default ``b = W``, ``d = 2``).
     replace : bool
@@ -197,7 +204,8 @@ class UnitAggregate(Params):
                  upper_bound: float | None = None, clip: bool = False, max_rows: int | None = None,
                  max_partitions: int | None = None, partitions: Any = None, levels: int | None = None,
                  fanout: int | None = None, replace: bool = False, late: str = "error", unit: str = "unit",
-                 start: int | None = None, granularity: float | None = None, seed: BitsSeed = None,
+                 start: int | None = None, partition_selection: str = "public", selection_epsilon: float | None = None,
+                 selection_delta: float = 1e-6, granularity: float | None = None, seed: BitsSeed = None,
                  noise: NoiseSampler | NoiseSource | None = None, key: bytes | None = None) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.bucket, self.window = check_positive_int(bucket, "bucket"), check_positive_int(window, "window")
@@ -218,8 +226,13 @@ class UnitAggregate(Params):
                                                                                      "max_partitions")
         if statistic == "mean" and self.max_rows is None:
             raise ValueError("the mean needs max_rows (--unit-max-rows): the bound of a unit's count.")
-        self.partitions = [""] if partitions is None else [str(name) for name in partitions]
-        if not self.partitions or len(set(self.partitions)) != len(self.partitions):
+        self.partition_selection, self.selection_epsilon, self.selection_delta = (partition_selection,
+                                                                                  selection_epsilon, selection_delta)
+        self._selection_epsilon = check_selection(partition_selection, selection_epsilon, selection_delta,
+                                                  epsilon=self.epsilon, max_partitions=max_partitions, replace=replace)
+        private = self.partition_selection == "private"
+        self.partitions = ([] if private else [""]) if partitions is None else [str(name) for name in partitions]
+        if not (self.partitions or private) or len(set(self.partitions)) != len(self.partitions):
             raise ValueError("partitions must be distinct names, at least one.")
         self._index = {name: i for i, name in enumerate(self.partitions)}
         if self.width * len(self.partitions) > MAX_LEAVES:
@@ -241,7 +254,13 @@ class UnitAggregate(Params):
             raise ValueError("the aggregate runs on exact noise only (seed, key or ZeroNoise), not FloatNoise.")
         self._measures = self._build_measures(granularity)
         # K partitions or more of P: no bound (nothing is dropped), and no K columns per unit held
-        touched = self.max_partitions if (self.max_partitions or math.inf) < len(self.partitions) else None
+        touched = self.max_partitions if private or (self.max_partitions or math.inf) < len(self.partitions) else None
+        self._selector = PartitionSelector(offset=len(self.partitions), width=self.width, measures=len(
+            self._measures), max_partitions=self.max_partitions or 1, epsilon=self._selection_epsilon,
+            delta=self.selection_delta, limit=MAX_LEAVES) if private else None
+        if self._selector is not None:  # delta covers both directions with e^eps of the whole release
+            self._selector.set_threshold(self._selector.spent_epsilon + sum(m.arithmetic.spent_epsilon
+                                                                            for m in self._measures))
         self._bounders = [ContributionBounder(ContributionBounds(m.limit, self.max_rows, touched))
                           for m in self._measures]
         self.position = 0  # rows consumed
@@ -254,7 +273,7 @@ class UnitAggregate(Params):
     def _build_measures(self, granularity: float | None) -> list[_Measure]:
         factor = 2 if self.replace else 1
         names = {"sum": ["sum"], "count": ["count"], "mean": ["sum", "count"]}[self.statistic]
-        share = self.epsilon / len(names)
+        share = (self.epsilon - self._selection_epsilon) / len(names)
         out = []
         for name in names:
             bound = self.unit_bound if name == "sum" or self.statistic == "count" else float(self.max_rows or 0)
@@ -314,6 +333,8 @@ class UnitAggregate(Params):
                               text=f"{m.name}: discrete Laplace of scale {ar.scale_value:g} on each of {self.levels} "
                                    f"levels over {self.width} buckets per window (L1 sensitivity per level "
                                    f"{sensitivity} from the bounds)"))
+        if self._selector is not None:
+            parts.append(self._selector.part(self._source.describe()))
         body = Composition(kind="sequential", parts=tuple(parts), layout="; ".join("{}" for _ in parts)
                            + "; windows and partitions share the bound (disjoint windows: parallel)")
         return PrivacyGuarantee.of(body, neighbours=self.relation())
@@ -371,11 +392,13 @@ class UnitAggregate(Params):
 
     def _partition_indices(self, partitions: Any, count: int) -> np.ndarray:
         if partitions is None:
-            if len(self.partitions) > 1:
+            if len(self.partitions) != 1 or self._selector is not None:
                 raise ValueError("this release has partitions: every row needs one.")
             return np.zeros(count, dtype=np.int64)
         known, inverse = codes(partitions)
         index = np.array([self._index.get(str(name), -1) for name in known], dtype=np.int64)
+        if self._selector is not None and (index < 0).any():  # not public: a private partition
+            index[index < 0] = self._selector.indices([str(name) for name in np.asarray(known, object)[index < 0]])
         if (index < 0).any():
             bad = int(np.flatnonzero(index < 0)[0])
             row = self.position + int(np.flatnonzero(inverse == bad)[0])
@@ -440,15 +463,31 @@ class UnitAggregate(Params):
                 self._open_window(window)
             end = min(last, (window + 1) * self.width - 1)
             leaves = np.arange(first - window * self.width, end - window * self.width + 1)
-            values = self._estimates(leaves)
+            values = self._estimates([m.estimates(leaves) for m in self._measures])
             starts = (window * self.width + leaves) * self.bucket * _NS
             self.released += leaves.size
             first = self._open = end + 1
             yield Released(np.repeat(starts, len(self.partitions)), np.tile(np.arange(len(self.partitions)),
                                                                             leaves.size), values.ravel())
+            selected = self._selector and end == (window + 1) * self.width - 1 and self._selector.release(
+                self._measures, self._bounders[0].units_per_partition(len(self.partition_names)), window, self._source)
+            if selected:  # the window closed: its private partitions selected, their held buckets released at once
+                yield Released(np.repeat((window * self.width + np.arange(self.width)) * self.bucket * _NS,
+                                         selected[0].size), np.tile(selected[0], self.width),
+                               self._estimates(selected[1]).ravel())
 
-    def _estimates(self, leaves: np.ndarray) -> np.ndarray:
-        found = [m.estimates(leaves) for m in self._measures]
+    @property
+    def partition_names(self) -> list[str]:
+        """The public partitions, then the private ones seen so far (SECRET: unselected names too); publish a
+        released private partition by its name here, never by its number (the order names first arrived in)."""
+        return self.partitions + (self._selector.names if self._selector else [])
+
+    @property
+    def selection_threshold(self) -> int | None:
+        """tau: the noisy distinct-unit count a private partition needs to be released (None: public only)."""
+        return None if self._selector is None else self._selector.tau
+
+    def _estimates(self, found: list[np.ndarray]) -> np.ndarray:
         if self.statistic != "mean":
             return found[0]
         return found[0] / np.maximum(found[1], 1.0)  # post-processing of the noisy sum and count
@@ -459,13 +498,18 @@ class UnitAggregate(Params):
             m.totals[:] = 0
             m.draw(window)
             bounder.clear()
+        if self._selector is not None:
+            self._selector.clear()
 
     def _add(self, buckets: np.ndarray, units: np.ndarray, parts: np.ndarray, amounts: list[np.ndarray]) -> None:
         leaves = buckets - self._window * self.width  # type: ignore[operator]
-        for m, bounder, amount in zip(self._measures, self._bounders, amounts):
+        for i, (m, bounder, amount) in enumerate(zip(self._measures, self._bounders, amounts)):
             added = bounder.bound(units, amount, parts)  # sums below 2^52: exact in float64
-            flat = np.bincount(parts * self.width + leaves, weights=added, minlength=m.totals.size)
-            m.totals += flat.astype(np.int64).reshape(m.totals.shape)
+            flat = np.bincount(parts * self.width + leaves, weights=added,
+                               minlength=len(self.partition_names) * self.width).astype(np.int64)
+            m.totals += flat[:m.totals.size].reshape(m.totals.shape)
+            if self._selector is not None:  # private partitions' sums held until the window closes
+                self._selector.totals[i] += flat[m.totals.size:].reshape(-1, self.width)
 
     def revised(self, released: Released, *, history: int = 28, cycle: int = 1) -> np.ndarray:
         """The revised values of ``released`` (every bucket released so far, in order): each closed window's
@@ -490,7 +534,8 @@ class UnitAggregate(Params):
                 "measures": [{"totals": m.totals.copy(),
                               "noise": [list(pair) for pair in m.noise] if keep and m.noise is not None else None}
                              for m in self._measures],
-                "bounders": [bounder.snapshot() for bounder in self._bounders]}
+                "bounders": [bounder.snapshot() for bounder in self._bounders],
+                "selector": None if self._selector is None else self._selector.snapshot()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> UnitAggregate:
@@ -509,6 +554,8 @@ class UnitAggregate(Params):
                 m.draw(agg._window)  # keyed: recomputed from the key
         for bounder, data in zip(agg._bounders, state["bounders"]):
             bounder.restore(data)
+        if agg._selector is not None:
+            agg._selector.restore(state["selector"])
         return agg
 
 
@@ -546,8 +593,8 @@ def unit_statement(guarantee: PrivacyGuarantee, *, unit: str, window: str, windo
     >>> unit_statement(g, unit="household", window="UTC-aligned window of 2 days", windows=3)
     "each household's readings in each UTC-aligned window of 2 days: ε = 1; over 3 windows: ε = 3 by composition"
     """
-    total = math.fsum([guarantee.epsilon] * windows)
+    total, delta = math.fsum([guarantee.epsilon] * windows), guarantee.delta  # delta: private partition selection
     single = window.split()[-1] if window.startswith("UTC ") and len(window.split()) == 2 else "window"
     plural = single + ("s" if windows != 1 else "")  # "UTC-aligned window of 2 days": 3 windows, not "3 dayss"
-    return (f"each {unit}'s readings in each {window}: ε = {guarantee.epsilon:g}; over {windows:,} {plural}: "
-            f"ε = {total:g} by composition")
+    return (f"each {unit}'s readings in each {window}: ε = {guarantee.epsilon:g}{f', δ = {delta:g}' * bool(delta)}; "
+            f"over {windows:,} {plural}: ε = {total:g}{f', δ = {delta * windows:g}' * bool(delta)} by composition")

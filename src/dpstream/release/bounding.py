@@ -95,6 +95,10 @@ class ContributionBounder:
         """Units with rows in the current window."""
         return len(self._slots)
 
+    def units_per_partition(self, size: int) -> np.ndarray:
+        """How many units hold each partition number below ``size`` among their first ``max_partitions`` this window."""
+        return np.bincount(self._parts[self._parts >= 0], minlength=size)[:size]
+
     def clear(self) -> None:
         """A new window: every unit starts again."""
         self._slots.clear()

@@ -223,8 +223,11 @@ def _describe_topl(topl: ToPL) -> str:
 
 
 def _describe_aggregate(agg: UnitAggregate) -> str:
+    chosen = ("public bounds only (nothing chosen from the data)" if agg.selection_threshold is None else
+              f"public bounds; partitions not listed selected privately per window (threshold "
+              f"{agg.selection_threshold} units)")
     return (f"buckets of {agg.bucket} s, {agg.width} per window of {agg.window} s; {agg.levels} measured levels of "
-            f"fan-out {agg.fanout}; public bounds only (nothing chosen from the data)")
+            f"fan-out {agg.fanout}; {chosen}")
 
 
 def _same_names(*names: str) -> dict[str, str]:
