@@ -255,3 +255,21 @@ def test_the_composition_counts_windows_when_a_window_is_not_a_day_or_an_hour(tm
     options = [*BASE[:BASE.index("--unit-window") + 1], window, *BASE[BASE.index("--unit-window") + 2:]]
     result = _run(data, "-o", tmp_path / "out.csv", *options, "--missing", "zero")
     assert result.exit_code == 0 and said in result.output, result.output
+
+
+def test_a_resumed_run_keeps_no_batch_that_earlier_runs_consumed(tmp_path, monkeypatch):
+    """The rows skipped on resume (consumed by earlier runs) are read and let go: memory stays constant in the
+    input, however much of it earlier runs consumed."""
+    data = _csv(tmp_path / "in.csv", days=2)
+    monkeypatch.setattr(rows, "_BLOCK", 512)  # batches of a few rows: earlier runs consumed many of them
+    first = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing", "zero")
+    assert first.exit_code == 0, first.output
+    with data.open("a") as handle:  # a third day: the run skips two days of batches, then releases the third
+        handle.write("".join(f"2024-03-03 {hour:02d}:10:00,m{meter},0.5\n" for hour in range(24) for meter in range(6)))
+    held = []
+    batches = aggregate_command._batches
+    monkeypatch.setattr(aggregate_command, "_batches", lambda rows, kept: held.append(kept) or batches(rows, kept))
+    again = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing", "zero")
+    assert again.exit_code == 0, again.output
+    assert "released 24 buckets in this run (resumed;" in again.output
+    assert held == [[]]

@@ -400,6 +400,7 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
                 sink.write("bucket,partition,value\n")
             for fed in run.feed_batches(_batches(rows, held)):
                 batch = held.pop()
+                held.clear()  # the batches before it were consumed by earlier runs: let them go
                 feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
                 run.checkpoint(sink)
             feeder.end(sink)
