@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -193,3 +194,31 @@ def test_a_5xx_is_retried_and_a_create_that_may_have_been_done_is_not_sent_again
     with pytest.raises(ServiceError) as error:  # a batch names its position: it is sent again, to the budget's end
         client.send("a", [1.0], first_position=0)
     assert error.value.status is None and "8 tries" in str(error.value) and len(seen) == 4 + 8
+
+
+def test_a_batch_refused_because_another_process_held_the_source_is_tried_again_where_it_was():
+    """The first try lands at 0 but its answer is lost; the retry meets another process holding the source (409,
+    "Retry the batch."): the batch is tried again at 0, where it is answered from the ledger, never moved on to the
+    position its own first try reached (which would ingest it twice)."""
+    posted: list[int] = []
+    ingested: dict[int, bytes] = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"position": sum(3 for _ in ingested)})
+        first = json.loads(request.content)["first_position"]
+        posted.append(first)
+        if len(posted) == 1:
+            ingested[first] = request.content
+            raise httpx.ReadTimeout("timed out", request=request)
+        if len(posted) == 2:
+            return httpx.Response(409, json={"message": "stream 's': another process kept it. Retry the batch."})
+        if ingested.get(first) == request.content:  # sent again where it landed: answered from the ledger
+            return httpx.Response(200, json={"released": []})
+        ingested[first] = request.content
+        return httpx.Response(200, json={"released": []})
+
+    http = httpx.Client(base_url="http://testserver", transport=httpx.MockTransport(answer))
+    client = Client("http://testserver", TOKEN, http=http, retry=QUICK)
+    client.send("s", [1.0, 2.0, 3.0])
+    assert posted == [0, 0, 0] and list(ingested) == [0]

@@ -66,6 +66,8 @@ class Retry:
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 #: How many times a batch follows its source when other clients moved it on (see :meth:`Client._ingest`).
 _MOVES = 64
+#: How the service's 409 ends when another process held the source too long (the batch is tried again as it is).
+_BUSY = "Retry the batch."
 
 
 class Client:
@@ -151,6 +153,9 @@ class Client:
                     self._positions[(kind, name)] = first_position
                 if error.status != 409 or not follow:
                     raise
+                if error.message.endswith(_BUSY):  # another process held the source: the batch may have landed
+                    time.sleep(self.retry.pause(1))  # before this try's answer was lost, so try the same place
+                    continue
                 now = self._call("GET", f"/{kind}s/{name}").json()["position"]
                 if now <= first_position:  # not moved on by others: stale parameters, or a conflict
                     raise
