@@ -93,11 +93,12 @@ def test_batches_release_what_the_library_releases_with_the_same_key(http):
     assert [r["position"] for r in released] == list(range(len(expected)))
     page = http.get("/aggregates/load/released?after=99&limit=50").json()["released"]
     assert _triples(page) == expected[100:150]
-    facts = http.get("/aggregates/load").json()
+    facts = http.get("/aggregates/load", headers=AUTH).json()
     assert facts["position"] == 3000 and facts["released"] == len(expected) and facts["windows"] == 3
     assert facts["guarantee"] == "each unit's readings in each UTC day: ε = 1; over 3 days: ε = 3 by composition"
     assert "unit level" in facts["privacy"] and facts["budget"]["epsilon"] == 1.0
-    assert [row["count"] for row in http.get("/aggregates/load/ledger").json()["ledger"]] == [700, 1, 1199, 1100]
+    ledger = http.get("/aggregates/load/ledger", headers=AUTH).json()["ledger"]
+    assert [row["count"] for row in ledger] == [700, 1, 1199, 1100]
     assert [a["name"] for a in http.get("/aggregates").json()["aggregates"]] == ["load"]
 
 
@@ -121,11 +122,11 @@ def test_a_retried_batch_gets_the_first_answer_and_is_not_ingested_twice(http):
     for lo, hi, answer in ((0, 600, first), (600, 1000, second)):
         again = http.post("/aggregates/load/rows", json=_batch(rows, lo, hi, first_position=lo), headers=AUTH)
         assert again.status_code == 200 and again.json() == answer
-    assert http.get("/aggregates/load").json()["position"] == 1000
+    assert http.get("/aggregates/load", headers=AUTH).json()["position"] == 1000
     inside = _batch(rows, 999, 1000, first_position=1000)  # the open bucket's: it closes nothing
     for _ in range(2):
         assert http.post("/aggregates/load/rows", json=inside, headers=AUTH).json() == {"released": []}
-    assert http.get("/aggregates/load").json()["position"] == 1001
+    assert http.get("/aggregates/load", headers=AUTH).json()["position"] == 1001
     changed = _batch(rows, 0, 600, first_position=0)
     changed["values"][5] += 1.0
     refused = http.post("/aggregates/load/rows", json=changed, headers=AUTH)
@@ -228,7 +229,7 @@ def test_a_late_row_is_dropped_when_the_aggregate_says_so(http):
     late = _batch(rows, 150, 153)
     late["times"][1] = START
     assert http.post("/aggregates/load/rows", json=late, headers=AUTH).status_code == 200
-    assert http.get("/aggregates/load").json()["position"] == 153
+    assert http.get("/aggregates/load", headers=AUTH).json()["position"] == 153
 
 
 def test_a_name_is_taken_once(http):
@@ -236,3 +237,23 @@ def test_a_name_is_taken_once(http):
     assert "exists already" in _refused(http, "/aggregates", {"name": "load", **CREATE}, status=409)
     with pytest.raises(ServiceError, match="exists already"):
         Client("http://testserver", TOKEN, http=http).create_aggregate("load", **CREATE)
+
+
+def test_the_rows_consumed_are_shown_to_the_tokens_holder_only(http):
+    """An aggregate's rows are data under its unit-level relation: without the token its facts and ledger leave
+    out the rows consumed (position, each batch's first_position and count); with it they are there."""
+    _create(http)
+    rows = _rows(1000)
+    for lo, hi in ((0, 3), (3, 10)):
+        assert http.post("/aggregates/load/rows", json=_batch(rows, lo, hi, first_position=lo),
+                         headers=AUTH).status_code == 200
+    public = http.get("/aggregates/load").json()
+    listed = http.get("/aggregates").json()["aggregates"][0]
+    ledger = http.get("/aggregates/load/ledger").json()["ledger"]
+    assert "position" not in public and "position" not in listed and public["released"] == listed["released"]
+    assert ledger and all("count" not in row and "first_position" not in row for row in ledger)
+    assert "10" not in [str(v) for v in public.values()]
+    assert http.get("/aggregates/load", headers=AUTH).json()["position"] == 10
+    assert [row["count"] for row in http.get("/aggregates/load/ledger", headers=AUTH).json()["ledger"]] == [3, 7]
+    wrong = {"Authorization": "Bearer not-the-token"}
+    assert "position" not in http.get("/aggregates/load", headers=wrong).json()

@@ -16,8 +16,9 @@ from dpstream.service.storage import Source
 __all__ = ["describe", "released_json", "released_rows_json"]
 
 
-def describe(source: Source) -> dict[str, Any]:
-    """The public facts of a source (never its key or state)."""
+def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
+    """The public facts of a source (never its key or state); ``counts=False`` leaves out ``position``, the inputs
+    consumed (an aggregate's rows: data under its unit-level relation, shown to the token's holder only)."""
     public = dict(source.public)
     privacy = public.pop("privacy")
     spent = source.position > 0
@@ -26,7 +27,8 @@ def describe(source: Source) -> dict[str, Any]:
     if source.kind == "stream":
         described["method"] = source.params["method"]
     described.update({
-        "parameters": params, "position": source.position, "released": source.released, **public,
+        "parameters": params, **({"position": source.position} if counts else {}), "released": source.released,
+        **public,
         "privacy": privacy["statement"],
         "budget": {"epsilon": privacy["epsilon"], "delta": privacy["delta"],
                    "epsilon_spent": privacy["epsilon"] if spent else 0.0,

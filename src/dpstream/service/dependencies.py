@@ -31,6 +31,7 @@ __all__ = [
     "SourcesDep",
     "StorageDep",
     "authorize",
+    "has_token",
     "request_body",
     "request_json_object",
 ]
@@ -69,6 +70,13 @@ StorageDep = Annotated[Storage, Depends(_storage)]
 SourcesDep = Annotated[LiveSources, Depends(_sources)]
 #: The service's settings.
 SettingsDep = Annotated[Settings, Depends(_settings)]
+
+
+def has_token(request: Request) -> bool:
+    """Whether the request carries the service's bearer token (for reads that show token holders more)."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    token: bytes = request.app.state.settings.token
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
 
 
 async def authorize(request: Request, settings: SettingsDep) -> None:

@@ -30,7 +30,7 @@ from dpstream.io.times import NS, duration_text, format_times, parse_duration, p
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
-from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize
+from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize, has_token
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.ingest import Rows, ingest
 from dpstream.service.parsing import MAX_BATCH, check_name, integer, numbers, query_int
@@ -124,13 +124,16 @@ async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONRes
 
 
 @router.get("/aggregates")
-def list_aggregates(storage: StorageDep) -> dict[str, Any]:
-    return {"aggregates": [describe(source) for source in storage.sources("aggregate")]}
+def list_aggregates(request: Request, storage: StorageDep) -> dict[str, Any]:
+    """Every aggregate's public facts; the rows consumed (data) only to the token's holder."""
+    counts = has_token(request)
+    return {"aggregates": [describe(source, counts=counts) for source in storage.sources("aggregate")]}
 
 
 @router.get("/aggregates/{name}")
-def get_aggregate(name: str, sources: SourcesDep) -> dict[str, Any]:
-    return describe(sources.public("aggregate", name))
+def get_aggregate(name: str, request: Request, sources: SourcesDep) -> dict[str, Any]:
+    """An aggregate's public facts; ``position`` (the rows consumed: data) only to the token's holder."""
+    return describe(sources.public("aggregate", name), counts=has_token(request))
 
 
 def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float]]) -> bytes:
@@ -198,4 +201,4 @@ def get_released(name: str, request: Request, sources: SourcesDep) -> Response:
 
 @router.get("/aggregates/{name}/ledger")
 def get_ledger(name: str, request: Request, sources: SourcesDep) -> dict[str, Any]:
-    return common.ledger(sources, "aggregate", name, request)
+    return common.ledger(sources, "aggregate", name, request, counts=has_token(request))

@@ -69,11 +69,12 @@ def released(sources: LiveSources, kind: str, name: str, request: Request) -> Re
     return Response(released_rows_json(rows), media_type="application/json")
 
 
-def ledger(sources: LiveSources, kind: str, name: str, request: Request) -> dict[str, Any]:
-    """The last ``?limit=`` batches of the ledger, oldest first (without their digests)."""
+def ledger(sources: LiveSources, kind: str, name: str, request: Request, *, counts: bool = True) -> dict[str, Any]:
+    """The last ``?limit=`` batches of the ledger, oldest first (without their digests; ``counts=False``: without
+    their positions and counts, an aggregate's rows, data under its unit-level relation)."""
     source = sources.public(kind, name)
-    return {"ledger": [{"first_position": row.first_position, "count": row.count, "epsilon": row.epsilon,
-                        "delta": row.delta, "recorded": row.recorded}
+    return {"ledger": [{**({"first_position": row.first_position, "count": row.count} if counts else {}),
+                        "epsilon": row.epsilon, "delta": row.delta, "recorded": row.recorded}
                        for row in sources.storage.ledger(source.id, limit=_limit(request))]}
 
 
