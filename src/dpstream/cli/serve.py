@@ -40,12 +40,15 @@ DEFAULT_DATABASE = "sqlite:///dpstream.db"
               help="Serve HTTPS with this certificate (PEM); with --ssl-keyfile.")
 @click.option("--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The certificate's private key (PEM).")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Let web pages of this origin (scheme://host[:port]) call the API from a browser (CORS); "
+                   "repeatable. A page that sends the token shows it to its users.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(database: str, host: str, port: int, token: str | None, database_key: str | None,
           max_body_bytes: int | None, header_timeout: float | None, body_timeout: float | None,
           body_min_rate: float | None, max_connections: int | None,
-          ssl_certfile: str | None, ssl_keyfile: str | None, log_level: str) -> None:
+          ssl_certfile: str | None, ssl_keyfile: str | None, cors_origins: tuple[str, ...], log_level: str) -> None:
     """Serve differentially private streams and ToPL collectors over HTTP until stopped.
 
     Writes need Authorization: Bearer TOKEN; reads (released values, events, the page) are public.
@@ -66,7 +69,7 @@ def serve(database: str, host: str, port: int, token: str | None, database_key: 
         limits = ClientLimits(**{name: value for name, value in given.items() if value is not None})  # NaN passes click
         key = None if database_key is None else parse_database_key(database_key)
         app = create_app(database=database, token=token, database_key=key,
-                         max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
+                         max_body_bytes=max_body_bytes or MAX_BODY_BYTES, cors_origins=cors_origins)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     except StorageError as error:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from dpstream.service.cors import check_origins, install_cors
 from dpstream.service.dashboard import mount_dashboard
 from dpstream.service.dependencies import Settings
 from dpstream.service.errors import install_error_handlers
@@ -43,7 +44,8 @@ POLL_SECONDS = 0.25
 
 
 def create_app(*, database: str | Storage, token: str, database_key: bytes | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES, poll_seconds: float = POLL_SECONDS) -> FastAPI:
+               max_body_bytes: int = MAX_BODY_BYTES, poll_seconds: float = POLL_SECONDS,
+               cors_origins: tuple[str, ...] | list[str] = ()) -> FastAPI:
     """The service's ASGI application.
 
     Parameters
@@ -59,10 +61,13 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
         Largest request body accepted (413 beyond).
     poll_seconds : float
         How often an events stream looks for new released values.
+    cors_origins : sequence of str
+        Origins (``scheme://host[:port]``) whose web pages may call the API (CORS); none by default.
     """
     if not isinstance(token, str) or len(token) < 16:
         raise ValueError("token must be a string of at least 16 characters (e.g. python -c 'import secrets; "
                          "print(secrets.token_urlsafe())').")
+    origins = check_origins(cors_origins)
     storage = open_storage(database, database_key=database_key) if isinstance(database, str) else database
     # /docs: Swagger UI from the files fastapi-offline installs (under /docs-static), nothing from another host
     app = FastAPIOffline(title="dpstream", summary="Differentially private release of data streams", docs_url="/docs",
@@ -72,6 +77,7 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     app.state.sources = LiveSources(storage, on_commit=app.state.metrics.ingested)
     app.state.settings = Settings(token=token.encode(), max_body_bytes=max_body_bytes, poll_seconds=poll_seconds)
     install_error_handlers(app)
+    install_cors(app, origins)
     mount_metrics(app, app.state.metrics)
     app.include_router(health.router)
     mount_dashboard(app)
