@@ -105,7 +105,9 @@ def test_a_fed_stream_is_charted_and_follows_new_values_live(visit: Visit, clien
     assert len(points) == facts["released"] - window + 1  # fewer windows than pixels: one point per window
     assert visit.fact("stream", "meters", "released") == "800"
     assert visit.fact("stream", "meters", "threshold") == f"{facts['threshold']:g}"
-    assert visit.fact("stream", "meters", "budget") == "ε 1 of 1"
+    assert visit.fact("stream", "meters", "guarantee") == (
+        "each value is protected at ε = 1 (event level); the stream's guarantee is ε = 1 however long it runs")
+    assert visit.page.locator("[data-server]").count() == 0  # the cards served are replaced by live ones
     words = visit.page.text_content(f'{visit.card("stream", "meters")} p.privacy')
     assert words.startswith("Event-level differential privacy, ε = 1:") and "for tests only" in words
     assert visit.page.text_content(f'{visit.card("stream", "meters")} p.statement') == facts["privacy"]
@@ -233,3 +235,21 @@ def test_a_periodic_stream_shows_its_revised_values_beside_the_first_release(vis
     assert shown == pytest.approx(float(np.mean(revised[-window:])), rel=1e-9, abs=1e-9)
     assert closed_count(revised.size, leaves) < revised.size  # the open period is drawn as released
     assert visit.errors == []
+
+
+def test_the_page_shows_each_source_and_its_guarantee_before_its_script_runs(browser: Browser, client: Client,
+                                                                           server: ServeProcess,
+                                                                           tmp_path: Path) -> None:
+    client.create_stream("plain", epsilon=0.5, upper_bound=10.0, hold=50, seed=9)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(server.url + "/")
+        card = 'section.source[data-kind="stream"][data-name="plain"]'
+        assert page.text_content(f"{card} .name") == "plain"
+        assert page.text_content(f'{card} dd[data-fact="guarantee"]') == (
+            "each value is protected at ε = 0.5 (event level); the stream's guarantee is ε = 0.5 however long it runs")
+        assert page.text_content(f"{card} p.statement") == client.stream("plain")["privacy"]
+        page.screenshot(path=str(tmp_path / "without-script.png"), full_page=True)
+    finally:
+        context.close()

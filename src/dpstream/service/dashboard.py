@@ -2,23 +2,31 @@
 
 The page lists the streams and collectors and, for each, charts the moving average of its released
 values (drawn in the browser as SVG by ``static/dashboard.js``: no library, nothing fetched from
-another host, so it works without internet access), with theta, the budget spent and the privacy
-guarantee in words.  It reads only the public endpoints (``/streams``, ``/collectors``, their
-``released`` and ``events``): no token, and nothing secret ever reaches the page.  A moving average
-of released values is post-processing: it costs no privacy budget.
+another host, so it works without internet access), with theta and the privacy guarantee in words.
+The page is served with each source's name and guarantee already written in (from the same public
+facts as ``GET /streams`` and ``GET /collectors``), so it says something true before its script
+runs; the script then replaces those cards with live ones.  It reads only the public endpoints
+(``/streams``, ``/collectors``, their ``released`` and ``events``): no token, and nothing secret
+ever reaches the page.  A moving average of released values is post-processing: it costs no
+privacy budget.
 
 The files are package data of :mod:`dpstream.service` (``static/*``), installed with dpstream.
 """
 
 from __future__ import annotations
 
+import re
+from html import escape
 from pathlib import Path
+from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
-__all__ = ["SECURITY_HEADERS", "STATIC", "mount_dashboard"]
+from dpstream.service.answers import describe
+
+__all__ = ["SECURITY_HEADERS", "STATIC", "guarantee_in_words", "mount_dashboard", "render_page"]
 
 #: The dashboard's files (package data).
 STATIC = Path(__file__).with_name("static")
@@ -33,11 +41,73 @@ SECURITY_HEADERS = {
 }
 
 
+#: Where the page's template takes each list of sources.
+_SLOTS = {"stream": "<!--streams-->", "collector": "<!--collectors-->"}
+
+
+def _number(x: float, digits: int = 4) -> str:
+    """A number as the page's script writes it (``number`` in ``static/dashboard.js``).
+
+    >>> [_number(x) for x in (1.0, 2500.0, 0.5, 12345.6, 1e-4)], _number(1.2345e-6, 3)
+    (['1', '2,500', '0.5', '12,350', '1e-4'], '1.23e-6')
+    """
+    if x == int(x):
+        return f"{int(x):,}"
+    if abs(x) < 1e-3:
+        mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{float(f'{x:.{digits}g}'):,.12f}".rstrip("0").rstrip(".")
+
+
+def guarantee_in_words(kind: str, facts: dict[str, Any]) -> str:
+    """What the privacy budget guarantees, in words that cannot be read as budget left or exhausted.
+
+    ``facts`` is a source's public description (``GET /streams/NAME``); the relation of neighbours is the one
+    the privacy statement names (``static/dashboard.js``'s ``guaranteeInWords`` says the same).
+
+    >>> guarantee_in_words("stream", {"budget": {"epsilon": 1.0, "delta": 0.0},
+    ...                               "privacy": "1-DP; neighbours: event level: two streams differ ...; ..."})
+    "each value is protected at ε = 1 (event level); the stream's guarantee is ε = 1 however long it runs"
+    """
+    budget = facts["budget"]
+    level = f"ε = {_number(budget['epsilon'])}"
+    if budget["delta"] > 0:
+        level += f", δ = {_number(budget['delta'], 3)}"
+    if kind == "collector":
+        return (f"each client's report is protected at {level} (local, randomized by the client); "
+                f"the collector's guarantee is {level} however many reports arrive")
+    relation = re.search(r"neighbours: ([^:;]+)", facts["privacy"])
+    return (f"each value is protected at {level} ({relation.group(1) if relation else 'event level'}); "
+            f"the stream's guarantee is {level} however long it runs")
+
+
+def _card(kind: str, facts: dict[str, Any]) -> str:
+    """One source's card as served, before the script replaces it: its name, its guarantee, the exact statement."""
+    name, text = escape(facts["name"]), (lambda words: escape(words, quote=False))
+    return (f'<section class="source" data-kind="{kind}" data-name="{name}" data-server="">'
+            f'<h3><span class="name">{name}</span></h3><dl class="facts"><dt>guarantee</dt>'
+            f'<dd data-fact="guarantee">{text(guarantee_in_words(kind, facts))}</dd></dl>'
+            f'<details><summary>the exact guarantee</summary><p class="statement">{text(facts["privacy"])}</p>'
+            "</details></section>")
+
+
+def render_page(template: str, sources: dict[str, list[dict[str, Any]]]) -> str:
+    """The page with every source's card written in (``sources``: the public facts of each kind's sources)."""
+    for kind, slot in _SLOTS.items():
+        cards = "".join(_card(kind, facts) for facts in sources[kind])
+        empty = f"None yet: create one with POST /{kind}s (needs the token)."
+        template = template.replace(slot, cards or f'<p class="empty" data-server="">{empty}</p>')
+    return template
+
+
 def mount_dashboard(app: FastAPI) -> None:
     """Serve the page at ``GET /`` and its files at ``/static/`` (both public)."""
+    template = (STATIC / "index.html").read_text(encoding="utf-8")
 
     @app.get("/", include_in_schema=False)
-    def dashboard() -> FileResponse:
-        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
+    def dashboard(request: Request) -> HTMLResponse:
+        storage = request.app.state.storage
+        page = render_page(template, {kind: [describe(source) for source in storage.sources(kind)] for kind in _SLOTS})
+        return HTMLResponse(page, headers=SECURITY_HEADERS)
 
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=True), name="static")

@@ -120,6 +120,21 @@
       "the averages drawn here are post-processing and cost nothing more.";
   }
 
+  // What the budget guarantees, in words that cannot be read as budget left or exhausted (the server writes
+  // the same words into the page it serves: guarantee_in_words in dashboard.py).
+  function guaranteeInWords(kind, facts) {
+    const budget = facts.budget;
+    let level = `ε = ${number(budget.epsilon)}`;
+    if (budget.delta > 0) level += `, δ = ${number(budget.delta, 3)}`;
+    if (kind === "collector") {
+      return `each client's report is protected at ${level} (local, randomized by the client); ` +
+        `the collector's guarantee is ${level} however many reports arrive`;
+    }
+    const relation = /neighbours: ([^:;]+)/.exec(facts.privacy);
+    return `each value is protected at ${level} (${relation ? relation[1] : "event level"}); ` +
+      `the stream's guarantee is ${level} however long it runs`;
+  }
+
   // -- one card per source ----------------------------------------------------------------------
 
   function makeCard(kind, name) {
@@ -134,7 +149,7 @@
       ["threshold", "θ (threshold)"],
       ["position", kind === "collector" ? "reports received" : "values received"],
       ["released", "values released"],
-      ["budget", "budget spent"],
+      ["guarantee", "guarantee"],
     ];
     for (const [key, label] of labels) {
       facts.append(element("dt", {}, label));
@@ -161,11 +176,8 @@
       ? (hold ? `chosen after ${number(hold)} values` : "--") : number(facts.threshold, 6);
     view.fact.position.textContent = number(facts.position);
     view.fact.released.textContent = number(facts.released);
-    const budget = facts.budget;
-    let spent = `ε ${number(budget.epsilon_spent)} of ${number(budget.epsilon)}`;
-    if (budget.delta > 0) spent += `, δ ${number(budget.delta_spent, 3)} of ${number(budget.delta, 3)}`;
-    view.fact.budget.textContent = spent;
-    let words = inWords(source.kind, budget);
+    view.fact.guarantee.textContent = guaranteeInWords(source.kind, facts);
+    let words = inWords(source.kind, facts.budget);
     if (facts.seeded) words += " This stream was created with a seed: for tests only, its noise can be recomputed.";
     view.words.textContent = words;
     view.statement.textContent = facts.privacy;
@@ -403,6 +415,7 @@
   // -- the lists --------------------------------------------------------------------------------
 
   function update(kind, list, container) {
+    container.querySelectorAll("[data-server]").forEach((node) => node.remove()); // the cards served: now live
     if (list.length === 0) {
       const how = kind === "collector" ? "POST /collectors" : "POST /streams";
       container.replaceChildren(element("p", { class: "empty" }, `None yet: create one with ${how} (needs the token).`));

@@ -1,0 +1,60 @@
+"""The dashboard's page as served, before any script runs: each source's name and its guarantee in words."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dpstream.service import create_app
+from dpstream.service.dashboard import guarantee_in_words
+
+TOKEN = "page-test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def http(tmp_path):
+    application = create_app(database=f"sqlite:///{tmp_path}/page.db", token=TOKEN)
+    yield TestClient(application)
+    application.state.storage.close()
+
+
+def test_an_empty_service_says_so_without_a_script(http):
+    page = http.get("/")
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "Content-Security-Policy" in page.headers
+    assert "None yet: create one with POST /streams (needs the token)." in page.text
+    assert "None yet: create one with POST /collectors (needs the token)." in page.text
+    assert "<!--" not in page.text.split("<main>")[1]  # every slot filled
+
+
+def test_the_served_page_holds_each_stream_and_its_guarantee(http):
+    assert http.post("/streams", json={"name": "meters", "epsilon": 1.0, "upper_bound": 100.0}, headers=AUTH).is_success
+    assert http.post("/streams", json={"name": "tiny", "epsilon": 0.5, "upper_bound": 10.0}, headers=AUTH).is_success
+    assert http.post("/streams/meters/values", json={"values": [1.0, 2.0, 3.0]}, headers=AUTH).is_success
+    page = http.get("/").text
+    words = "each value is protected at ε = 1 (event level); the stream's guarantee is ε = 1 however long it runs"
+    assert words in page and "budget spent" not in page
+    assert "each value is protected at ε = 0.5 (event level)" in page
+    assert '<section class="source" data-kind="stream" data-name="meters" data-server="">' in page
+    for facts in http.get("/streams").json()["streams"]:
+        assert html.escape(guarantee_in_words("stream", facts), quote=False) in page
+        assert html.escape(facts["privacy"], quote=False) in page  # the exact statement the API answers with
+
+
+def test_a_collector_s_guarantee_is_local(http):
+    created = http.post("/collectors", json={"name": "app", "epsilon": 2.0, "upper_bound": 1.0}, headers=AUTH)
+    assert created.is_success, created.text
+    page = http.get("/").text
+    assert ("each client's report is protected at ε = 2 (local, randomized by the client); "
+            "the collector's guarantee is ε = 2 however many reports arrive") in page
+
+
+@pytest.mark.parametrize(("budget", "level"), [({"epsilon": 0.25, "delta": 1e-6}, "ε = 0.25, δ = 1e-6"),
+                                               ({"epsilon": 2500.0, "delta": 0.0}, "ε = 2,500")])
+def test_the_words_name_epsilon_and_delta_as_the_page_writes_numbers(budget, level):
+    words = guarantee_in_words("stream", {"budget": budget, "privacy": "x-DP; neighbours: user level: ...; ..."})
+    assert words == (f"each value is protected at {level} (user level); "
+                     f"the stream's guarantee is {level} however long it runs")
