@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from dpstream.client import Client, ServiceError
 from dpstream.service import create_app
-from dpstream.service.storage import ArchivedError
+from dpstream.service.storage import SCHEMA_VERSION, ArchivedError, ConflictError, open_storage
 
 TOKEN = "archive-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -173,3 +173,27 @@ def test_a_batch_racing_the_archive_commits_nothing(app, monkeypatch):
     assert storage._query("SELECT COUNT(*) FROM ledger") == [(0,)]
     assert storage._query("SELECT COUNT(*) FROM released") == [(0,)]
     assert http.get("/streams/s").json()["position"] == 0
+
+
+def test_a_database_of_schema_version_2_gains_the_archive_column_and_an_encrypted_one_archives(database_url):
+    storage = open_storage(database_url, database_key=bytes(range(32)))
+    storage.create_source(kind="stream", name="s", params={}, public={}, key=b"k" * 32, state='{"held": "raw"}')
+    with storage._transaction() as cursor:  # as version 2 left it: no archived column
+        cursor.execute("ALTER TABLE sources DROP COLUMN archived")
+        cursor.execute("UPDATE dpstream_schema SET version = 2")
+    storage.close()
+    storage = open_storage(database_url, database_key=bytes(range(32)))
+    try:
+        assert storage.schema_version() == SCHEMA_VERSION == 3
+        assert storage.source("stream", "s", secret=True).state == '{"held": "raw"}'  # the sealed state still opens
+        archived = storage.archive("stream", "s")
+        assert archived.archived is not None and storage.archive("stream", "s") == archived
+        _, key, state, _ = _row(storage, "stream", "s")
+        assert bytes(key) == b"" and state == ""  # erased, not sealed: nothing of the old key is left
+        with pytest.raises(ArchivedError):
+            storage.position("stream", "s")
+        with pytest.raises(ConflictError, match="was archived"):
+            storage.create_source(kind="stream", name="s", params={}, public={}, key=b"n" * 32, state="{}")
+        assert storage.archive("stream", "none") is None
+    finally:
+        storage.close()
