@@ -424,10 +424,10 @@ def test_a_seeded_stream_releases_what_release_seed_state_writes(http, tmp_path,
 def test_every_write_route_needs_the_token_and_no_read_route_does(http, app):
     routes = [(method.upper(), path.replace("{name}", "nope")) for path, item in app.openapi()["paths"].items()
               for method in item]
-    assert {method for method, _ in routes} == {"GET", "POST"} and len(routes) == 22
+    assert {method for method, _ in routes} == {"GET", "POST", "DELETE"} and len(routes) == 25
     for method, path in routes:
         answer = http.request(method, path, content=b"{}")
-        if method == "POST":
+        if method in ("POST", "DELETE"):
             assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == "Bearer", (path, answer.text)
         else:  # a read: public (the lists and health) or a 404 for the stream or collector that does not exist
             assert answer.status_code in (200, 404), (path, answer.text)
@@ -436,7 +436,7 @@ def test_every_write_route_needs_the_token_and_no_read_route_does(http, app):
 
 def test_the_openapi_document_has_path_parameters_only(app):
     operations = [(path, operation) for path, item in app.openapi()["paths"].items() for operation in item.values()]
-    assert len(operations) == 22
+    assert len(operations) == 25
     for path, operation in operations:  # the token, the body and the query are read from the request itself
         names = [(parameter["name"], parameter["in"]) for parameter in operation.get("parameters", [])]
         assert names == ([("name", "path")] if "{name}" in path else []), (path, names)

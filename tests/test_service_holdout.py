@@ -139,6 +139,7 @@ def test_a_database_of_schema_version_1_with_its_hold_out_in_the_state_continues
     with sqlite3.connect(path) as connection:  # as version 1 left it: the held-out values inside the state
         connection.execute("UPDATE sources SET secret_state = ?", (snapshot(older),))
         connection.execute("DROP TABLE holdout")
+        connection.execute("ALTER TABLE sources DROP COLUMN archived")  # added by version 3
         connection.execute("UPDATE dpstream_schema SET version = 1")
     app = _app(path)
     try:

@@ -171,6 +171,17 @@ class Client:
         """``GET /health``."""
         return self._call("GET", "/health").json()
 
+    def archive(self, kind: str, name: str) -> dict[str, Any]:
+        """``DELETE /{kind}s/{name}`` (``kind``: ``"stream"``, ``"collector"`` or ``"aggregate"``): archive the source.
+
+        It takes no more batches (they are refused, 410), its key and state are erased, its released values and
+        ledger stay readable and its name stays taken.  Archiving it again answers the same (sent again when the
+        answer is lost).  The facts answered say ``"archived": true`` and when (``"archived_at"``)."""
+        if kind not in ("stream", "collector", "aggregate"):
+            raise ValueError(f"kind must be 'stream', 'collector' or 'aggregate', got {kind!r}.")
+        self._positions.pop((kind, name), None)
+        return self._call("DELETE", f"/{kind}s/{name}", idempotent=True).json()
+
     # -- streams ---------------------------------------------------------------------------
 
     def create_stream(self, name: str, *, epsilon: float, upper_bound: float, method: str = "tops",

@@ -18,7 +18,8 @@ __all__ = ["describe", "released_json", "released_rows_json"]
 
 def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
     """The public facts of a source (never its key or state); ``counts=False`` leaves out ``position``, the inputs
-    consumed (an aggregate's rows: data under its unit-level relation, shown to the token's holder only)."""
+    consumed (an aggregate's rows: data under its unit-level relation, shown to the token's holder only).  An
+    archived source says so: ``"archived": true`` and ``"archived_at"``, when."""
     public = dict(source.public)
     privacy = public.pop("privacy")
     spent = source.position > 0
@@ -35,6 +36,8 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
                    "delta_spent": privacy["delta"] if spent else 0.0},
         "created": source.created,
     })
+    if source.archived is not None:
+        described.update(archived=True, archived_at=source.archived)
     return described
 
 

@@ -21,6 +21,10 @@ first), or that the mechanism refuses while the source moved, is tried again on 
 (at most :data:`ATTEMPTS` times): no process refuses a batch on the strength of a position or
 parameters the database has left behind.
 
+An archived source (:meth:`Storage.archive <dpstream.service.storage.Storage.archive>`) refuses every batch
+(410), whichever process holds its mechanism: the committed row is read before each try, and the commit
+itself is conditional on the row being live, so a batch racing the archive writes nothing.
+
 A retry of a batch whose answer was lost names the same ``first_position``: it is recognized by the
 ledger (same length, same HMAC of its content under the source's key) and answered with the values
 released the first time, never ingested twice.  An aggregate's released values are numbered apart from
@@ -42,7 +46,7 @@ import numpy as np
 from dpstream.service import mechanisms
 from dpstream.service.answers import released_json, released_rows_json
 from dpstream.service.errors import ApiError, unprocessable
-from dpstream.service.storage import ConflictError, HeldRows, Source, Storage
+from dpstream.service.storage import ArchivedError, ConflictError, HeldRows, Source, Storage
 
 __all__ = ["ATTEMPTS", "Answer", "LiveSources", "Rows", "batch_digest", "ingest"]
 
@@ -96,25 +100,44 @@ class LiveSources:
             raise ApiError(404, f"no {kind} named {name!r}.")
         return source
 
+    def archive(self, kind: str, name: str) -> Source:
+        """Archive the source (:meth:`Storage.archive <dpstream.service.storage.Storage.archive>`; 404 when there is
+        none) under its lock, and forget its mechanism."""
+        with self.lock(kind, name):
+            source = self.storage.archive(kind, name)
+            self.drop(kind, name)
+        if source is None:
+            raise ApiError(404, f"no {kind} named {name!r}.")
+        return source
+
+    def _stored(self, kind: str, name: str) -> tuple[int, int]:
+        """The source's committed ``(id, position)``: 404 when there is none, 410 when it was archived."""
+        try:
+            stored = self.storage.position(kind, name)
+        except ArchivedError as error:
+            raise ApiError(410, str(error)) from None
+        if stored is None:
+            raise ApiError(404, f"no {kind} named {name!r}.")
+        return stored
+
     def source_id(self, kind: str, name: str) -> int:
         """The source's id (404 when there is none); it never changes, so the one in memory is good."""
         live = self._live.get((kind, name))
         if live is not None:
             return live.source.id
-        stored = self.storage.position(kind, name)
-        if stored is None:
-            raise ApiError(404, f"no {kind} named {name!r}.")
-        return stored[0]
+        return self._stored(kind, name)[0]
 
     def live(self, kind: str, name: str) -> _Live:
         """The source's mechanism as the database has it now (call with its lock held): loaded on first use, and
-        again when the committed position is not the one in memory (another process moved the source on)."""
-        stored = self.storage.position(kind, name)
-        if stored is None:
-            raise ApiError(404, f"no {kind} named {name!r}.")
+        again when the committed position is not the one in memory (another process moved the source on); 410 once
+        it was archived."""
+        stored = self._stored(kind, name)
         live = self._live.get((kind, name))
         if live is None or (live.source.id, live.position) != stored:
-            source = self.storage.source(kind, name, secret=True)  # sources are never deleted: it is there
+            try:  # sources are never deleted: it is there, unless archived meanwhile
+                source = self.storage.source(kind, name, secret=True)
+            except ArchivedError as error:
+                raise ApiError(410, str(error)) from None
             mechanism, apart = mechanisms.restore_stored(mechanisms.mechanism_class(kind, source.params), source.state,
                                                          key=source.key, held=source.held)
             live = _Live(source=replace(source, key=None, state=None, held=None), mechanism=mechanism,
@@ -152,6 +175,8 @@ def ingest(sources: LiveSources, kind: str, name: str, first_position: int | Non
                         raise
         except ConflictError as error:  # another process kept the source too long
             reason = str(error)
+        except ArchivedError as error:  # archived while the mechanism refused the batch
+            raise ApiError(410, str(error)) from None
     raise ApiError(409, f"{kind} {name!r}: {reason} Retry the batch.")
 
 

@@ -1,4 +1,4 @@
-"""The service database's tables, their version and the migrations of older ones; the errors of opening it.
+"""The service database's tables, their version and the migrations of older ones; the errors of opening and using it.
 
 Schema version :data:`SCHEMA_VERSION` is kept in ``dpstream_schema`` (with the sealed check value of
 the database key, when there is one).  A database made by an older version is migrated by
@@ -8,6 +8,9 @@ made by a newer dpstream is refused.
 Version 2 added ``holdout``: the held-out values of a source, one sealed row per batch, stored
 apart from its state so that a batch appends its own values instead of rewriting all of them
 (:mod:`dpstream.service.storage`).
+
+Version 3 added ``sources.archived``: when the source was archived (NULL while it is live).  An archived
+source takes no batch, and its key, state and held-out values are erased.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from typing import Any
 
 from dpstream.service.secrets import SecretBox, SecretError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "DatabaseKeyError", "SchemaError", "StorageError", "prepare_schema"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "ArchivedError", "DatabaseKeyError", "SchemaError", "StorageError",
+           "prepare_schema"]
 
 #: The schema this dpstream writes; older ones are migrated by :data:`MIGRATIONS`, newer ones refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The held-out values of a source: one row per batch, ``count`` values from ``first_position`` (SECRET, sealed
 #: with the database key when there is one).  Rows are deleted when the hold-out ends.
@@ -30,7 +34,7 @@ _HOLDOUT = """CREATE TABLE holdout (
 
 #: ``MIGRATIONS[v]`` lists the statements that take a database from version ``v`` to ``v + 1``; ``{blob}``,
 #: ``{real}`` and ``{clustered}`` stand for the dialect's words.
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: (_HOLDOUT,)}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: (_HOLDOUT,), 2: ("ALTER TABLE sources ADD COLUMN archived TEXT",)}
 
 
 class StorageError(Exception):
@@ -45,6 +49,13 @@ class DatabaseKeyError(StorageError):
     """The database key is missing, wrong, or given for a database made without one."""
 
 
+class ArchivedError(Exception):
+    """The source was archived: it takes no batch, and its key and state are gone."""
+
+    def __init__(self, kind: str, name: str, archived: str) -> None:
+        super().__init__(f"{kind} {name!r} was archived at {archived}: it takes no more batches.")
+
+
 def _tables() -> tuple[str, ...]:
     return (
         "CREATE TABLE dpstream_schema (version INTEGER NOT NULL, encryption TEXT)",
@@ -53,7 +64,7 @@ def _tables() -> tuple[str, ...]:
             params TEXT NOT NULL, public TEXT NOT NULL,
             position BIGINT NOT NULL, released BIGINT NOT NULL,
             secret_key {blob} NOT NULL, secret_state TEXT NOT NULL,
-            created TEXT NOT NULL, updated TEXT NOT NULL, UNIQUE (kind, name))""",
+            created TEXT NOT NULL, updated TEXT NOT NULL, archived TEXT, UNIQUE (kind, name))""",
         """CREATE TABLE released (
             source_id BIGINT NOT NULL, position BIGINT NOT NULL, time {real} NOT NULL, value {real} NOT NULL,
             PRIMARY KEY (source_id, position)){clustered}""",

@@ -17,6 +17,10 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``dpstream_schema``):
   appends its own values rather than rewriting them all; deleted in the batch that ends the hold-out
   (raw data the release no longer needs).
 
+:meth:`Storage.archive` erases a source's key, state and held-out rows and records when in ``sources.archived``;
+its released values and ledger stay, its name stays taken, and no batch commits on it (:meth:`Storage.commit_batch`
+commits on a live row only, so a batch of another process racing the archive writes nothing).
+
 :meth:`Storage.commit_batch` writes a batch's released values, its ledger row, the new
 secret state and the batch's held-out values in ONE transaction, and only if the source is still
 at the position the batch started from: a crash at any moment leaves either all of them or none.
@@ -57,6 +61,7 @@ import numpy as np
 from dpstream.service.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
+    ArchivedError,
     DatabaseKeyError,
     SchemaError,
     StorageError,
@@ -68,6 +73,7 @@ from dpstream.service.sqlite_files import secure_file
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "ArchivedError",
     "ConflictError",
     "DatabaseKeyError",
     "HeldRows",
@@ -119,6 +125,8 @@ class Source:
     position: int
     released: int
     created: str
+    #: When the source was archived (None while it is live).
+    archived: str | None = None
     key: bytes | None = None
     state: str | None = None
     held: bytes | None = None
@@ -140,7 +148,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-_PUBLIC_COLUMNS = "id, kind, name, params, public, position, released, created"
+_PUBLIC_COLUMNS = "id, kind, name, params, public, position, released, created, archived"
 _LEDGER_COLUMNS = "first_position, count, digest, epsilon, delta, recorded"
 
 
@@ -277,9 +285,12 @@ class Storage:
         now = _now()
         with self._lock, self._transaction() as cursor:
             self._serialize(cursor, SOURCES_LOCK)  # the name check and MAX(id) see every source committed before
-            cursor.execute(self._sql("SELECT 1 FROM sources WHERE kind = ? AND name = ?"), (kind, name))
-            if cursor.fetchall():
-                raise ConflictError(f"a {kind} named {name!r} exists already.")
+            cursor.execute(self._sql("SELECT archived FROM sources WHERE kind = ? AND name = ?"), (kind, name))
+            rows = cursor.fetchall()
+            if rows:
+                raise ConflictError(f"a {kind} named {name!r} exists already." if rows[0][0] is None else
+                                    f"a {kind} named {name!r} was archived at {rows[0][0]}; its name stays taken "
+                                    "(its released values and ledger are kept under it): choose another name.")
             cursor.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM sources")
             source_id = int(cursor.fetchall()[0][0])
             cursor.execute(self._sql(
@@ -293,18 +304,20 @@ class Storage:
     def _source(self, row: tuple, secret: bool) -> Source:
         extra = {}
         if secret:
-            key, state = bytes(row[8]), row[9]
+            if row[8] is not None:
+                raise ArchivedError(row[1], row[2], row[8])
+            key, state = bytes(row[9]), row[10]
             if self._box is not None:
                 key = self._box.open(key, f"{row[1]}/{row[2]}/secret_key")
                 state = self._box.open_text(state, f"{row[1]}/{row[2]}/secret_state")
             extra = {"key": key, "state": state}
         return Source(id=int(row[0]), kind=row[1], name=row[2], params=json.loads(row[3]), public=json.loads(row[4]),
-                      position=int(row[5]), released=int(row[6]), created=row[7], **extra)
+                      position=int(row[5]), released=int(row[6]), created=row[7], archived=row[8], **extra)
 
     def source(self, kind: str, name: str, *, secret: bool = False) -> Source | None:
         """The stream or collector of that name, or None.  ``secret=True`` adds the key, the state and the held-out
         values stored apart (never serve them), read in one snapshot of the database: another process's batch
-        committed meanwhile is in all of them or in none."""
+        committed meanwhile is in all of them or in none; ArchivedError for an archived source (they are gone)."""
         query = f"SELECT {_PUBLIC_COLUMNS} FROM sources WHERE kind = ? AND name = ?"
         if not secret:
             rows = self._query(query, (kind, name))
@@ -336,9 +349,22 @@ class Storage:
 
     def position(self, kind: str, name: str) -> tuple[int, int] | None:
         """The source's ``(id, position)`` as committed now (None when there is none): whether a mechanism kept in
-        memory is still the database's (another process may have moved the source on)."""
-        rows = self._query("SELECT id, position FROM sources WHERE kind = ? AND name = ?", (kind, name))
+        memory is still the database's (another process may have moved the source on).  ArchivedError once archived."""
+        rows = self._query("SELECT id, position, archived FROM sources WHERE kind = ? AND name = ?", (kind, name))
+        if rows and rows[0][2] is not None:
+            raise ArchivedError(kind, name, rows[0][2])
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def archive(self, kind: str, name: str) -> Source | None:
+        """Archive the source (None when there is none): record when, erase its key, state and held-out values in one
+        transaction (nothing can derive or draw its noise again); archived again, it keeps its first time."""
+        now = _now()
+        with self._lock, self._transaction() as cursor:
+            cursor.execute(self._sql("UPDATE sources SET archived = ?, updated = ?, secret_key = ?, secret_state = '' "
+                                     "WHERE kind = ? AND name = ? AND archived IS NULL"), (now, now, b"", kind, name))
+            cursor.execute(self._sql("DELETE FROM holdout WHERE source_id IN "
+                                     "(SELECT id FROM sources WHERE kind = ? AND name = ?)"), (kind, name))
+        return self.source(kind, name)
 
     def sources(self, kind: str) -> list[Source]:
         """Every stream (or collector), by name, public columns only."""
@@ -354,7 +380,8 @@ class Storage:
         and the batch's ``held`` values appended to the source's hold-out (``forget_held``: delete the source's
         held-out rows first, the hold-out is over).
 
-        ConflictError (and nothing written) when the source is no longer at ``first_position``.  The state and
+        ConflictError (and nothing written) when the source is no longer at ``first_position`` or was archived
+        meanwhile (by any process: the condition is the committing statement's own).  The state and
         the held-out values are sealed first when the storage has a database key.
         """
         now, source_id = _now(), source.id
@@ -364,7 +391,7 @@ class Storage:
         with self._lock, self._transaction() as cursor:
             cursor.execute(self._sql(
                 "UPDATE sources SET position = position + ?, released = released + ?, secret_state = ?, public = ?, "
-                "updated = ? WHERE id = ? AND position = ?"),
+                "updated = ? WHERE id = ? AND position = ? AND archived IS NULL"),
                 (count, int(positions.size), state, json.dumps(public, allow_nan=False), now, source_id,
                  first_position))
             if cursor.rowcount != 1:

@@ -11,7 +11,8 @@ together before the answer is sent, and a retry (same ``first_position``, same r
 the buckets released the first time.  The noise is keyed by the aggregate's stored key, so a restart
 recomputes it, never re-draws it.
 
-Writes (``POST /aggregates``, ``POST /aggregates/{name}/rows``) need the bearer token.
+Writes (``POST /aggregates``, ``POST /aggregates/{name}/rows``, ``DELETE /aggregates/{name}``: archive) need the
+bearer token.
 """
 
 from __future__ import annotations
@@ -147,6 +148,11 @@ def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float
     items = [{"position": p, "bucket": b, "partition": names[p % len(names)], "value": v}
              for p, b, v in zip(positions, starts, values)]
     return json.dumps({"released": items}, separators=(",", ":"), allow_nan=False).encode()
+
+
+@router.delete("/aggregates/{name}", dependencies=[Depends(authorize)])
+async def archive_aggregate(name: str, sources: SourcesDep) -> dict[str, Any]:
+    return await common.archive(sources, "aggregate", name)
 
 
 @router.post("/aggregates/{name}/rows", dependencies=[Depends(authorize)])

@@ -1,7 +1,8 @@
 """``/collectors``: ToPL collectors (local DP) -- their creation, their current parameters, the clients' reports,
 and the public reads of what they released.
 
-Writes (``POST /collectors``, ``POST /collectors/{name}/reports``) need the bearer token.  Reports made
+Writes (``POST /collectors``, ``POST /collectors/{name}/reports``, ``DELETE /collectors/{name}``: archive) need
+the bearer token.  Reports made
 with other parameters than the collector's current ones are refused (409): the client fetches the
 parameters again and randomizes anew.
 """
@@ -55,6 +56,11 @@ def list_collectors(storage: StorageDep) -> dict[str, Any]:
 @router.get("/collectors/{name}")
 def get_collector(name: str, sources: SourcesDep) -> dict[str, Any]:
     return describe(sources.public("collector", name))
+
+
+@router.delete("/collectors/{name}", dependencies=[Depends(authorize)])
+async def archive_collector(name: str, sources: SourcesDep) -> dict[str, Any]:
+    return await common.archive(sources, "collector", name)
 
 
 @router.get("/collectors/{name}/parameters")

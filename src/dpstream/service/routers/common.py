@@ -1,5 +1,5 @@
-"""What streams and collectors share: their creation, and the public reads of their released values,
-ledger and events (``GET /{kind}s/{name}/released``, ``/ledger``, ``/events``)."""
+"""What streams and collectors share: their creation, their archive (``DELETE /{kind}s/{name}``), and the public
+reads of their released values, ledger and events (``GET /{kind}s/{name}/released``, ``/ledger``, ``/events``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from dpstream.service.ingest import LiveSources
 from dpstream.service.parsing import DEFAULT_LIMIT, MAX_LIMIT, query_int
 from dpstream.service.storage import ConflictError, Source, Storage
 
-__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "create_source", "created", "events", "ledger", "released", "require"]
+__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "create_source", "created", "events", "ledger", "released",
+           "require"]
 
 #: The warning a seeded stream or aggregate is created with (in its answer and the log).
 SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
@@ -55,6 +56,13 @@ async def created(storage: Storage, *, kind: str, name: str, params: dict[str, A
         logger.warning("%s %r: %s", kind, name, SEED_WARNING)
         answer["warning"] = SEED_WARNING
     return JSONResponse(answer, status_code=201)
+
+
+async def archive(sources: LiveSources, kind: str, name: str) -> dict[str, Any]:
+    """Archive the source (:meth:`LiveSources.archive <dpstream.service.ingest.LiveSources.archive>`: it takes no
+    more batches in any process, its key and state are erased, its released values and ledger stay, its name stays
+    taken) and answer with its public facts, ``"archived": true`` among them; 404 when there is none."""
+    return describe(await run_in_threadpool(sources.archive, kind, name))
 
 
 def _limit(request: Request) -> int:

@@ -1,6 +1,7 @@
 """``/streams``: central DP streams -- their creation, their values, and the public reads of what they released.
 
-Writes (``POST /streams``, ``POST /streams/{name}/values``) need the bearer token.
+Writes (``POST /streams``, ``POST /streams/{name}/values``, ``DELETE /streams/{name}``: archive) need the bearer
+token.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def list_streams(storage: StorageDep) -> dict[str, Any]:
 @router.get("/streams/{name}")
 def get_stream(name: str, sources: SourcesDep) -> dict[str, Any]:
     return describe(sources.public("stream", name))
+
+
+@router.delete("/streams/{name}", dependencies=[Depends(authorize)])
+async def archive_stream(name: str, sources: SourcesDep) -> dict[str, Any]:
+    return await common.archive(sources, "stream", name)
 
 
 @router.post("/streams/{name}/values", dependencies=[Depends(authorize)])
