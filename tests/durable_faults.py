@@ -56,6 +56,21 @@ class Faults:
 
         return save
 
+    def run_until_finished(self, run, *, tries: int):
+        """Call ``run()`` killed at a random write (cut at a random byte) or save, again and again until a call
+        finishes (at most ``tries``): that call's result and how many calls were killed; no kill afterwards."""
+        kills = 0
+        for _ in range(tries):
+            self.kill_in = int(self.rng.integers(0, 4))
+            try:
+                result = run()
+            except Killed:
+                kills += 1
+                continue
+            self.kill_in = None
+            return result, kills
+        raise AssertionError(f"no run finished in {tries} tries")
+
 
 def repair(world, *, after: bytes, outcome: str, action: str, before_state: bytes | None, copies: list[bytes]) -> None:
     """Repair what a step broke, as its operator would: the output as published, the newest state (kept in

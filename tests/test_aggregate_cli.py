@@ -12,7 +12,7 @@ import dpstream.durable.release as durable_release
 import dpstream.io.rows as rows
 from dpstream.cli import cli
 from dpstream.durable import StreamState
-from durable_faults import Faults, Killed
+from durable_faults import Faults
 
 BASE = ["--time-column", "time", "--unit-column", "meter", "--column", "kWh", "--bucket", "1h", "--unit-window", "1d",
         "--unit-bound", "8", "--epsilon", "1", "--upper-bound", "2", "--clip", "--seed", "4"]
@@ -88,18 +88,9 @@ def test_kill_and_resume_with_state_writes_what_an_uninterrupted_run_writes(tmp_
     faults = Faults(np.random.default_rng(11))
     monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
     monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    kills = 0
-    for _ in range(40):  # runs killed at a random write (cut at a random byte) or save, until one finishes
-        faults.kill_in = int(faults.rng.integers(0, 4))
-        try:
-            result = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)
-        except Killed:
-            kills += 1
-            continue
-        assert result.exit_code == 0, result.output
-        break
-    assert kills >= 3
-    faults.kill_in = None
+    result, kills = faults.run_until_finished(
+        lambda: _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options), tries=40)
+    assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.csv").read_bytes() == expected
     again = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)
     assert again.exit_code == 0 and "nothing new" in again.output

@@ -19,7 +19,7 @@ from dpstream.noise.discrete_laplace_law import discrete_laplace_pmf
 from dpstream.noise.sampler import ZeroNoise
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.partition_selection import selection_threshold
-from durable_faults import Faults, Killed
+from durable_faults import Faults
 
 _NS = 10**9
 HOUR = 3600
@@ -244,16 +244,7 @@ def test_kill_and_resume_with_private_selection_writes_what_an_uninterrupted_run
     faults = Faults(np.random.default_rng(3))
     monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
     monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    kills = 0
-    for _ in range(60):  # runs killed at a random write (cut at a random byte) or save, until one finishes
-        faults.kill_in = int(faults.rng.integers(0, 4))
-        try:
-            result = _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)
-        except Killed:
-            kills += 1
-            continue
-        assert result.exit_code == 0, result.output
-        break
-    assert kills >= 3
-    faults.kill_in = None
+    result, kills = faults.run_until_finished(
+        lambda: _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options), tries=60)
+    assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.csv").read_bytes() == expected
