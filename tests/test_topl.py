@@ -238,9 +238,10 @@ def test_bad_parameter_documents_are_refused_plainly():
     cases = {
         "not valid JSON": good[:-1],
         "must be a JSON object": "[1, 2]",
-        'must have "format": "dpstream.topl.parameters/1", got no format field':
+        'must have "format": "dpstream.topl.parameters/2" \\(or the older "dpstream.topl.parameters/1"\\), '
+        'got no format field':
             json.dumps({k: v for k, v in json.loads(good).items() if k != "format"}),
-        "got format 'dpstream.topl.parameters/2'": _tamper(good, format="dpstream.topl.parameters/2"),
+        "got format 'dpstream.topl.parameters/3'": _tamper(good, format="dpstream.topl.parameters/3"),
         "unknown field\\(s\\) colour": _tamper(good, colour="red"),
         "epsilon must be a number, got '1'": _tamper(good, epsilon="1"),
         "buckets must be an integer, got 32.0": _tamper(good, buckets=32.0),
@@ -254,11 +255,49 @@ def test_bad_parameter_documents_are_refused_plainly():
 def _resealed(document: dict) -> str:
     from dpstream.release.topl_wire import dump_parameters
 
-    return dump_parameters({k: v for k, v in document.items() if k not in ("format", "id")})
+    return dump_parameters({k: v for k, v in document.items() if k not in ("format", "id")}, version=1)
+
+
+def test_version_2_writes_the_masses_as_strings_and_both_versions_read_alike():
+    client = ToPLRandomizer(epsilon=1.0, upper_bound=100.0, threshold=30.0)
+    new, old = json.loads(client.to_json()), json.loads(client.to_json(version=1))
+    assert (new["format"], old["format"]) == ("dpstream.topl.parameters/2", "dpstream.topl.parameters/1")
+    assert new["id"] == old["id"] == client.parameters_id  # one id: it names the parameters, not their encoding
+    assert new["mechanisms"]["hybrid_alpha"] == str(old["mechanisms"]["hybrid_alpha"]) == str(client.hm.alpha_units)
+    for core in ("square_wave", "stochastic_rounding", "piecewise"):
+        assert new["mechanisms"][core] == {**old["mechanisms"][core], "p": str(old["mechanisms"][core]["p"]),
+                                           "q": str(old["mechanisms"][core]["q"])}
+
+    def integers(node):  # every number a double-reading parser meets is below 2^53
+        if isinstance(node, dict):
+            return [x for value in node.values() for x in integers(value)]
+        return [node] if isinstance(node, int) else []
+
+    assert max(integers(new)) < 2**53 < max(integers(old))
+    assert ToPLRandomizer.from_json(client.to_json()) == ToPLRandomizer.from_json(client.to_json(version=1)) == client
+    with pytest.raises(ValueError, match="version must be one of \\[1, 2\\], got 3"):
+        client.to_json(version=3)
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    ("hybrid_alpha", 1814557055283096576, "mechanisms.hybrid_alpha must be a string of decimal digits in version 2"),
+    ("piecewise.p", "+12", "mechanisms.piecewise.p must be a string of decimal digits in version 2 .*got '\\+12'"),
+    ("square_wave.q", "0123", "mechanisms.square_wave.q must be a string of decimal digits"),
+    ("square_wave.q", "1" * 20, "mechanisms.square_wave.q must be a string of decimal digits"),
+])
+def test_version_2_refuses_masses_that_are_not_decimal_strings(where, value, message):
+    document = json.loads(ToPLRandomizer(epsilon=1.0, upper_bound=100.0, threshold=30.0).to_json())
+    *path, key = where.split(".")
+    node = document["mechanisms"]
+    for step in path:
+        node = node[step]
+    node[key] = value
+    with pytest.raises(ValueError, match=message):
+        ToPLRandomizer.from_json(json.dumps(document))
 
 
 def test_parameters_with_wrong_values_or_foreign_mechanisms_are_refused():
-    document = json.loads(ToPLRandomizer(epsilon=1.0, upper_bound=100.0, buckets=32).to_json())
+    document = json.loads(ToPLRandomizer(epsilon=1.0, upper_bound=100.0, buckets=32).to_json(version=1))
     with pytest.raises(ValueError, match=r"ToPL parameters: threshold must be <= upper_bound 100, got 150\."):
         ToPLRandomizer.from_json(_resealed({**document, "threshold": 150.0}))
     with pytest.raises(ValueError, match="ToPL parameters: epsilon must be a finite number > 0, got -1.0"):

@@ -258,9 +258,11 @@ class Client:
         """``GET /collectors/{name}``: public facts (theta once published, reports received, hold)."""
         return self._call("GET", f"/collectors/{name}").json()
 
-    def collector_parameters(self, name: str) -> str:
-        """``GET /collectors/{name}/parameters``: the parameters document of the wire format."""
-        return self._call("GET", f"/collectors/{name}/parameters").text
+    def collector_parameters(self, name: str, *, version: int = 2) -> str:
+        """``GET /collectors/{name}/parameters``: the parameters document of the wire format, in ``version`` 2 (the
+        masses as strings) or 1; :meth:`ToPLRandomizer.from_json <dpstream.release.ToPLRandomizer.from_json>`
+        reads both (and a service older than version 2 answers version 1)."""
+        return self._call("GET", f"/collectors/{name}/parameters", params={"version": version}).text
 
     def send_reports(self, name: str, reports: str, *, first_position: int | None = None) -> list[dict[str, Any]]:
         """``POST /collectors/{name}/reports`` with a reports document of the wire format; ``first_position`` as

@@ -182,9 +182,10 @@ class ToPLCollector(Params):
         """The public parameters a client needs now (theta once it is published)."""
         return self._parameters
 
-    def parameters_json(self) -> str:
-        """The parameters document clients need now (the wire format); it changes once, when theta is out."""
-        return self._parameters.to_json()
+    def parameters_json(self, version: int = 2) -> str:
+        """The parameters document clients need now (the wire format, ``version`` 2 or 1); it changes once, when
+        theta is out."""
+        return self._parameters.to_json(version)
 
     def receive(self, report: Report | tuple[int, int]) -> float | None:
         """Take one report; return its value's estimate, or None for a threshold report."""

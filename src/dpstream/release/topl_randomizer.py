@@ -198,14 +198,15 @@ class ToPLRandomizer(Params):
         """The id reports carry (see :mod:`dpstream.release.topl_wire`)."""
         return load_parameters(self.to_json())["id"]
 
-    def to_json(self) -> str:
-        """The parameters document of the wire format (what the collector publishes)."""
-        return dump_parameters(self.parameters())
+    def to_json(self, version: int = 2) -> str:
+        """The parameters document of the wire format (what the collector publishes): ``version`` 2 (the masses
+        as strings, safe for parsers that read numbers as doubles) or 1 (for readers older than version 2)."""
+        return dump_parameters(self.parameters(), version)
 
     @classmethod
     def from_json(cls, text: str | bytes, *, clip: bool = False) -> ToPLRandomizer:
-        """A client from a parameters document, after checking it (format, fields, values, and that the
-        mechanisms' integers are those this version derives from the parameters).
+        """A client from a parameters document of either version, after checking it (format, fields, values, and
+        that the mechanisms' integers are those this version derives from the parameters).
 
         >>> ToPLRandomizer.from_json('{"format": "dpstream.topl.parameters/1", "epsilon": 1}')
         Traceback (most recent call last):

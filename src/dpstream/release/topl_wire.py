@@ -1,16 +1,16 @@
 """ToPL's wire format: the JSON a collector publishes and the JSON of the reports clients send back.
 
-This module is the one definition of the format (version 1); :class:`~dpstream.release.ToPLRandomizer`,
+This module is the one definition of the format; :class:`~dpstream.release.ToPLRandomizer`,
 :class:`~dpstream.release.topl.ReportBatch` and :class:`~dpstream.release.ToPLCollector` read and
 write it through the functions here, and a service accepts exactly this.
 
-Parameters (collector -> clients), one JSON object::
+Parameters (collector -> clients), one JSON object (version 2, written by default)::
 
-    {"format": "dpstream.topl.parameters/1",
+    {"format": "dpstream.topl.parameters/2",
      "epsilon": 1.0, "threshold_epsilon": 1.0, "upper_bound": 100.0, "threshold": null,
      "buckets": 1024, "stream_grid": 1024,
-     "mechanisms": {"square_wave": {"grid": 1024, "window": 524, "p": ..., "q": ..., "extra": ...},
-                    "stochastic_rounding": {...}, "piecewise": {...}, "hybrid_alpha": ...,
+     "mechanisms": {"square_wave": {"grid": 1024, "window": 524, "p": "5120...", "q": "1883...", "extra": 516},
+                    "stochastic_rounding": {...}, "piecewise": {...}, "hybrid_alpha": "1814557055283096576",
                     "denominator_bits": 62},
      "id": "3f2a..."}
 
@@ -20,10 +20,17 @@ Parameters (collector -> clients), one JSON object::
 * ``mechanisms``: the integers that define every report's probabilities (masses in units of
   2^-62, see :mod:`dpstream.ldp.grid`), derived from the fields above; a reader recomputes them and
   refuses a document whose numbers differ (another version of the mechanisms, or an altered
-  document).  They exceed 2^53: parse them as 64-bit integers, not as doubles.
-* ``id``: the first 16 hex digits of the SHA-256 of the document without ``id``, serialized with
-  sorted keys and no spaces.  Reports name it, so the collector can refuse reports made with
-  other parameters (an old theta, another epsilon).
+  document).  The masses ``p``, ``q`` and ``hybrid_alpha`` exceed 2^53, so version 2 writes them as
+  decimal strings: a JSON parser that reads every number as a double (JavaScript's ``JSON.parse``)
+  keeps them exact.  Every other integer is below 2^53 and stays a number.
+* ``id``: the first 16 hex digits of the SHA-256 of the document without ``id`` in its version-1
+  form (``"format": "dpstream.topl.parameters/1"``, the masses as integers), serialized with sorted
+  keys and no spaces.  It names the parameters, not their encoding: both versions of one document
+  carry one id.  Reports name it, so the collector can refuse reports made with other parameters
+  (an old theta, another epsilon).
+
+Version 1 (``"format": "dpstream.topl.parameters/1"``) is the same document with the masses as JSON
+integers; it is still read, and written on request (``version=1``).
 
 Reports (clients -> collector), one JSON object per batch (one line of a JSON-lines stream)::
 
@@ -42,6 +49,8 @@ from __future__ import annotations
 import hashlib
 import json
 import numbers
+import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,6 +60,7 @@ from dpstream._checks import plain_number
 __all__ = [
     "MECHANISM_CODES",
     "PARAMETERS_FORMAT",
+    "PARAMETERS_FORMATS",
     "PM_REPORT",
     "REPORTS_FORMAT",
     "SR_REPORT",
@@ -62,7 +72,9 @@ __all__ = [
     "parameters_id",
 ]
 
-PARAMETERS_FORMAT = "dpstream.topl.parameters/1"
+#: The parameters document's format of each version; :data:`PARAMETERS_FORMAT` is the one written by default.
+PARAMETERS_FORMATS = {1: "dpstream.topl.parameters/1", 2: "dpstream.topl.parameters/2"}
+PARAMETERS_FORMAT = PARAMETERS_FORMATS[2]
 REPORTS_FORMAT = "dpstream.topl.reports/1"
 
 #: Mechanism codes of a report.
@@ -72,6 +84,10 @@ MECHANISM_CODES = (SW_REPORT, SR_REPORT, PM_REPORT)
 _PARAMETER_FIELDS = ("epsilon", "threshold_epsilon", "upper_bound", "threshold", "buckets", "stream_grid",
                      "mechanisms")
 _REPORT_FIELDS = ("format", "parameters", "mechanism", "report")
+#: The mechanisms' randomizers, each with its grid, window and masses.
+_CORES = ("square_wave", "stochastic_rounding", "piecewise")
+#: The masses a randomizer's entry holds that exceed 2^53 (version 2 writes them, and hybrid_alpha, as strings).
+_WIDE = ("p", "q")
 
 
 def _canonical(document: dict[str, Any]) -> str:
@@ -79,16 +95,43 @@ def _canonical(document: dict[str, Any]) -> str:
 
 
 def parameters_id(fields: dict[str, Any]) -> str:
-    """The id of a parameters document: SHA-256 of its canonical JSON without ``id``, 16 hex digits."""
+    """The id of a parameters document: SHA-256 of its canonical version-1 JSON without ``id``, 16 hex digits.
+
+    ``fields`` hold the masses as integers (as :func:`load_parameters` returns them, whatever the version read)."""
     body = {key: value for key, value in fields.items() if key != "id"}
-    body["format"] = PARAMETERS_FORMAT
+    body["format"] = PARAMETERS_FORMATS[1]
     return hashlib.sha256(_canonical(body).encode()).hexdigest()[:16]
 
 
-def dump_parameters(fields: dict[str, Any]) -> str:
-    """The parameters document (one line of JSON) for ``fields`` (the keys of the module docstring)."""
-    document = {"format": PARAMETERS_FORMAT, **fields}
+def _wide(mechanisms: dict[str, Any], convert: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """``mechanisms`` with ``convert(value, where)`` applied to every mass above 2^53 (other entries as they are)."""
+    out = dict(mechanisms)
+    for core in _CORES:
+        if isinstance(out.get(core), dict):
+            out[core] = {key: convert(value, f"{core}.{key}") if key in _WIDE else value
+                         for key, value in out[core].items()}
+    if "hybrid_alpha" in out:
+        out["hybrid_alpha"] = convert(out["hybrid_alpha"], "hybrid_alpha")
+    return out
+
+
+def _decimal(value: object, where: str) -> int:
+    """A mass of a version-2 document: a string of decimal digits (at most 19, no sign, no leading zero)."""
+    if not (isinstance(value, str) and re.fullmatch(r"0|[1-9][0-9]{0,18}", value)):
+        raise ValueError(f"ToPL parameters: mechanisms.{where} must be a string of decimal digits in version 2 "
+                         f"(integers above 2^53 do not survive parsers that read doubles), got {value!r:.80}.")
+    return int(value)
+
+
+def dump_parameters(fields: dict[str, Any], version: int = 2) -> str:
+    """The parameters document (one line of JSON) for ``fields`` (the keys of the module docstring, the masses as
+    integers) in wire-format ``version`` (2, the default: the masses as strings; or 1)."""
+    if version not in PARAMETERS_FORMATS:
+        raise ValueError(f"version must be one of {sorted(PARAMETERS_FORMATS)}, got {version!r}.")
+    document = {"format": PARAMETERS_FORMATS[version], **fields}
     document["id"] = parameters_id(document)
+    if version == 2:
+        document["mechanisms"] = _wide(document["mechanisms"], lambda value, _: str(value))
     return _canonical(document)
 
 
@@ -106,11 +149,12 @@ def _parse(text: object, what: str) -> dict[str, Any]:
     return document
 
 
-def _check_format(document: dict[str, Any], expected: str, what: str) -> None:
+def _check_format(document: dict[str, Any], expected: str, what: str, older: tuple[str, ...] = ()) -> None:
     found = document.get("format")
-    if found != expected:
+    if found != expected and found not in older:
         shown = "no format field" if "format" not in document else f"format {found!r}"
-        raise ValueError(f"{what} must have \"format\": \"{expected}\", got {shown}.")
+        also = "".join(f" (or the older \"{name}\")" for name in older)
+        raise ValueError(f"{what} must have \"format\": \"{expected}\"{also}, got {shown}.")
 
 
 def _check_fields(document: dict[str, Any], expected: tuple[str, ...], what: str) -> None:
@@ -127,18 +171,19 @@ def _is_number(value: object) -> bool:
 
 
 def load_parameters(text: object) -> dict[str, Any]:
-    """Parse and check a parameters document; returns its fields (with ``id``).
+    """Parse and check a parameters document of either version; returns its fields (with ``format`` and ``id``),
+    the masses as integers.
 
     Checks the format, the fields and their JSON types, and that ``id`` matches the content; the
     values themselves are checked by :meth:`ToPLRandomizer.from_json <dpstream.release.ToPLRandomizer.from_json>`.
 
     >>> load_parameters('{"format": "dpstream.topl.parameters/0"}')  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ValueError: ToPL parameters must have "format": "dpstream.topl.parameters/1", got format '...parameters/0'.
+    ValueError: ToPL parameters must have "format": "...parameters/2" (or the older "...parameters/1"), got ...
     """
     what = "ToPL parameters"
     document = _parse(text, what)
-    _check_format(document, PARAMETERS_FORMAT, what)
+    _check_format(document, PARAMETERS_FORMAT, what, older=(PARAMETERS_FORMATS[1],))
     _check_fields(document, ("format", *_PARAMETER_FIELDS, "id"), what)
     for key in ("epsilon", "threshold_epsilon", "upper_bound"):
         if not _is_number(document[key]):
@@ -150,6 +195,8 @@ def load_parameters(text: object) -> dict[str, Any]:
             raise ValueError(f"{what}: {key} must be an integer, got {document[key]!r}.")
     if not isinstance(document["mechanisms"], dict):
         raise ValueError(f"{what}: mechanisms must be an object, got {document['mechanisms']!r:.80}.")
+    if document["format"] == PARAMETERS_FORMATS[2]:
+        document["mechanisms"] = _wide(document["mechanisms"], _decimal)
     if document["id"] != parameters_id(document):
         raise ValueError(f"{what}: id {document['id']!r} does not match the content (its hash is "
                          f"{parameters_id(document)!r}): the document was altered.")

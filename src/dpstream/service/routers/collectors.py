@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from dpstream.release import ReportBatch, ToPLCollector
+from dpstream.release.topl_wire import PARAMETERS_FORMATS
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
 from dpstream.service.dependencies import JsonObject, RawBody, SettingsDep, SourcesDep, StorageDep, authorize
@@ -64,9 +65,13 @@ async def archive_collector(name: str, sources: SourcesDep) -> dict[str, Any]:
 
 
 @router.get("/collectors/{name}/parameters")
-def collector_parameters(name: str, sources: SourcesDep) -> Response:
+def collector_parameters(name: str, request: Request, sources: SourcesDep) -> Response:
+    """The parameters document in wire-format version 2 (the masses as strings), or 1 with ``?version=1``."""
+    version = query_int(request, "version", minimum=1, default=2)
+    if version not in PARAMETERS_FORMATS:
+        raise ApiError(422, f"query parameter version must be one of {sorted(PARAMETERS_FORMATS)}, got {version}.")
     with sources.lock("collector", name):  # the collector as committed: theta may come from another process
-        text = sources.live("collector", name).mechanism.parameters_json()
+        text = sources.live("collector", name).mechanism.parameters_json(version)
     return Response(text, media_type="application/json")
 
 
