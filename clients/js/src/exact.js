@@ -9,7 +9,7 @@ export const MASK62 = DENOMINATOR - 1n;
 const EXP_BITS = 256n;
 
 /**
- * A double as an exact fraction num / den (den a power of two).
+ * A double as an exact fraction num / den in lowest terms (den a power of two).
  * @param {number} x a finite number
  * @returns {{num: bigint, den: bigint}}
  */
@@ -29,6 +29,10 @@ export function exactFraction(x) {
     exponent = BigInt(biased) - 1075n;
   }
   if (exponent >= 0n) return { num: sign * (mantissa << exponent), den: 1n };
+  while (mantissa > 0n && (mantissa & 1n) === 0n && exponent < 0n) { // lowest terms, as Python's Fraction
+    mantissa >>= 1n;
+    exponent += 1n;
+  }
   return { num: sign * mantissa, den: 1n << -exponent };
 }
 
