@@ -92,9 +92,10 @@ class ServeProcess:
     """``dpstream serve`` in a subprocess on a free port; :meth:`kill` sends SIGKILL, :meth:`start` again."""
 
     def __init__(self, database: str, *, token: str = TOKEN, cwd: Path | None = None,
-                 database_key: str | None = None) -> None:
+                 database_key: str | None = None, options: tuple[str, ...] = ()) -> None:
         self.database, self.token, self.cwd = database, token, cwd
         self.database_key = database_key
+        self.options = options  # more options of dpstream serve, e.g. ("--cors-origin", ORIGIN)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -113,7 +114,7 @@ class ServeProcess:
         with open(self.log, "ab") as log:  # a file, not a pipe: a full pipe would block the server
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "dpstream.cli", "serve", "--database", self.database, "--port",
-                 str(self.port), "--log-level", "warning"],
+                 str(self.port), "--log-level", "warning", *self.options],
                 env=env, cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=log)
         self.starts += 1
         return self

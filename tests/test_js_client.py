@@ -11,21 +11,33 @@ installs Debian's when missing); the npm packages come from the registry (``npm 
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from playwright.sync_api import sync_playwright
 
+from dpstream.client import Client
 from dpstream.noise.bits import KeyedBits
-from dpstream.release import ToPLRandomizer
+from dpstream.release import ToPLCollector, ToPLRandomizer
 from dpstream.service import create_app
+from service_helpers import TOKEN as SERVICE_TOKEN
+from service_helpers import ServeProcess, free_port
 
 PACKAGE = Path(__file__).resolve().parents[1] / "clients" / "js"
 TOKEN = "js-client-token-0123456789"
+#: Debian's Chromium (make test installs it); Playwright's own browser downloads are never used.
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 def run(*command: str, cwd: Path = PACKAGE, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -113,3 +125,119 @@ def test_the_service_publishes_version_2_and_version_1_on_request(tmp_path):
         assert refused.json()["message"] == "query parameter version must be one of [1, 2], got 3."
     finally:
         app.state.storage.close()
+
+
+# -- against a live dpstream serve -----------------------------------------------------------------------------
+
+#: The collector of the live tests: theta from 200 threshold reports, then HM reports.
+COLLECTOR = {"epsilon": 2.0, "upper_bound": 100.0, "hold": 200, "max_range": 4096, "buckets": 64}
+
+
+def report_token() -> str:
+    """The token the JavaScript client posts reports with: one that may post to the collector (today the service's
+    one token)."""
+    return SERVICE_TOKEN
+
+
+class StaticFiles:
+    """``clients/js`` served over HTTP on a free port of 127.0.0.1 (the page's origin), in a thread."""
+
+    def __init__(self) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(PACKAGE))
+        self.http = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+        self.origin = f"http://127.0.0.1:{self.http.server_port}"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:  # no access log on the test's output
+        pass
+
+
+@pytest.fixture
+def page_origin() -> Iterator[StaticFiles]:
+    files = StaticFiles()
+    yield files
+    files.stop()
+
+
+def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(node_package, page_origin, tmp_path):
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make test installs it).")
+    server = ServeProcess(f"sqlite:///{tmp_path}/page.db", options=("--cors-origin", page_origin.origin)).start()
+    try:
+        with Client(server.url, SERVICE_TOKEN) as admin:
+            admin.create_collector("web", **COLLECTOR)
+        values = np.random.default_rng(5).uniform(0, 100, 600).round(2)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                 args=["--no-sandbox", "--disable-dev-shm-usage"])
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{page_origin.origin}/examples/index.html")
+            page.fill("input[name=service]", server.url)
+            page.fill("input[name=collector]", "web")
+            page.fill("input[name=token]", report_token())
+            page.fill("textarea[name=values]", "\n".join(map(str, values)))
+            page.click("button[type=submit]")
+            page.wait_for_selector("#status[data-state=done], #status[data-state=error]", timeout=30_000)
+            status, shown = page.text_content("#status"), page.text_content("#released")
+            browser.close()
+        assert status == "sent 600 reports; the collector released 400 estimates" and errors == []
+        check = Client(server.url)  # the Python side reads the released estimates
+        released = list(check.all_released("web", after=-1, kind="collectors"))
+        assert check.collector("web")["position"] == 600
+        assert [row["position"] for row in released] == list(range(200, 600))
+        assert shown == "\n".join(f"{row['position']}\t{row['value']!r}".removesuffix(".0") for row in released)
+    finally:
+        server.stop()
+
+
+def test_a_server_killed_and_restarted_during_javascript_sends_loses_and_duplicates_no_report(node_package, tmp_path):
+    server = ServeProcess(f"sqlite:///{tmp_path}/restart.db").start()
+    values = np.random.default_rng(6).uniform(0, 100, 6000).round(3)
+    (tmp_path / "values.json").write_text(json.dumps(values.tolist()))
+    key = bytes(range(32))
+    try:
+        with Client(server.url, SERVICE_TOKEN) as admin:
+            admin.create_collector("c", **COLLECTOR)
+        sender = subprocess.Popen(["node", "test/support/send-keyed.js", server.url, "c", report_token(), key.hex(),
+                                   "restart", str(tmp_path / "values.json"), "100"],
+                                  cwd=node_package, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sending = []
+        for mark in (1000, 3000):  # SIGKILL the server while reports come in, then start it again on its port
+            deadline = time.monotonic() + 60
+            while _position(server) < mark and time.monotonic() < deadline and sender.poll() is None:
+                time.sleep(0.01)
+            sending.append(sender.poll() is None)
+            server.kill()
+            server.start()
+        out, err = sender.communicate(timeout=120)
+        assert sender.returncode == 0, err[-3000:]
+        released = json.loads(out)
+        check = Client(server.url)
+        assert sending == [True, True] and server.starts == 3 and check.collector("c")["position"] == values.size
+        assert [row["position"] for row in released] == list(range(200, values.size))
+        assert list(check.all_released("c", after=-1, kind="collectors")) == released
+        # the same reports as Python's from the same bits: each batch randomized once, in order
+        collector, bits = ToPLCollector(**COLLECTOR), KeyedBits(key=key, identity="restart")
+        expected = [collector.receive_json(ToPLRandomizer.from_json(collector.parameters_json())
+                                           .report_batch(values[start:start + 100], bits).to_json())
+                    for start in range(0, values.size, 100)]
+        assert [row["value"] for row in released] == np.concatenate(expected).tolist()
+    finally:
+        server.stop()
+
+
+def _position(server: ServeProcess) -> int:
+    try:
+        return httpx.get(f"{server.url}/collectors/c", timeout=1.0).json()["position"]
+    except (httpx.TransportError, ValueError, KeyError):
+        return 0
