@@ -1,7 +1,7 @@
 # Two set-up commands on a fresh machine with Python 3.11 and make:
 #   make demo   -- virtual environment, install, run ToPS on the built-in POS stream
 #   make test   -- virtual environment, install (with the Spark extra; its tests need Java 17+), lint (ruff),
-#                  run the whole test suite
+#                  run the whole test suite (which runs clients/js's tests under Node: npm ci, npm test)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 	@# the Spark tests run PySpark in local mode on Java 17+, when missing
 	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }
+	@# the JavaScript client's tests (clients/js) run under Node 20.19+ with npm, when missing
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
 	touch $(STAMP)
 
 demo: $(STAMP)
