@@ -114,7 +114,12 @@ export class ToPLClient {
 
   /** One request (see `request`); the answer's JSON. */
   async call(method, path, body) {
-    return JSON.parse(await this.request(method, path, body));
+    const text = await this.request(method, path, body);
+    try {
+      return JSON.parse(text);
+    } catch {
+      throw new ServiceError(null, `${method} ${path}: the answer is not JSON: ${JSON.stringify(text.slice(0, 80))}.`);
+    }
   }
 
   /** The collector's public facts (GET /collectors/NAME): position, hold, parameters, privacy. */

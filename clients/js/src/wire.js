@@ -63,7 +63,7 @@ export function parseParameters(text) {
   try {
     document = JSON.parse(text);
   } catch (error) {
-    fail(` are not valid JSON: ${error.message}.`);
+    fail(` are not valid JSON: ${error.message.replace(/\s+/g, ' ')}.`); // one line, whatever the text held
   }
   if (document === null || typeof document !== 'object' || Array.isArray(document)) {
     fail(` must be a JSON object, got ${Array.isArray(document) ? 'an array' : typeof document}.`);

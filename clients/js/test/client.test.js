@@ -106,3 +106,13 @@ test('discard gives an unanswered batch up: its values are randomized anew', asy
   assert.deepEqual(service.posts.map(([first]) => first), [0, 0, 0, 0, 0, 4]);
   assert.equal(service.position, 8);
 });
+
+test('an answer that is not JSON is refused in one line', async () => {
+  const client = new ToPLClient('http://service.test', 'c', {
+    retry: QUICK, fetch: async () => new Response('<html>\n<body>a proxy page</body></html>'),
+  });
+  await assert.rejects(client.send([1]), (error) => /^Error: ToPL parameters are not valid JSON: /.test(String(error))
+    && !error.message.includes('\n'));
+  await assert.rejects(client.facts(), (error) => error instanceof ServiceError && error.status === null
+    && error.message === 'GET /collectors/c: the answer is not JSON: "<html>\\n<body>a proxy page</body></html>".');
+});
