@@ -146,8 +146,9 @@ export async function parametersId(fields) {
   if (!subtle) {
     throw new Error('checking the ToPL parameters needs crypto.subtle (a secure context: https, or http on localhost).');
   }
-  const { id, ...body } = fields; // eslint-disable-line no-unused-vars
-  const text = canonical({ ...body, format: PARAMETERS_FORMAT_V1 });
+  const body = { ...fields, format: PARAMETERS_FORMAT_V1 };
+  delete body.id;
+  const text = canonical(body);
   const digest = new Uint8Array(await subtle.digest('SHA-256', new TextEncoder().encode(text)));
   return Array.from(digest.subarray(0, 8), (byte) => byte.toString(16).padStart(2, '0')).join('');
 }
