@@ -204,7 +204,7 @@ def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(nod
 
 def test_a_server_killed_and_restarted_during_javascript_sends_loses_and_duplicates_no_report(node_package, tmp_path):
     server = ServeProcess(f"sqlite:///{tmp_path}/restart.db").start()
-    values = np.random.default_rng(6).uniform(0, 100, 6000).round(3)
+    values = np.random.default_rng(6).uniform(0, 100, 4000).round(3)
     (tmp_path / "values.json").write_text(json.dumps(values.tolist()))
     key = bytes(range(32))
     try:
@@ -214,7 +214,7 @@ def test_a_server_killed_and_restarted_during_javascript_sends_loses_and_duplica
                                    "restart", str(tmp_path / "values.json"), "100"],
                                   cwd=node_package, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         sending = []
-        for mark in (1000, 3000):  # SIGKILL the server while reports come in, then start it again on its port
+        for mark in (700, 2000):  # SIGKILL the server while reports come in, then start it again on its port
             deadline = time.monotonic() + 60
             while _position(server) < mark and time.monotonic() < deadline and sender.poll() is None:
                 time.sleep(0.01)
