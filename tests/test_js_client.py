@@ -174,6 +174,9 @@ def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(nod
         with Client(server.url, SERVICE_TOKEN) as admin:
             admin.create_collector("web", **COLLECTOR)
         values = np.random.default_rng(5).uniform(0, 100, 600).round(2)
+        parameters = ToPLRandomizer(**{k: COLLECTOR[k] for k in ("epsilon", "upper_bound", "buckets")},
+                                    threshold=37.5).to_json()
+        words = KeyedBits(key=bytes(32), identity="page").words(3 * values.size)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                                  args=["--no-sandbox", "--disable-dev-shm-usage"])
@@ -189,6 +192,8 @@ def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(nod
             page.click("button[type=submit]")
             page.wait_for_selector("#status[data-state=done], #status[data-state=error]", timeout=30_000)
             status, shown = page.text_content("#status"), page.text_content("#released")
+            in_page = page.evaluate(_IN_PAGE, {"parameters": parameters, "values": values.tolist(),
+                                               "words": [str(w) for w in words.tolist()]})
             browser.close()
         assert status == "sent 600 reports; the collector released 400 estimates" and errors == []
         check = Client(server.url)  # the Python side reads the released estimates
@@ -198,8 +203,31 @@ def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(nod
         rows = [line.split("\t") for line in shown.splitlines()]  # what the page showed: the same estimates
         assert [(int(position), float(value)) for position, value in rows] == [
             (row["position"], row["value"]) for row in released]
+        # the randomizer as the browser runs it, given the same words as Python's, makes the same reports
+        assert in_page == ToPLRandomizer.from_json(parameters).report_batch(values, _Words(words)).to_json()
     finally:
         server.stop()
+
+
+#: In the page: the client's module, a parameters document and given words -> the reports document.
+_IN_PAGE = """async ({parameters, values, words}) => {
+    const { ToPLRandomizer } = await import('../src/index.js');
+    const given = BigUint64Array.from(words, BigInt);
+    let read = 0;
+    const bits = { words: (n) => given.subarray(read, (read += n)) };
+    return (await ToPLRandomizer.fromJson(parameters)).reportBatch(values, bits).toJson();
+}"""
+
+
+class _Words:
+    """A bit source that gives these words, in order."""
+
+    def __init__(self, words: np.ndarray) -> None:
+        self.left = words
+
+    def words(self, n: int) -> np.ndarray:
+        out, self.left = self.left[:n], self.left[n:]
+        return out
 
 
 def test_a_server_killed_and_restarted_during_javascript_sends_loses_and_duplicates_no_report(node_package, tmp_path):
