@@ -32,7 +32,8 @@ from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
-from dpstream.cli._rows import BatchTimes, duration_option, read_names, row_batches, seconds_option
+from dpstream.cli._rows import BatchTimes, duration_option, read_names, seconds_option
+from dpstream.cli._rows import row_batches as _batches
 from dpstream.io import InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
@@ -355,7 +356,7 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
         with durable.guarded(run, counts=False), run.output() as sink:
             if run.state.progress.output_bytes == 0:
                 sink.write("bucket,partition,value\n")
-            for fed in run.feed_batches(row_batches(rows, held)):
+            for fed in run.feed_batches(_batches(rows, held)):
                 batch = held.pop()
                 held.clear()  # the batches before it were consumed by earlier runs: let them go
                 feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
