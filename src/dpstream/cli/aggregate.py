@@ -27,12 +27,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from dpstream.cli import _durable as durable
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
-from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
+from dpstream.cli._outputs import check_finite, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
-from dpstream.cli._rows import BatchTimes, duration_option, read_names, seconds_option
+from dpstream.cli._rows import (
+    BatchTimes,
+    RowFeeder,
+    derived_output,
+    durable_rows,
+    duration_option,
+    read_names,
+    seconds_option,
+)
 from dpstream.cli._rows import row_batches as _batches
 from dpstream.io import InputError
 from dpstream.io.records import MISSING_POLICIES
@@ -206,14 +213,8 @@ def _check_revised(path: str | None, *, output_path: str, statistic: str, inputs
     if statistic == "mean":
         raise ValueError("--revised applies to --statistic sum and count, not mean (a ratio has no window total to "
                          "spread).")
-    if output_path == "-" or is_stream(Path(output_path)):
-        raise ValueError(f"--revised reads the release back from -o: give a regular file, not {output_path!r}.")
-    for flag, named in {"-o": output_path, **inputs}.items():
-        if named not in (None, "-") and os.path.abspath(named) == os.path.abspath(path):
-            raise ValueError(f"--revised and {flag} must name different files, got {path!r} for both.")
-    if not Path(path).parent.is_dir():
-        raise ValueError(f"the directory {Path(path).parent} of --revised does not exist (nothing was written).")
-    return prepare_output(path, force=force, inputs=[inputs["INPUT"], inputs["--partitions"]])
+    return derived_output(path, "--revised", output_path=output_path, inputs=inputs, force=force,
+                          sources=[inputs["INPUT"], inputs["--partitions"]])
 
 
 def _write_revised(target: Path | None, output_path: str, names: list[str], params: dict[str, Any], *,
@@ -243,7 +244,7 @@ def _partition_indices(column: pa.ChunkedArray, names: list[str]) -> np.ndarray:
     return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-class _Feeder:
+class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
     def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False) -> None:
@@ -264,11 +265,6 @@ class _Feeder:
             if not self.sorted_rows:
                 raise
             raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
-
-    def end(self, sink: TextIO) -> None:
-        if self.releaser.position == 0:
-            raise InputError("the input holds no rows.")
-        self.write(self.releaser.flush(), sink)
 
     def write(self, released: Released, sink: TextIO) -> None:
         if not len(released):
@@ -341,36 +337,9 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
                  checkpoint_seconds: float, columns: tuple[Any, ...]) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
-    if input_path == "-":
-        raise click.UsageError("aggregate --state reads a file, not stdin (it skips the rows consumed by earlier "
-                               "runs).")
-    recorded = {"method": "aggregate", **params, "columns": list(columns), "seed": seed}
-    run = durable.start(state_path, method="aggregate", params=recorded, seed=seed, input_path=input_path,
-                        output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                        build=lambda key: UnitAggregate(**params, key=key))
-    try:
-        warn_if_seeded(seed)
-        feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
-        before = (run.releaser.position, run.releaser.released)
-        held: list[RowBatch] = []
-        with durable.guarded(run, counts=False), run.output() as sink:
-            if run.state.progress.output_bytes == 0:
-                sink.write("bucket,partition,value\n")
-            for fed in run.feed_batches(_batches(rows, held)):
-                batch = held.pop()
-                held.clear()  # the batches before it were consumed by earlier runs: let them go
-                feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
-                run.checkpoint(sink)
-            feeder.end(sink)
-            run.finish(sink)  # its message counts the rows consumed: data under unit-level privacy, not said
-        feeder.report()
-        where = f"state {state_path}"
-        if run.releaser.position == before[0]:
-            say(f"nothing new: every row of the input was consumed by earlier runs; nothing was released or spent "
-                f"({where}).")
-        else:
-            say(f"released {run.releaser.released - before[1]:,} buckets in this run "
-                f"({'resumed' if run.resumed else 'new release'}; {where}).")
-    finally:
-        run.close()
-
+    width = buckets_per_window(params["bucket"], params["window"])
+    durable_rows(state_path, command="aggregate", params={"method": "aggregate", **params}, columns=columns,
+                 build=lambda key: UnitAggregate(**params, key=key), feeder=lambda agg: _Feeder(agg, names, width),
+                 header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
+                 output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
+                 batches=_batches)

@@ -31,11 +31,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from dpstream.cli import _durable as durable
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
-from dpstream.cli._outputs import is_stream, output_file, prepare_output
-from dpstream.cli._rows import BatchTimes, duration_option, read_names, row_batches, seconds_option
+from dpstream.cli._outputs import output_file, prepare_output
+from dpstream.cli._rows import (
+    BatchTimes,
+    RowFeeder,
+    derived_output,
+    durable_rows,
+    duration_option,
+    read_names,
+    seconds_option,
+)
 from dpstream.io import InputError, read_matrix_with_header
 from dpstream.io.rows import RowBatch, read_rows
 from dpstream.io.times import format_times
@@ -129,7 +136,7 @@ def release_locations(input_path: str, output_path: str, time_column: str, user_
         out = prepare_output(output_path, force=force, inputs=[input_path, locations_path, transition_path])
         writer = _Writer(releaser)
         with output_file(out) as sink:
-            writer.header(sink)
+            sink.write(writer.header_text())
             for batch in rows:
                 writer.feed(batch, sink)
             writer.end(sink)
@@ -158,14 +165,8 @@ def _check_postprocess(method: str | None, transition_path: str | None, path: st
     if transition_path is None or path is None:
         raise ValueError("--postprocess needs --transition (the public matrix) and --postprocessed (where the "
                          "estimates go).")
-    if output_path == "-" or is_stream(Path(output_path)):
-        raise ValueError(f"--postprocess reads the release back from -o: give a regular file, not {output_path!r}.")
-    for flag, named in {"-o": output_path, **inputs}.items():
-        if named not in (None, "-") and os.path.abspath(named) == os.path.abspath(path):
-            raise ValueError(f"--postprocessed and {flag} must name different files, got {path!r} for both.")
-    if not Path(path).parent.is_dir():
-        raise ValueError(f"the directory {Path(path).parent} of --postprocessed does not exist (nothing was written).")
-    return prepare_output(path, force=force, inputs=list(inputs.values()))
+    return derived_output(path, "--postprocessed", output_path=output_path, inputs=inputs, force=force,
+                          sources=list(inputs.values()))
 
 
 def _read_transition(path: str | None, locations: list[str]) -> np.ndarray:
@@ -189,7 +190,7 @@ def _read_transition(path: str | None, locations: list[str]) -> np.ndarray:
         raise InputError(str(error)) from None
 
 
-class _Writer:
+class _Writer(RowFeeder):
     """Parses each batch's times, feeds the release and writes the steps it closes."""
 
     def __init__(self, releaser: LocationCounts) -> None:
@@ -197,8 +198,11 @@ class _Writer:
         self.times = BatchTimes()
         self.steps = 0  # steps written by this run
 
-    def header(self, sink: TextIO) -> None:
-        csv.writer(sink, lineterminator="\n").writerow(["step", *self.releaser.locations])
+    def header_text(self) -> str:
+        """The header line: ``step`` and the locations (CSV quoting)."""
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerow(["step", *self.releaser.locations])
+        return text.getvalue()
 
     def feed(self, batch: RowBatch, sink: TextIO) -> None:
         if not len(batch):
@@ -206,11 +210,6 @@ class _Writer:
         times = self.times(batch)
         for released in self.releaser.release_parts(times, batch.units, batch.partitions):
             self.write(released, sink)
-
-    def end(self, sink: TextIO) -> None:
-        if self.releaser.position == 0:
-            raise InputError("the input holds no rows.")
-        self.write(self.releaser.flush(), sink)
 
     def write(self, released: ReleasedCounts, sink: TextIO) -> None:
         if not len(released):
@@ -234,38 +233,11 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
                  columns: tuple[str, ...]) -> None:
     """``release-locations --state FILE``: the release under a durable run, each batch committed before it is
     written."""
-    if input_path == "-":
-        raise click.UsageError("release-locations --state reads a file, not stdin (it skips the rows consumed by "
-                               "earlier runs).")
-    recorded = {"method": "locations", **params, "columns": list(columns), "seed": seed}
-    run = durable.start(state_path, method="locations", params=recorded, seed=seed, input_path=input_path,
-                        output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                        build=lambda key: LocationCounts(**params, key=key))
-    try:
-        warn_if_seeded(seed)
-        writer = _Writer(run.releaser)
-        before = run.releaser.position
-        held: list[RowBatch] = []
-        with durable.guarded(run, counts=False), run.output() as sink:
-            if run.state.progress.output_bytes == 0:
-                writer.header(sink)
-            for fed in run.feed_batches(row_batches(rows, held)):
-                batch = held.pop()
-                held.clear()  # the batches before it were consumed by earlier runs: let them go
-                writer.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
-                run.checkpoint(sink)
-            writer.end(sink)
-            run.finish(sink)  # its message counts the rows consumed: not said (unbounded: data)
-        writer.report()
-        where = f"state {state_path}"
-        if run.releaser.position == before:
-            say(f"nothing new: every row of the input was consumed by earlier runs; nothing was released or spent "
-                f"({where}).")
-        else:
-            say(f"released {writer.steps:,} steps in this run ({'resumed' if run.resumed else 'new release'}; "
-                f"{where}).")
-    finally:
-        run.close()
+    header = _Writer(LocationCounts(**params, seed=0)).header_text()
+    durable_rows(state_path, command="release-locations", params={"method": "locations", **params}, columns=columns,
+                 build=lambda key: LocationCounts(**params, key=key), feeder=_Writer, header=header, unit="steps",
+                 rows=rows, input_path=input_path, output_path=output_path, seed=seed, force=force,
+                 checkpoint_seconds=checkpoint_seconds)
 
 
 def _write_postprocessed(target: Path, output_path: str, params: dict[str, Any], *, method: str | None,
