@@ -191,7 +191,7 @@ def test_bounded_steps_must_hold_every_user_once():
         release.release(np.array([0, 0, 2, 2]) * NS, ["u", "v", "u", "v"], ["a"] * 4)
     release = LocationCounts(epsilon=1.0, locations=PLACES, step=1, users=2, seed=0)
     assert len(release.release(np.array([0, 0, 1]) * NS, ["u", "v", "u"], ["a"] * 3)) == 1
-    with pytest.raises(ValueError, match="step 1970-01-01T00:00:01Z has 1 rows"):
+    with pytest.raises(ValueError, match="step 1970-01-01T00:00:01Z has 1 row, but"):
         release.flush()
     gaps = LocationCounts(epsilon=1.0, locations=PLACES, step=1, neighbours="unbounded", seed=0)
     assert len(gaps.release(np.array([0, 5]) * NS, ["u", "u"], ["a", "b"])) == 5  # empty steps released (noise)

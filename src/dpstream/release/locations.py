@@ -336,8 +336,8 @@ class LocationCounts(Params):
             step, found = int(distinct[wrong[0]]), int(rows[wrong[0]])
         else:
             return
-        raise ValueError(f"step {self._step_text(step)} has {found:,} rows, but under bounded neighbours each of the "
-                         f"{self.users:,} users (--users) has one location at every step.")
+        raise ValueError(f"step {self._step_text(step)} has {found:,} row{'s' * (found != 1)}, but under bounded "
+                         f"neighbours each of the {self.users:,} users (--users) has one location at every step.")
 
     def _advance_to(self, step: int, pieces: list[tuple[int, np.ndarray]]) -> Iterator[ReleasedCounts]:
         """Release every step before ``step`` not yet released, and open ``step``."""
