@@ -165,3 +165,23 @@ def test_kill_and_resume_with_state_writes_what_an_uninterrupted_run_writes(tmp_
         tries=40)
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.csv").read_bytes() == expected
+
+
+def test_postprocessing_reads_the_release_back_so_it_needs_a_file_and_its_own_output(tmp_path, data):
+    post = ["--postprocess", "map", "--transition", tmp_path / "transition.csv"]
+    to_stdout = _run(*_base(tmp_path, "-o", "-", *post, "--postprocessed", tmp_path / "map.csv"))
+    assert to_stdout.exit_code == 2 and "--postprocessed reads the release back from -o" in to_stdout.output
+    same = _run(*_base(tmp_path, "-o", tmp_path / "out.csv", *post, "--postprocessed", tmp_path / "out.csv"))
+    assert same.exit_code == 2 and "--postprocessed and -o must name different files" in same.output
+    over = _run(*_base(tmp_path, "-o", tmp_path / "locations.txt"))
+    assert over.exit_code == 2 and "-o and --locations must name different files" in over.output
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "map.csv").exists()
+
+
+def test_budget_of_a_state_shows_the_relation_and_never_the_rows_consumed(tmp_path, data):
+    result = _run(*_base(tmp_path, "-o", tmp_path / "out.csv", "--state", tmp_path / "s.state", "--w-event", 4))
+    assert result.exit_code == 0, result.output
+    budget = CliRunner().invoke(cli, ["budget", str(tmp_path / "s.state")])
+    assert budget.exit_code == 0, budget.output
+    assert "locations" in budget.output and "at up to 4 consecutive time steps" in budget.output
+    assert "how many rows were consumed is data" in budget.output and "1,440" not in budget.output
