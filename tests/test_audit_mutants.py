@@ -117,6 +117,14 @@ def unit_bound_doubled() -> tuple[Patch, ...]:
     return (("release/bounding.py", "        limit = self.bounds.limit\n", "        limit = 2 * self.bounds.limit\n"),)
 
 
+@mutant("locations", 40_000)
+def locations_bounded_sensitivity_one() -> tuple[Patch, ...]:
+    """Location counts under bounded neighbours draw noise for L1 sensitivity 1, but a user who moves changes two
+    counts (it is 2)."""
+    return (("release/locations.py", 'NEIGHBOURS = {"bounded": 2, "unbounded": 1}',
+             'NEIGHBOURS = {"bounded": 1, "unbounded": 1}'),)
+
+
 @mutant("tops-model", 200)
 def model_threshold_argmax() -> tuple[Patch, ...]:
     """The model threshold's private selections (the median, step 1, and theta, step 3) take the best true score."""

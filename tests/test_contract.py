@@ -67,6 +67,7 @@ KINDS = ("key", "seed", "float")
 #: MAKERS, and ToPL (:func:`test_topl_simulation_continues_from_its_snapshot`).
 CONTRACT_TESTED = frozenset(name for name in MAKERS if name in REGISTRY) | {"topl", "aggregate"}  # aggregate: rows
 # of units, not values: its contract (batches, one row at a time, snapshots) is tested in tests/test_aggregate.py
+CONTRACT_TESTED |= {"locations"}  # rows (time, user, location): tested in tests/test_locations.py
 
 
 def run_split(make, splits: list[int], *, one_by_one: bool = False) -> np.ndarray:

@@ -47,6 +47,9 @@ count-of-counts-top-down  the top-down release end to end (root and two leaves, 
                           group's size is 2 or 3; every released group size
 count-of-counts-k         the private bound K: the largest group has 3 or 4 members; K
 laplace-counts            one user moves between two locations; the two noisy (integer) counts
+locations,                location counts from rows (time, user, location), windows of 2 steps
+locations-unbounded       (``w_event = 2``): one user moves (bounded) or is added (unbounded) at
+                          both steps of every window; the window's four noisy counts
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -84,6 +87,7 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
+from dpstream.audit.locations import LocationWindows
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
     BinaryTree,
@@ -218,6 +222,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
     "unit-aggregate": UnitAggregateWindows,
+    "locations": LocationWindows,
+    "locations-unbounded": lambda *, epsilon=1.0: LocationWindows(neighbours="unbounded", epsilon=epsilon),
 }
 
 

@@ -18,6 +18,7 @@ from dpstream.cli import (
     pak_improvement,  # noqa: F401  (registers pak-improvement)
     postprocess,  # noqa: F401  (registers postprocess, evaluate-postprocess)
     release,  # noqa: F401  (registers release)
+    release_locations,  # noqa: F401  (registers release-locations)
     serve,  # noqa: F401  (registers serve)
 )
 from dpstream.cli._app import cli, main

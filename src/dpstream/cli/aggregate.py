@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,18 +25,26 @@ from typing import Any, TextIO
 import click
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from dpstream.cli import _durable as durable
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
-from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
+from dpstream.cli._outputs import check_finite, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
-from dpstream.io import Batch, InputError
+from dpstream.cli._rows import (
+    BatchTimes,
+    RowFeeder,
+    derived_output,
+    durable_rows,
+    duration_option,
+    read_names,
+    seconds_option,
+)
+from dpstream.cli._rows import row_batches as _batches
+from dpstream.io import InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
-from dpstream.io.times import buckets_per_window, format_times, parse_duration, parse_times, time_kind
+from dpstream.io.times import buckets_per_window, format_times, parse_times, time_kind
 from dpstream.release.aggregate import LATE_POLICIES, STATISTICS, Released, UnitAggregate, unit_statement
 from dpstream.release.partition_selection import SELECTIONS
 
@@ -49,21 +56,6 @@ _BATCH = 1 << 18
 _WRITE = 1 << 16
 
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    try:
-        return parse_duration(value)
-    except ValueError as error:
-        if re.fullmatch(r"\s*[0-9]+[smhd]\s*", value):  # well formed, too long
-            raise click.BadParameter(str(error)) from None
-        raise click.BadParameter(f"{value!r} is not an integer and s, m, h or d (m = minutes), e.g. 30m.") from None
-
-
-def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    if value != value:  # NaN passes FloatRange
-        raise click.BadParameter(f"must be a number of seconds >= 0, got {value!r}.")
-    return value
-
-
 @cli.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
@@ -71,8 +63,8 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--time-column", required=True, help="The time of each row: ISO 8601 (no offset = UTC) or epoch seconds.")
 @click.option("--unit-column", required=True, help="The privacy unit of each row (a meter, a household).")
 @click.option("--column", required=True, help="The value column.")
-@click.option("--bucket", required=True, callback=_duration, help="Bucket length: an integer and s|m|h|d (30m).")
-@click.option("--unit-window", required=True, callback=_duration,
+@click.option("--bucket", required=True, callback=duration_option, help="Bucket length: an integer and s|m|h|d (30m).")
+@click.option("--unit-window", required=True, callback=duration_option,
               help="The window a unit is protected in (1d: each UTC day), a whole number of buckets.")
 @click.option("--unit-bound", type=float, required=True,
               help="L1 bound of one unit's contribution per window (the sum of its values; with --statistic count, "
@@ -124,7 +116,7 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A secret state file: the release continues where a stopped run left it, never re-drawing noise.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              callback=_seconds, help="With --state: the least time between two commits.")
+              callback=seconds_option, help="With --state: the least time between two commits.")
 def aggregate(input_path: str, output_path: str, time_column: str, unit_column: str, column: str, bucket: int,
               unit_window: int, partition_column: str | None, partitions_path: str | None, missing: str,
               seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float, sort_rows: bool,
@@ -143,7 +135,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         width = buckets_per_window(bucket, unit_window)
         private = _check_selection(partition_column, partitions_path, options)
         _check_not_partitions(partitions_path, {"-o": output_path, "--state": state_path})
-        partitions = _read_partitions(partitions_path) if partitions_path is not None else None
+        partitions = read_names(partitions_path, "--partitions", "partition") if partitions_path is not None else None
         params = dict(epsilon=options["epsilon"], bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
                       statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
                       max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
@@ -221,14 +213,8 @@ def _check_revised(path: str | None, *, output_path: str, statistic: str, inputs
     if statistic == "mean":
         raise ValueError("--revised applies to --statistic sum and count, not mean (a ratio has no window total to "
                          "spread).")
-    if output_path == "-" or is_stream(Path(output_path)):
-        raise ValueError(f"--revised reads the release back from -o: give a regular file, not {output_path!r}.")
-    for flag, named in {"-o": output_path, **inputs}.items():
-        if named not in (None, "-") and os.path.abspath(named) == os.path.abspath(path):
-            raise ValueError(f"--revised and {flag} must name different files, got {path!r} for both.")
-    if not Path(path).parent.is_dir():
-        raise ValueError(f"the directory {Path(path).parent} of --revised does not exist (nothing was written).")
-    return prepare_output(path, force=force, inputs=[inputs["INPUT"], inputs["--partitions"]])
+    return derived_output(path, "--revised", output_path=output_path, inputs=inputs, force=force,
+                          sources=[inputs["INPUT"], inputs["--partitions"]])
 
 
 def _write_revised(target: Path | None, output_path: str, names: list[str], params: dict[str, Any], *,
@@ -258,23 +244,19 @@ def _partition_indices(column: pa.ChunkedArray, names: list[str]) -> np.ndarray:
     return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-class _Feeder:
+class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
     def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
-        self.kind: str | None = None
+        self.times = BatchTimes()
         self.first: int | None = None
         self.windows = 0
 
     def feed(self, batch: RowBatch, sink: TextIO) -> None:
         if not len(batch):
             return
-        if self.kind is None:
-            self.kind = time_kind(str(batch.times[0]))
-            say(f"times: {'epoch seconds' if self.kind == 'epoch' else 'ISO 8601, no offset read as UTC'} "
-                f"(from the first row)")
-        times = parse_times(batch.times, kind=self.kind, first_row=batch.first_row)
+        times = self.times(batch)
         try:
             for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
                                                         skip=batch.missing if batch.missing.any() else None):
@@ -283,11 +265,6 @@ class _Feeder:
             if not self.sorted_rows:
                 raise
             raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
-
-    def end(self, sink: TextIO) -> None:
-        if self.releaser.position == 0:
-            raise InputError("the input holds no rows.")
-        self.write(self.releaser.flush(), sink)
 
     def write(self, released: Released, sink: TextIO) -> None:
         if not len(released):
@@ -356,63 +333,13 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
             raise ValueError(f"{flag} and --partitions must name different files, got {partitions_path!r} for both.")
 
 
-def _read_partitions(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            names = [line.strip() for line in handle if line.strip()]
-    except UnicodeDecodeError as error:
-        raise ValueError(f"--partitions {path} is not UTF-8 text (byte {error.start + 1}).") from None
-    if not names:
-        raise ValueError(f"--partitions {path} names no partition.")
-    if len(set(names)) != len(names):
-        raise ValueError(f"--partitions {path} names a partition twice.")
-    return names
-
-
-def _batches(rows: Iterator[RowBatch], held: list[RowBatch]) -> Iterator[Batch]:
-    """The rows as the durable run's input log absorbs them: values, and the time, unit and partition texts."""
-    for batch in rows:
-        held.append(batch)
-        keys = batch.units if batch.partitions is None else pc.binary_join_element_wise(batch.units,
-                                                                                       batch.partitions, "\x1f")
-        yield Batch(values=batch.values, lines=np.arange(batch.first_row, batch.first_row + len(batch)),
-                    times=batch.times.to_pylist(), keys=keys.to_pylist())
-
-
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
                  checkpoint_seconds: float, columns: tuple[Any, ...]) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
-    if input_path == "-":
-        raise click.UsageError("aggregate --state reads a file, not stdin (it skips the rows consumed by earlier "
-                               "runs).")
-    recorded = {"method": "aggregate", **params, "columns": list(columns), "seed": seed}
-    run = durable.start(state_path, method="aggregate", params=recorded, seed=seed, input_path=input_path,
-                        output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
-                        build=lambda key: UnitAggregate(**params, key=key))
-    try:
-        warn_if_seeded(seed)
-        feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
-        before = (run.releaser.position, run.releaser.released)
-        held: list[RowBatch] = []
-        with durable.guarded(run, counts=False), run.output() as sink:
-            if run.state.progress.output_bytes == 0:
-                sink.write("bucket,partition,value\n")
-            for fed in run.feed_batches(_batches(rows, held)):
-                batch = held.pop()
-                held.clear()  # the batches before it were consumed by earlier runs: let them go
-                feeder.feed(batch.slice(int(fed.lines[0]) - batch.first_row), sink)
-                run.checkpoint(sink)
-            feeder.end(sink)
-            run.finish(sink)  # its message counts the rows consumed: data under unit-level privacy, not said
-        feeder.report()
-        where = f"state {state_path}"
-        if run.releaser.position == before[0]:
-            say(f"nothing new: every row of the input was consumed by earlier runs; nothing was released or spent "
-                f"({where}).")
-        else:
-            say(f"released {run.releaser.released - before[1]:,} buckets in this run "
-                f"({'resumed' if run.resumed else 'new release'}; {where}).")
-    finally:
-        run.close()
-
+    width = buckets_per_window(params["bucket"], params["window"])
+    durable_rows(state_path, command="aggregate", params={"method": "aggregate", **params}, columns=columns,
+                 build=lambda key: UnitAggregate(**params, key=key), feeder=lambda agg: _Feeder(agg, names, width),
+                 header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
+                 output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
+                 batches=_batches)

@@ -65,13 +65,16 @@ class RowBatch:
                         self.missing[start:])
 
 
-def read_rows(path: str, *, time_column: str, unit_column: str, column: str, partition_column: str | None = None,
-              missing: str = "error", batch_rows: int = 1 << 20) -> Iterator[RowBatch]:
+def read_rows(path: str, *, time_column: str, unit_column: str, column: str | None,
+              partition_column: str | None = None, missing: str = "error",
+              batch_rows: int = 1 << 20) -> Iterator[RowBatch]:
     """The rows of ``path`` (CSV, ``.gz``, ``-`` or Parquet) in batches: a Parquet file ``batch_rows`` at a time, a
-    CSV one block of :data:`_BLOCK` bytes at a time."""
+    CSV one block of :data:`_BLOCK` bytes at a time.  ``column=None``: rows without a value (``values`` all 0)."""
     if missing not in MISSING_POLICIES:
         raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}.")
-    names = {"time": time_column, "unit": unit_column, "value": column}
+    names = {"time": time_column, "unit": unit_column}
+    if column is not None:
+        names["value"] = column
     if partition_column is not None:
         names["partition"] = partition_column
     if len(set(names.values())) != len(names):
@@ -104,13 +107,14 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
     if header is not None:  # checked here: pyarrow reads the first of two columns of one name, and says less
         _check_names(header, columns, source)
     types = {name: pa.string() for name in columns}
-    types[names["value"]] = pa.float64()
+    if "value" in names:
+        types[names["value"]] = pa.float64()
     try:
         reader = pcsv.open_csv(handle, read_options=pcsv.ReadOptions(block_size=_BLOCK),
                                convert_options=pcsv.ConvertOptions(column_types=types, include_columns=columns,
                                                                    null_values=_NULLS, strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowKeyError) as error:  # a bad file, or a column it lacks
-        raise InputError(_message(source, error, names["value"])) from None
+        raise InputError(_message(source, error, names.get("value"))) from None
     except _GZIP_ERRORS as error:
         raise InputError(_gzip_message(source, error)) from None
     _check_names(reader.schema.names, columns, source)
@@ -120,7 +124,7 @@ def _tables(path: str, source: str, names: dict[str, str], batch_rows: int) -> I
         except StopIteration:
             return
         except (pa.ArrowInvalid, pa.ArrowKeyError) as error:
-            raise InputError(_message(source, error, names["value"])) from None
+            raise InputError(_message(source, error, names.get("value"))) from None
         except _GZIP_ERRORS as error:
             raise InputError(_gzip_message(source, error)) from None
         yield batch
@@ -188,8 +192,11 @@ def _batch(table: pa.RecordBatch, names: dict[str, str], source: str, row: int, 
                 raise InputError(f"{source} row {row + int(np.flatnonzero(empty)[0])}: the {role} "
                                  f"({_quote(names[role])}) is missing.")
             texts[role] = column
-    values = np.asarray(_cast(table.column(names["value"]), pa.float64(), source, names["value"], "numbers")
-                        .to_numpy(zero_copy_only=False), dtype=np.float64)
+    if "value" not in names:
+        values = np.zeros(table.num_rows)
+    else:
+        values = np.asarray(_cast(table.column(names["value"]), pa.float64(), source, names["value"], "numbers")
+                            .to_numpy(zero_copy_only=False), dtype=np.float64)
     absent = np.isnan(values)
     if absent.any():
         if missing == "error":

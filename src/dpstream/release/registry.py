@@ -38,6 +38,7 @@ from dpstream.noise.bits import KeyedBits
 from dpstream.release.aggregate import AGGREGATE, UnitAggregate
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
+from dpstream.release.locations import LOCATIONS, LocationCounts
 from dpstream.release.pak import PAK
 from dpstream.release.topl import ToPL
 from dpstream.release.tops import ToPS
@@ -230,6 +231,11 @@ def _describe_aggregate(agg: UnitAggregate) -> str:
             f"fan-out {agg.fanout}; {chosen}")
 
 
+def _describe_locations(counts: LocationCounts) -> str:
+    return (f"{len(counts.locations)} locations, steps of {counts.step} s, {counts.neighbours} neighbours, "
+            f"discrete Laplace of scale {counts.scale:g} per cell")
+
+
 def _same_names(*names: str) -> dict[str, str]:
     return {name: name for name in names}
 
@@ -256,3 +262,5 @@ register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "thre
 register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",
                    public_counts=False,
                    audits=("unit-aggregate",)))
+register(Mechanism("locations", LocationCounts, LOCATIONS, _describe_locations, per_key=False,
+                   command="release-locations", public_counts=False, audits=("locations", "locations-unbounded")))
