@@ -19,6 +19,7 @@ from dpstream.cli import (
     postprocess,  # noqa: F401  (registers postprocess, evaluate-postprocess)
     release,  # noqa: F401  (registers release)
     serve,  # noqa: F401  (registers serve)
+    token,  # noqa: F401  (registers token create, list, revoke)
 )
 from dpstream.cli._app import cli, main
 
