@@ -92,8 +92,9 @@ class ServeProcess:
     """``dpstream serve`` in a subprocess on a free port; :meth:`kill` sends SIGKILL, :meth:`start` again."""
 
     def __init__(self, database: str, *, token: str = TOKEN, cwd: Path | None = None,
-                 database_key: str | None = None) -> None:
+                 database_key: str | None = None, args: tuple[str, ...] = ()) -> None:
         self.database, self.token, self.cwd = database, token, cwd
+        self.args = args  # more options of dpstream serve
         self.database_key = database_key
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -113,7 +114,7 @@ class ServeProcess:
         with open(self.log, "ab") as log:  # a file, not a pipe: a full pipe would block the server
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "dpstream.cli", "serve", "--database", self.database, "--port",
-                 str(self.port), "--log-level", "warning"],
+                 str(self.port), "--log-level", "warning", *self.args],
                 env=env, cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=log)
         self.starts += 1
         return self
