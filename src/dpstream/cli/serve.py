@@ -5,11 +5,9 @@ from __future__ import annotations
 import click
 
 from dpstream.cli._app import cli, say
+from dpstream.cli._options import DEFAULT_DATABASE
 
 __all__ = ["serve"]
-
-#: The database when none is given: a file in the working directory, created with mode 0600.
-DEFAULT_DATABASE = "sqlite:///dpstream.db"
 
 
 @cli.command()

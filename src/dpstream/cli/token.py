@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from dpstream.cli._app import cli, say
-from dpstream.cli.serve import DEFAULT_DATABASE
+from dpstream.cli._options import DEFAULT_DATABASE
 
 __all__ = ["token"]
 
