@@ -235,6 +235,9 @@ def test_the_rate_is_one_count_for_every_process(database_url):
         assert outcomes == [True, True, True, False, False, False]
         stores[1].clock = lambda: 10800.0  # the next window, seen by the other process
         stores[1].charge(principal, 4)
+        stores[0].revoke(principal.id)  # after the request's token was read: refused, nothing counted
+        with pytest.raises(PermissionError, match=f"token {principal.id} was revoked"):
+            stores[1].charge(principal, 1)
     finally:
         first.close()
         second.close()

@@ -172,6 +172,8 @@ async def charge_reports(request: Request, count: int) -> None:
         await run_in_threadpool(request.app.state.tokens.charge, principal, count)
     except RateLimited as error:
         raise ApiError(429, str(error), {"Retry-After": str(error.retry_after)}) from None
+    except PermissionError as error:
+        raise ApiError(403, str(error)) from None
 
 
 async def request_body(request: Request, settings: SettingsDep) -> bytes:

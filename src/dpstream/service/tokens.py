@@ -222,7 +222,8 @@ class TokenStore:
 
     def charge(self, principal: Principal, count: int) -> None:
         """Count ``count`` reports in the contributor's current window; RateLimited (nothing counted) when they
-        would pass its rate.  One conditional UPDATE: processes sharing the database share the count."""
+        would pass its rate, PermissionError when the token was revoked meanwhile.  One conditional UPDATE:
+        processes sharing the database share the count."""
         now = self.clock()
         start = int(now // principal.window) * principal.window
         with self.storage._lock, self.storage._transaction() as cursor:
@@ -232,6 +233,10 @@ class TokenStore:
                 (start, count, count, start, principal.id, count, start, count))
             if cursor.rowcount == 1:
                 return
+            cursor.execute(self.storage._sql("SELECT revoked FROM tokens WHERE id = ?"), (principal.id,))
+            revoked = cursor.fetchall()[0][0]
+        if revoked is not None:  # revoked since the request's token was read
+            raise PermissionError(f"token {principal.id} was revoked at {revoked}.")
         wait = max(1, math.ceil(start + principal.window - now))
         raise RateLimited(f"token {principal.id} may send {principal.rate:,} reports every "
                           f"{duration_text(principal.window)}; this batch of {count:,} would pass that: retry in "
