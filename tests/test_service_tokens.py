@@ -235,6 +235,8 @@ def test_the_rate_is_one_count_for_every_process(database_url):
         assert outcomes == [True, True, True, False, False, False]
         stores[1].clock = lambda: 10800.0  # the next window, seen by the other process
         stores[1].charge(principal, 4)
+        if database_url.startswith("sqlite"):  # counted without waiting for the disk, then durable again
+            assert first._query("PRAGMA synchronous") == second._query("PRAGMA synchronous") == [(2,)]
         stores[0].revoke(principal.id)  # after the request's token was read: refused, nothing counted
         with pytest.raises(PermissionError, match=f"token {principal.id} was revoked"):
             stores[1].charge(principal, 1)
