@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from dpstream.cli import cli
+from dpstream.client import Client, ServiceError, ToPLClient
 from dpstream.noise.bits import make_bits
 from dpstream.release import ToPLRandomizer
 from dpstream.service import create_app, open_storage
@@ -366,3 +367,26 @@ def test_the_cli_lists_and_revokes_what_it_issued(tmp_path, monkeypatch):
     assert runner.invoke(cli, ["token", "revoke", issued["id"]]).exit_code == 0
     table = runner.invoke(cli, ["token", "list"]).stdout
     assert issued["id"] in table and "revoked" in table and "stream:a" in table and issued["token"] not in table
+
+
+def test_the_python_clients_issue_use_and_revoke_a_contributor_token(tmp_path):
+    app = create_app(database=f"sqlite:///{tmp_path}/client.db", token=TOKEN)
+    try:
+        http = TestClient(app)
+        admin = Client("http://testserver", TOKEN, http=http)
+        admin.create_collector("fares", **COLLECTOR)
+        issued = admin.create_token("contributor", collector="fares", rate=100, window="1m", max_batch=50)
+        assert issued["token"].startswith("dpst_") and issued["scope"] == ["collector:fares"]
+        app_client = ToPLClient("http://testserver", "fares", issued["token"], http=TestClient(app), bits=5)
+        app_client.send(np.full(50, 20.0))
+        with pytest.raises(ServiceError, match="at most 50 reports a batch, got 51") as refused:
+            app_client.send(np.full(51, 20.0))
+        assert refused.value.status == 413
+        app_client.discard()
+        assert [token["id"] for token in admin.tokens()] == [issued["id"]]
+        assert admin.revoke_token(issued["id"])["revoked"] is not None
+        with pytest.raises(ServiceError, match="was revoked") as revoked:
+            app_client.send(np.full(10, 20.0))
+        assert revoked.value.status == 403 and admin.collector("fares")["position"] == 50
+    finally:
+        app.state.storage.close()
