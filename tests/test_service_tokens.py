@@ -269,6 +269,13 @@ def test_revocation_holds_at_once_in_another_process_and_the_cli_issues_tokens(t
         assert second.delete(f"/tokens/{contributor['id']}", headers=ADMIN).status_code == 200
         refused = first.post("/collectors/x/reports?first_position=10", content=_reports(first, 10, 1), headers=auth)
         assert refused.status_code == 403 and "was revoked" in refused.json()["message"]
+        limited = second.post("/tokens", json={"role": "contributor", "collector": "x", "rate": 20},
+                              headers=ADMIN).json()
+        auth = {**auth, "Authorization": f"Bearer {limited['token']}"}
+        sent = [client.post(f"/collectors/x/reports?first_position={first_position}",
+                            content=_reports(first, 10, first_position), headers=auth).status_code
+                for client, first_position in ((second, 10), (first, 20), (second, 30))]
+        assert sent == [200, 200, 429]  # one count for both processes
         first.close()
         second.close()
     finally:
@@ -279,7 +286,9 @@ def test_revocation_holds_at_once_in_another_process_and_the_cli_issues_tokens(t
             line["path"] != "/health"] == [
         ("POST", "/collectors", 201, "bootstrap"), ("GET", "/collectors/x/parameters", 200, None),
         ("POST", "/collectors/x/reports", 200, contributor["id"]), ("GET", "/collectors/x/parameters", 200, None),
-        ("POST", "/collectors/x/reports", 403, contributor["id"])]
+        ("POST", "/collectors/x/reports", 403, contributor["id"]), ("GET", "/collectors/x/parameters", 200, None),
+        ("GET", "/collectors/x/parameters", 200, None), ("POST", "/collectors/x/reports", 200, limited["id"]),
+        ("GET", "/collectors/x/parameters", 200, None)]  # the other batches of the limited token went to the other
     assert all(line["seconds"] >= 0 and line["client"] == "127.0.0.1" for line in lines)
     text = log.read_text()
     assert contributor["token"] not in text and TOKEN not in text and "first_position" not in text
