@@ -30,6 +30,8 @@ Traceback (most recent call last):
 ValueError: a producer token needs streams or aggregates (names, or "*" for all of a kind).
 >>> digest("dpst_x") == digest("dpst_x") != digest("dpst_y")
 True
+>>> Principal(role="admin").scope_text(), Principal(role="producer", scope=("stream:a", "stream:*")).scope_text()
+('an admin', "a producer for stream 'a', stream '*'")
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ class Principal(TokenSpec):
     def scope_text(self) -> str:
         """The role and scope in words, for refusals: "a contributor for collector 'fares'"."""
         where = ", ".join(f"{entry.split(':', 1)[0]} {entry.split(':', 1)[1]!r}" for entry in self.scope)
-        return f"a {self.role}" + (f" for {where}" if where else "")
+        article = "an" if self.role == "admin" else "a"
+        return f"{article} {self.role}" + (f" for {where}" if where else "")
 
 
 class RateLimited(Exception):
