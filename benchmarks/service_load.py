@@ -14,6 +14,10 @@ Measured (client and server on one machine, so they share its cores):
   advance by the client (reports/s of the service; randomizing is the clients' work);
 * latency: ``--requests`` batches of 1,000 values, one at a time (p50, p99, max in ms).
 
+With ``--scoped-tokens`` the values and the reports are sent with a producer's and a contributor's token
+(issued by ``POST /tokens``; the contributor's rate and batch size set out of the way), each looked up in
+the database at every request, instead of the service's bootstrap token (compared in memory).
+
 On PostgreSQL it then measures one and two ``dpstream serve`` processes on one database, as behind a
 round-robin load balancer: two streams fed at once by two clients, ``--values`` values each in batches
 of 10,000, batch ``i`` of a stream sent to process ``i mod P`` (values/s of both streams together);
@@ -34,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -45,12 +50,25 @@ BATCH = 10_000
 SMALL = 1_000
 
 
-def measure(database: str, *, values: int, reports: int, requests: int, seed: int = 0) -> dict[str, float]:
+def _tokens(url: str, scoped: bool) -> tuple[str, str]:
+    """The tokens the values and the reports are sent with: the bootstrap one, or a producer's and a contributor's."""
+    if not scoped:
+        return TOKEN, TOKEN
+    issued = [httpx.post(f"{url}/tokens", json=document, headers={"Authorization": f"Bearer {TOKEN}"}).json()["token"]
+              for document in ({"role": "producer", "streams": ["load", "latency"]},
+                               {"role": "contributor", "collector": "reports", "rate": 10**9, "max_batch": BATCH})]
+    return issued[0], issued[1]
+
+
+def measure(database: str, *, values: int, reports: int, requests: int, seed: int = 0,
+            scoped: bool = False) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     server = ServeProcess(database).start()
     try:
-        with Client(server.url, TOKEN) as client:
-            client.create_stream("load", epsilon=1.0, upper_bound=100.0, hold=BATCH)
+        producer, contributor = _tokens(server.url, scoped)
+        with Client(server.url, TOKEN) as admin, Client(server.url, producer) as client, \
+                Client(server.url, contributor) as reporter:
+            admin.create_stream("load", epsilon=1.0, upper_bound=100.0, hold=BATCH)
             data = rng.integers(0, 80, values).astype(float)
             client.send("load", data[:BATCH], first_position=0)  # the hold-out: theta is chosen
             start = time.perf_counter()
@@ -58,18 +76,18 @@ def measure(database: str, *, values: int, reports: int, requests: int, seed: in
                 client.send("load", data[first:first + BATCH], first_position=first)
             ingest = (values - BATCH) / (time.perf_counter() - start)
 
-            client.create_collector("reports", epsilon=1.0, upper_bound=100.0, hold=BATCH)
+            admin.create_collector("reports", epsilon=1.0, upper_bound=100.0, hold=BATCH)
             local = LocalToPL.from_json(client.collector_parameters("reports"))
-            client.send_reports("reports", local.report_batch(rng.uniform(0, 100, BATCH), bits=seed).to_json())
+            reporter.send_reports("reports", local.report_batch(rng.uniform(0, 100, BATCH), bits=seed).to_json())
             local = LocalToPL.from_json(client.collector_parameters("reports"))  # theta is published
             documents = [local.report_batch(rng.uniform(0, 100, BATCH), bits=seed + i).to_json()
                          for i in range(reports // BATCH)]
             start = time.perf_counter()
             for document in documents:
-                client.send_reports("reports", document)
+                reporter.send_reports("reports", document)
             report_rate = len(documents) * BATCH / (time.perf_counter() - start)
 
-            client.create_stream("latency", epsilon=1.0, upper_bound=100.0, hold=SMALL)
+            admin.create_stream("latency", epsilon=1.0, upper_bound=100.0, hold=SMALL)
             small = rng.integers(0, 80, SMALL * (requests + 1)).astype(float)
             client.send("latency", small[:SMALL], first_position=0)
             seconds = []
@@ -140,6 +158,8 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=500_000)
     parser.add_argument("--requests", type=int, default=2_000)
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument("--scoped-tokens", action="store_true",
+                        help="send values and reports with a producer's and a contributor's token")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     shared: dict[str, dict[str, float]] = {}
@@ -147,12 +167,12 @@ def main() -> None:
         if kind == "sqlite":
             with tempfile.TemporaryDirectory() as folder:
                 results[kind] = measure(f"sqlite:///{folder}/load.db", values=args.values, reports=args.reports,
-                                        requests=args.requests)
+                                        requests=args.requests, scoped=args.scoped_tokens)
         else:
             postgres = PostgresServer().start()
             try:
                 results[kind] = measure(postgres.new_database(), values=args.values, reports=args.reports,
-                                        requests=args.requests)
+                                        requests=args.requests, scoped=args.scoped_tokens)
                 for processes in (1, 2):
                     shared[f"{processes} process{'es' if processes > 1 else ''}"] = measure_processes(
                         postgres.new_database(), processes=processes, values=args.values, requests=args.requests)

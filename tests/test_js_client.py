@@ -133,10 +133,11 @@ def test_the_service_publishes_version_2_and_version_1_on_request(tmp_path):
 COLLECTOR = {"epsilon": 2.0, "upper_bound": 100.0, "hold": 200, "max_range": 4096, "buckets": 64}
 
 
-def report_token() -> str:
-    """The token the JavaScript client posts reports with: one that may post to the collector (today the service's
-    one token)."""
-    return SERVICE_TOKEN
+def report_token(admin: Client, collector: str) -> str:
+    """The token the JavaScript client posts reports with: a contributor's of ``collector`` only, as an app would
+    ship (its rate well above what the test sends, counting the batches a restart makes it send again)."""
+    return admin.create_token("contributor", collector=collector, rate=100_000, window="1h",
+                              note="the JavaScript client's test")["token"]
 
 
 class StaticFiles:
@@ -173,6 +174,7 @@ def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(nod
     try:
         with Client(server.url, SERVICE_TOKEN) as admin:
             admin.create_collector("web", **COLLECTOR)
+            token = report_token(admin, "web")
         values = np.random.default_rng(5).uniform(0, 100, 600).round(2)
         parameters = ToPLRandomizer(**{k: COLLECTOR[k] for k in ("epsilon", "upper_bound", "buckets")},
                                     threshold=37.5).to_json()
@@ -187,7 +189,7 @@ def test_a_static_page_in_chromium_posts_reports_that_the_collector_releases(nod
             page.goto(f"{page_origin.origin}/examples/index.html")
             page.fill("input[name=service]", server.url)
             page.fill("input[name=collector]", "web")
-            page.fill("input[name=token]", report_token())
+            page.fill("input[name=token]", token)
             page.fill("textarea[name=values]", "\n".join(map(str, values)))
             page.click("button[type=submit]")
             page.wait_for_selector("#status[data-state=done], #status[data-state=error]", timeout=30_000)
@@ -238,7 +240,8 @@ def test_a_server_killed_and_restarted_during_javascript_sends_loses_and_duplica
     try:
         with Client(server.url, SERVICE_TOKEN) as admin:
             admin.create_collector("c", **COLLECTOR)
-        sender = subprocess.Popen(["node", "test/support/send-keyed.js", server.url, "c", report_token(), key.hex(),
+            token = report_token(admin, "c")
+        sender = subprocess.Popen(["node", "test/support/send-keyed.js", server.url, "c", token, key.hex(),
                                    "restart", str(tmp_path / "values.json"), "100"],
                                   cwd=node_package, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         sending = []

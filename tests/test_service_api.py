@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -422,12 +423,12 @@ def test_a_seeded_stream_releases_what_release_seed_state_writes(http, tmp_path,
 # -- the application's shape: writes behind the token, an OpenAPI document of the path parameters only -------
 
 def test_every_write_route_needs_the_token_and_no_read_route_does(http, app):
-    routes = [(method.upper(), path.replace("{name}", "nope")) for path, item in app.openapi()["paths"].items()
-              for method in item]
-    assert {method for method, _ in routes} == {"GET", "POST", "DELETE"} and len(routes) == 25
+    routes = [(method.upper(), path.replace("{name}", "nope").replace("{token_id}", "nope"))
+              for path, item in app.openapi()["paths"].items() for method in item]
+    assert {method for method, _ in routes} == {"GET", "POST", "DELETE"} and len(routes) == 28
     for method, path in routes:
         answer = http.request(method, path, content=b"{}")
-        if method in ("POST", "DELETE"):
+        if method in ("POST", "DELETE") or path == "/tokens":  # the list of tokens is an admin's read
             assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == "Bearer", (path, answer.text)
         else:  # a read: public (the lists and health) or a 404 for the stream or collector that does not exist
             assert answer.status_code in (200, 404), (path, answer.text)
@@ -436,10 +437,10 @@ def test_every_write_route_needs_the_token_and_no_read_route_does(http, app):
 
 def test_the_openapi_document_has_path_parameters_only(app):
     operations = [(path, operation) for path, item in app.openapi()["paths"].items() for operation in item.values()]
-    assert len(operations) == 25
+    assert len(operations) == 28
     for path, operation in operations:  # the token, the body and the query are read from the request itself
         names = [(parameter["name"], parameter["in"]) for parameter in operation.get("parameters", [])]
-        assert names == ([("name", "path")] if "{name}" in path else []), (path, names)
+        assert names == [(name, "path") for name in re.findall(r"\{(\w+)\}", path)], (path, names)
         assert "requestBody" not in operation, path
 
 

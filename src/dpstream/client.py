@@ -309,6 +309,24 @@ class Client:
 
         return self._ingest("aggregate", name, len(body["values"]), first_position, post).json()["released"]
 
+    # -- tokens (an admin's token) ---------------------------------------------------------------
+
+    def create_token(self, role: str, **scope: Any) -> dict[str, Any]:
+        """``POST /tokens``: issue a token of ``role`` (``"admin"``, ``"producer"``, ``"contributor"``, ``"reader"``)
+        with its scope: ``streams``, ``aggregates`` (lists of names, a producer's), ``collector``, ``rate``,
+        ``window`` (e.g. ``"1h"``), ``max_batch`` (a contributor's), ``note``.  The answer's ``"token"`` is the
+        token, shown this once; ``"id"`` names it in :meth:`tokens`, :meth:`revoke_token` and the access log."""
+        return self._call("POST", "/tokens", json={"role": role, **scope}).json()
+
+    def tokens(self) -> list[dict[str, Any]]:
+        """``GET /tokens``: every token issued, revoked ones too, with its public facts (never the token)."""
+        return self._call("GET", "/tokens").json()["tokens"]
+
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
+        """``DELETE /tokens/{token_id}``: revoke the token, at once in every process (sent again when the answer
+        is lost: revoking it again answers the same)."""
+        return self._call("DELETE", f"/tokens/{token_id}", idempotent=True).json()
+
 
 class ToPLClient:
     """Clients of one ToPL collector: fetch the public parameters, randomize locally, post the reports.
@@ -316,7 +334,8 @@ class ToPLClient:
     Parameters
     ----------
     url, token
-        The service and its token (posting reports is a write).
+        The service and a token that may post reports to the collector: a contributor's of it (see
+        :meth:`Client.create_token`), or an admin's.
     http : httpx.Client, optional
         The HTTP client to use (e.g. FastAPI's ``TestClient``); default a new one for ``url``.
     collector : str

@@ -20,6 +20,7 @@ from dpstream.cli import (
     release,  # noqa: F401  (registers release)
     release_locations,  # noqa: F401  (registers release-locations)
     serve,  # noqa: F401  (registers serve)
+    token,  # noqa: F401  (registers token create, list, revoke)
 )
 from dpstream.cli._app import cli, main
 

@@ -10,7 +10,10 @@ from dpstream.cli._app import quote
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["SEED_HELP", "epsilon_option", "epsilons_option", "floats"]
+__all__ = ["DEFAULT_DATABASE", "SEED_HELP", "epsilon_option", "epsilons_option", "floats"]
+
+#: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
+DEFAULT_DATABASE = "sqlite:///dpstream.db"
 
 
 def floats(text: str) -> list[float]:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import click
 
 from dpstream.cli._app import cli, say
+from dpstream.cli._options import DEFAULT_DATABASE
 
 __all__ = ["serve"]
-
-#: The database when none is given: a file in the working directory, created with mode 0600.
-DEFAULT_DATABASE = "sqlite:///dpstream.db"
 
 
 @cli.command()
@@ -43,18 +41,24 @@ DEFAULT_DATABASE = "sqlite:///dpstream.db"
 @click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
               help="Let web pages of this origin (scheme://host[:port]) call the API from a browser (CORS); "
                    "repeatable. A page that sends the token shows it to its users.")
+@click.option("--access-log", default=None, metavar="FILE",
+              help="Write one JSON line per request (method, path, status, seconds, the token's id: never a token) "
+                   "to FILE, appended, or '-' for the standard error (instead of the server's plain lines).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(database: str, host: str, port: int, token: str | None, database_key: str | None,
           max_body_bytes: int | None, header_timeout: float | None, body_timeout: float | None,
           body_min_rate: float | None, max_connections: int | None,
-          ssl_certfile: str | None, ssl_keyfile: str | None, cors_origins: tuple[str, ...], log_level: str) -> None:
+          ssl_certfile: str | None, ssl_keyfile: str | None, cors_origins: tuple[str, ...], access_log: str | None,
+          log_level: str) -> None:
     """Serve differentially private streams and ToPL collectors over HTTP until stopped.
 
-    Writes need Authorization: Bearer TOKEN; reads (released values, events, the page) are public.
+    Writes need Authorization: Bearer TOKEN: the bootstrap token (an admin's) or a scoped one of
+    "dpstream token create" or POST /tokens; reads (released values, events, the page) are public.
     The database holds SECRET keys and states: keep it readable by the service only.
     """
     from dpstream.service import StorageError, create_app
+    from dpstream.service.access_log import open_access_log
     from dpstream.service.app import MAX_BODY_BYTES
     from dpstream.service.secrets import parse_database_key
     from dpstream.service.server import ClientLimits, build_server, listen
@@ -63,13 +67,17 @@ def serve(database: str, host: str, port: int, token: str | None, database_key: 
         raise click.UsageError("a token is needed: --token TOKEN or the environment variable DPSTREAM_TOKEN.")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together.")
+    try:
+        log = None if access_log is None else open_access_log(access_log)
+    except OSError as error:
+        raise click.ClickException(f"--access-log {access_log}: {(error.strerror or str(error)).lower()}.") from None
     given = {"header_timeout": header_timeout, "body_timeout": body_timeout, "body_min_rate": body_min_rate,
              "max_connections": max_connections}
     try:
         limits = ClientLimits(**{name: value for name, value in given.items() if value is not None})  # NaN passes click
         key = None if database_key is None else parse_database_key(database_key)
         app = create_app(database=database, token=token, database_key=key,
-                         max_body_bytes=max_body_bytes or MAX_BODY_BYTES, cors_origins=cors_origins)
+                         max_body_bytes=max_body_bytes or MAX_BODY_BYTES, cors_origins=cors_origins, access_log=log)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     except StorageError as error:
@@ -81,5 +89,5 @@ def serve(database: str, host: str, port: int, token: str | None, database_key: 
         raise click.ClickException(f"cannot listen on {host}:{port}: {reason}.") from None
     scheme = "https" if ssl_certfile else "http"
     say(f"dpstream serve: {app.state.storage.describe()} on {scheme}://{host}:{listener.getsockname()[1]}")
-    build_server(app, limits, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile).run(
-        sockets=[listener])
+    build_server(app, limits, log_level=log_level, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                 access_log=log is None).run(sockets=[listener])

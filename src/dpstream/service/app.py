@@ -1,8 +1,9 @@
 """The HTTP API of ``dpstream serve``: :func:`create_app` builds the FastAPI application.
 
-Writes (creating streams and collectors, values, reports) need ``Authorization: Bearer TOKEN``;
-reads (parameters, released values, events, the page, health) are public.  Every error is JSON
-``{"status": N, "message": "..."}`` with a 4xx status that names the problem and the value, and
+Writes need ``Authorization: Bearer TOKEN`` with a token of the scope each needs
+(:mod:`~dpstream.service.tokens`: the bootstrap token ``token`` is an admin; ``/tokens`` issues admin, producer,
+contributor and reader tokens); reads (parameters, released values, events, the page, health) are public.
+Every error is JSON ``{"status": N, "message": "..."}`` with a 4xx status that names the problem and the value, and
 changes nothing: a batch is checked by the mechanism before anything is committed, and the
 mechanism kept in memory is dropped and reloaded from the database after any failed batch.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from dpstream.service.access_log import AccessLog, AccessLogMiddleware
 from dpstream.service.cors import check_origins, install_cors
 from dpstream.service.dashboard import mount_dashboard
 from dpstream.service.dependencies import Settings
@@ -31,8 +33,9 @@ from dpstream.service.errors import install_error_handlers
 from dpstream.service.ingest import LiveSources
 from dpstream.service.metrics import Metrics, mount_metrics
 from dpstream.service.parsing import MAX_BATCH, MAX_BODY_BYTES, MAX_LIMIT
-from dpstream.service.routers import aggregates, collectors, health, streams
+from dpstream.service.routers import aggregates, collectors, health, streams, tokens
 from dpstream.service.storage import Storage, open_storage
+from dpstream.service.tokens import TokenStore
 
 __all__ = ["DOCS_STATIC", "MAX_BATCH", "MAX_BODY_BYTES", "MAX_LIMIT", "POLL_SECONDS", "create_app"]
 
@@ -45,7 +48,7 @@ POLL_SECONDS = 0.25
 
 def create_app(*, database: str | Storage, token: str, database_key: bytes | None = None,
                max_body_bytes: int = MAX_BODY_BYTES, poll_seconds: float = POLL_SECONDS,
-               cors_origins: tuple[str, ...] | list[str] = ()) -> FastAPI:
+               cors_origins: tuple[str, ...] | list[str] = (), access_log: AccessLog | None = None) -> FastAPI:
     """The service's ASGI application.
 
     Parameters
@@ -53,7 +56,8 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     database : str or Storage
         A database URL (``sqlite:///FILE`` or ``postgresql://...``) or an open storage.
     token : str
-        The bearer token every write must carry (at least 16 characters).
+        The bootstrap bearer token (at least 16 characters): an admin's, which may do every write and issue the
+        scoped tokens of ``/tokens``.
     database_key : bytes, optional
         32 bytes: seal every stream's key and state in the database with it (AES-256-GCM); a
         database made with a key opens only with it.  Only with a database URL.
@@ -63,6 +67,8 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
         How often an events stream looks for new released values.
     cors_origins : sequence of str
         Origins (``scheme://host[:port]``) whose web pages may call the API (CORS); none by default.
+    access_log : AccessLog, optional
+        Where to write one JSON line per request (:mod:`~dpstream.service.access_log`); none by default.
     """
     if not isinstance(token, str) or len(token) < 16:
         raise ValueError("token must be a string of at least 16 characters (e.g. python -c 'import secrets; "
@@ -75,6 +81,7 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     app.state.storage = storage
     app.state.metrics = Metrics(storage)
     app.state.sources = LiveSources(storage, on_commit=app.state.metrics.ingested)
+    app.state.tokens = TokenStore(storage)
     app.state.settings = Settings(token=token.encode(), max_body_bytes=max_body_bytes, poll_seconds=poll_seconds)
     install_error_handlers(app)
     install_cors(app, origins)
@@ -84,4 +91,7 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     app.include_router(streams.router)
     app.include_router(collectors.router)
     app.include_router(aggregates.router)
+    app.include_router(tokens.router)
+    if access_log is not None:  # the outermost layer: it times and logs every answer, refusals too
+        app.add_middleware(AccessLogMiddleware, log=access_log)
     return app

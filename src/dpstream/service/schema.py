@@ -11,6 +11,10 @@ apart from its state so that a batch appends its own values instead of rewriting
 
 Version 3 added ``sources.archived``: when the source was archived (NULL while it is live).  An archived
 source takes no batch, and its key, state and held-out values are erased.
+
+Version 4 added ``tokens``: the scoped bearer tokens (:mod:`dpstream.service.tokens`), each as the SHA-256 of the
+token (never the token), its role and scope, its rate limit and the reports counted in its current window, and
+when it was revoked.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "ArchivedError", "DatabaseKeyError", 
            "prepare_schema"]
 
 #: The schema this dpstream writes; older ones are migrated by :data:`MIGRATIONS`, newer ones refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The held-out values of a source: one row per batch, ``count`` values from ``first_position`` (SECRET, sealed
 #: with the database key when there is one).  Rows are deleted when the hold-out ends.
@@ -32,9 +36,18 @@ _HOLDOUT = """CREATE TABLE holdout (
     source_id BIGINT NOT NULL, first_position BIGINT NOT NULL, count BIGINT NOT NULL, secret_values {blob} NOT NULL,
     PRIMARY KEY (source_id, first_position)){clustered}"""
 
+#: The scoped tokens: ``digest`` is the SHA-256 of the token (hex), never the token; ``scope`` a JSON list of
+#: ``kind:name``; a contributor's limit is ``rate`` reports per ``window`` seconds, at most ``max_batch`` a batch,
+#: ``used`` of them counted in the window that started at ``window_start`` (seconds since the epoch).
+_TOKENS = """CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, role TEXT NOT NULL, scope TEXT NOT NULL, note TEXT NOT NULL,
+    rate BIGINT, window_seconds BIGINT, max_batch BIGINT, window_start BIGINT NOT NULL, used BIGINT NOT NULL,
+    created TEXT NOT NULL, revoked TEXT)"""
+
 #: ``MIGRATIONS[v]`` lists the statements that take a database from version ``v`` to ``v + 1``; ``{blob}``,
 #: ``{real}`` and ``{clustered}`` stand for the dialect's words.
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: (_HOLDOUT,), 2: ("ALTER TABLE sources ADD COLUMN archived TEXT",)}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: (_HOLDOUT,), 2: ("ALTER TABLE sources ADD COLUMN archived TEXT",),
+                                          3: (_TOKENS,)}
 
 
 class StorageError(Exception):
@@ -73,6 +86,7 @@ def _tables() -> tuple[str, ...]:
             epsilon {real} NOT NULL, delta {real} NOT NULL, recorded TEXT NOT NULL,
             PRIMARY KEY (source_id, first_position))""",
         _HOLDOUT,
+        _TOKENS,
     )
 
 

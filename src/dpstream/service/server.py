@@ -287,8 +287,10 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def build_server(app: ASGIApp, limits: ClientLimits, *, log_level: str = "info", ssl_certfile: str | None = None,
-                 ssl_keyfile: str | None = None) -> uvicorn.Server:
-    """The uvicorn server of ``app`` (the service or any ASGI application) reading with :class:`BoundedHttpProtocol`."""
+                 ssl_keyfile: str | None = None, access_log: bool = True) -> uvicorn.Server:
+    """The uvicorn server of ``app`` (the service or any ASGI application) reading with :class:`BoundedHttpProtocol`;
+    ``access_log=False``: without uvicorn's plain access lines (the service writes its JSON ones instead)."""
     config = uvicorn.Config(_ClientGone(app), http=BoundedHttpProtocol.with_limits(limits), log_level=log_level,
-                            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, server_header=False)
+                            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, server_header=False,
+                            access_log=access_log)
     return uvicorn.Server(config)

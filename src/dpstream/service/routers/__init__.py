@@ -5,6 +5,7 @@
 * :mod:`~dpstream.service.routers.collectors` -- ``/collectors``: ToPL collectors and their reports;
 * :mod:`~dpstream.service.routers.aggregates` -- ``/aggregates``: population aggregates under unit-level
   privacy and their rows;
+* :mod:`~dpstream.service.routers.tokens` -- ``/tokens``: the scoped tokens, issued and revoked by an admin;
 * :mod:`~dpstream.service.routers.common` -- what both share: creating a source, its released values, its
   ledger and its events.
 

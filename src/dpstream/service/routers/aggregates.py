@@ -11,8 +11,9 @@ together before the answer is sent, and a retry (same ``first_position``, same r
 the buckets released the first time.  The noise is keyed by the aggregate's stored key, so a restart
 recomputes it, never re-draws it.
 
-Writes (``POST /aggregates``, ``POST /aggregates/{name}/rows``, ``DELETE /aggregates/{name}``: archive) need the
-bearer token.
+Writes need a bearer token: ``POST /aggregates`` and ``DELETE /aggregates/{name}`` (archive) an admin's,
+``POST /aggregates/{name}/rows`` a producer's of the aggregate (:mod:`~dpstream.service.tokens`); an aggregate's
+rows consumed are shown to an admin's or a reader's token only.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dpstream.io.times import NS, duration_text, format_times, parse_duration, p
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
-from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize, has_token
+from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize, has_token, scope
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.ingest import Rows, ingest
 from dpstream.service.parsing import MAX_BATCH, check_name, integer, numbers, query_int
@@ -155,7 +156,7 @@ async def archive_aggregate(name: str, sources: SourcesDep) -> dict[str, Any]:
     return await common.archive(sources, "aggregate", name)
 
 
-@router.post("/aggregates/{name}/rows", dependencies=[Depends(authorize)])
+@router.post("/aggregates/{name}/rows", dependencies=[scope("producer", "aggregate")])
 async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Response:
     unknown = sorted(set(document) - set(_BATCH_FIELDS))
     if unknown:

@@ -1,8 +1,9 @@
 """``/collectors``: ToPL collectors (local DP) -- their creation, their current parameters, the clients' reports,
 and the public reads of what they released.
 
-Writes (``POST /collectors``, ``POST /collectors/{name}/reports``, ``DELETE /collectors/{name}``: archive) need
-the bearer token.  Reports made
+Writes need a bearer token: ``POST /collectors`` and ``DELETE /collectors/{name}`` (archive) an admin's,
+``POST /collectors/{name}/reports`` a contributor's of the collector (or an admin's), within the contributor
+token's batch size and rate (:mod:`~dpstream.service.tokens`).  Reports made
 with other parameters than the collector's current ones are refused (409): the client fetches the
 parameters again and randomizes anew.
 """
@@ -20,7 +21,16 @@ from dpstream.release import ReportBatch, ToPLCollector
 from dpstream.release.topl_wire import PARAMETERS_FORMATS
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
-from dpstream.service.dependencies import JsonObject, RawBody, SettingsDep, SourcesDep, StorageDep, authorize
+from dpstream.service.dependencies import (
+    JsonObject,
+    RawBody,
+    SettingsDep,
+    SourcesDep,
+    StorageDep,
+    authorize,
+    charge_reports,
+    scope,
+)
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.ingest import ingest
 from dpstream.service.parsing import MAX_BATCH, check_name, parse_json, query_int
@@ -75,7 +85,7 @@ def collector_parameters(name: str, request: Request, sources: SourcesDep) -> Re
     return Response(text, media_type="application/json")
 
 
-@router.post("/collectors/{name}/reports", dependencies=[Depends(authorize)])
+@router.post("/collectors/{name}/reports", dependencies=[scope("contributor", "collector")])
 async def post_reports(name: str, request: Request, body: RawBody, sources: SourcesDep) -> Response:
     first = query_int(request, "first_position", minimum=0, default=None)
     parse_json(body)  # 400 for what is not JSON at all, as every endpoint; the batch's own checks are 422
@@ -83,6 +93,7 @@ async def post_reports(name: str, request: Request, body: RawBody, sources: Sour
         batch = ReportBatch.from_json(body)
     if not 1 <= len(batch) <= MAX_BATCH:
         raise ApiError(422, f"a batch must hold 1 to {MAX_BATCH} reports, got {len(batch)}.")
+    await charge_reports(request, len(batch))  # a contributor token's batch size and rate
 
     def receive(collector: ToPLCollector) -> np.ndarray:
         current = collector.client().parameters_id

@@ -1,7 +1,7 @@
 """``/streams``: central DP streams -- their creation, their values, and the public reads of what they released.
 
-Writes (``POST /streams``, ``POST /streams/{name}/values``, ``DELETE /streams/{name}``: archive) need the bearer
-token.
+Writes need a bearer token: ``POST /streams`` and ``DELETE /streams/{name}`` (archive) an admin's,
+``POST /streams/{name}/values`` a producer's of the stream (:mod:`~dpstream.service.tokens`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
-from dpstream.service.dependencies import JsonObject, SettingsDep, SourcesDep, StorageDep, authorize
+from dpstream.service.dependencies import JsonObject, SettingsDep, SourcesDep, StorageDep, authorize, scope
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.ingest import ingest
 from dpstream.service.parsing import check_name, integer, numbers
@@ -59,7 +59,7 @@ async def archive_stream(name: str, sources: SourcesDep) -> dict[str, Any]:
     return await common.archive(sources, "stream", name)
 
 
-@router.post("/streams/{name}/values", dependencies=[Depends(authorize)])
+@router.post("/streams/{name}/values", dependencies=[scope("producer", "stream")])
 async def post_values(name: str, document: JsonObject, sources: SourcesDep) -> Response:
     unknown = sorted(set(document) - set(_BATCH_FIELDS))
     if unknown:
