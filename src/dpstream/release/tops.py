@@ -290,7 +290,8 @@ class ToPS(HoldOutRelease, Params):
         #: With ``w_event``: the window (every ``w`` consecutive values protected) and each period's bound C, or None.
         self.w_event, self.period_bound = check_wevent(w_event, period_bound, threshold=self.public_threshold,
                                                        period=self.period)
-        self._stream_epsilon = self.epsilon if self.w_event is None else event_epsilon(
+        #: The hierarchy's budget per value at event level: ``epsilon``, or with ``w_event`` ``epsilon theta / S``.
+        self.stream_epsilon = self.epsilon if self.w_event is None else event_epsilon(
             self.epsilon, self.w_event, theta=self.public_threshold, period=self.period, bound=self.period_bound)
 
     def _begin(self, smoothed_levels: int | None) -> None:
@@ -329,7 +330,7 @@ class ToPS(HoldOutRelease, Params):
             shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
         self.max_range, self.fanout = shape.max_range, shape.fanout
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
-        self._perturber_args = dict(epsilon=self._stream_epsilon, max_range=self.max_range, fanout=self.fanout,
+        self._perturber_args = dict(epsilon=self.stream_epsilon, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
         self.granularity: float | None = None
         if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
@@ -473,7 +474,7 @@ class ToPS(HoldOutRelease, Params):
             levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
                                      queries=queries)
         self.period_levels = levels
-        return PeriodicPerturber(threshold=theta, epsilon=self._stream_epsilon, period=self.period,
+        return PeriodicPerturber(threshold=theta, epsilon=self.stream_epsilon, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
                                  granularity=grid,
