@@ -214,8 +214,9 @@ def test_a_killed_w_event_release_resumes_and_never_releases_a_position_twice(tm
     want = reference.read_bytes()
     assert want.count(b"\n") == 1 + 100 * 30 * 48
     out = tmp_path / "out.csv"
-    seen, _ = kill_and_resume(args(out, tmp_path / "state"), out, kills=4, final_size=len(want), duration=duration,
-                              rng=np.random.default_rng(3))
+    seen, killed = kill_and_resume(args(out, tmp_path / "state"), out, kills=8, final_size=len(want),
+                                   duration=duration, rng=np.random.default_rng(3))
     assert out.read_bytes() == want and all(want.startswith(published) for published in seen)
+    assert killed >= 4 and len({len(published) for published in seen}) >= 2  # killed after different batches
     # the same command again: nothing left to release, nothing written twice
     assert timed_run(args(out, tmp_path / "state")) >= 0 and out.read_bytes() == want
