@@ -241,6 +241,8 @@ EXACT = {
     "bt-by-key": 200,
     "laplace-counts": 100_000,
     "unit-aggregate": 4_000,
+    "tops-w-event": 4_000,
+    "bt-w-event": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

@@ -320,7 +320,8 @@ class BinaryTreeCounter(Params):
         spent = spent_of_scale(w * step, self.levels, self.noise_scale_units if self.exact else None, self.noise_scale)
         return wevent_privacy(event, window=w, spent=spent, sensitivity=(
             f"w-event over {w} consecutive values: a window moves each of the {self.levels} levels by at most "
-            f"w tau = {w * self.upper_bound:g} in L1, so the noise spends eps' = {spent:g} per window"))
+            f"w tau = {w * self.upper_bound:g} in L1; noise of scale h w tau / eps spends eps = {spent:g} per window, "
+            f"the same noise at event level (eps / w per value):"))
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels

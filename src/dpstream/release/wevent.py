@@ -199,8 +199,8 @@ def hierarchy_wevent(stream: Any, *, window: int, period: int | None, bound: flo
     how = (f"w theta = {window} x {stream.threshold:g}" if bound is None else
            f"the periods of {period} values it touches, each total bounded at C = {float(cap * g if exact else cap):g}")
     words = (f"w-event over {window} consecutive values: a window moves each of the {levels} measured levels by at "
-             f"most S = {real:g} in L1 ({how}), so the noise of scale {levels} S / eps' spends eps' = "
-             f"{spent:g} per window")
+             f"most S = {real:g} in L1 ({how}); noise of scale d S / eps on each level spends eps = {spent:g} per "
+             f"window; the same noise at event level (eps theta / S per value):")
     return wevent_privacy(stream.privacy(), window=window, spent=spent, sensitivity=words)
 
 
@@ -208,7 +208,7 @@ def wevent_privacy(event: PrivacyGuarantee, *, window: int, spent: float, sensit
     """The guarantee of a hierarchy at the w-event relation: ``spent`` (from its noise scale and the window's
     sensitivity), the event-level statement of its noise as the part's words."""
     part = Part(what="w-event hierarchy", budget=EpsilonDelta(spent), noise=event.noise, text=(
-        f"{sensitivity}; {event.composition}"))
+        f"{sensitivity} {event.composition}"))
     return PrivacyGuarantee.of(Composition(kind="parallel", parts=(part,), layout="{}"), neighbours=WEvent(window))
 
 
