@@ -150,8 +150,10 @@ def test_the_guarantee_is_about_w_event_and_composes_only_with_the_same_window()
     guarantee = mechanism.privacy()
     assert guarantee.neighbours == WEvent(48) and 1.0 - 1e-9 < guarantee.epsilon <= 1.0
     assert "S = 60" in guarantee.composition and "C = 30" in guarantee.composition
-    # the noise per level is d S / eps with S = 2C = 60, a quarter of w theta = 240 (group privacy)
-    assert math.isclose(mechanism.leaves().length, 48) and 59.99 < 60 * guarantee.epsilon <= 60.0
+    # the noise per level is d S / eps with d = 1 and S = 2C = 60, a quarter of w theta = 240 (group privacy)
+    assert mechanism.period_levels == 1 and math.isclose(mechanism._stream.noise_scale, 60.0, rel_tol=1e-9)
+    unbounded = ToPS(epsilon=1.0, upper_bound=5.0, threshold=5.0, period=48, max_range=48 * 4, w_event=48, seed=0)
+    assert math.isclose(unbounded._stream.noise_scale, 240.0, rel_tol=1e-9)
     same = BinaryTreeCounter(epsilon=0.5, upper_bound=1.0, max_range=8, w_event=48, seed=0).privacy()
     assert guarantee.compose_sequential(same).epsilon == pytest.approx(1.5)
     other = BinaryTreeCounter(epsilon=0.5, upper_bound=1.0, max_range=8, w_event=24, seed=0).privacy()
