@@ -22,6 +22,7 @@ from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee, WEvent
 from dpstream.release import ToPS
 from dpstream.release.binary_tree import BinaryTreeCounter
 from dpstream.release.wevent import bound_periods, horizon, window_sensitivity
+from dpstream.service.mechanisms import build_stream
 from test_resume import kill_and_resume, timed_run
 
 
@@ -222,3 +223,11 @@ def test_a_killed_w_event_release_resumes_and_never_releases_a_position_twice(tm
     assert killed >= 4 and len({len(published) for published in seen}) >= 2  # killed after different batches
     # the same command again: nothing left to release, nothing written twice
     assert timed_run(args(out, tmp_path / "state")) >= 0 and out.read_bytes() == want
+
+
+def test_the_service_does_not_offer_w_event():
+    """Its cards say what each value gets, at event level: a w-event stream would be misdescribed there."""
+    for method in ("tops", "bt"):
+        with pytest.raises(ValueError, match="takes no parameter 'w_event'"):
+            build_stream(method, {"epsilon": 1.0, "upper_bound": 1.0, "threshold": 1.0, "w_event": 4}
+                         if method == "tops" else {"epsilon": 1.0, "upper_bound": 1.0, "w_event": 4}, bytes(32))
