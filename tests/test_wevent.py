@@ -140,6 +140,9 @@ def test_without_a_bound_w_event_is_group_privacy_to_the_bit():
     common = dict(upper_bound=5.0, threshold=2.0, period=48, max_range=48 * 4, seed=7)
     assert np.array_equal(ToPS(epsilon=1.0, w_event=48, **common).release(stream),
                           ToPS(epsilon=1.0 / 48, **common).release(stream))
+    blocks = dict(upper_bound=5.0, threshold=2.0, max_range=4096, seed=7)  # no period: s by Eq. 7, for eps / w
+    assert np.array_equal(ToPS(epsilon=1.0, w_event=48, **blocks).release(stream),
+                          ToPS(epsilon=1.0 / 48, **blocks).release(stream))
     tree = dict(upper_bound=5.0, max_range=64, seed=7)
     assert np.array_equal(BinaryTreeCounter(epsilon=2.0, w_event=8, **tree).release(stream),
                           BinaryTreeCounter(epsilon=0.25, **tree).release(stream))

@@ -322,12 +322,12 @@ class ToPS(HoldOutRelease, Params):
                        granularity: float | None) -> None:
         """Check r, b and s now rather than after the hold-out (s does not depend on theta, Eq. 7),
         and choose the grid for the largest theta, B, and the most levels the hold-out may choose."""
-        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
         chosen_later = self.threshold_method == "model" and smoothed_levels is None and self.public_threshold is None
         if smoothed_levels is None and not chosen_later and self._max_smoothed is not None \
                 and self._max_smoothed < shape.smoothed_levels:
             smoothed_levels = self._max_smoothed  # Eq. 7's s, but no block longer than the stream can fill
-            shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+            shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
         self.max_range, self.fanout = shape.max_range, shape.fanout
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
         self._perturber_args = dict(epsilon=self.stream_epsilon, max_range=self.max_range, fanout=self.fanout,
