@@ -243,6 +243,8 @@ EXACT = {
     "unit-aggregate": 4_000,
     "locations": 20_000,
     "locations-unbounded": 20_000,
+    "tops-w-event": 4_000,
+    "bt-w-event": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)
@@ -434,7 +436,7 @@ def test_nm_e_spends_what_its_pair_can_show_and_the_report_says_so():
 
 
 def test_the_audit_accepts_registered_mechanism_names():
-    """A registered mechanism's name stands for its audits (bt: binary-tree and bt-by-key); an
+    """A registered mechanism's name stands for its audits (bt: binary-tree, bt-by-key and bt-w-event); an
     experiment's name for itself, first (tops is both)."""
     from click.testing import CliRunner
 
@@ -442,12 +444,13 @@ def test_the_audit_accepts_registered_mechanism_names():
     from dpstream.cli import cli
     from dpstream.release.registry import REGISTRY
 
-    assert experiments(["bt"]) == ["binary-tree", "bt-by-key"]
-    assert experiments(["tops", "bt", "binary-tree"]) == ["tops", "binary-tree", "bt-by-key"]
+    assert experiments(["bt"]) == ["binary-tree", "bt-by-key", "bt-w-event"]
+    assert experiments(["tops", "bt", "binary-tree"]) == ["tops", "binary-tree", "bt-by-key", "bt-w-event"]
     assert experiments(["topl"]) == list(REGISTRY["topl"].audits)
     result = CliRunner().invoke(cli, ["audit", "bt", "--runs", "200"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("mechanism "))
-    assert [line.split()[0] for line in lines[header + 1 : header + 3]] == ["binary-tree", "bt-by-key"], result.output
-    assert not lines[header + 3].strip(), result.output  # nothing else ran
+    assert [line.split()[0] for line in lines[header + 1 : header + 4]] == ["binary-tree", "bt-by-key", "bt-w-event"], (
+        result.output)
+    assert not lines[header + 4].strip(), result.output  # nothing else ran

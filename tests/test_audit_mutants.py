@@ -125,6 +125,20 @@ def locations_bounded_sensitivity_one() -> tuple[Patch, ...]:
              'NEIGHBOURS = {"bounded": 1, "unbounded": 1}'),)
 
 
+@mutant("tops-w-event", 4_000)
+def w_event_sensitivity_of_one_value() -> tuple[Patch, ...]:
+    """The w-event hierarchy takes a window's sensitivity per level as one value's (theta) instead of the sum over the
+    bounded periods the window touches (S = 2C here: twice the claim)."""
+    return (("release/wevent.py", "    return max(totals)\n", "    return step\n"),)
+
+
+@mutant("tops-w-event", 4_000)
+def w_event_periods_not_bounded() -> tuple[Patch, ...]:
+    """The w-event release draws the noise for periods bounded at C but measures the unbounded ones."""
+    return (("release/wevent.py", "        return perturber.release(self._values(bounded))\n",
+             "        return perturber.release(values)\n"),)
+
+
 @mutant("tops-model", 200)
 def model_threshold_argmax() -> tuple[Patch, ...]:
     """The model threshold's private selections (the median, step 1, and theta, step 3) take the best true score."""

@@ -36,6 +36,11 @@ binary-tree               binary-tree counter, trees of 8 leaves: the first valu
 bt-by-key                 the same on trees of 4 leaves, per key as ``release --key-column`` runs
                           it (the registry's entry, one counter per key on its keyed bits): one
                           key is one run
+tops-w-event              ToPS at the w-event relation (public theta, periods of 4 values, each
+                          period's total bounded at C, w = 4): a window across two periods is 0 or
+                          theta; the sums released over the two periods (both move by C)
+bt-w-event                the binary tree at w = 2 (trees of 4 leaves): the first two values are 0
+                          or tau; the noisy counts after 1 and 2 values
 pak                       PAK (threshold_fraction 0.02): one held-out value is 0 or B; tau and the
                           released sum of the hold-out, the sum's likelihood ratio given tau
 sr, pm, hm                the LDP mean randomizers on the extreme inputs -1 and 1; the report (an
@@ -100,6 +105,7 @@ from dpstream.audit.streams import (
 )
 from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, WindowLeaves
 from dpstream.audit.units import UnitAggregateWindows
+from dpstream.audit.wevent import BinaryTreeWEvent, ToPSWEvent
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
 from dpstream.release.registry import REGISTRY
@@ -210,6 +216,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "binary-tree": BinaryTree,
     "bt-by-key": BinaryTreeByKey,
     "pak": PAKHoldOut,
+    "tops-w-event": ToPSWEvent,
+    "bt-w-event": BinaryTreeWEvent,
     "sr": lambda *, epsilon=1.0: LocalRandomizer("sr", StochasticRounding(epsilon=epsilon), -1.0, 1.0, 1_000_000),
     "pm": lambda *, epsilon=1.0: LocalRandomizer("pm", PiecewiseMechanism(epsilon=epsilon), -1.0, 1.0, 1_000_000),
     "hm": HybridReports,
@@ -233,7 +241,7 @@ def experiments(names: list[str] | tuple[str, ...]) -> list[str]:
     experiments that audit it (its ``audits``; ``tops`` and ``pak`` name experiments first).
 
     >>> experiments(["bt", "sr", "binary-tree"])
-    ['binary-tree', 'bt-by-key', 'sr']
+    ['binary-tree', 'bt-by-key', 'bt-w-event', 'sr']
     >>> experiments(["no-such"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ValueError: unknown mechanism 'no-such'; choose among the experiments tops, ... or the mechanisms tops, ...

@@ -48,6 +48,7 @@ from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.registry import REGISTRY, Mechanism, release_methods, specific_options
 from dpstream.release.tops import THRESHOLD_METHODS
 from dpstream.release.tops_defaults import PAPER_HOLD, PAPER_MAX_RANGE, PAPER_THRESHOLD_STEP, ReleaseWarning
+from dpstream.release.wevent import horizon
 from dpstream.smoothers import SMOOTHERS
 from dpstream.spark.session import DEFAULT_MASTER
 from dpstream.thresholds.select import SELECTIONS
@@ -106,6 +107,12 @@ class _Methods(click.Choice):
 @click.option("--threshold", type=float, default=None,
               help="tops: a public threshold theta (values above it are clipped to it): no hold-out, nothing spent "
                    "on choosing it; the stream is released from its first value.")
+@click.option("--w-event", "w_event", type=int, default=None,
+              help="tops (with --threshold) and bt: protect every window of N consecutive values of the stream (of "
+                   "each key's with --key-column) at --epsilon (w-event) instead of one value; see docs/keys.md.")
+@click.option("--period-bound", type=float, default=None,
+              help="tops, with --w-event and --period: bound each period's total at C (values add in order, the "
+                   "one crossing C is cut, later ones count 0), so a window moves each level by 2C, not N x theta.")
 @click.option("--threshold-epsilon", type=float, default=None,
               help="Budget of the threshold optimizer (default: --epsilon).")
 @click.option("--threshold-method", type=click.Choice(list(THRESHOLD_METHODS)), default="model", show_default=True,
@@ -238,11 +245,10 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     name = "stdin" if input_path == "-" else input_path
     written = "the output stops before it" if is_stream(target) else "nothing was written"
     if time_column is not None or key_column is not None:
-        write_revised(release_columns(reader, target, releaser,
-                                      build=build, announce=lambda stream: announce(stream, chosen.describe),
-                                      seed=seed, max_keys=max_keys,
-                                      time=time_column is not None, keyed=key_column is not None, written=written,
-                                      upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK))
+        write_revised(_say_horizon(release_columns(
+            reader, target, releaser, build=build, announce=lambda stream: announce(stream, chosen.describe),
+            seed=seed, max_keys=max_keys, time=time_column is not None, keyed=key_column is not None, written=written,
+            upper_bound=options["upper_bound"], clip=options["clip"], chunk=_CHUNK), options))
         return
     writer = _Writer(releaser, lambda stream: announce(stream, chosen.describe), upper_bound=options["upper_bound"],
                      clip=options["clip"], written=written)
@@ -262,7 +268,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         reader.close()
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
     say(released_line(released, releaser.hold))
-    write_revised(releaser)
+    write_revised(_say_horizon(releaser, options))
 
 
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:
@@ -436,9 +442,23 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         if keyed:
             report_keys(releaser, line=summary(releaser, hold=_shown_hold(chosen, options, hold)))
         say(message)
-        write_revised(releaser)
+        write_revised(_say_horizon(releaser, options))
     finally:
         run.close()
+
+
+def _say_horizon(releaser: Any, options: dict[str, Any]) -> Any:
+    """With --w-event: say what the guarantee gives per window and over the longest stream released (each key's: the
+    count of values per key is public under the per-key guarantee).  Returns ``releaser``."""
+    window = options.get("w_event")
+    streams = getattr(releaser, "streams", None)
+    if window is None or (streams is not None and not streams):
+        return releaser
+    longest = releaser.position if streams is None else max(stream.position for stream in streams.values())
+    epsilon = (releaser if streams is None else next(iter(streams.values()))).privacy().epsilon
+    say(f"w-event{' per key' if streams is not None else ''}: "
+        f"{horizon(longest, window, epsilon)}{' (the longest key)' if streams is not None else ''}.")
+    return releaser
 
 
 def _shown_hold(chosen: Mechanism, options: dict[str, Any], hold: int | None) -> int:

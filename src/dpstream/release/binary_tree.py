@@ -70,6 +70,7 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
+from dpstream.release.wevent import event_epsilon, spent_of_scale, wevent_privacy
 
 __all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
 
@@ -164,6 +165,9 @@ class BinaryTreeCounter(Params):
         algorithm, NOT for publication).
     key : bytes, optional
         Instead of ``seed``: tree ``i`` draws from ``KeyedBits(key, ("binary-tree", i))``.
+    w_event : int, optional
+        w: ``epsilon`` protects every ``w`` consecutive values (:class:`~dpstream.privacy.WEvent`); each level's
+        noise is then ``w`` times the event-level scale (:mod:`dpstream.release.wevent`: group privacy is exact here).
 
     Privacy
     -------
@@ -196,8 +200,13 @@ class BinaryTreeCounter(Params):
         seed: BitsSeed = None,
         noise: NoiseSampler | NoiseSource | None = None,
         key: bytes | None = None,
+        w_event: int | None = None,
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
+        #: With ``w_event``: the window w, and ``epsilon`` is what each value spends (the window's epsilon / w).
+        self.w_event = None if w_event is None else check_positive_int(w_event, "w_event")
+        if self.w_event is not None:
+            self.epsilon = event_epsilon(self.epsilon, self.w_event, theta=1.0, period=None, bound=None)
         bound = check_bound(upper_bound)
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.clip = check_bool(clip, "clip")
@@ -220,6 +229,8 @@ class BinaryTreeCounter(Params):
         self._state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)
         self._params = dict(epsilon=epsilon, upper_bound=upper_bound, max_range=max_range, clip=clip,
                             granularity=granularity)
+        if w_event is not None:
+            self._params["w_event"] = w_event
 
     def _check_exact_counts(self) -> None:
         """Refuse a grid on which a noisy count could reach 2^53 grid units (see the module docstring)."""
@@ -286,7 +297,9 @@ class BinaryTreeCounter(Params):
         return self._arithmetic.released_one(self._state.count)
 
     def privacy(self) -> PrivacyGuarantee:
-        """``spent_epsilon``-DP (at most epsilon) at event level for values in [0, upper_bound]."""
+        """``spent_epsilon``-DP (at most epsilon) at event level for values in [0, upper_bound]; with ``w_event``,
+        ``w spent_epsilon`` per window of w values (each level's L1 sensitivity is ``w tau``,
+        :mod:`dpstream.release.wevent`)."""
         if self.exact:
             scale = self.noise_scale_units
             noise = (
@@ -299,7 +312,16 @@ class BinaryTreeCounter(Params):
                     text=f"{noise} on every node of h = {self.levels} levels (eps/{self.levels} each, sequential)")
         chunks = Composition(kind="parallel", parts=(tree,),
                              layout=f"{{}}; a fresh tree per {self.max_range} values (parallel)")
-        return PrivacyGuarantee.of(chunks, neighbours=EVENT_LEVEL)
+        event = PrivacyGuarantee.of(chunks, neighbours=EVENT_LEVEL)
+        if self.w_event is None:
+            return event
+        w = self.w_event
+        step = self.bound_units if self.exact else self.upper_bound
+        spent = spent_of_scale(w * step, self.levels, self.noise_scale_units if self.exact else None, self.noise_scale)
+        return wevent_privacy(event, window=w, spent=spent, sensitivity=(
+            f"w-event over {w} consecutive values: a window moves each of the {self.levels} levels by at most "
+            f"w tau = {w * self.upper_bound:g} in L1; noise of scale h w tau / eps spends eps = {spent:g} per window, "
+            f"the same noise at event level (eps / w per value):"))
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels

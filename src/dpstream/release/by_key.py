@@ -19,7 +19,9 @@ the value at one position.  Keys are public (the set of keys and how many values
 not protected), and the guarantees do not combine into one over all keys: an individual whose
 values fall under ``k`` keys (several meters, several accounts) is protected by ``k`` times
 the budget (sequential composition).  A value that changes its key (moves from one meter to
-another) changes two streams.
+another) changes two streams.  A mechanism built with ``w_event=w`` (ToPS with a public threshold,
+the binary tree; :mod:`dpstream.release.wevent`) gives each key's stream its guarantee about
+:class:`~dpstream.privacy.WEvent`: any ``w`` consecutive values of one key.
 
 Noise
 -----

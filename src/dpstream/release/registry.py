@@ -248,15 +248,15 @@ _PAK_OPTIONS = {**_same_names("hold", "delta", "threshold_fraction", "multiplier
 
 register(Mechanism("tops", ToPS, TOPS, _describe_tops, _TOPS_OPTIONS, service=1,
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
-                                        "expected_length"),
+                                        "expected_length", "w_event", "period_bound"),
                    audits=("tops", "tops-one-level", "tops-periodic", "tops-window-leaves", "tops-stream",
                            "tops-model", "tops-selection", "tops-median", "tops-selection-rnm",
-                           "tops-selection-exponential", "nm-e", "nm-e-tail")))
+                           "tops-selection-exponential", "nm-e", "nm-e-tail", "tops-w-event")))
 register(Mechanism("pak", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, service=3, audits=("pak",)))
 register(Mechanism("pak-uncapped", PAK, PAK_STATE, _describe_pak, _PAK_OPTIONS, fixed={"capped": False},
                    audits=("pak",)))
 register(Mechanism("bt", BinaryTreeCounter, BINARY_TREE, _describe_bt, _same_names("granularity"), service=2,
-                   audits=("binary-tree", "bt-by-key")))
+                   optional=_same_names("w_event"), audits=("binary-tree", "bt-by-key", "bt-w-event")))
 register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "threshold_epsilon"), noise=_topl_noise,
                    audits=("square-wave", "hm")))
 register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",

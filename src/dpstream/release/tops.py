@@ -48,6 +48,7 @@ from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
 from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums, model_structures
 from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
+from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon, hierarchy_wevent
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
@@ -163,6 +164,13 @@ class ToPS(HoldOutRelease, Params):
         (:func:`~dpstream.release.tops_defaults.fit_defaults`); without it they are the paper's.  Public
         parameters that make the values mostly chance, the prior or noise issue a
         :class:`~dpstream.release.tops_defaults.ReleaseWarning` (with or without it).
+    w_event : int, optional
+        w: protect every ``w`` consecutive values at ``epsilon`` (:class:`~dpstream.privacy.WEvent`) instead of one
+        value; needs a public ``threshold`` (:mod:`dpstream.release.wevent` derives the noise: each level's L1
+        sensitivity is ``w theta``, or with ``period_bound`` the sum of the bounded periods a window touches).
+    period_bound : float, optional
+        With ``w_event`` and ``period``: C, each period's total bounded at C (values add in order; the one that
+        crosses C is cut, later ones count 0), so that a window moves each level by ``2C`` rather than ``w theta``.
 
     Privacy
     -------
@@ -223,6 +231,8 @@ class ToPS(HoldOutRelease, Params):
         key: bytes | None = None,
         threshold: float | None = None,
         expected_length: int | None = None,
+        w_event: int | None = None,
+        period_bound: float | None = None,
     ) -> None:
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
@@ -237,9 +247,8 @@ class ToPS(HoldOutRelease, Params):
         self.epsilon = check_epsilon(epsilon)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_memory(check_positive_int(fitted.hold, "hold", minimum=int(threshold is None)), "hold")
-        self.threshold_epsilon = (
-            self.epsilon if threshold_epsilon is None else check_epsilon(threshold_epsilon, "threshold_epsilon")
-        )
+        self.threshold_epsilon = (self.epsilon if threshold_epsilon is None
+                                  else check_epsilon(threshold_epsilon, "threshold_epsilon"))
         self.c = check_bound(c, "c")
         self.threshold_step = check_bound(fitted.threshold_step, "threshold_step")
         check_magnitude(self.upper_bound / self.threshold_step, "upper_bound / threshold_step", "raise threshold_step")
@@ -251,13 +260,13 @@ class ToPS(HoldOutRelease, Params):
         self.period = None if period is None else check_memory(check_positive_int(period, "period"), "period")
         self.profile_bins = check_nonnegative_int(profile_bins, "profile_bins")
         self.window_leaves = check_bool(window_leaves, "window_leaves")
+        self._set_wevent(w_event, period_bound)
         #: With ``query_length`` and no period: the leaf length the model chose (None: blocks of ``b^s``).
         self.leaf: int | None = None
         self._profile: np.ndarray | None = None
         #: With ``period`` or leaves of a window (:attr:`leaf`): d, the measured levels of the periodic hierarchy
         #: (None until the hold-out ends).
         self.period_levels: int | None = None
-        self._profile_spent = 0.0
         if self.period is not None and smoothed_levels is not None:
             raise ValueError(f"smoothed_levels applies to blocks of b^s values, not to period={self.period}; "
                              f"got smoothed_levels={smoothed_levels}.")
@@ -266,7 +275,7 @@ class ToPS(HoldOutRelease, Params):
                              "'nm-e' with them.")
         self.model_choice: ModelChoice | None = None
         self._chosen: dict | None = None  # what the hold-out chose: theta, s, the prior (public)
-        self._forced_levels = smoothed_levels
+        self._forced_levels, self._profile_spent = smoothed_levels, 0.0
         self._set_smoothers(smoother, None if window is None else check_length(window, "window"), alpha)
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("tops",))
         self._max_smoothed = fitted.max_smoothed_levels
@@ -274,6 +283,16 @@ class ToPS(HoldOutRelease, Params):
         self._start_hold_out()
         self._begin(self._perturber_args["smoothed_levels"])
         warn_if_useless(self)
+
+    def _set_wevent(self, w_event: int | None, period_bound: float | None) -> None:
+        """``w_event`` and ``period_bound`` (recorded in the snapshot when given), and the budget per value."""
+        self._params.update((k, v) for k, v in (("w_event", w_event), ("period_bound", period_bound)) if v is not None)
+        #: With ``w_event``: the window (every ``w`` consecutive values protected) and each period's bound C, or None.
+        self.w_event, self.period_bound = check_wevent(w_event, period_bound, threshold=self.public_threshold,
+                                                       period=self.period)
+        #: The hierarchy's budget per value at event level: ``epsilon``, or with ``w_event`` ``epsilon theta / S``.
+        self.stream_epsilon = self.epsilon if self.w_event is None else event_epsilon(
+            self.epsilon, self.w_event, theta=self.public_threshold, period=self.period, bound=self.period_bound)
 
     def _begin(self, smoothed_levels: int | None) -> None:
         """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""
@@ -303,15 +322,15 @@ class ToPS(HoldOutRelease, Params):
                        granularity: float | None) -> None:
         """Check r, b and s now rather than after the hold-out (s does not depend on theta, Eq. 7),
         and choose the grid for the largest theta, B, and the most levels the hold-out may choose."""
-        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
         chosen_later = self.threshold_method == "model" and smoothed_levels is None and self.public_threshold is None
         if smoothed_levels is None and not chosen_later and self._max_smoothed is not None \
                 and self._max_smoothed < shape.smoothed_levels:
             smoothed_levels = self._max_smoothed  # Eq. 7's s, but no block longer than the stream can fill
-            shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+            shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
         self.max_range, self.fanout = shape.max_range, shape.fanout
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
-        self._perturber_args = dict(epsilon=self.epsilon, max_range=self.max_range, fanout=self.fanout,
+        self._perturber_args = dict(epsilon=self.stream_epsilon, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
         self.granularity: float | None = None
         if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
@@ -371,6 +390,8 @@ class ToPS(HoldOutRelease, Params):
         depends on theta (in grid units), so before the hold-out ends it is stated as
         ``epsilon``, an upper bound on what it will be.
         """
+        if self.w_event is not None:
+            return hierarchy_wevent(self._stream, window=self.w_event, period=self.period, bound=self.period_bound)
         stream = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
         noise = self._source.describe()
         grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
@@ -453,7 +474,7 @@ class ToPS(HoldOutRelease, Params):
             levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
                                      queries=queries)
         self.period_levels = levels
-        return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=self.period,
+        return PeriodicPerturber(threshold=theta, epsilon=self.stream_epsilon, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
                                  granularity=grid,
@@ -514,6 +535,8 @@ class ToPS(HoldOutRelease, Params):
         if self.granularity is not None:
             threshold = max(threshold, self.granularity)
         self._stream = self._perturber(threshold, prior, smoothed_levels=smoothed_levels, levels=levels, leaf=leaf)
+        if self.period_bound is not None:
+            self._stream = PeriodBounded(self._stream, self.period_bound)
         self._threshold = self._stream.threshold
         self.smoothed_levels = self._stream.smoothed_levels
         self.granularity = self._stream.granularity if self.public_threshold is not None else self.granularity

@@ -211,8 +211,8 @@ def _fitted_hold(length: int, window: int | None) -> int:
 def warn_if_useless(tops: Any) -> None:
     """Issue the :class:`ReleaseWarning` of :func:`release_warning` for a ToPS's public parameters, if any."""
     warning = release_warning(
-        epsilon=tops.epsilon, threshold_epsilon=tops.threshold_epsilon, upper_bound=tops.upper_bound, hold=tops.hold,
-        threshold_step=tops.threshold_step, threshold_method=tops.threshold_method,
+        epsilon=tops.stream_epsilon, threshold_epsilon=tops.threshold_epsilon, upper_bound=tops.upper_bound,
+        hold=tops.hold, threshold_step=tops.threshold_step, threshold_method=tops.threshold_method,
         public_threshold=tops.public_threshold, fanout=tops.fanout, levels=tops.levels,
         smoothed_levels=tops.smoothed_levels, max_smoothed_levels=tops.fitted.max_smoothed_levels,
         expected_length=tops.fitted.expected_length, period=tops.period)

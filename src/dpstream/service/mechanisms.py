@@ -84,6 +84,8 @@ STREAM_METHODS: Mapping[str, Any] = _StreamMethods()
 
 #: Parameters the service sets itself, never taken from a request.
 _RESERVED = ("noise", "key", "seed")
+#: Parameters the service does not offer: w-event (its cards and budget words speak of each value, event level).
+_NOT_SERVED = ("w_event", "period_bound")
 
 #: The largest ``hold`` and ``max_range`` (and ``period``, a chunk's length when it is longer) a request may ask
 #: for: a stream's memory grows with them (the binary tree keeps about 32 bytes per leaf of its current tree), and
@@ -102,7 +104,7 @@ APART_FORMAT = "dpstream.state/3"
 def _keywords(cls: Any) -> tuple[str, ...]:
     signature = inspect.signature(cls.__init__)
     return tuple(name for name, p in signature.parameters.items()
-                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _RESERVED)
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _RESERVED + _NOT_SERVED)
 
 
 #: What ``POST /collectors`` accepts besides ``name``.
