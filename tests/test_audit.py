@@ -241,6 +241,7 @@ EXACT = {
     "bt-by-key": 200,
     "laplace-counts": 100_000,
     "unit-aggregate": 4_000,
+    "unit-aggregate-selection": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

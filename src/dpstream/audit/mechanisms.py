@@ -47,6 +47,10 @@ count-of-counts-top-down  the top-down release end to end (root and two leaves, 
                           group's size is 2 or 3; every released group size
 count-of-counts-k         the private bound K: the largest group has 3 or 4 members; K
 laplace-counts            one user moves between two locations; the two noisy (integer) counts
+unit-aggregate            the unit aggregate, windows of one bucket: one unit's rows (3C, bounded
+                          to C) added to a window; the window's released sum
+unit-aggregate-selection  the same with private partition selection: a partition one unit below
+                          the threshold, the unit added to it; whether it is released, and its sum
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -95,7 +99,7 @@ from dpstream.audit.streams import (
     laplace_log_ratio,
 )
 from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, WindowLeaves
-from dpstream.audit.units import UnitAggregateWindows
+from dpstream.audit.units import UnitAggregateSelection, UnitAggregateWindows
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
 from dpstream.release.registry import REGISTRY
@@ -218,6 +222,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
     "unit-aggregate": UnitAggregateWindows,
+    "unit-aggregate-selection": UnitAggregateSelection,
 }
 
 
