@@ -26,10 +26,9 @@ settings.load_profile("dpstream")
 #: everywhere else they show, and tests/test_tops_defaults.py checks the warning itself (pytest.warns).
 EXPECTED_RELEASE_WARNINGS = frozenset({
     "test_checks.py", "test_cli_outputs.py", "test_commit_before_publish.py", "test_commit_property.py",
-    "test_commit_property_paths.py",
-    "test_contract.py", "test_docs_commands.py", "test_key_summary.py", "test_memory_per_key.py", "test_params.py",
-    "test_privacy.py", "test_release_columns.py", "test_revisions.py", "test_service_api.py",
-    "test_service_archive.py", "test_service_commit_property.py", "test_service_fuzz.py",
+    "test_commit_property_paths.py", "test_contract.py", "test_docs_commands.py", "test_key_summary.py",
+    "test_memory_per_key.py", "test_params.py", "test_privacy.py", "test_release_columns.py", "test_revisions.py",
+    "test_service_api.py", "test_service_archive.py", "test_service_commit_property.py", "test_service_fuzz.py",
     "test_service_operator.py", "test_stored_formats.py", "test_tops.py", "test_tops_model.py",
 })
 
