@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 import numpy as np
 import pytest
@@ -165,6 +167,40 @@ def test_budget_and_a_stopped_run_never_print_the_rows_an_aggregate_consumed(tmp
         with pytest.raises(click.exceptions.Exit):
             durable.stopped(Run(), KeyboardInterrupt(), counts=counts)
     assert "1,234 input values consumed" in said[0] and "1,234" not in said[1] and "48" not in said[1]
+
+
+def test_a_resume_refused_says_what_is_wrong_without_counting_the_rows(tmp_path):
+    """A state resumed on a shorter or a changed input is refused; for a stream the refusal counts the values and
+    names the positions (public), for an aggregate neither (the rows a unit-level release consumed are data)."""
+    data = _csv(tmp_path / "in.csv", days=2)
+    lines = data.read_text().splitlines()
+    rows = len(lines) - 1
+    assert _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing", "zero").exit_code == 0
+    (tmp_path / "short.csv").write_text("\n".join(lines[:-40]) + "\n")
+    short = _run(tmp_path / "short.csv", "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE, "--missing",
+                 "zero")
+    assert short.exit_code == 1 and "the input ends before the rows the state" in short.output, short.output
+    changed = lines[:10] + [lines[10].rsplit(",", 1)[0] + ",1.999"] + lines[11:]
+    (tmp_path / "changed.csv").write_text("\n".join(changed) + "\n")
+    edited = _run(tmp_path / "changed.csv", "-o", tmp_path / "out.csv", "--state", tmp_path / "s", *BASE,
+                  "--missing", "zero")
+    assert edited.exit_code == 1 and "the input differs from the one the state consumed (read from" in edited.output
+    for output in (short.output, edited.output):
+        [error] = [line for line in output.splitlines() if line.startswith("Error: ")]  # one line
+        numbers = set(re.findall(r"\d[\d,]*", error.replace(str(tmp_path), "")))
+        assert not numbers & {str(rows), f"{rows:,}", str(rows - 40), f"{rows - 40:,}"}, error
+        assert "positions" not in error
+
+    values = tmp_path / "values.txt"  # a stream: its length is public, and said
+    values.write_text("\n".join(["1"] * 300) + "\n")
+    assert CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "v.txt"), "--state",
+                                    str(tmp_path / "v"), "--epsilon", "1", "--upper-bound", "2", "--method", "bt",
+                                    "--seed", "1"]).exit_code == 0
+    values.write_text("\n".join(["1"] * 200) + "\n")
+    stream = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "v.txt"), "--state",
+                                      str(tmp_path / "v"), "--epsilon", "1", "--upper-bound", "2", "--method", "bt",
+                                      "--seed", "1"])
+    assert stream.exit_code == 1 and "the input holds 200 values, but the state" in stream.output, stream.output
 
 
 @pytest.mark.parametrize(("extra", "message"), [

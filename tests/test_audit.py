@@ -245,6 +245,7 @@ EXACT = {
     "locations-unbounded": 20_000,
     "tops-w-event": 4_000,
     "bt-w-event": 4_000,
+    "unit-aggregate-selection": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

@@ -139,6 +139,12 @@ def w_event_periods_not_bounded() -> tuple[Patch, ...]:
              "        return perturber.release(values)\n"),)
 
 
+@mutant("unit-aggregate-selection", 8_000)
+def selection_noise_halved() -> tuple[Patch, ...]:
+    """Private partition selection draws the noise of its distinct-unit counts at half the scale it claims."""
+    return (("release/partition_selection.py", "laplace_units(self.scale, 1)", "laplace_units(self.scale / 2, 1)"),)
+
+
 @mutant("tops-model", 200)
 def model_threshold_argmax() -> tuple[Patch, ...]:
     """The model threshold's private selections (the median, step 1, and theta, step 3) take the best true score."""

@@ -253,3 +253,34 @@ def test_the_page_shows_each_source_and_its_guarantee_before_its_script_runs(bro
         page.screenshot(path=str(tmp_path / "without-script.png"), full_page=True)
     finally:
         context.close()
+
+
+def test_an_aggregate_is_charted_one_line_per_partition_with_its_unit_level_guarantee(visit: Visit,
+                                                                                      client: Client) -> None:
+    client.create_aggregate("feeders", epsilon=1.0, bucket="1h", unit_window="1d", unit_bound=30.0, upper_bound=5.0,
+                            clip=True, partitions=["north", "south"], unit_max_partitions=1, unit="meter", seed=12)
+    rng = np.random.default_rng(12)
+    seconds = np.sort(1_704_067_200 + rng.integers(0, 2 * 86400, 2000))
+    units = rng.integers(0, 30, 2000)
+    client.send_rows("feeders", seconds.tolist(), [f"m{u}" for u in units], rng.exponential(1.0, 2000).round(3),
+                     ["north" if u < 15 else "south" for u in units], flush=True)
+    facts = client.aggregate("feeders")
+    released = list(client.all_released("feeders", kind="aggregates"))
+    assert facts["released"] == len(released) == 2 * 48
+    visit.page.reload()
+    visit.wait_for_count("aggregate", "feeders", len(released))
+    card = visit.card("aggregate", "feeders")
+    assert visit.fact("aggregate", "feeders", "guarantee") == facts["guarantee"] == (
+        "each meter's readings in each UTC day: ε = 1; over 2 days: ε = 2 by composition")
+    assert visit.fact("aggregate", "feeders", "partitions") == "north, south"
+    assert visit.page.locator(f'{card} dd[data-fact="position"]').count() == 0  # the rows consumed: data
+    words = visit.page.text_content(f"{card} p.privacy")
+    assert words.startswith("Unit-level differential privacy, ε = 1 per unit and window:")
+    window = int(visit.page.input_value("#window"))  # 100 > the 48 buckets of each partition: the mean of all
+    for name in ("north", "south"):
+        line = f'{card} polyline.series[data-partition="{name}"]'
+        values = [row["value"] for row in released if row["partition"] == name]
+        shown = float(visit.page.get_attribute(line, "data-last-average"))
+        assert shown == pytest.approx(float(np.mean(values[-window:])), rel=1e-12, abs=1e-9)
+    assert "One line per partition: north (red), south (blue)." in visit.page.text_content(f"{card} p.caption")
+    assert visit.errors == []

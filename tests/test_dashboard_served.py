@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -58,3 +59,24 @@ def test_the_words_name_epsilon_and_delta_as_the_page_writes_numbers(budget, lev
     words = guarantee_in_words("stream", {"budget": budget, "privacy": "x-DP; neighbours: user level: ...; ..."})
     assert words == (f"each value is protected at {level} (user level); "
                      f"the stream's guarantee is {level} however long it runs")
+
+
+def test_an_aggregate_s_card_says_its_unit_level_guarantee_and_not_the_rows_it_consumed(http):
+    assert "None yet: create one with POST /aggregates (needs the token)." in http.get("/").text
+    created = http.post("/aggregates", headers=AUTH, json={
+        "name": "load", "epsilon": 1.0, "bucket": "30m", "unit_window": "1d", "unit_bound": 30.0, "unit": "meter"})
+    assert created.status_code == 201, created.text
+    rows = {"times": [1_704_067_200 + 60 * i for i in range(100)], "units": [f"m{i % 7}" for i in range(100)],
+            "values": [1.0] * 100, "first_position": 0}
+    assert http.post("/aggregates/load/rows", json=rows, headers=AUTH).is_success
+    facts = http.get("/aggregates/load").json()
+    page = http.get("/").text
+    card = page.split('<section class="source" data-kind="aggregate" data-name="load" data-server="">')[1]
+    card = card.split("</section>")[0]
+    assert guarantee_in_words("aggregate", facts) == facts["guarantee"] == (
+        "each meter's readings in each UTC day: ε = 1; over 1 day: ε = 1 by composition")
+    assert f'<dd data-fact="guarantee">{facts["guarantee"]}</dd>' in card
+    assert f'<dd data-fact="released">{facts["released"]}</dd>' in card and facts["released"] == 3
+    assert html.escape(facts["privacy"], quote=False) in card
+    assert 'data-fact="position"' not in card and "received" not in card  # the rows consumed are data
+    assert not re.search(r"(?<![\d.,])100(?![\d.,])", card), card

@@ -257,3 +257,96 @@ def test_the_rows_consumed_are_shown_to_the_tokens_holder_only(http):
     assert [row["count"] for row in http.get("/aggregates/load/ledger", headers=AUTH).json()["ledger"]] == [3, 7]
     wrong = {"Authorization": "Bearer not-the-token"}
     assert "position" not in http.get("/aggregates/load", headers=wrong).json()
+
+
+# -- private partition selection ---------------------------------------------------------------------------------------
+
+#: Partitions not known in advance: "north" listed, the others selected per day (threshold 16 units at delta 1e-3).
+PRIVATE = {**CREATE, "partitions": ["north"], "partition_selection": "private", "selection_delta": 1e-3}
+
+
+def _private_rows(n, seed=0, days=3):
+    """Rows of 40 meters: u0..u19 feed "north" (public), u20..u39 "south" (selected: 20 units a day, above the
+    threshold), and one meter alone feeds "lonely" (a partition of one unit's rows: never to be named)."""
+    seconds, units, values, _ = _rows(n, seed=seed, days=days)
+    partitions = np.where(units.astype(int) < 20, "north", "south")
+    alone = np.arange(n) % 50 == 7
+    units, partitions = units.astype(object), partitions.astype(object)
+    units[alone], partitions[alone] = "solo", "lonely"
+    return seconds, units.astype(str), values, partitions.astype(str)
+
+
+def _library_private(rows, cuts, seed):
+    """What UnitAggregate with the service's key releases, as (bucket, partition, value), and its partitions' names."""
+    seconds, units, values, partitions = rows
+    agg = UnitAggregate(**{**LIBRARY, "partitions": ["north"]}, partition_selection="private", selection_delta=1e-3,
+                        key=derive_key(seed))
+    out = [agg.release(seconds[lo:hi] * NS, units[lo:hi], values[lo:hi], partitions[lo:hi])
+           for lo, hi in zip(cuts[:-1], cuts[1:])] + [agg.flush()]
+    names = np.array(agg.partition_names, dtype=object)[np.concatenate([o.partitions for o in out])].tolist()
+    buckets = format_times(np.concatenate([o.buckets for o in out]))
+    return list(zip(buckets, names, np.concatenate([o.values for o in out]).tolist())), agg.partition_names
+
+
+def test_private_partitions_are_selected_as_the_library_selects_them_and_their_positions_name_them(http):
+    described = _create(http, **PRIVATE)
+    assert described["partitions"] == ["north"] and "δ = 0.001" in described["guarantee"]
+    rows = _private_rows(3000)
+    cuts = [0, 700, 1900, 3000]
+    released, answers = [], []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        answer = http.post("/aggregates/load/rows", headers=AUTH,
+                           json=_batch(rows, lo, hi, first_position=lo, flush=hi == 3000))
+        assert answer.status_code == 200, answer.text
+        answers.append(answer.json())
+        released += answer.json()["released"]
+    expected, names = _library_private(rows, cuts, seed=11)
+    assert _triples(released) == expected  # bit-identical, in the order released
+    assert names == ["north", "south"] and {r["partition"] for r in released} == {"north", "south"}
+    assert len(expected) == 2 * 3 * 48  # south selected every day, lonely never
+    positions = [r["position"] for r in released]
+    stride = aggregates.PARTITION_STRIDE
+    assert positions == sorted(positions) and [p // stride for p in positions] == list(range(len(positions)))
+    facts = http.get("/aggregates/load").json()
+    assert facts["partitions"] == names and [facts["partitions"][p % stride] for p in positions] == [
+        r["partition"] for r in released]
+    assert facts["released"] == len(expected) and facts["windows"] == 3
+    everything = http.get(f"/aggregates/load/released?limit={len(expected)}").text
+    assert "lonely" not in everything and "solo" not in everything and "lonely" not in str(facts)
+    page = http.get(f"/aggregates/load/released?after={positions[99]}&limit=50").json()["released"]
+    assert _triples(page) == expected[100:150]
+    for (lo, hi), answer in zip(zip(cuts[:-1], cuts[1:]), answers):  # a retry is answered from the stored buckets
+        again = http.post("/aggregates/load/rows", headers=AUTH,
+                          json=_batch(rows, lo, hi, first_position=lo, flush=hi == 3000))
+        assert again.status_code == 200 and again.json() == answer
+    assert http.get("/aggregates/load", headers=AUTH).json()["position"] == 3000
+
+
+def test_private_selection_continues_identically_in_a_new_app(database_url):
+    rows = _private_rows(2400, seed=3)
+    cuts = [0, 500, 1300, 2400]
+    released = []
+    for step, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
+        app = create_app(database=database_url, token=TOKEN)  # a restart before every batch
+        try:
+            client = Client("http://testserver", TOKEN, http=TestClient(app))
+            if step == 0:
+                client.create_aggregate("load", **{**PRIVATE, "seed": 5})
+            batch = _batch(rows, lo, hi)
+            released += client.send_rows("load", batch["times"], batch["units"], batch["values"],
+                                         batch["partitions"], first_position=lo, flush=hi == cuts[-1])
+        finally:
+            app.state.storage.close()
+    assert _triples(released) == _library_private(rows, cuts, seed=5)[0]
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"partition_selection": "secret"}, "partition_selection must be one of public, private, got 'secret'"),
+    ({"unit_max_partitions": None}, "private partition selection needs max_partitions"),
+    ({"selection_delta": 0.5}, "selection_delta must lie in (0, 0.001], got 0.5"),
+    ({"selection_epsilon": 2.0}, "selection_epsilon must lie strictly between 0 and epsilon 1"),
+    ({"replace": True}, "add/remove relation only"),
+])
+def test_bad_selection_parameters_are_one_line_422s(http, change, words):
+    assert words in _refused(http, "/aggregates", {"name": "bad", **PRIVATE, **change})
+    assert http.get("/aggregates/bad").status_code == 404

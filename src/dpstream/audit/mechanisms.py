@@ -52,6 +52,10 @@ count-of-counts-top-down  the top-down release end to end (root and two leaves, 
                           group's size is 2 or 3; every released group size
 count-of-counts-k         the private bound K: the largest group has 3 or 4 members; K
 laplace-counts            one user moves between two locations; the two noisy (integer) counts
+unit-aggregate            the unit aggregate, windows of one bucket: one unit's rows (3C, bounded
+                          to C) added to a window; the window's released sum
+unit-aggregate-selection  the same with private partition selection: a partition one unit below
+                          the threshold, the unit added to it; whether it is released, and its sum
 locations,                location counts from rows (time, user, location), windows of 2 steps
 locations-unbounded       (``w_event = 2``): one user moves (bounded) or is added (unbounded) at
                           both steps of every window; the window's four noisy counts
@@ -104,7 +108,7 @@ from dpstream.audit.streams import (
     laplace_log_ratio,
 )
 from dpstream.audit.tops import PeriodicLeaves, ToPSPerturber, ToPSStream, WindowLeaves
-from dpstream.audit.units import UnitAggregateWindows
+from dpstream.audit.units import UnitAggregateSelection, UnitAggregateWindows
 from dpstream.audit.wevent import BinaryTreeWEvent, ToPSWEvent
 from dpstream.ldp import HybridMechanism, PiecewiseMechanism, SquareWave, StochasticRounding
 from dpstream.postprocess import LaplaceCounts
@@ -232,6 +236,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "unit-aggregate": UnitAggregateWindows,
     "locations": LocationWindows,
     "locations-unbounded": lambda *, epsilon=1.0: LocationWindows(neighbours="unbounded", epsilon=epsilon),
+    "unit-aggregate-selection": UnitAggregateSelection,
 }
 
 

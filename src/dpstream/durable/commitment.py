@@ -63,11 +63,13 @@ class InputLog:
 
     ``update(values, texts)`` absorbs the next rows of the input, in order, from position 0 of a
     file (the rows a resumed run skips are checked against their segments) or from the consumed
-    count on stdin; :meth:`segments` is what a checkpoint stores.
+    count on stdin; :meth:`segments` is what a checkpoint stores.  ``counts=False``: a refusal does not
+    say which positions differ (how many rows were consumed is data under a unit-level relation).
     """
 
-    def __init__(self, key: bytes, stored: list[dict[str, Any]] | None, *, consumed: int, source: str) -> None:
-        self._key, self.source, self.consumed = key, source, consumed
+    def __init__(self, key: bytes, stored: list[dict[str, Any]] | None, *, consumed: int, source: str,
+                 counts: bool = True) -> None:
+        self._key, self.source, self.consumed, self.counts = key, source, consumed, counts
         if stored is None:  # a state of an older dpstream: what it consumed cannot be checked
             stored = [{"first": 0, "last": consumed, "source": None, "mac": None}] if consumed else []
         self._committed = [_Segment(key, int(s["first"]), int(s["last"]), s["source"], s["mac"]) for s in stored]
@@ -104,10 +106,11 @@ class InputLog:
             segment = self._committed[self._index]
             if segment.mac is not None and not self.stdin and not hmac.compare_digest(segment.digest(), segment.mac):
                 where = f"the file {segment.source}" if segment.source not in (None, "stdin") else segment.source
+                at = f" at positions [{segment.first:,}, {segment.last:,})" if self.counts else ""
                 raise ResumeError(
-                    f"the input differs from the one the state consumed at positions [{segment.first:,}, "
-                    f"{segment.last:,}) (read from {where}): is it the same input? A changed value there would be "
-                    "released under the noise of values already published (nothing was written).")
+                    f"the input differs from the one the state consumed{at} (read from {where}): is it the same "
+                    "input? A changed value there would be released under the noise of values already published "
+                    "(nothing was written).")
             self._index += 1
             last = self._index == len(self._committed)
             if last and segment.mac is not None and segment.source == self.source and not self.stdin:

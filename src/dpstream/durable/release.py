@@ -82,7 +82,7 @@ from dpstream.durable.snapshots import keyless, with_key
 from dpstream.durable.state import Progress, StreamState
 from dpstream.privacy import RowsKept
 from dpstream.release.by_key import BY_KEY, ByKey, key_secret
-from dpstream.release.registry import class_of_kind
+from dpstream.release.registry import REGISTRY, class_of_kind
 
 __all__ = ["CHECKPOINT_SECONDS", "PER_KEY", "DurableRelease", "Output", "ParameterError", "ResumeError",
            "per_key", "restore"]
@@ -138,6 +138,9 @@ class DurableRelease:
         self._created_output = self._replace = False
         self.checkpoint_seconds = checkpoint_seconds
         self.keyed = isinstance(releaser, ByKey)
+        #: Whether how many input rows were consumed is public under the release's relation (not at unit level):
+        #: a refusal to resume then says which rows, else only what is wrong.
+        self.public_counts = REGISTRY[method].public_counts if method in REGISTRY else True
         commitment = state.commitment or {}
         self._tail: str = commitment.get("tail", "")
         self._length = self._saved.output_bytes  # the output's length once the pending text is written
@@ -146,7 +149,8 @@ class DurableRelease:
         self._verified = bytearray()
         self._deferred: list[Callable[[], None]] = []
         self.log = InputLog(state.key, commitment.get("inputs") if state.commitment is not None else None,
-                            consumed=self._saved.consumed, source="stdin" if from_stdin else (source or "file"))
+                            consumed=self._saved.consumed, source="stdin" if from_stdin else (source or "file"),
+                            counts=self.public_counts)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._committer: threading.Thread | None = None
@@ -231,6 +235,9 @@ class DurableRelease:
 
     def _short(self, rows: int, what: str) -> ResumeError:
         consumed = self._saved.consumed
+        if not self.public_counts:  # how many rows the state consumed, or the input holds, is data: not said
+            return ResumeError(f"the input ends before the {what} the state {self.state.path} has consumed: is it "
+                               "the same input? (nothing was written)")
         return ResumeError(f"the input holds {rows:,} {what}, but the state {self.state.path} has consumed "
                            f"{consumed:,} of it: is it the same input? (nothing was written)")
 

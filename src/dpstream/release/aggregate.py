@@ -93,9 +93,9 @@ _NS = 1_000_000_000
 
 @dataclass(frozen=True)
 class Released:
-    """Released buckets: the start of each (int64 nanoseconds since the epoch), its partition's index and value.
-
-    One row per bucket and partition, buckets in time order, partitions in their public order.
+    """Released buckets: the start of each (int64 nanoseconds since the epoch), its partition's number (an index
+    into :attr:`UnitAggregate.partition_names`) and value: buckets in time order, partitions in their public order
+    (the selected private partitions of a window at its close, in the order of their names).
     """
 
     buckets: np.ndarray
@@ -109,8 +109,7 @@ class Released:
 def _join(parts: list[Released]) -> Released:
     if not parts:
         return Released(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
-    return Released(*(np.concatenate([getattr(p, name) for p in parts]) for name in ("buckets", "partitions",
-                                                                                      "values")))
+    return Released(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("buckets", "partitions", "values")))
 
 
 class _Measure:
@@ -470,7 +469,7 @@ class UnitAggregate(Params):
             yield Released(np.repeat(starts, len(self.partitions)), np.tile(np.arange(len(self.partitions)),
                                                                             leaves.size), values.ravel())
             selected = self._selector and end == (window + 1) * self.width - 1 and self._selector.release(
-                self._measures, self._bounders[0].units_per_partition(len(self.partition_names)), window, self._source)
+                self._measures, self._bounders[0], window, self._source)
             if selected:  # the window closed: its private partitions selected, their held buckets released at once
                 yield Released(np.repeat((window * self.width + np.arange(self.width)) * self.bucket * _NS,
                                          selected[0].size), np.tile(selected[0], self.width),
@@ -478,9 +477,14 @@ class UnitAggregate(Params):
 
     @property
     def partition_names(self) -> list[str]:
-        """The public partitions, then the private ones seen so far (SECRET: unselected names too); publish a
-        released private partition by its name here, never by its number (the order names first arrived in)."""
-        return self.partitions + (self._selector.names if self._selector else [])
+        """The name of each partition number :class:`Released` gives (public): the public partitions, then the
+        selected private ones in the order first selected."""
+        return self.partitions + (self._selector.published if self._selector else [])
+
+    @property
+    def released_values(self) -> int:
+        """How many values were released, every partition's (the buckets of selected private partitions too)."""
+        return self.released * len(self.partitions) + (self._selector.released if self._selector else 0)
 
     @property
     def selection_threshold(self) -> int | None:
@@ -488,9 +492,7 @@ class UnitAggregate(Params):
         return None if self._selector is None else self._selector.tau
 
     def _estimates(self, found: list[np.ndarray]) -> np.ndarray:
-        if self.statistic != "mean":
-            return found[0]
-        return found[0] / np.maximum(found[1], 1.0)  # post-processing of the noisy sum and count
+        return found[0] if self.statistic != "mean" else found[0] / np.maximum(found[1], 1.0)  # post-processing
 
     def _open_window(self, window: int) -> None:
         self._window = window
@@ -505,8 +507,8 @@ class UnitAggregate(Params):
         leaves = buckets - self._window * self.width  # type: ignore[operator]
         for i, (m, bounder, amount) in enumerate(zip(self._measures, self._bounders, amounts)):
             added = bounder.bound(units, amount, parts)  # sums below 2^52: exact in float64
-            flat = np.bincount(parts * self.width + leaves, weights=added,
-                               minlength=len(self.partition_names) * self.width).astype(np.int64)
+            held = m.totals.size + (self._selector.totals[i].size if self._selector is not None else 0)
+            flat = np.bincount(parts * self.width + leaves, weights=added, minlength=held).astype(np.int64)
             m.totals += flat[:m.totals.size].reshape(m.totals.shape)
             if self._selector is not None:  # private partitions' sums held until the window closes
                 self._selector.totals[i] += flat[m.totals.size:].reshape(-1, self.width)
@@ -543,8 +545,7 @@ class UnitAggregate(Params):
         params, source = read_header(state, AGGREGATE)
         agg = cls(**params, noise=source)
         agg.position, agg.released, agg.late = int(state["position"]), int(state["released"]), int(state["late"])
-        agg._open = None if state["open"] is None else int(state["open"])
-        agg._flushed = bool(state["flushed"])
+        agg._open, agg._flushed = (None if state["open"] is None else int(state["open"])), bool(state["flushed"])
         agg._window = None if state["window"] is None else int(state["window"])
         for m, data in zip(agg._measures, state["measures"]):
             m.totals[:] = np.asarray(data["totals"]).reshape(m.totals.shape)
@@ -578,8 +579,7 @@ def _time_text(bucket: int, seconds: int) -> str:
 def _span(seconds: int) -> str:
     for name, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds % size == 0:
-            count = seconds // size
-            return f"{count} {name}{'s' * (count != 1)}" if count != 1 else f"1 {name}"
+            return f"{seconds // size} {name}{'s' * (seconds != size)}"
     return f"{seconds} seconds"
 
 

@@ -34,8 +34,10 @@ and ``P[M(D) in O] <= e^eps P[M_c(D') in O] <= e^eps (P[M(D') in O] + P[not E])`
 composition); the replacement relation is not offered with private selection.
 
 What is public: the public partitions and the names of the selected ones (each a DP output), in
-the order of their names (the order they first arrived in is data).  What is not: which private
-partitions had rows and how many units (never printed), nor their numbers (the order of arrival).
+the order of their names (the order they first arrived in is data), and their numbers in the
+output: after the public ones, in the order first selected (:attr:`PartitionSelector.published`).
+What is not: which private partitions had rows and how many units (never printed), nor the numbers
+they are held under (the order of arrival).
 Every private name seen in the run is held, with a window's sums of each: an error when they exceed
 what is held in memory (``MAX_LEAVES`` buckets x partitions) depends on the data; it is stated as a limit.
 """
@@ -135,8 +137,9 @@ def held_values(measure: Any, totals: np.ndarray, name: str, window: int) -> np.
 class PartitionSelector:
     """The private partitions of a release: their names, held bucket sums and per-window selection.
 
-    Private partitions are numbered after the ``offset`` public ones, in the order their names first
-    arrive; a window's held sums of every measure are ``(partitions, width)`` int64 grid units.
+    Private partitions are held under numbers after the ``offset`` public ones, in the order their names first
+    arrive (SECRET); a window's held sums of every measure are ``(partitions, width)`` int64 grid units.  Released
+    ones are numbered apart, after the public ones in the order first selected (:attr:`published`: public).
     """
 
     def __init__(self, *, offset: int, width: int, measures: int, max_partitions: int, epsilon: float,
@@ -148,6 +151,11 @@ class PartitionSelector:
         self.tau: int | None = None
         self.names: list[str] = []
         self._index: dict[str, int] = {}
+        #: The selected partitions' names in the order first selected: their output numbers follow the public ones.
+        self.published: list[str] = []
+        self._number: dict[str, int] = {}
+        #: How many values of private partitions were released (every bucket of a selected partition's window).
+        self.released = 0
         self.totals = [np.zeros((0, width), dtype=np.int64) for _ in range(measures)]
 
     def set_threshold(self, epsilon: float) -> None:
@@ -198,26 +206,33 @@ class PartitionSelector:
                  for c in candidates]
         return candidates[np.asarray(noisy, dtype=np.int64) >= self.tau]
 
-    def release(self, measures: list[Any], units: np.ndarray, window: int,
+    def release(self, measures: list[Any], bounder: Any, window: int,
                 source: NoiseSource) -> tuple[np.ndarray, list[np.ndarray]] | None:
-        """At the close of ``window``: the selected private partitions (numbers from ``offset``) and each measure's
-        values of them, shape (width, selected) (None when none is selected).
+        """At the close of ``window``: the selected private partitions' output numbers (from ``offset``, in the
+        order first selected: :attr:`published`) and each measure's values of them, shape (width, selected) (None
+        when none is selected).
 
-        ``units`` counts the distinct units holding each partition number; each measure releases the held
-        totals through its own hierarchy (:func:`held_values`).
+        ``bounder`` (:class:`~dpstream.release.bounding.ContributionBounder`) counts the distinct units holding each
+        partition number; each measure releases the held totals through its own hierarchy (:func:`held_values`).
         """
-        chosen = self.select(units[self.offset:self.offset + len(self.names)], window, source)
+        units = bounder.units_per_partition(self.offset + len(self.names))
+        chosen = self.select(units[self.offset:], window, source)
         if not chosen.size:
             return None
         found = [np.stack([held_values(m, totals[c], self.names[c], window) for c in chosen], axis=1)
                  for m, totals in zip(measures, self.totals)]
-        return self.offset + chosen, found
+        for c in chosen:  # in the order of the names: the numbers are a function of the selected sets alone
+            self._number.setdefault(self.names[c], len(self._number))
+        self.published = list(self._number)
+        self.released += chosen.size * self.width
+        return self.offset + np.array([self._number[self.names[c]] for c in chosen], dtype=np.int64), found
 
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         """The names seen and the held sums of the open window, as plain data."""
-        return {"names": list(self.names), "totals": [t.copy() for t in self.totals]}
+        return {"names": list(self.names), "totals": [t.copy() for t in self.totals], "published": list(self.published),
+                "released": self.released}
 
     def restore(self, data: dict[str, Any]) -> None:
         """Continue from :meth:`snapshot`."""
@@ -225,3 +240,6 @@ class PartitionSelector:
         self._index = {name: i for i, name in enumerate(self.names)}
         self.totals = [np.asarray(t, dtype=np.int64).reshape(len(self.names), self.width).copy()
                        for t in data["totals"]]
+        self.published = [str(name) for name in data.get("published", [])]  # none before the numbers were public
+        self._number = {name: i for i, name in enumerate(self.published)}
+        self.released = int(data.get("released", 0))

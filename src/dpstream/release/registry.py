@@ -261,6 +261,6 @@ register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "thre
                    audits=("square-wave", "hm")))
 register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",
                    public_counts=False,
-                   audits=("unit-aggregate",)))
+                   audits=("unit-aggregate", "unit-aggregate-selection")))
 register(Mechanism("locations", LocationCounts, LOCATIONS, _describe_locations, per_key=False,
                    command="release-locations", public_counts=False, audits=("locations", "locations-unbounded")))

@@ -1,14 +1,15 @@
 """The dashboard of ``dpstream serve``: one public page at ``GET /`` and its files under ``/static/``.
 
-The page lists the streams and collectors and, for each, charts the moving average of its released
-values (drawn in the browser as SVG by ``static/dashboard.js``: no library, nothing fetched from
-another host, so it works without internet access), with theta and the privacy guarantee in words.
-The page is served with each source's name and guarantee already written in (from the same public
-facts as ``GET /streams`` and ``GET /collectors``), so it says something true before its script
-runs; the script then replaces those cards with live ones.  It reads only the public endpoints
-(``/streams``, ``/collectors``, their ``released`` and ``events``): no token, and nothing secret
-ever reaches the page.  A moving average of released values is post-processing: it costs no
-privacy budget.
+The page lists the streams, collectors and aggregates and, for each, charts the moving average of its
+released values (drawn in the browser as SVG by ``static/dashboard.js``: no library, nothing fetched from
+another host, so it works without internet access), with theta and the privacy guarantee in words; an
+aggregate's chart has one line per partition, its released buckets by time.  The page is served with each
+source's name and guarantee already written in (from the same public facts as ``GET /streams``,
+``GET /collectors`` and ``GET /aggregates``, an aggregate's without the rows it consumed), so it says
+something true before its script runs; the script then replaces those cards with live ones.  It reads
+only the public endpoints (``/streams``, ``/collectors``, ``/aggregates``, their ``released`` and the
+streams' and collectors' ``events``): no token, and nothing secret ever reaches the page.  A moving
+average of released values is post-processing: it costs no privacy budget.
 
 The files are package data of :mod:`dpstream.service` (``static/*``), installed with dpstream.
 """
@@ -42,7 +43,7 @@ SECURITY_HEADERS = {
 
 
 #: Where the page's template takes each list of sources.
-_SLOTS = {"stream": "<!--streams-->", "collector": "<!--collectors-->"}
+_SLOTS = {"stream": "<!--streams-->", "collector": "<!--collectors-->", "aggregate": "<!--aggregates-->"}
 
 
 def _number(x: float, digits: int = 4) -> str:
@@ -68,7 +69,14 @@ def guarantee_in_words(kind: str, facts: dict[str, Any]) -> str:
     >>> guarantee_in_words("stream", {"budget": {"epsilon": 1.0, "delta": 0.0},
     ...                               "privacy": "1-DP; neighbours: event level: two streams differ ...; ..."})
     "each value is protected at ε = 1 (event level); the stream's guarantee is ε = 1 however long it runs"
+
+    An aggregate's guarantee is per unit and window, composed over the windows released: its facts say it in words.
+
+    >>> guarantee_in_words("aggregate", {"guarantee": "each meter's readings in each UTC day: ε = 1; ..."})
+    "each meter's readings in each UTC day: ε = 1; ..."
     """
+    if kind == "aggregate":
+        return facts["guarantee"]
     budget = facts["budget"]
     level = f"ε = {_number(budget['epsilon'])}"
     if budget["delta"] > 0:
@@ -84,8 +92,10 @@ def guarantee_in_words(kind: str, facts: dict[str, Any]) -> str:
 def _card(kind: str, facts: dict[str, Any]) -> str:
     """One source's card as served, before the script replaces it: its name, its guarantee, the exact statement."""
     name, text = escape(facts["name"]), (lambda words: escape(words, quote=False))
+    released = (f'<dt>values released</dt><dd data-fact="released">{_number(facts["released"])}</dd>'
+                if kind == "aggregate" else "")  # its released buckets; the rows it consumed are data
     return (f'<section class="source" data-kind="{kind}" data-name="{name}" data-server="">'
-            f'<h3><span class="name">{name}</span></h3><dl class="facts"><dt>guarantee</dt>'
+            f'<h3><span class="name">{name}</span></h3><dl class="facts">{released}<dt>guarantee</dt>'
             f'<dd data-fact="guarantee">{text(guarantee_in_words(kind, facts))}</dd></dl>'
             f'<details><summary>the exact guarantee</summary><p class="statement">{text(facts["privacy"])}</p>'
             "</details></section>")
@@ -107,7 +117,8 @@ def mount_dashboard(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     def dashboard(request: Request) -> HTMLResponse:
         storage = request.app.state.storage
-        page = render_page(template, {kind: [describe(source) for source in storage.sources(kind)] for kind in _SLOTS})
+        page = render_page(template, {kind: [describe(source, counts=kind != "aggregate")
+                                             for source in storage.sources(kind)] for kind in _SLOTS})
         return HTMLResponse(page, headers=SECURITY_HEADERS)
 
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=True), name="static")

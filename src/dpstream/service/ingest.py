@@ -183,11 +183,14 @@ def ingest(sources: LiveSources, kind: str, name: str, first_position: int | Non
 @dataclass(frozen=True)
 class Rows:
     """Released values at positions of their own rather than at the batch's last ones (an aggregate's buckets, in
-    the order released): from position ``first``, with their ``times`` (seconds)."""
+    the order released): from position ``first``, with their ``times`` (seconds); at ``positions`` when given
+    (increasing, not necessarily consecutive: an aggregate with private partitions numbers each value's
+    partition in its position)."""
 
     first: int
     times: np.ndarray
     values: np.ndarray
+    positions: np.ndarray | None = None
 
 
 #: The JSON answer of released ``(position, time, value)`` rows of a source.
@@ -221,10 +224,12 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
         if sources.storage.position(kind, name) != (live.source.id, position):
             raise _Moved(moved) from None
         raise
-    if isinstance(released, Rows):  # where they are goes into the ledger, to answer a retry
-        positions, stamps, released = np.arange(released.first, released.first + released.values.size), \
-            released.times, released.values
-        digest = f"{digest}:{int(positions[0]) if positions.size else 0}+{positions.size}"
+    if isinstance(released, Rows):  # where they are goes into the ledger, to answer a retry: first + span
+        positions = np.arange(released.first, released.first + released.values.size) if released.positions is None \
+            else released.positions
+        stamps, released = released.times, released.values
+        span = int(positions[-1]) + 1 - int(positions[0]) if positions.size else 0
+        digest = f"{digest}:{int(positions[0]) if positions.size else 0}+{span}"
     else:
         held = count - released.size  # the released positions are the batch's last ones
         positions = np.arange(position + held, position + count)

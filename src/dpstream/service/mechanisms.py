@@ -228,13 +228,15 @@ def collector_facts(collector: ToPLCollector) -> dict[str, Any]:
 
 
 def aggregate_facts(agg: UnitAggregate) -> dict[str, Any]:
-    """The public facts of an aggregate: its grid, noise scale and hierarchy, the windows released so far and the
-    guarantee, also in words per unit (each unit's rows in each window, and over the windows released)."""
+    """The public facts of an aggregate: its grid, noise scale and hierarchy, the windows released so far, the
+    partitions released (the public ones, then the selected private ones in the order first selected: a released
+    value's partition number names one) and the guarantee, also in words per unit (each unit's rows in each window,
+    and over the windows released)."""
     guarantee = _guarantee(agg)
     relation = agg.relation()
     windows = -(-agg.released // agg.width)  # the span released is public, as a stream's length is
     return {"granularity": agg.granularity, "noise_scale": agg.noise_scale, "levels": agg.levels,
-            "fanout": agg.fanout, "windows": windows, "privacy": guarantee,
+            "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names, "privacy": guarantee,
             "guarantee": unit_statement(agg.privacy(), unit=relation.unit, window=relation.window,
                                         windows=windows)}
 

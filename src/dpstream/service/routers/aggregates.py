@@ -5,10 +5,15 @@ An aggregate is :class:`~dpstream.release.aggregate.UnitAggregate` (what ``dpstr
 as a source of kind ``aggregate`` in the tables streams use: its position counts the rows consumed, its
 released values are numbered in the order released (bucket by bucket, the partitions of a bucket in their
 public order, so a value's partition is its position modulo the number of partitions) with the bucket's
-start as their time.  A batch of rows goes through the one ingest transaction of
-:mod:`~dpstream.service.ingest`: the buckets it closes, the ledger row and the new state are committed
-together before the answer is sent, and a retry (same ``first_position``, same rows) is answered with
-the buckets released the first time.  The noise is keyed by the aggregate's stored key, so a restart
+start as their time.  With private partition selection (``"partition_selection": "private"``) the partitions
+are not known in advance: the ``n``-th value released is at position ``n * PARTITION_STRIDE + p``, ``p`` its
+partition's number in the public facts' ``partitions`` (the public ones, then the selected private ones in
+the order first selected), so positions still increase in the order released and each names its partition.
+
+A batch of rows goes through the one ingest transaction of :mod:`~dpstream.service.ingest`: the buckets it
+closes, the ledger row (with the first position and span of the values it released) and the new state are
+committed together before the answer is sent, and a retry (same ``first_position``, same rows) is answered
+with the buckets released the first time.  The noise is keyed by the aggregate's stored key, so a restart
 recomputes it, never re-draws it.
 
 Writes need a bearer token: ``POST /aggregates`` and ``DELETE /aggregates/{name}`` (archive) an admin's,
@@ -29,7 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from dpstream.io.times import NS, duration_text, format_times, parse_duration, parse_times, time_kind
-from dpstream.release.aggregate import UnitAggregate
+from dpstream.release.aggregate import MAX_LEAVES, UnitAggregate
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
 from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize, has_token, scope
@@ -39,7 +44,7 @@ from dpstream.service.parsing import MAX_BATCH, check_name, integer, numbers, qu
 from dpstream.service.routers import common
 from dpstream.service.storage import Source
 
-__all__ = ["MAX_CLOSED", "PARAMETERS", "router"]
+__all__ = ["MAX_CLOSED", "PARAMETERS", "PARTITION_STRIDE", "router"]
 
 router = APIRouter()
 
@@ -47,9 +52,14 @@ router = APIRouter()
 PARAMETERS = {"epsilon": "epsilon", "bucket": "bucket", "unit_window": "window", "unit_bound": "unit_bound",
               "upper_bound": "upper_bound", "clip": "clip", "statistic": "statistic", "partitions": "partitions",
               "unit_max_rows": "max_rows", "unit_max_partitions": "max_partitions", "levels": "levels",
-              "replace": "replace", "late": "late", "unit": "unit", "start": "start"}
+              "replace": "replace", "late": "late", "unit": "unit", "start": "start",
+              "partition_selection": "partition_selection", "selection_epsilon": "selection_epsilon",
+              "selection_delta": "selection_delta"}
 #: The most bucket values one batch may release (a gap between two rows releases every bucket in between).
 MAX_CLOSED = 1 << 22
+#: With private partition selection, a released value's position is its number in the order released times this
+#: plus its partition's number (a window holds at most MAX_LEAVES buckets x partitions, so fewer partitions).
+PARTITION_STRIDE = MAX_LEAVES
 #: The fields of a batch of rows.
 _BATCH_FIELDS = ("times", "units", "values", "partitions", "first_position", "flush")
 
@@ -141,12 +151,16 @@ def get_aggregate(name: str, request: Request, sources: SourcesDep) -> dict[str,
 def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float]]) -> bytes:
     """``{"released": [{"position", "bucket", "partition", "value"}, ...]}``: the bucket's start in ISO 8601 UTC, the
     partition's name (empty without partitions), the value."""
-    names = source.params.get("partitions") or [""]
     if not rows:
         return b'{"released":[]}'
     positions, times, values = (list(column) for column in zip(*rows))
     starts = format_times(np.round(np.asarray(times) * NS).astype(np.int64))
-    items = [{"position": p, "bucket": b, "partition": names[p % len(names)], "value": v}
+    if source.params.get("partition_selection") == "private":  # the partition's number is in the position
+        names, stride = source.public["partitions"], PARTITION_STRIDE
+    else:
+        names = source.params.get("partitions") or [""]
+        stride = len(names)
+    items = [{"position": p, "bucket": b, "partition": names[p % stride], "value": v}
              for p, b, v in zip(positions, starts, values)]
     return json.dumps({"released": items}, separators=(",", ":"), allow_nan=False).encode()
 
@@ -179,7 +193,7 @@ async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Res
     inputs = (times, values, units, np.array([flush])) + (() if partitions is None else (partitions,))
 
     def release(agg: UnitAggregate) -> Rows:
-        start, parts = agg.released * len(agg.partitions), []
+        start, parts = agg.released_values, []
         for part in agg.release_parts(times, units, values, partitions):  # a window at a time: a long gap is cut
             parts.append(part)
             if sum(map(len, parts)) > MAX_CLOSED:
@@ -188,7 +202,11 @@ async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Res
                                  "another aggregate.")
         parts += [agg.flush()] if flush else []
         buckets = np.concatenate([np.zeros(0, dtype=np.int64)] + [part.buckets for part in parts])
-        return Rows(first=start, times=(buckets // NS).astype(np.float64),
+        positions = np.arange(start, start + buckets.size, dtype=np.int64)
+        if agg.partition_selection == "private":  # each value's partition number in its position
+            numbers = np.concatenate([np.zeros(0, dtype=np.int64)] + [part.partitions for part in parts])
+            positions = positions * PARTITION_STRIDE + numbers
+        return Rows(first=start, times=(buckets // NS).astype(np.float64), positions=positions,
                     values=np.concatenate([np.zeros(0)] + [part.values for part in parts]))
 
     body = await run_in_threadpool(ingest, sources, "aggregate", name, first, inputs, None, release,

@@ -10,6 +10,10 @@
  * periodic stream (its facts carry its public leaves) the page also draws the revised values: each closed
  * period's total (the sum of its released values) spread over its positions by the period's public shape,
  * the same post-processing as dpstream.release.revisions; the first release is drawn faint beside them.
+ *
+ * An aggregate (population sums, counts or means under unit-level privacy) is polled from
+ * /aggregates/NAME/released: its chart draws one line per partition, the moving average of its released
+ * buckets by the bucket's start; its card never shows the rows it consumed (data under its relation).
  */
 "use strict";
 
@@ -32,6 +36,9 @@
   /** Round steps of a time axis, in seconds. */
   const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
   const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL" };
+  /** Partitions drawn per aggregate, each in its own colour (the caption names them; dashboard.css draws them). */
+  const COLOURS = ["red", "blue", "green", "orange", "purple", "grey"];
+  const PARTITION_LINES = COLOURS.length;
 
   /** "stream/NAME" or "collector/NAME" -> what the page knows of that source. */
   const sources = new Map();
@@ -114,6 +121,13 @@
         `whatever a client's value, its report is at most ${factor} times as likely as it would be under any other ` +
         `value${delta}. θ and the released values are computed from the reports alone (post-processing).`;
     }
+    if (kind === "aggregate") {
+      return `Unit-level differential privacy, ε = ${number(eps)}${budget.delta > 0 ? `, δ = ${number(budget.delta, 3)}` : ""} ` +
+        "per unit and window: adding or removing all of one unit's rows in one window (within the bounds the " +
+        `release enforces) changes the probability of anything it publishes by at most a factor ${factor}${delta}; ` +
+        "over several windows the guarantees add up, as the line above says. The averages drawn here are " +
+        "post-processing and cost nothing more.";
+    }
     return `Event-level differential privacy, ε = ${number(eps)}${budget.delta > 0 ? `, δ = ${number(budget.delta, 3)}` : ""}: ` +
       "replacing any single value of this stream changes the probability of anything it publishes, " +
       `over its whole life, by at most a factor ${factor}${delta}. The budget covers every released value; ` +
@@ -123,6 +137,7 @@
   // What the budget guarantees, in words that cannot be read as budget left or exhausted (the server writes
   // the same words into the page it serves: guarantee_in_words in dashboard.py).
   function guaranteeInWords(kind, facts) {
+    if (kind === "aggregate") return facts.guarantee;
     const budget = facts.budget;
     let level = `ε = ${number(budget.epsilon)}`;
     if (budget.delta > 0) level += `, δ = ${number(budget.delta, 3)}`;
@@ -145,7 +160,12 @@
     title.append(element("span", { class: "name" }, name), method, live);
     const facts = element("dl", { class: "facts" });
     const fact = {};
-    const labels = [
+    const labels = kind === "aggregate" ? [
+      ["windows", "windows released"],
+      ["released", "values released"],
+      ["partitions", "partitions released"],
+      ["guarantee", "guarantee"],
+    ] : [
       ["threshold", "θ (threshold)"],
       ["position", kind === "collector" ? "reports received" : "values received"],
       ["released", "values released"],
@@ -170,15 +190,24 @@
 
   function showFacts(source) {
     const { facts, view } = source;
-    view.method.textContent = METHODS[source.kind === "collector" ? "collector" : facts.method] || facts.method;
-    const hold = facts.parameters.hold ?? facts.hold;
-    view.fact.threshold.textContent = facts.threshold === null || facts.threshold === undefined
-      ? (hold ? `chosen after ${number(hold)} values` : "--") : number(facts.threshold, 6);
-    view.fact.position.textContent = number(facts.position);
+    if (source.kind === "aggregate") {
+      view.method.textContent = facts.parameters.statistic || "sum";
+      view.fact.windows.textContent = number(facts.windows);
+      view.fact.partitions.textContent = (facts.partitions || []).filter((name) => name !== "").join(", ") || "--";
+    } else {
+      view.method.textContent = METHODS[source.kind === "collector" ? "collector" : facts.method] || facts.method;
+      const hold = facts.parameters.hold ?? facts.hold;
+      view.fact.threshold.textContent = facts.threshold === null || facts.threshold === undefined
+        ? (hold ? `chosen after ${number(hold)} values` : "--") : number(facts.threshold, 6);
+      view.fact.position.textContent = number(facts.position);
+    }
     view.fact.released.textContent = number(facts.released);
     view.fact.guarantee.textContent = guaranteeInWords(source.kind, facts);
     let words = inWords(source.kind, facts.budget);
-    if (facts.seeded) words += " This stream was created with a seed: for tests only, its noise can be recomputed.";
+    if (facts.seeded) {
+      words += ` This ${source.kind === "aggregate" ? "aggregate" : "stream"} was created with a seed: for tests only, ` +
+        "its noise can be recomputed.";
+    }
     view.words.textContent = words;
     view.statement.textContent = facts.privacy;
   }
@@ -194,10 +223,12 @@
     let added = false;
     for (const row of rows) {
       if (row.position <= source.last) continue;
+      const time = row.time ?? Date.parse(row.bucket) / 1000; // an aggregate's: the bucket's start
       source.positions.push(row.position);
       source.values.push(row.value);
-      source.times.push(row.time);
-      source.lastTime = row.time;
+      source.times.push(time);
+      source.partitions.push(row.partition ?? "");
+      source.lastTime = time;
       source.last = row.position;
       added = true;
     }
@@ -207,6 +238,7 @@
       source.positions.splice(0, extra);
       source.values.splice(0, extra);
       source.times.splice(0, extra);
+      source.partitions.splice(0, extra);
     }
     source.dirty = true;
     scheduleDraw();
@@ -233,11 +265,11 @@
     source.busy = true;
     source.started = true;
     try {
-      source.last = Math.max(source.last, source.facts.position - 1 - KEEP);
+      if (source.kind !== "aggregate") source.last = Math.max(source.last, source.facts.position - 1 - KEEP);
       await catchUp(source);
       source.dirty = true;
       scheduleDraw();
-      if (liveCount < LIVE_AT_ONCE) {
+      if (source.kind !== "aggregate" && liveCount < LIVE_AT_ONCE) { // aggregates have no events: polled
         liveCount += 1;
         listen(source);
       } else {
@@ -321,24 +353,119 @@
     return out;
   }
 
-  function draw(source) {
-    const { chart, caption } = source.view;
-    const n = source.values.length;
-    chart.replaceChildren();
-    chart.setAttribute("data-count", n);
-    chart.setAttribute("data-last", n ? source.last : "");
-    chart.setAttribute("data-last-average", "");
+  /**
+   * The grid and tick labels of a chart that holds the values ys along xs (positions, or times when byTime);
+   * its scales px and py.
+   */
+  function frame(chart, ys, xs, byTime) {
     const left = PAD.left;
     const right = WIDTH - PAD.right;
     const top = PAD.top;
     const bottom = HEIGHT - PAD.bottom;
+    let low = Math.min(...ys);
+    let high = Math.max(...ys);
+    if (high - low < 1e-9 * Math.max(1, Math.abs(high))) {
+      low -= 1;
+      high += 1;
+    }
+    const margin = (high - low) * 0.06;
+    low -= margin;
+    high += margin;
+    const start = Math.min(...xs);
+    const end = Math.max(...xs);
+    const xSpan = Math.max(end - start, byTime ? 1e-3 : 1);
+    const px = (x) => left + ((x - start) / xSpan) * (right - left);
+    const py = (y) => bottom - ((y - low) / (high - low)) * (bottom - top);
+    for (const t of ticks(low, high, 4)) {
+      chart.append(svg("line", { class: "grid", x1: left, y1: py(t), x2: right, y2: py(t) }),
+        svg("text", { class: "label y", x: left - 6, y: py(t) + 4, "text-anchor": "end" }, number(t, 4)));
+    }
+    const xTicks = byTime ? timeTicks(start, end, 5) : { values: end > start ? ticks(start, end, 5) : [start],
+      label: number };
+    for (const t of xTicks.values) {
+      chart.append(svg("text", { class: "label x", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, xTicks.label(t)));
+    }
+    return { px, py };
+  }
+
+  /** The points attribute of a polyline through (xs[b], values[b]); a single point drawn as a short dash. */
+  function polyline(px, py, xs, values) {
+    let points = "";
+    for (let b = 0; b < xs.length; b += 1) points += `${px(xs[b]).toFixed(1)},${py(values[b]).toFixed(1)} `;
+    if (xs.length === 1) points += `${(px(xs[0]) + 2).toFixed(1)},${py(values[0]).toFixed(1)}`;
+    return points.trim();
+  }
+
+  /** Empty axes; with no value, a line that says why. */
+  function clear(chart, why) {
+    chart.replaceChildren();
+    const [left, right, top, bottom] = [PAD.left, WIDTH - PAD.right, PAD.top, HEIGHT - PAD.bottom];
     chart.append(svg("line", { class: "axis", x1: left, y1: bottom, x2: right, y2: bottom }),
       svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: bottom }));
-    if (n === 0) {
-      const hold = source.facts.parameters.hold ?? source.facts.hold;
-      const why = source.facts.threshold === null && hold ? ` (the first ${number(hold)} choose θ)` : "";
+    if (why) {
       chart.append(svg("text", { class: "nodata", x: (left + right) / 2, y: (top + bottom) / 2, "text-anchor": "middle" },
-        `no released value yet${why}`));
+        why));
+    }
+  }
+
+  /**
+   * An aggregate's chart: for each partition (the first PARTITION_LINES of its public list that were released),
+   * the moving average of its released buckets, by the start of the bucket that ends each window.
+   */
+  function drawAggregate(source) {
+    const { chart, caption } = source.view;
+    const n = source.values.length;
+    chart.setAttribute("data-count", n);
+    chart.setAttribute("data-last", n ? source.last : "");
+    clear(chart, n ? "" : "no bucket released yet (a bucket is released when it closes)");
+    if (n === 0) {
+      caption.textContent = "";
+      return;
+    }
+    const seen = new Set(source.partitions);
+    const names = (source.facts.partitions || [""]).filter((name) => seen.has(name)).slice(0, PARTITION_LINES);
+    const room = 2 * (WIDTH - PAD.left - PAD.right);
+    const series = names.map((name) => {
+      const values = [];
+      const times = [];
+      source.partitions.forEach((partition, i) => {
+        if (partition === name) { values.push(source.values[i]); times.push(source.times[i]); }
+      });
+      const average = movingAverage(values, windowSize);
+      const step = Math.max(1, Math.ceil(average.length / room)); // at most about one point per half pixel
+      const ys = [];
+      const xs = [];
+      for (let k = 0; k < average.length; k += step) { ys.push(average[k]); xs.push(times[k + values.length - average.length]); }
+      return { name, ys, xs, last: average[average.length - 1] };
+    });
+    const { px, py } = frame(chart, series.flatMap((line) => line.ys), series.flatMap((line) => line.xs), true);
+    series.forEach((line, i) => {
+      chart.append(svg("polyline", { class: `series p${i}`, "data-partition": line.name,
+        "data-last-average": line.last, points: polyline(px, py, line.xs, line.ys) }));
+    });
+    const when = new Date(source.lastTime * 1000).toISOString().replace(".000Z", "Z");
+    const over = windowSize === 1 ? "each released bucket" : `moving average over ${number(windowSize)} released buckets`;
+    const lines = names.length > 1 || names[0] !== ""
+      ? ` One line per partition: ${series.map((line, i) => `${line.name} (${COLOURS[i]})`).join(", ")}` +
+        `${seen.size > names.length ? ` (the first ${names.length} of ${seen.size})` : ""}.` : "";
+    caption.textContent = `${over[0].toUpperCase()}${over.slice(1)}, by the start of its bucket; ` +
+      `${number(n)} released values; the last bucket ${when}.${lines}`;
+  }
+
+  function draw(source) {
+    if (source.kind === "aggregate") {
+      drawAggregate(source);
+      return;
+    }
+    const { chart, caption } = source.view;
+    const n = source.values.length;
+    chart.setAttribute("data-count", n);
+    chart.setAttribute("data-last", n ? source.last : "");
+    chart.setAttribute("data-last-average", "");
+    const hold = source.facts.parameters.hold ?? source.facts.hold;
+    const why = source.facts.threshold === null && hold ? ` (the first ${number(hold)} choose θ)` : "";
+    clear(chart, n ? "" : `no released value yet${why}`);
+    if (n === 0) {
       caption.textContent = "";
       return;
     }
@@ -350,7 +477,7 @@
     const revisedAverage = revised ? movingAverage(revised, windowSize) : null;
     chart.setAttribute("data-last-revised", revised ? revisedAverage[m - 1] : "");
     const along = axis === "time" ? source.times : source.positions;
-    const buckets = Math.min(m, 2 * (right - left));
+    const buckets = Math.min(m, 2 * (WIDTH - PAD.left - PAD.right));
     const xs = new Float64Array(buckets);
     const ys = new Float64Array(buckets);
     const rs = new Float64Array(revised ? buckets : 0);
@@ -367,38 +494,11 @@
       if (revised) rs[b] = revisedSum / (to - from);
       xs[b] = (along[from + offset] + along[to - 1 + offset]) / 2;
     }
-    let low = Math.min(...ys, ...rs);
-    let high = Math.max(...ys, ...rs);
-    if (high - low < 1e-9 * Math.max(1, Math.abs(high))) {
-      low -= 1;
-      high += 1;
-    }
-    const margin = (high - low) * 0.06;
-    low -= margin;
-    high += margin;
     const first = source.positions[0];
     const last = source.positions[n - 1];
     // The x axis runs from where the first window ends to where the last one does.
-    const start = Math.min(...xs);
-    const end = Math.max(...xs);
-    const xSpan = Math.max(end - start, axis === "time" ? 1e-3 : 1);
-    const px = (x) => left + ((x - start) / xSpan) * (right - left);
-    const py = (y) => bottom - ((y - low) / (high - low)) * (bottom - top);
-    for (const t of ticks(low, high, 4)) {
-      chart.append(svg("line", { class: "grid", x1: left, y1: py(t), x2: right, y2: py(t) }),
-        svg("text", { class: "label y", x: left - 6, y: py(t) + 4, "text-anchor": "end" }, number(t, 4)));
-    }
-    const xTicks = axis === "time" ? timeTicks(start, end, 5) : { values: end > start ? ticks(start, end, 5) : [start],
-      label: number };
-    for (const t of xTicks.values) {
-      chart.append(svg("text", { class: "label x", x: px(t), y: HEIGHT - 8, "text-anchor": "middle" }, xTicks.label(t)));
-    }
-    const line = (values) => {
-      let points = "";
-      for (let b = 0; b < buckets; b += 1) points += `${px(xs[b]).toFixed(1)},${py(values[b]).toFixed(1)} `;
-      if (buckets === 1) points += `${(px(xs[0]) + 2).toFixed(1)},${py(values[0]).toFixed(1)}`;
-      return points.trim();
-    };
+    const { px, py } = frame(chart, [...ys, ...rs], xs, axis === "time");
+    const line = (values) => polyline(px, py, xs, values);
     chart.append(svg("polyline", { class: revised ? "series faint" : "series", points: line(ys) }));
     if (revised) chart.append(svg("polyline", { class: "revised", points: line(rs) }));
     const total = Math.max(source.facts.released, n);
@@ -417,7 +517,7 @@
   function update(kind, list, container) {
     container.querySelectorAll("[data-server]").forEach((node) => node.remove()); // the cards served: now live
     if (list.length === 0) {
-      const how = kind === "collector" ? "POST /collectors" : "POST /streams";
+      const how = `POST /${kind}s`;
       container.replaceChildren(element("p", { class: "empty" }, `None yet: create one with ${how} (needs the token).`));
       return;
     }
@@ -428,7 +528,7 @@
       if (!source) {
         const view = makeCard(kind, facts.name);
         source = { kind, name: facts.name, view, facts, positions: [], values: [], times: [], last: -1, lastTime: 0,
-          events: null, busy: false, started: false, dirty: true };
+          partitions: [], events: null, busy: false, started: false, dirty: true };
         sources.set(key, source);
         container.append(view.card);
         showFacts(source);
@@ -453,9 +553,11 @@
   async function refresh() {
     const status = document.getElementById("status");
     try {
-      const [streams, collectors] = await Promise.all([getJSON("streams"), getJSON("collectors")]);
+      const [streams, collectors, aggregates] = await Promise.all([getJSON("streams"), getJSON("collectors"),
+        getJSON("aggregates")]);
       update("stream", streams.streams, document.getElementById("streams"));
       update("collector", collectors.collectors, document.getElementById("collectors"));
+      update("aggregate", aggregates.aggregates, document.getElementById("aggregates"));
       status.textContent = `updated ${new Date().toLocaleTimeString("en-GB", { hour12: false })}`;
       status.classList.remove("error");
     } catch (error) {
