@@ -135,7 +135,7 @@ COLLECTOR = {"epsilon": 2.0, "upper_bound": 100.0, "hold": 200, "max_range": 409
 
 def report_token(admin: Client, collector: str) -> str:
     """The token the JavaScript client posts reports with: a contributor's of ``collector`` only, as an app would
-    ship (its rate and batch size well above what the test sends, counting the batches a restart makes it send again)."""
+    ship (its rate and batch size above what the test sends, counting the batches a restart makes it send again)."""
     return admin.create_token("contributor", collector=collector, rate=100_000, window="1h", max_batch=1_000,
                               note="the JavaScript client's test")["token"]
 
