@@ -33,12 +33,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpstream._checks import check_nonnegative, check_probability
+from dpstream._checks import check_epsilon, check_nonnegative, check_probability
 from dpstream.privacy import Budget, Composition, EpsilonDelta, Part, PrivacyGuarantee, Relation
 
 __all__ = [
     "DEFAULT_DELTA",
     "Zcdp",
+    "check_budget",
     "ZcdpGuarantee",
     "rho_for",
     "rho_of_pure",
@@ -63,6 +64,25 @@ def _delta(delta: object) -> float:
     if delta <= 0.0 or delta >= 1.0:
         raise ValueError(f"delta must lie strictly between 0 and 1 to convert zCDP, got {delta!r}.")
     return delta
+
+
+def check_budget(epsilon: object, rho: object) -> tuple[float | None, float | None]:
+    """A mechanism's budget: exactly one of ``epsilon`` (pure DP, Laplace noise) and ``rho`` (zCDP, Gaussian
+    noise), checked as budgets; the other stays None.
+
+    >>> check_budget(1.0, None), check_budget(None, 0.5)
+    ((1.0, None), (None, 0.5))
+    >>> check_budget(1.0, 0.5)
+    Traceback (most recent call last):
+    ValueError: give epsilon (pure DP) or rho (zCDP), not both, got epsilon=1.0 and rho=0.5.
+    """
+    if rho is None:
+        if epsilon is None:
+            raise ValueError("a budget is needed: epsilon (pure DP) or rho (zCDP).")
+        return check_epsilon(epsilon), None
+    if epsilon is not None:
+        raise ValueError(f"give epsilon (pure DP) or rho (zCDP), not both, got epsilon={epsilon!r} and rho={rho!r}.")
+    return None, check_epsilon(rho, "rho")
 
 
 def rho_of_pure(epsilon: float) -> float:

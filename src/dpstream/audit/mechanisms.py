@@ -47,6 +47,10 @@ count-of-counts-top-down  the top-down release end to end (root and two leaves, 
                           group's size is 2 or 3; every released group size
 count-of-counts-k         the private bound K: the largest group has 3 or 4 members; K
 laplace-counts            one user moves between two locations; the two noisy (integer) counts
+binary-tree-gaussian[-    the binary tree under zCDP (discrete Gaussian at the rho of (eps, 1e-3),
+1e-6]                     or of (eps, 1e-6)): binary-tree's pair and counts, their Gaussian
+                          likelihood ratio; claim: the (eps, delta) its rho implies
+unit-aggregate-gaussian   unit-aggregate's pair under zCDP (the rho of (eps, 1e-3)), the same way
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -84,6 +88,7 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
+from dpstream.audit.gaussian import BinaryTreeGaussian, UnitAggregateGaussian
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
     BinaryTree,
@@ -218,6 +223,9 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "count-of-counts-k": MaxSizeEstimate,
     "laplace-counts": LaplaceCountsMove,
     "unit-aggregate": UnitAggregateWindows,
+    "binary-tree-gaussian": BinaryTreeGaussian,
+    "binary-tree-gaussian-1e-6": lambda *, epsilon=1.0: BinaryTreeGaussian(epsilon=epsilon, delta=1e-6),
+    "unit-aggregate-gaussian": UnitAggregateGaussian,
 }
 
 

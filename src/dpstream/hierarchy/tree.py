@@ -111,9 +111,10 @@ def draw_noise_levels(
 
 
 def draw_noise_units(
-    noise: NoiseSampler, n_leaves: int, fanout: int, n_levels: int, scale: Fraction
+    noise: NoiseSampler, n_leaves: int, fanout: int, n_levels: int, scale: Fraction, *, gaussian: bool = False
 ) -> list[np.ndarray]:
-    """Discrete Laplace noise of rational ``scale`` (grid units) for every node, bottom level first.
+    """Discrete Laplace noise of rational ``scale`` (grid units) for every node, bottom level first;
+    with ``gaussian``, discrete Gaussian noise of variance parameter ``scale`` (``noise.gaussian_units``).
 
     All levels come from one ``noise.laplace_units`` call of ``sum(level_sizes(...))`` draws,
     split leaves first, then each level up; the order is fixed, so a bit source always gives the
@@ -124,7 +125,7 @@ def draw_noise_units(
     [[0, 0, 0, 0], [0, 0]]
     """
     sizes = level_sizes(n_leaves, fanout, n_levels)
-    draws = noise.laplace_units(scale, sum(sizes))
+    draws = (noise.gaussian_units if gaussian else noise.laplace_units)(scale, sum(sizes))
     return np.split(np.asarray(draws, dtype=np.int64), np.cumsum(sizes)[:-1])
 
 

@@ -97,6 +97,10 @@ class PooledNoise:
         """Not available: exact noise lives on a grid (see ExactNoise.laplace)."""
         return self.sampler.laplace(scale, size)
 
+    def gaussian_units(self, sigma2: Fraction, size: Size) -> np.ndarray:
+        """Discrete Gaussian draws in grid units from the wrapped sampler (not pooled: they come in whole trees)."""
+        return self.sampler.gaussian_units(sigma2, size)
+
     def __repr__(self) -> str:
         return f"PooledNoise({self.sampler!r})"
 
@@ -116,8 +120,8 @@ def _describe_bits(bits: object) -> str:
     return f"bits of {bits!r}"
 
 
-def describe_noise(noise: object) -> str:
-    """One line naming a sampler and its randomness source, for a privacy statement.
+def describe_noise(noise: object, law: str = "discrete Laplace") -> str:
+    """One line naming a sampler and its randomness source, for a privacy statement (``law``: the noise's).
 
     >>> describe_noise(ExactNoise(bits=3))
     'exact discrete Laplace in grid units, seeded PCG64 bits (seed 3: replayable, NOT secret)'
@@ -127,7 +131,7 @@ def describe_noise(noise: object) -> str:
     if isinstance(noise, PooledNoise):
         noise = noise.sampler
     if isinstance(noise, ExactNoise):
-        return f"{_LAPLACE}, {_describe_bits(noise.bits)}"
+        return f"{_LAPLACE.replace('discrete Laplace', law)}, {_describe_bits(noise.bits)}"
     if isinstance(noise, FloatNoise):
         return "FLOAT Laplace from numpy (studies only: NOT for publication)"
     if isinstance(noise, ZeroNoise):
@@ -316,11 +320,13 @@ class NoiseSource:
         other.identity, other._key, other._shared = self.identity + parts, self._key, self._shared
         return other
 
-    def describe(self) -> str:
-        """The sampler and its randomness source, in words (for :class:`~dpstream.privacy.PrivacyGuarantee`)."""
+    def describe(self, law: str = "discrete Laplace") -> str:
+        """The sampler (of noise ``law``) and its randomness source, in words (for
+        :class:`~dpstream.privacy.PrivacyGuarantee`)."""
         if self._key is not None:
-            return f"{_LAPLACE}, keyed ChaCha20 bits per part (recomputable from the secret key)"
-        return describe_noise(self._shared)
+            return (f"{_LAPLACE.replace('discrete Laplace', law)}, keyed ChaCha20 bits per part (recomputable from "
+                    "the secret key)")
+        return describe_noise(self._shared, law)
 
     @property
     def state(self) -> dict:

@@ -36,7 +36,7 @@ from typing import Any
 
 from dpstream.noise.bits import KeyedBits
 from dpstream.release.aggregate import AGGREGATE, UnitAggregate
-from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.binary_tree import BinaryTreeCounter, zcdp_binary_tree
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
 from dpstream.release.pak import PAK
 from dpstream.release.topl import ToPL
@@ -214,7 +214,8 @@ def _describe_pak(pak: PAK) -> str:
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
-    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
+    noise = "" if counter.rho is None else f", discrete Gaussian noise at rho = {counter.rho:.6g} (zCDP)"
+    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out{noise}"
 
 
 def _describe_topl(topl: ToPL) -> str:
@@ -255,4 +256,7 @@ register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "thre
                    audits=("square-wave", "hm")))
 register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",
                    public_counts=False,
-                   audits=("unit-aggregate",)))
+                   audits=("unit-aggregate", "unit-aggregate-gaussian")))
+# the binary tree under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
+register(Mechanism("bt-zcdp", zcdp_binary_tree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
+                   audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))
