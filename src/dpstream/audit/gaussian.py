@@ -55,14 +55,13 @@ class BinaryTreeGaussian(BinaryTree):
     statistic_name = "the Gaussian log-likelihood ratio of the noisy counts"
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 1.0, levels: int = 3,
-                 samples: int = 200_000) -> None:
+                 samples: int = 200_000, name: str = "binary-tree-gaussian") -> None:
         probe = zcdp_binary_tree(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=2**levels, seed=0)
         super().__init__(epsilon=epsilon, threshold=threshold, levels=levels, samples=samples)
         self._params = dict(upper_bound=threshold, rho=probe.rho, max_range=2**levels)
         self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), delta)
         self.scale = probe.noise_scale
-        if delta != 1e-3:
-            self.name = f"binary-tree-gaussian-{delta:g}"
+        self.name = name
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
         return gaussian_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)

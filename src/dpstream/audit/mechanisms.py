@@ -224,7 +224,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "laplace-counts": LaplaceCountsMove,
     "unit-aggregate": UnitAggregateWindows,
     "binary-tree-gaussian": BinaryTreeGaussian,
-    "binary-tree-gaussian-1e-6": lambda *, epsilon=1.0: BinaryTreeGaussian(epsilon=epsilon, delta=1e-6),
+    "binary-tree-gaussian-1e-6": lambda *, epsilon=1.0: BinaryTreeGaussian(epsilon=epsilon, delta=1e-6,
+                                                                           name="binary-tree-gaussian-1e-6"),
     "unit-aggregate-gaussian": UnitAggregateGaussian,
 }
 
