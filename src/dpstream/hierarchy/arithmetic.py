@@ -40,7 +40,13 @@ from fractions import Fraction
 import numpy as np
 
 from dpstream.accounting import Zcdp
-from dpstream.hierarchy.tree import consistent_leaves, draw_noise_levels, draw_noise_units, make_consistent
+from dpstream.hierarchy.tree import (
+    consistent_leaf_variance,
+    consistent_leaves,
+    draw_noise_levels,
+    draw_noise_units,
+    make_consistent,
+)
 from dpstream.noise.discrete_laplace_law import laplace_units_variance
 from dpstream.noise.grid import GridLaplace, is_power_of_two, to_units
 from dpstream.noise.grid_gaussian import GridGaussian
@@ -91,6 +97,11 @@ class GridArithmetic:
 
     #: The noise's law by name (the sampler's description).
     law_name = "discrete Laplace"
+
+    def leaf_standard_error(self, fanout: int, n_levels: int) -> float:
+        """The exact standard error of a consistent leaf's noise in a full hierarchy of ``n_levels`` levels of
+        fan-out ``fanout``: ``sqrt(node variance x consistent_leaf_variance)`` (the noise is linear, its law known)."""
+        return math.sqrt(self.node_variance * consistent_leaf_variance(fanout, n_levels))
 
     def per_level(self, replace: bool) -> str:
         """The sensitivity per measured level of a bound ``C`` (``bound``) added or removed, or ``replace``d."""

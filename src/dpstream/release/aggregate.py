@@ -288,9 +288,8 @@ class UnitAggregate(Params):
             what = "max_rows" if self.statistic == "mean" and name == "count" else "unit_bound"
             try:
                 measure = _Measure(name=name, bound=bound, budget=(share, None) if self.rho is None else (None, share),
-                                   levels=self.levels, fanout=self.fanout,
-                                   width=self.width, partitions=len(self.partitions), granularity=grid,
-                                   source=self._source, factor=factor)
+                                   levels=self.levels, fanout=self.fanout, width=self.width, factor=factor,
+                                   partitions=len(self.partitions), granularity=grid, source=self._source)
             except ValueError as error:
                 raise ValueError(f"{what} {bound:g} with {'epsilon' if self.rho is None else 'rho'} "
                                  f"{self.epsilon or self.rho:g}: {error}") from None
@@ -316,6 +315,11 @@ class UnitAggregate(Params):
     def noise_scale(self) -> float:
         """The noise scale of the first measure's nodes, in the values' units."""
         return self._measures[0].arithmetic.scale_value
+
+    def standard_error(self) -> float:
+        """The exact standard error of every released bucket's noise (the mean's: of its sum; bounding is not in it),
+        :meth:`~dpstream.hierarchy.arithmetic.GridArithmetic.leaf_standard_error`."""
+        return self._measures[0].arithmetic.leaf_standard_error(self.fanout, self.levels)
 
     def relation(self) -> UnitLevel:
         """The neighbour relation, with the bounds in words."""
