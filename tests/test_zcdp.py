@@ -184,3 +184,28 @@ def test_zero_noise_reaches_the_gaussian_paths():
     tree = BinaryTreeCounter(rho=0.5, upper_bound=1.0, max_range=8, noise=ZeroNoise())
     np.testing.assert_array_equal(tree.release(np.full(5, 0.5)), np.full(5, 0.5))
     assert ExactNoise(bits=0).gaussian_units(Fraction(4), 3).dtype == np.int64
+
+
+def test_the_commands_take_gaussian_noise(tmp_path):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    rows = tmp_path / "rows.csv"
+    times = np.arange(0, 2 * 86400, 1800)
+    rows.write_text("time,meter,kwh\n" + "".join(f"{t},m{m},0.5\n" for t in times for m in range(3)))
+    base = ["aggregate", str(rows), "--time-column", "time", "--unit-column", "meter", "--column", "kwh", "--bucket",
+            "30m", "--unit-window", "1d", "--unit-bound", "30", "--epsilon", "1", "--seed", "1"]
+    result = CliRunner().invoke(cli, [*base, "-o", str(tmp_path / "out.csv"), "--noise", "gaussian", "--delta", "1e-6",
+                                      "--standard-error"])
+    assert result.exit_code == 0, result.output
+    assert "ρ = 0.024356 (ε = 1, δ = 1e-06); over 2 windows: ρ = 0.0487119 by composition" in result.output
+    agg = UnitAggregate(rho=rho_for(1.0, 1e-6), bucket=1800, window=86400, unit_bound=30.0, seed=0)
+    assert f"standard error of every released bucket's noise: {agg.standard_error():.6g}" in result.output
+    refused = CliRunner().invoke(cli, [*base, "-o", str(tmp_path / "out2.csv"), "--delta", "1e-6"])
+    assert refused.exit_code != 0 and "--delta applies with --noise gaussian only" in refused.output
+    values = tmp_path / "values.txt"
+    values.write_text("".join(f"{v % 7}\n" for v in range(40)))
+    tree = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "bt.txt"), "--method", "bt-zcdp",
+                                    "--epsilon", "1", "--delta", "1e-6", "--upper-bound", "10", "--seed", "2"])
+    assert tree.exit_code == 0 and "0.024356-zCDP, so (1, 1e-06)-DP" in tree.output, tree.output

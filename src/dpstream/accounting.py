@@ -46,6 +46,7 @@ __all__ = [
     "zcdp_delta",
     "zcdp_epsilon",
     "zcdp_epsilon_standard",
+    "zcdp_unit_statement",
 ]
 
 #: The delta a zCDP guarantee states its implied (epsilon, delta) at unless told otherwise.
@@ -311,3 +312,19 @@ class ZcdpGuarantee(PrivacyGuarantee):
             return self.at(self.delta)
         breakdown = Composition(kind=kind, parts=(self.breakdown, *(g.breakdown for g in converted)), layout=layout)
         return ZcdpGuarantee.of(breakdown, neighbours=self.neighbours, local=self.local, delta=self.delta)
+
+
+def zcdp_unit_statement(guarantee: ZcdpGuarantee, *, unit: str, window: str, windows: int) -> str:
+    """What one unit gets under zCDP, in words: per window, and over ``windows`` windows by adding rho's, each
+    with the (epsilon, delta) it implies at the guarantee's delta.
+
+    >>> from dpstream.privacy import UnitLevel
+    >>> day = ZcdpGuarantee.of(Part(what="d", budget=Zcdp(0.3)), neighbours=UnitLevel("meter", "UTC day", "x"))
+    >>> print(zcdp_unit_statement(day, unit="meter", window="UTC day", windows=30))  # doctest: +NORMALIZE_WHITESPACE
+    each meter's readings in each UTC day: ρ = 0.3 (ε = 3.921, δ = 1e-06); over 30 windows: ρ = 9 by composition
+    (ε = 30.05, δ = 1e-06)
+    """
+    rho = math.fsum([guarantee.rho] * windows)
+    return (f"each {unit}'s readings in each {window}: ρ = {guarantee.rho:g} (ε = {_up4(guarantee.epsilon):g}, "
+            f"δ = {guarantee.delta:g}); over {windows:,} window{'s' * (windows != 1)}: ρ = {rho:g} by composition "
+            f"(ε = {_up4(zcdp_epsilon(rho, guarantee.delta)):g}, δ = {guarantee.delta:g})")

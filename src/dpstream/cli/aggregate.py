@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from dpstream.accounting import ZcdpGuarantee, rho_for, zcdp_unit_statement
 from dpstream.cli import _durable as durable
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
@@ -78,6 +79,14 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="L1 bound of one unit's contribution per window (the sum of its values; with --statistic count, "
                    "its rows).")
 @click.option("--epsilon", type=float, required=True, callback=epsilon_option, help="Budget per unit per window.")
+@click.option("--noise", "noise_law", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
+              help="gaussian: discrete Gaussian noise under rho-zCDP, at the rho whose (--epsilon, --delta) per window "
+                   "is the target; composes over windows by adding rho (see docs/zcdp.md).")
+@click.option("--delta", type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True), default=None,
+              help="With --noise gaussian: the delta of the per-window (epsilon, delta) target.")
+@click.option("--standard-error", is_flag=True,
+              help="Also say on stderr the exact standard error of every released bucket's noise (all buckets share "
+                   "it; bounding and clipping bias are not in it).")
 @click.option("--upper-bound", type=float, default=None, help="Bound B of one value: values lie in [0, B] "
                                                                    "(default --unit-bound).")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
@@ -139,12 +148,13 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
+    standard_error = options.pop("standard_error")
     with usage_errors():
         width = buckets_per_window(bucket, unit_window)
         private = _check_selection(partition_column, partitions_path, options)
         _check_not_partitions(partitions_path, {"-o": output_path, "--state": state_path})
         partitions = _read_partitions(partitions_path) if partitions_path is not None else None
-        params = dict(epsilon=options["epsilon"], bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
+        params = dict(**_budget(options), bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
                       statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
                       max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
                       partitions=partitions, levels=options["levels"], replace=options["replace"],
@@ -168,7 +178,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     if state_path is not None:
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
-                     columns=(time_column, unit_column, column, partition_column, missing))
+                     columns=(time_column, unit_column, column, partition_column, missing),
+                     standard_error=standard_error)
         _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
         return
     if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
@@ -176,7 +187,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
-    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows)
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -185,6 +196,19 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         feeder.end(sink)
     feeder.report()
     _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
+
+
+def _budget(options: dict[str, Any]) -> dict[str, float]:
+    """The release's budget keyword: ``epsilon``, or under ``--noise gaussian`` the rho of (--epsilon, --delta)."""
+    noise, delta = options.pop("noise_law"), options.pop("delta")
+    if noise == "laplace":
+        if delta is not None:
+            raise ValueError("--delta applies with --noise gaussian only (Laplace noise is pure epsilon-DP).")
+        return {"epsilon": options["epsilon"]}
+    if delta is None:
+        raise ValueError("--noise gaussian needs --delta: the delta of the per-window (epsilon, delta) target, e.g. "
+                         "1e-6.")
+    return {"rho": rho_for(options["epsilon"], delta)}
 
 
 def _check_selection(partition_column: str | None, partitions_path: str | None, options: dict[str, Any]) -> bool:
@@ -261,8 +285,10 @@ def _partition_indices(column: pa.ChunkedArray, names: list[str]) -> np.ndarray:
 class _Feeder:
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
-    def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False) -> None:
+    def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False,
+                 standard_error: bool = False) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
+        self.standard_error = standard_error
         self.kind: str | None = None
         self.first: int | None = None
         self.windows = 0
@@ -310,7 +336,11 @@ class _Feeder:
         say(f"privacy: {guarantee}")
         windows = -(-agg.released // self.width)
         relation = agg.relation()
-        say(unit_statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
+        statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
+        say(statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
+        if self.standard_error:
+            say(f"standard error of every released bucket's noise: {agg.standard_error():.6g} (exact: the noise is "
+                "linear and its law known; bounding and clipping bias are not in it)")
         if agg.partition_selection == "private":
             say(f"released {agg.released:,} buckets x {len(self.names):,} public partition"
                 f"{'s' * (len(self.names) != 1)}, and the private partitions selected in each closed window "
@@ -381,7 +411,7 @@ def _batches(rows: Iterator[RowBatch], held: list[RowBatch]) -> Iterator[Batch]:
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
-                 checkpoint_seconds: float, columns: tuple[Any, ...]) -> None:
+                 checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
     if input_path == "-":
         raise click.UsageError("aggregate --state reads a file, not stdin (it skips the rows consumed by earlier "
@@ -392,7 +422,8 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
                         build=lambda key: UnitAggregate(**params, key=key))
     try:
         warn_if_seeded(seed)
-        feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]))
+        feeder = _Feeder(run.releaser, names, buckets_per_window(params["bucket"], params["window"]),
+                         standard_error=standard_error)
         before = (run.releaser.position, run.releaser.released)
         held: list[RowBatch] = []
         with durable.guarded(run, counts=False), run.output() as sink:
