@@ -72,12 +72,11 @@ def discrete_gaussian_variance(sigma2: Fraction) -> float:
 class GridGaussian:
     """Discrete Gaussian noise on a public grid for ``levels`` measurements of a value's ``bound``, at ``rho``.
 
+    ``granularity`` (g) and ``units`` (the bound rounded up to the grid) are as in
+    :class:`~dpstream.noise.grid.GridLaplace`.
+
     Attributes
     ----------
-    granularity : float
-        g, the grid step.
-    units : int
-        The bound in grid units, ``ceil(bound / g)``: one measurement's sensitivity.
     levels : int
         Measurements one value touches (one node per level): L2 sensitivity ``units sqrt(levels)``.
     rho : float
