@@ -241,6 +241,9 @@ EXACT = {
     "bt-by-key": 200,
     "laplace-counts": 100_000,
     "unit-aggregate": 4_000,
+    "binary-tree-gaussian": 2_048,
+    "binary-tree-gaussian-1e-6": 2_048,
+    "unit-aggregate-gaussian": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

@@ -39,17 +39,21 @@ def gaussian_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, sigma: flo
     return (((outputs - mean_a) ** 2 - (outputs - mean_b) ** 2) / (2.0 * sigma * sigma)).sum(axis=1)
 
 
-def _claim(guarantee: object, delta: float) -> tuple[float, float]:
+def _claim(guarantee: object, epsilon: float, delta: float) -> tuple[float, float]:
+    """The target ``(epsilon, delta)``, once the guarantee's own statement at ``delta`` is checked to be within it
+    (its rho is the largest whose epsilon at ``delta`` is at most the target's, a hair below it)."""
     if not isinstance(guarantee, ZcdpGuarantee):
         raise TypeError(f"a Gaussian path must state a zCDP guarantee, got {guarantee!r}.")
     stated = guarantee.at(delta)
-    return stated.epsilon, stated.delta
+    if stated.epsilon > epsilon:
+        raise ValueError(f"the release states {stated.label}, above the target epsilon {epsilon:g}.")
+    return epsilon, stated.delta
 
 
 class BinaryTreeGaussian(BinaryTree):
     """The binary tree under zCDP (``release --method bt-zcdp``) at the rho of ``(epsilon, delta)``: the first
     value of every tree of 8 leaves is 0 or tau; the noisy counts after 1, 2 and 4 values (one node on every
-    level), their Gaussian likelihood ratio; claim: the (epsilon, delta) the tree's rho implies at ``delta``."""
+    level), their Gaussian likelihood ratio; claim: the target (epsilon, delta), which the tree's rho implies."""
 
     name = "binary-tree-gaussian"
     statistic_name = "the Gaussian log-likelihood ratio of the noisy counts"
@@ -59,7 +63,7 @@ class BinaryTreeGaussian(BinaryTree):
         probe = zcdp_binary_tree(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=2**levels, seed=0)
         super().__init__(epsilon=epsilon, threshold=threshold, levels=levels, samples=samples)
         self._params = dict(upper_bound=threshold, rho=probe.rho, max_range=2**levels)
-        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), delta)
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
         self.scale = probe.noise_scale
         self.name = name
 
@@ -70,7 +74,7 @@ class BinaryTreeGaussian(BinaryTree):
 class UnitAggregateGaussian(UnitAggregateWindows):
     """The unit aggregate under zCDP (``aggregate --noise gaussian``) at the rho of ``(epsilon, delta)``: one
     unit's rows (3C, bounded to C) added to each window of one bucket; the released value's Gaussian
-    likelihood ratio; claim: the (epsilon, delta) the release's rho implies at ``delta``."""
+    likelihood ratio; claim: the target (epsilon, delta), which the release's rho implies."""
 
     name = "unit-aggregate-gaussian"
     statistic_name = "the Gaussian log-likelihood ratio of the window's released sum"
@@ -80,7 +84,7 @@ class UnitAggregateGaussian(UnitAggregateWindows):
         super().__init__(epsilon=epsilon, bound=bound, rows=rows, samples=samples)
         self._params = {**{k: v for k, v in self._params.items() if k != "epsilon"}, "rho": rho_for(epsilon, delta)}
         probe = self._make(seed=0)
-        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(), delta)
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(), epsilon, delta)
         self.scale = probe.noise_scale
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
