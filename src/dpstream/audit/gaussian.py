@@ -23,7 +23,7 @@ import numpy as np
 from dpstream.accounting import ZcdpGuarantee, rho_for
 from dpstream.audit.streams import BinaryTree
 from dpstream.audit.units import UnitAggregateWindows
-from dpstream.release.binary_tree import zcdp_binary_tree
+from dpstream.release.binary_tree import ZcdpBinaryTree
 
 __all__ = ["BinaryTreeGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
 
@@ -60,7 +60,7 @@ class BinaryTreeGaussian(BinaryTree):
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 1.0, levels: int = 3,
                  samples: int = 200_000, name: str = "binary-tree-gaussian") -> None:
-        probe = zcdp_binary_tree(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=2**levels, seed=0)
+        probe = ZcdpBinaryTree(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=2**levels, seed=0)
         super().__init__(epsilon=epsilon, threshold=threshold, levels=levels, samples=samples)
         self._params = dict(upper_bound=threshold, rho=probe.rho, max_range=2**levels)
         self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)

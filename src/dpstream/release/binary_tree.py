@@ -88,7 +88,7 @@ from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
 
 __all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums",
-           "zcdp_binary_tree"]
+           "ZcdpBinaryTree"]
 
 
 def prefix_nodes(count: int, levels: int) -> list[tuple[int, int]]:
@@ -420,17 +420,27 @@ class BinaryTreeCounter(Params):
         return float(self.release([value])[0])
 
 
-def zcdp_binary_tree(*, epsilon: float, delta: float | None, **keywords: Any) -> BinaryTreeCounter:
+class ZcdpBinaryTree(BinaryTreeCounter):
     """The binary tree under zCDP at the largest rho whose (epsilon, delta) is the target's
     (:func:`~dpstream.accounting.rho_for`): ``release --method bt-zcdp --epsilon E --delta D``.  Its
-    guarantee states that rho and the (epsilon, delta) it implies at ``delta``; a snapshot records the rho.
+    guarantee states that rho and the (epsilon, delta) it implies at ``delta``; its snapshots are the binary
+    tree's at that rho (:meth:`from_state` gives a :class:`BinaryTreeCounter`, which continues it exactly).
 
-    >>> tree = zcdp_binary_tree(epsilon=1.0, delta=1e-6, upper_bound=1.0, max_range=8, seed=0)
+    >>> tree = ZcdpBinaryTree(epsilon=1.0, delta=1e-6, upper_bound=1.0, max_range=8, seed=0)
     >>> round(tree.rho, 6), tree.privacy(1e-6).epsilon <= 1.0
     (0.024356, True)
     """
-    if delta is None:
-        raise ValueError("the binary tree under zCDP needs delta (--delta): the delta of its (epsilon, delta) target, "
-                         "e.g. 1e-6.")
-    epsilon = check_epsilon(epsilon)
-    return BinaryTreeCounter(rho=rho_for(epsilon, delta), **keywords)
+
+    def __init__(self, *, epsilon: float, delta: float | None, upper_bound: float, max_range: int = 2**20,
+                 clip: bool = False, granularity: float | None = None, seed: BitsSeed = None,
+                 noise: NoiseSampler | NoiseSource | None = None, key: bytes | None = None) -> None:
+        if delta is None:
+            raise ValueError("the binary tree under zCDP needs delta (--delta): the delta of its (epsilon, delta) "
+                             "target, e.g. 1e-6.")
+        super().__init__(rho=rho_for(check_epsilon(epsilon), delta), upper_bound=upper_bound, max_range=max_range,
+                         clip=clip, granularity=granularity, seed=seed, noise=noise, key=key)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> BinaryTreeCounter:
+        """The binary tree (at this rho) a :attr:`state` snapshot describes, continuing where it was taken."""
+        return BinaryTreeCounter.from_state(state)

@@ -36,7 +36,7 @@ from typing import Any
 
 from dpstream.noise.bits import KeyedBits
 from dpstream.release.aggregate import AGGREGATE, UnitAggregate
-from dpstream.release.binary_tree import BinaryTreeCounter, zcdp_binary_tree
+from dpstream.release.binary_tree import BinaryTreeCounter, ZcdpBinaryTree
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
 from dpstream.release.pak import PAK
 from dpstream.release.topl import ToPL
@@ -258,5 +258,5 @@ register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, p
                    public_counts=False,
                    audits=("unit-aggregate", "unit-aggregate-gaussian")))
 # the binary tree under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
-register(Mechanism("bt-zcdp", zcdp_binary_tree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
+register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
                    audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))
