@@ -19,6 +19,7 @@ import csv
 import io
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,6 +36,7 @@ from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
+from dpstream.durable.budget_store import BudgetStore
 from dpstream.io import Batch, InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
@@ -84,6 +86,9 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
                    "is the target; composes over windows by adding rho (see docs/zcdp.md).")
 @click.option("--delta", type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True), default=None,
               help="With --noise gaussian: the delta of the per-window (epsilon, delta) target.")
+@click.option("--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A budget store (dpstream budget FILE --new-rho R) this release is charged before it publishes: "
+                   "refused when the store's total would be passed (a --state release is charged once).")
 @click.option("--standard-error", is_flag=True,
               help="Also say on stderr the exact standard error of every released bucket's noise (all buckets share "
                    "it; bounding and clipping bias are not in it).")
@@ -161,7 +166,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
                       late=options["late"], unit=unit_column, start=_start(options["start"]),
                       partition_selection=options["partition_selection"],
                       selection_epsilon=options["selection_epsilon"], selection_delta=options["selection_delta"])
-        UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before reading or writing
+        probe = UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before anything
+        budget_path = options.pop("budget_path")
         if sort_rows and state_path is not None:
             raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
         if revised_path is not None and private:
@@ -170,6 +176,11 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         revised = _check_revised(revised_path, output_path=output_path, statistic=options["statistic"],
                                  inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
+        if budget_path is not None:  # charged last, once every check has passed
+            name = (f"aggregate --state {Path(state_path).resolve()}" if state_path is not None else
+                    f"aggregate -o {output_path} ({os.getpid()}, {time.time_ns()})")
+            say(f"budget store: charged {BudgetStore.open(budget_path).charge(name, probe.privacy()).amount:g} "
+                f"({budget_path}).")
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:
