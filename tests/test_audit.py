@@ -246,6 +246,9 @@ EXACT = {
     "tops-w-event": 4_000,
     "bt-w-event": 4_000,
     "unit-aggregate-selection": 4_000,
+    "binary-tree-gaussian": 2_048,
+    "binary-tree-gaussian-1e-6": 2_048,
+    "unit-aggregate-gaussian": 4_000,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

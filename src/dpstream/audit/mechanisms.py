@@ -59,6 +59,10 @@ unit-aggregate-selection  the same with private partition selection: a partition
 locations,                location counts from rows (time, user, location), windows of 2 steps
 locations-unbounded       (``w_event = 2``): one user moves (bounded) or is added (unbounded) at
                           both steps of every window; the window's four noisy counts
+binary-tree-gaussian[-    the binary tree under zCDP (discrete Gaussian at the rho of (eps, 1e-3),
+1e-6]                     or of (eps, 1e-6)): binary-tree's pair and counts, their Gaussian
+                          likelihood ratio; claim: the (eps, delta) its rho implies
+unit-aggregate-gaussian   unit-aggregate's pair under zCDP (the rho of (eps, 1e-3)), the same way
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -97,6 +101,7 @@ from dpstream.audit.core import (
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
 from dpstream.audit.locations import LocationWindows
+from dpstream.audit.gaussian import BinaryTreeGaussian, UnitAggregateGaussian
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
     BinaryTree,
@@ -237,6 +242,10 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "locations": LocationWindows,
     "locations-unbounded": lambda *, epsilon=1.0: LocationWindows(neighbours="unbounded", epsilon=epsilon),
     "unit-aggregate-selection": UnitAggregateSelection,
+    "binary-tree-gaussian": BinaryTreeGaussian,
+    "binary-tree-gaussian-1e-6": lambda *, epsilon=1.0: BinaryTreeGaussian(epsilon=epsilon, delta=1e-6,
+                                                                           name="binary-tree-gaussian-1e-6"),
+    "unit-aggregate-gaussian": UnitAggregateGaussian,
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
+from dpstream.accounting import ZcdpGuarantee, rho_for, zcdp_unit_statement
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
 from dpstream.cli._options import SEED_HELP, epsilon_option
 from dpstream.cli._outputs import check_finite, output_file, prepare_output
@@ -41,6 +43,7 @@ from dpstream.cli._rows import (
     seconds_option,
 )
 from dpstream.cli._rows import row_batches as _batches
+from dpstream.durable.budget_store import BudgetStore
 from dpstream.io import InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
@@ -70,6 +73,17 @@ _WRITE = 1 << 16
               help="L1 bound of one unit's contribution per window (the sum of its values; with --statistic count, "
                    "its rows).")
 @click.option("--epsilon", type=float, required=True, callback=epsilon_option, help="Budget per unit per window.")
+@click.option("--noise", "noise_law", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
+              help="gaussian: discrete Gaussian noise under rho-zCDP, at the rho whose (--epsilon, --delta) per window "
+                   "is the target; composes over windows by adding rho (see docs/zcdp.md).")
+@click.option("--delta", type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True), default=None,
+              help="With --noise gaussian: the delta of the per-window (epsilon, delta) target.")
+@click.option("--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A budget store (dpstream budget FILE --new-rho R) this release is charged before it publishes: "
+                   "refused when the store's total would be passed (a --state release is charged once).")
+@click.option("--standard-error", is_flag=True,
+              help="Also say on stderr the exact standard error of every released bucket's noise (all buckets share "
+                   "it; bounding and clipping bias are not in it).")
 @click.option("--upper-bound", type=float, default=None, help="Bound B of one value: values lie in [0, B] "
                                                                    "(default --unit-bound).")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
@@ -131,19 +145,21 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
+    standard_error = options.pop("standard_error")
     with usage_errors():
         width = buckets_per_window(bucket, unit_window)
         private = _check_selection(partition_column, partitions_path, options)
         _check_not_partitions(partitions_path, {"-o": output_path, "--state": state_path})
         partitions = read_names(partitions_path, "--partitions", "partition") if partitions_path is not None else None
-        params = dict(epsilon=options["epsilon"], bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
+        params = dict(**_budget(options), bucket=bucket, window=unit_window, unit_bound=options["unit_bound"],
                       statistic=options["statistic"], upper_bound=options["upper_bound"], clip=options["clip"],
                       max_rows=options["unit_max_rows"], max_partitions=options["unit_max_partitions"],
                       partitions=partitions, levels=options["levels"], replace=options["replace"],
                       late=options["late"], unit=unit_column, start=_start(options["start"]),
                       partition_selection=options["partition_selection"],
                       selection_epsilon=options["selection_epsilon"], selection_delta=options["selection_delta"])
-        UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before reading or writing
+        probe = UnitAggregate(**params, seed=0 if seed is None else seed)  # refuse bad parameters before anything
+        budget_path = options.pop("budget_path")
         if sort_rows and state_path is not None:
             raise ValueError("--sort and --state do not go together: a durable release consumes its input in order.")
         if revised_path is not None and private:
@@ -152,6 +168,11 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         revised = _check_revised(revised_path, output_path=output_path, statistic=options["statistic"],
                                  inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
+        if budget_path is not None:  # charged last, once every check has passed
+            name = (f"aggregate --state {Path(state_path).resolve()}" if state_path is not None else
+                    f"aggregate -o {output_path} ({os.getpid()}, {time.time_ns()})")
+            say(f"budget store: charged {BudgetStore.open(budget_path).charge(name, probe.privacy()).amount:g} "
+                f"({budget_path}).")
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:
@@ -160,7 +181,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     if state_path is not None:
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
-                     columns=(time_column, unit_column, column, partition_column, missing))
+                     columns=(time_column, unit_column, column, partition_column, missing),
+                     standard_error=standard_error)
         _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
         return
     if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
@@ -168,7 +190,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
-    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows)
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -177,6 +199,19 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         feeder.end(sink)
     feeder.report()
     _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
+
+
+def _budget(options: dict[str, Any]) -> dict[str, float]:
+    """The release's budget keyword: ``epsilon``, or under ``--noise gaussian`` the rho of (--epsilon, --delta)."""
+    noise, delta = options.pop("noise_law"), options.pop("delta")
+    if noise == "laplace":
+        if delta is not None:
+            raise ValueError("--delta applies with --noise gaussian only (Laplace noise is pure epsilon-DP).")
+        return {"epsilon": options["epsilon"]}
+    if delta is None:
+        raise ValueError("--noise gaussian needs --delta: the delta of the per-window (epsilon, delta) target, e.g. "
+                         "1e-6.")
+    return {"rho": rho_for(options["epsilon"], delta)}
 
 
 def _check_selection(partition_column: str | None, partitions_path: str | None, options: dict[str, Any]) -> bool:
@@ -247,8 +282,10 @@ def _partition_indices(column: pa.ChunkedArray, names: list[str]) -> np.ndarray:
 class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
-    def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False) -> None:
+    def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False,
+                 standard_error: bool = False) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
+        self.standard_error = standard_error
         self.times = BatchTimes()
         self.first: int | None = None
         self.windows = 0
@@ -287,7 +324,11 @@ class _Feeder(RowFeeder):
         say(f"privacy: {guarantee}")
         windows = -(-agg.released // self.width)
         relation = agg.relation()
-        say(unit_statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
+        statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
+        say(statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
+        if self.standard_error:
+            say(f"standard error of every released bucket's noise: {agg.standard_error():.6g} (exact: the noise is "
+                "linear and its law known; bounding and clipping bias are not in it)")
         if agg.partition_selection == "private":
             say(f"released {agg.released:,} buckets x {len(self.names):,} public partition"
                 f"{'s' * (len(self.names) != 1)}, and the private partitions selected in each closed window "
@@ -335,11 +376,12 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
-                 checkpoint_seconds: float, columns: tuple[Any, ...]) -> None:
+                 checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
     width = buckets_per_window(params["bucket"], params["window"])
     durable_rows(state_path, command="aggregate", params={"method": "aggregate", **params}, columns=columns,
-                 build=lambda key: UnitAggregate(**params, key=key), feeder=lambda agg: _Feeder(agg, names, width),
+                 build=lambda key: UnitAggregate(**params, key=key),
+                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error),
                  header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
                  output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                  batches=_batches)

@@ -1,12 +1,14 @@
-"""``dpstream budget``: what a durable release has spent, from its state file's ledger."""
+"""``dpstream budget``: what a durable release has spent, from its state file's ledger; or a budget store's
+spending (:mod:`dpstream.durable.budget_store`), which ``--new-rho`` / ``--new-epsilon`` create."""
 
 from __future__ import annotations
 
 import click
 
-from dpstream.cli._app import cli
+from dpstream.cli._app import cli, usage_errors
 from dpstream.cli._columns import TABLE_KEYS, key_table, write_summary
 from dpstream.durable import StreamState, format_ledger
+from dpstream.durable.budget_store import BudgetStore
 from dpstream.durable.release import restore
 from dpstream.release.by_key import BY_KEY, ByKey
 from dpstream.release.registry import REGISTRY
@@ -19,14 +21,26 @@ __all__ = ["budget"]
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
               help="For a state with keys: write theta, s (or the structure), the hold-out and epsilon of every key "
                    "as CSV 'key,values,released,threshold,smoothed_levels,hold,epsilon'.")
-def budget(state_file: str, summary_path: str | None) -> None:
+@click.option("--new-rho", type=float, default=None,
+              help="Create FILE as a budget store of this total rho (zCDP; pure releases count epsilon^2/2), which "
+                   "releases charge with --budget-store FILE.")
+@click.option("--new-epsilon", type=float, default=None, help="Create FILE as a pure-DP budget store of this total.")
+def budget(state_file: str, summary_path: str | None, new_rho: float | None, new_epsilon: float | None) -> None:
     """Print the budget ledger of the state FILE of a release, and its totals.
 
     Shows the public parts only (parameters, progress, ledger), never the key or the mechanism
     state; takes no lock, so it works while the release runs.  For a release with keys, it also
     shows what the release tells about each key (values, released, theta, s, hold-out, epsilon:
     public or published numbers only), as a table for at most 20 keys and with --summary FILE as CSV.
+    For a budget store FILE it shows its total, what each release charged and what is left.
     """
+    if new_rho is not None or new_epsilon is not None:
+        with usage_errors():
+            click.echo(BudgetStore.create(state_file, rho=new_rho, epsilon=new_epsilon).report())
+        return
+    if BudgetStore.is_store(state_file):  # what every release charged, spent and left
+        click.echo(BudgetStore.open(state_file).report())
+        return
     state = StreamState.read(state_file)
     entry = REGISTRY.get(str(state.params.get("method")))
     ledger = format_ledger(state_file, counts=entry is None or entry.public_counts)

@@ -11,6 +11,8 @@ turns noisy sums back into released values.
   of a rational scale from exact samplers (:class:`~dpstream.noise.grid.GridLaplace`);
   consistency in exact rationals; a released value is a deterministic function of the integer
   measurements, times ``g``.
+* :class:`GaussianArithmetic` (``rho=``, zCDP): the grid path with discrete Gaussian noise
+  (:class:`~dpstream.noise.grid_gaussian.GridGaussian`): the same sums, consistency and releases.
 * :class:`FloatArithmetic` (``noise=FloatNoise(rng)``, the studies; NOT for publication): the
   values as they are, numpy's float Laplace, float least squares.  Fast, and the same law up to
   the grid's rounding.
@@ -25,21 +27,33 @@ versions sample differently, so :mod:`dpstream.evaluation.float_ldp` holds them 
 the float path has no exact counterpart at all (S-PAK's Gaussian threshold) the library refuses it
 on the exact path and only a study's ``FloatNoise`` reaches it.
 
-Both classes offer the same attributes (``exact``, ``zero``, ``granularity``, ``bound``,
-``scale_value``, ``spent_epsilon``) and methods, so a mechanism never branches on the path.
+All offer the same attributes (``exact``, ``zero``, ``granularity``, ``bound``, ``scale_value``,
+``spent_epsilon``; ``budget``, ``law`` and ``node_variance`` for the statements and the error
+bars) and methods, so a mechanism never branches on the path.
 """
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
 
-from dpstream.hierarchy.tree import consistent_leaves, draw_noise_levels, draw_noise_units, make_consistent
+from dpstream.accounting import Zcdp
+from dpstream.hierarchy.tree import (
+    consistent_leaf_variance,
+    consistent_leaves,
+    draw_noise_levels,
+    draw_noise_units,
+    make_consistent,
+)
+from dpstream.noise.discrete_laplace_law import laplace_units_variance
 from dpstream.noise.grid import GridLaplace, is_power_of_two, to_units
+from dpstream.noise.grid_gaussian import GridGaussian
 from dpstream.noise.sampler import NoiseSampler
+from dpstream.privacy import Budget, EpsilonDelta
 
-__all__ = ["MAX_EXACT_UNITS", "Arithmetic", "FloatArithmetic", "GridArithmetic", "arithmetic"]
+__all__ = ["MAX_EXACT_UNITS", "Arithmetic", "FloatArithmetic", "GaussianArithmetic", "GridArithmetic", "arithmetic"]
 
 #: Integer grid units stay exact in float64 (and their multiples of a power-of-two ``g``) below this.
 MAX_EXACT_UNITS = 1 << 53
@@ -58,13 +72,50 @@ class GridArithmetic:
     exact = True
     zero = 0
 
-    def __init__(self, noise: GridLaplace) -> None:
+    def __init__(self, noise: GridLaplace | GridGaussian) -> None:
         self.noise = noise
         self.granularity = noise.granularity
         self.bound = noise.bound
         self.scale_value = noise.scale_value
-        self.spent_epsilon = noise.spent_epsilon
+        self.spent_epsilon = getattr(noise, "spent_epsilon", None)  # None under zCDP (GaussianArithmetic)
         self._inverse = 1.0 / self.granularity if is_power_of_two(self.granularity) else None
+
+    @property
+    def budget(self) -> Budget:
+        """What every measured level together spends: ``spent_epsilon``-DP."""
+        return EpsilonDelta(self.spent_epsilon)
+
+    @property
+    def law(self) -> str:
+        """The nodes' noise in words, in the values' units."""
+        return f"discrete Laplace of scale {self.scale_value:g}"
+
+    @property
+    def node_variance(self) -> float:
+        """The exact variance of one node's noise, in the values' units squared."""
+        return laplace_units_variance(self.noise.scale) * self.granularity**2
+
+    #: The noise's law by name (the sampler's description).
+    law_name = "discrete Laplace"
+
+    def leaf_standard_error(self, fanout: int, n_levels: int) -> float:
+        """The exact standard error of a consistent leaf's noise in a full hierarchy of ``n_levels`` levels of
+        fan-out ``fanout``: ``sqrt(node variance x consistent_leaf_variance)`` (the noise is linear, its law known)."""
+        return math.sqrt(self.node_variance * consistent_leaf_variance(fanout, n_levels))
+
+    def per_level(self, replace: bool) -> str:
+        """The sensitivity per measured level of a bound ``C`` (``bound``) added or removed, or ``replace``d."""
+        return f"L1 sensitivity per level {f'2C = {2 * self.bound:g}' if replace else f'C = {self.bound:g}'}"
+
+    def check_enforced(self, bound: float, what: str) -> None:
+        """Refuse a bound the exact grid would enforce as another (a tiny one raised to a grid step), or whose
+        released values would overflow float64 (int64 grid units times the grid step)."""
+        if self.bound > bound * (1 + 2.0**-19):
+            raise ValueError(f"{what} {bound:g} is below what the exact noise's grid can enforce: it would be "
+                             f"{self.bound:g}; scale the values up.")
+        if not math.isfinite(2.0**63 * self.granularity):
+            raise ValueError(f"{what} {bound:g} is too large: the released values would overflow float64; scale the "
+                             "values down.")
 
     def units(self, values: np.ndarray) -> np.ndarray:
         """Values in ``[0, bound]`` rounded to the grid, in int64 grid units (:func:`~dpstream.noise.grid.to_units`)."""
@@ -120,6 +171,44 @@ class GridArithmetic:
         return float(units * Fraction(self.granularity))
 
 
+class GaussianArithmetic(GridArithmetic):
+    """The exact path under zCDP: integer grid units, discrete Gaussian noise of ``noise.sigma2`` grid units^2.
+
+    >>> a = GaussianArithmetic(GridGaussian.on_grid(1.0, 0.5, 0.25, levels=4))
+    >>> a.budget, a.law, a.spent_epsilon, round(a.node_variance, 12)
+    (Zcdp(rho=0.5), 'discrete Gaussian of sigma 2', None, 4.0)
+    """
+
+    noise: GridGaussian
+
+    @property
+    def budget(self) -> Budget:
+        """What every measured level together spends: ``spent_rho``-zCDP."""
+        return Zcdp(self.noise.spent_rho)
+
+    @property
+    def law(self) -> str:
+        return f"discrete Gaussian of sigma {self.scale_value:g}"
+
+    law_name = "discrete Gaussian"
+
+    def per_level(self, replace: bool) -> str:
+        """L2: ``C`` added or removed, ``sqrt(2) C`` replaced (two non-negative vectors of L1 norm C)."""
+        moved = f"sqrt(2) C = {math.sqrt(2) * self.bound:g}" if replace else f"C = {self.bound:g}"
+        return f"L2 sensitivity per level {moved}"
+
+    @property
+    def node_variance(self) -> float:
+        return self.noise.variance_units * self.granularity**2
+
+    def draw(self, sampler: NoiseSampler, n_leaves: int, fanout: int, n_levels: int) -> list[np.ndarray]:
+        """Every node's noise in grid units (int64), bottom level first, in one draw."""
+        return draw_noise_units(sampler, n_leaves, fanout, n_levels, self.noise.sigma2, gaussian=True)
+
+    def draw_one(self, sampler: NoiseSampler) -> int:
+        return int(self.noise.sample(sampler, 1)[0])
+
+
 class FloatArithmetic:
     """The studies' float path: the values themselves, numpy's float Laplace of ``scale``.
 
@@ -136,6 +225,10 @@ class FloatArithmetic:
         self.bound = bound
         self.scale_value = scale
         self.spent_epsilon = epsilon
+
+    budget = GridArithmetic.budget
+    law = property(lambda self: f"Lap({self.scale_value:g})")
+    node_variance = property(lambda self: 2.0 * self.scale_value**2)
 
     def units(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -177,13 +270,21 @@ class FloatArithmetic:
 Arithmetic = GridArithmetic | FloatArithmetic
 
 
-def arithmetic(exact: bool, *, bound: float, epsilon: float, levels: int, granularity: float | None) -> Arithmetic:
+def arithmetic(exact: bool, *, bound: float, epsilon: float | None, levels: int, granularity: float | None,
+               rho: float | None = None) -> Arithmetic:
     """The arithmetic of a hierarchy of ``levels`` measured levels for values in ``[0, bound]``.
 
     Exact: :class:`GridArithmetic` on ``granularity`` or the default grid for the bound and the
-    budget (:meth:`~dpstream.noise.grid.GridLaplace.choose`).  Float: scale ``bound levels /
-    epsilon``, no grid (a ``granularity`` is refused).
+    budget (:meth:`~dpstream.noise.grid.GridLaplace.choose`); with ``rho`` (zCDP, ``epsilon`` then
+    unused), :class:`GaussianArithmetic` (:meth:`~dpstream.noise.grid_gaussian.GridGaussian.choose`,
+    L2 sensitivity ``bound sqrt(levels)``).  Float: scale ``bound levels / epsilon``, no grid (a
+    ``granularity`` is refused).
     """
+    if rho is not None:
+        if not exact:
+            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
+        return GaussianArithmetic(GridGaussian.choose(bound, rho, granularity, levels=levels))
+    assert epsilon is not None
     if exact:
         return GridArithmetic(GridLaplace.choose(bound, epsilon, granularity, levels=levels))
     if granularity is not None:

@@ -35,6 +35,7 @@ __all__ = [
     "ExactLeaves",
     "aggregate_levels",
     "consistency_weights",
+    "consistent_leaf_variance",
     "consistent_leaves",
     "decomposed_range_sums",
     "draw_noise_levels",
@@ -111,9 +112,10 @@ def draw_noise_levels(
 
 
 def draw_noise_units(
-    noise: NoiseSampler, n_leaves: int, fanout: int, n_levels: int, scale: Fraction
+    noise: NoiseSampler, n_leaves: int, fanout: int, n_levels: int, scale: Fraction, *, gaussian: bool = False
 ) -> list[np.ndarray]:
-    """Discrete Laplace noise of rational ``scale`` (grid units) for every node, bottom level first.
+    """Discrete Laplace noise of rational ``scale`` (grid units) for every node, bottom level first;
+    with ``gaussian``, discrete Gaussian noise of variance parameter ``scale`` (``noise.gaussian_units``).
 
     All levels come from one ``noise.laplace_units`` call of ``sum(level_sizes(...))`` draws,
     split leaves first, then each level up; the order is fixed, so a bit source always gives the
@@ -124,7 +126,7 @@ def draw_noise_units(
     [[0, 0, 0, 0], [0, 0]]
     """
     sizes = level_sizes(n_leaves, fanout, n_levels)
-    draws = noise.laplace_units(scale, sum(sizes))
+    draws = (noise.gaussian_units if gaussian else noise.laplace_units)(scale, sum(sizes))
     return np.split(np.asarray(draws, dtype=np.int64), np.cumsum(sizes)[:-1])
 
 
@@ -229,6 +231,26 @@ def consistent_leaves(levels: list[np.ndarray], fanout: int) -> ExactLeaves:
     return ExactLeaves(
         integer=np.asarray(integer, dtype=np.int64), remainder=np.repeat(remainder, fanout), denominator=q
     )
+
+
+@lru_cache(maxsize=64)
+def consistent_leaf_variance(fanout: int, n_levels: int) -> float:
+    """The variance of a least-squares consistent leaf (:func:`make_consistent`) for unit-variance noise on
+    every node of a full hierarchy: ``sum_k M[0, k]^2`` for the linear map ``M`` from the nodes' noise to the
+    leaves', found by making each node's unit vector consistent (every leaf has the same: a full hierarchy
+    is symmetric).  Times one node's variance it is a released leaf's, exactly; linear in the nodes of one
+    top-level tree, ``sum_k b^k``.
+
+    >>> round(consistent_leaf_variance(2, 2), 12), consistent_leaf_variance(48, 1)  # b / (b + 1) under one parent
+    (0.666666666667, 1.0)
+    """
+    sizes = level_sizes(fanout ** (n_levels - 1), fanout, n_levels)
+    total = 0.0
+    for k in range(sum(sizes)):
+        basis = np.zeros(sum(sizes))
+        basis[k] = 1.0
+        total += float(make_consistent(np.split(basis, np.cumsum(sizes)[:-1]), fanout)[0][0]) ** 2
+    return total
 
 
 def make_consistent(levels: list[np.ndarray], fanout: int) -> list[np.ndarray]:

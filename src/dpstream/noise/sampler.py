@@ -9,6 +9,10 @@ A :class:`NoiseSampler` has two methods:
 * ``laplace(scale, size)`` -- continuous ``Lap(scale)`` noise as float64, for a float
   ``scale``: the path today's release code uses.
 
+The exact samplers (:class:`ExactNoise`, :class:`ZeroNoise`) also have ``gaussian_units(sigma2,
+size)``: discrete Gaussian noise in grid units for a rational variance parameter, the noise of
+the zCDP paths (:mod:`dpstream.noise.grid_gaussian`).
+
 Three implementations:
 
 * :class:`ExactNoise` draws ``laplace_units`` exactly from a bit source
@@ -40,6 +44,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from dpstream.noise.bits import BitsSeed, make_bits
+from dpstream.noise.discrete_gaussian_law import discrete_gaussian
 from dpstream.noise.discrete_laplace_law import check_rational_scale, discrete_laplace
 from dpstream.noise.float_noise import FloatNoise
 
@@ -69,6 +74,12 @@ def _float_scale(scale: object) -> float:
     return float(scale)
 
 
+def _rational_variance(sigma2: object) -> Fraction:
+    if isinstance(sigma2, bool) or not isinstance(sigma2, (int, Fraction)) or sigma2 <= 0:
+        raise ValueError(f"a discrete Gaussian's variance must be a positive int or Fraction, got {sigma2!r}.")
+    return Fraction(sigma2)
+
+
 class ExactNoise:
     """Exact discrete Laplace noise from a bit source (CKS 2020, Algorithm 2).
 
@@ -95,6 +106,11 @@ class ExactNoise:
         scale = check_rational_scale(scale)
         return discrete_laplace(self.bits, scale.numerator, scale.denominator, size)
 
+    def gaussian_units(self, sigma2: Fraction, size: Size) -> np.ndarray:
+        """Discrete Gaussian draws of variance parameter ``sigma2`` (a positive rational), int64."""
+        sigma2 = _rational_variance(sigma2)
+        return discrete_gaussian(self.bits, sigma2.numerator, sigma2.denominator, size)
+
     def laplace(self, scale: float, size: Size) -> np.ndarray:
         """Not available: exact noise lives on a grid (use :meth:`laplace_units`)."""
         raise NotImplementedError(
@@ -118,6 +134,11 @@ class ZeroNoise:
     def laplace_units(self, scale: Fraction, size: Size) -> np.ndarray:
         """Zeros as int64."""
         check_rational_scale(scale)
+        return np.zeros(size, dtype=np.int64)
+
+    def gaussian_units(self, sigma2: Fraction, size: Size) -> np.ndarray:
+        """Zeros as int64."""
+        _rational_variance(sigma2)
         return np.zeros(size, dtype=np.int64)
 
     def laplace(self, scale: float, size: Size) -> np.ndarray:

@@ -68,6 +68,7 @@ class PooledNoise:
         self.sampler = sampler
         self.block = int(block)
         self._pools: dict[Fraction, np.ndarray] = {}
+        self._gaussian_pools: dict[Fraction, np.ndarray] = {}
         self._pid = os.getpid()
 
     @property
@@ -77,25 +78,36 @@ class PooledNoise:
 
     def laplace_units(self, scale: Fraction, size: Size) -> np.ndarray:
         """Discrete Laplace draws of rational ``scale`` in grid units, int64 (see ExactNoise)."""
+        return self._pooled("laplace", Fraction(scale), size)
+
+    def gaussian_units(self, sigma2: Fraction, size: Size) -> np.ndarray:
+        """Discrete Gaussian draws of variance parameter ``sigma2`` in grid units, int64 (see ExactNoise), from
+        pools of their own."""
+        return self._pooled("gaussian", Fraction(sigma2), size)
+
+    def _pooled(self, law: str, key: Fraction, size: Size) -> np.ndarray:
+        """``size`` draws of ``law`` (``"laplace"`` or ``"gaussian"``) of parameter ``key``, from its pool."""
+        draw = getattr(self.sampler, f"{law}_units")
         shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
         n = math.prod(shape)
         if n >= self.block:
-            return self.sampler.laplace_units(scale, shape)
+            return draw(key, shape)
         if os.getpid() != self._pid:
-            self._pools, self._pid = {}, os.getpid()
-        key = Fraction(scale)
-        pool = self._pools.pop(key, np.empty(0, dtype=np.int64))
+            self._pools, self._gaussian_pools, self._pid = {}, {}, os.getpid()
+        pools = self._pools if law == "laplace" else self._gaussian_pools
+        pool = pools.pop(key, np.empty(0, dtype=np.int64))
         if pool.size < n:
             refill = min(self.block, max(8 * n, 1024))
-            pool = np.concatenate((pool, self.sampler.laplace_units(key, refill)))
-        self._pools[key] = pool[n:]  # now the most recent
-        if len(self._pools) > 8:
-            del self._pools[next(iter(self._pools))]
+            pool = np.concatenate((pool, draw(key, refill)))
+        pools[key] = pool[n:]  # now the most recent
+        if len(pools) > 8:
+            del pools[next(iter(pools))]
         return pool[:n].reshape(shape)
 
     def laplace(self, scale: float, size: Size) -> np.ndarray:
         """Not available: exact noise lives on a grid (see ExactNoise.laplace)."""
         return self.sampler.laplace(scale, size)
+
 
     def __repr__(self) -> str:
         return f"PooledNoise({self.sampler!r})"
@@ -116,8 +128,8 @@ def _describe_bits(bits: object) -> str:
     return f"bits of {bits!r}"
 
 
-def describe_noise(noise: object) -> str:
-    """One line naming a sampler and its randomness source, for a privacy statement.
+def describe_noise(noise: object, law: str = "discrete Laplace") -> str:
+    """One line naming a sampler and its randomness source, for a privacy statement (``law``: the noise's).
 
     >>> describe_noise(ExactNoise(bits=3))
     'exact discrete Laplace in grid units, seeded PCG64 bits (seed 3: replayable, NOT secret)'
@@ -127,7 +139,7 @@ def describe_noise(noise: object) -> str:
     if isinstance(noise, PooledNoise):
         noise = noise.sampler
     if isinstance(noise, ExactNoise):
-        return f"{_LAPLACE}, {_describe_bits(noise.bits)}"
+        return f"{_LAPLACE.replace('discrete Laplace', law)}, {_describe_bits(noise.bits)}"
     if isinstance(noise, FloatNoise):
         return "FLOAT Laplace from numpy (studies only: NOT for publication)"
     if isinstance(noise, ZeroNoise):
@@ -202,9 +214,12 @@ def bits_from_state(data: dict) -> object:
 def _sampler_state(sampler: object) -> dict:
     if isinstance(sampler, PooledNoise):
         # draws pooled from the OS CSPRNG are left out: two continuations of one snapshot must never share them
-        pools = [] if isinstance(sampler.bits, SystemBits) else [
-            (scale.numerator, scale.denominator, pool.copy()) for scale, pool in sampler._pools.items()]
-        return {"kind": "pooled", "bits": bits_state(sampler.bits), "block": sampler.block, "pools": pools}
+        secret = isinstance(sampler.bits, SystemBits)
+        pools, gaussian = ([] if secret else [(scale.numerator, scale.denominator, pool.copy())
+                                               for scale, pool in kept.items()]
+                           for kept in (sampler._pools, sampler._gaussian_pools))
+        return {"kind": "pooled", "bits": bits_state(sampler.bits), "block": sampler.block, "pools": pools,
+                **({"gaussian_pools": gaussian} if gaussian else {})}  # only when used: older snapshots unchanged
     if type(sampler) is ExactNoise:
         return {"kind": "exact", "bits": bits_state(sampler.bits)}
     if type(sampler) is FloatNoise:
@@ -218,8 +233,9 @@ def _sampler_from_state(data: dict) -> NoiseSampler:
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "pooled":
         pooled = PooledNoise(ExactNoise(bits=bits_from_state(data["bits"])), block=data["block"])
-        pooled._pools = {Fraction(numerator, denominator): np.asarray(pool, dtype=np.int64)
-                         for numerator, denominator, pool in data["pools"]}
+        pooled._pools, pooled._gaussian_pools = ({Fraction(numerator, denominator): np.asarray(pool, dtype=np.int64)
+                                                  for numerator, denominator, pool in data.get(name, [])}
+                                                 for name in ("pools", "gaussian_pools"))
         return pooled
     if kind == "exact":
         return ExactNoise(bits=bits_from_state(data["bits"]))
@@ -316,11 +332,13 @@ class NoiseSource:
         other.identity, other._key, other._shared = self.identity + parts, self._key, self._shared
         return other
 
-    def describe(self) -> str:
-        """The sampler and its randomness source, in words (for :class:`~dpstream.privacy.PrivacyGuarantee`)."""
+    def describe(self, law: str = "discrete Laplace") -> str:
+        """The sampler (of noise ``law``) and its randomness source, in words (for
+        :class:`~dpstream.privacy.PrivacyGuarantee`)."""
         if self._key is not None:
-            return f"{_LAPLACE}, keyed ChaCha20 bits per part (recomputable from the secret key)"
-        return describe_noise(self._shared)
+            return (f"{_LAPLACE.replace('discrete Laplace', law)}, keyed ChaCha20 bits per part (recomputable from "
+                    "the secret key)")
+        return describe_noise(self._shared, law)
 
     @property
     def state(self) -> dict:

@@ -49,10 +49,12 @@ one row added).  So with ``late="drop"`` the guarantee holds for inputs whose ar
 public (the relation says so); rows in time order (``aggregate --sort``) are never late, and with
 ``late="error"`` such an input is refused rather than released.
 
-Noise: exact discrete Laplace on the public grid (:class:`~dpstream.hierarchy.arithmetic.GridArithmetic`).
-With ``key=`` the noise of window ``w`` in partition ``p`` is drawn from ``KeyedBits(key,
-("aggregate", statistic part, p, w))``: a restored release recomputes it, so kill-and-resume never
-re-draws noise for a released bucket (``aggregate --state``).
+Noise: exact discrete Laplace on the public grid (:class:`~dpstream.hierarchy.arithmetic.GridArithmetic`), or
+with ``rho`` exact discrete Gaussian under rho-zCDP: a level's L2 change is at most its L1 change C (sqrt(2) C
+replaced: two non-negative vectors of L1 norm C), d levels sqrt(d) C (``docs/zcdp.md``).  With ``key=`` the
+noise of window ``w`` in partition ``p`` is drawn from ``KeyedBits(key, ("aggregate", statistic part, p, w))``:
+a restored release recomputes it, so kill-and-resume never re-draws noise for a released bucket (``aggregate
+--state``).
 """
 
 from __future__ import annotations
@@ -65,14 +67,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpstream._checks import check_bool, check_bound, check_epsilon, check_positive_int
+from dpstream._checks import check_bool, check_bound, check_positive_int
 from dpstream._params import Params
+from dpstream.accounting import ZcdpGuarantee, check_budget
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import arithmetic
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
-from dpstream.privacy import Composition, EpsilonDelta, Part, PrivacyGuarantee, UnitLevel
+from dpstream.privacy import Composition, Part, PrivacyGuarantee, UnitLevel
 from dpstream.release.aggregate_revisions import revise_released
 from dpstream.release.bounding import ContributionBounder, ContributionBounds, codes
 from dpstream.release.contract import read_header, snapshot_header
@@ -115,13 +118,13 @@ def _join(parts: list[Released]) -> Released:
 class _Measure:
     """One measured statistic (the sum, or the count) of every partition: its grid, noise and open window."""
 
-    def __init__(self, *, name: str, bound: float, epsilon: float, levels: int, fanout: int, width: int,
+    def __init__(self, *, name: str, bound: float, budget: tuple, levels: int, fanout: int, width: int,
                  partitions: int, granularity: float | None, source: NoiseSource, factor: int = 1) -> None:
         self.name, self.levels, self.fanout, self.width, self.partitions = name, levels, fanout, width, partitions
         # the bound C on the grid (what bounding enforces); the noise for factor * C on each of the levels
-        # (replacement: 2C), as levels * factor measurements of sensitivity C
-        self.arithmetic = arithmetic(source.exact, bound=bound, epsilon=epsilon, levels=levels * factor,
-                                     granularity=granularity)
+        # (replacement: 2C), as levels * factor measurements of sensitivity C; budget: (epsilon, rho), one set
+        self.arithmetic = arithmetic(source.exact, bound=bound, epsilon=budget[0], rho=budget[1],
+                                     levels=levels * factor, granularity=granularity)
         self.source = source
         self.totals = np.zeros((partitions, width), dtype=np.int64)
         self.noise: list[tuple[np.ndarray, Any]] | None = None
@@ -154,7 +157,7 @@ class UnitAggregate(Params):
     Parameters
     ----------
     epsilon : float
-        The budget per unit per window.
+        The budget per unit per window (or ``rho``: zCDP with discrete Gaussian noise, public partitions only).
     bucket, window : int
         Seconds; the window a whole number of buckets (aligned in UTC from the epoch).
     unit_bound : float
@@ -199,14 +202,18 @@ class UnitAggregate(Params):
     ([14.0, 6.0], [1.0])
     """
 
-    def __init__(self, *, epsilon: float, bucket: int, window: int, unit_bound: float, statistic: str = "sum",
-                 upper_bound: float | None = None, clip: bool = False, max_rows: int | None = None,
+    def __init__(self, *, epsilon: float | None = None, bucket: int, window: int, unit_bound: float,
+                 statistic: str = "sum", upper_bound: float | None = None, clip: bool = False,
+                 max_rows: int | None = None,
                  max_partitions: int | None = None, partitions: Any = None, levels: int | None = None,
                  fanout: int | None = None, replace: bool = False, late: str = "error", unit: str = "unit",
                  start: int | None = None, partition_selection: str = "public", selection_epsilon: float | None = None,
                  selection_delta: float = 1e-6, granularity: float | None = None, seed: BitsSeed = None,
-                 noise: NoiseSampler | NoiseSource | None = None, key: bytes | None = None) -> None:
-        self.epsilon = check_epsilon(epsilon)
+                 noise: NoiseSampler | NoiseSource | None = None, key: bytes | None = None,
+                 rho: float | None = None) -> None:
+        self.epsilon, self.rho = check_budget(epsilon, rho)
+        if self.rho is not None and partition_selection != "public":
+            raise ValueError("zCDP (rho) applies with public partitions only (the selection is stated in pure DP).")
         self.bucket, self.window = check_positive_int(bucket, "bucket"), check_positive_int(window, "window")
         if self.window % self.bucket:
             raise ValueError(f"the window ({self.window} s) must be a whole number of buckets ({self.bucket} s).")
@@ -272,19 +279,20 @@ class UnitAggregate(Params):
     def _build_measures(self, granularity: float | None) -> list[_Measure]:
         factor = 2 if self.replace else 1
         names = {"sum": ["sum"], "count": ["count"], "mean": ["sum", "count"]}[self.statistic]
-        share = (self.epsilon - self._selection_epsilon) / len(names)
+        share = (self.epsilon - self._selection_epsilon if self.rho is None else self.rho) / len(names)
         out = []
         for name in names:
             bound = self.unit_bound if name == "sum" or self.statistic == "count" else float(self.max_rows or 0)
             grid = 1.0 if name == "count" else granularity
             what = "max_rows" if self.statistic == "mean" and name == "count" else "unit_bound"
             try:
-                measure = _Measure(name=name, bound=bound, epsilon=share, levels=self.levels, fanout=self.fanout,
-                                   width=self.width, partitions=len(self.partitions), granularity=grid,
-                                   source=self._source, factor=factor)
+                measure = _Measure(name=name, bound=bound, budget=(share, None) if self.rho is None else (None, share),
+                                   levels=self.levels, fanout=self.fanout, width=self.width, factor=factor,
+                                   partitions=len(self.partitions), granularity=grid, source=self._source)
             except ValueError as error:
-                raise ValueError(f"{what} {bound:g} with epsilon {self.epsilon:g}: {error}") from None
-            _check_grid(measure.arithmetic, bound, what)
+                raise ValueError(f"{what} {bound:g} with {'epsilon' if self.rho is None else 'rho'} "
+                                 f"{self.epsilon or self.rho:g}: {error}") from None
+            measure.arithmetic.check_enforced(bound, what)
             out.append(measure)
         return out
 
@@ -307,6 +315,11 @@ class UnitAggregate(Params):
         """The noise scale of the first measure's nodes, in the values' units."""
         return self._measures[0].arithmetic.scale_value
 
+    def standard_error(self) -> float:
+        """The exact standard error of every released bucket's noise (the mean's: of its sum; bounding is not in it),
+        :meth:`~dpstream.hierarchy.arithmetic.GridArithmetic.leaf_standard_error`."""
+        return self._measures[0].arithmetic.leaf_standard_error(self.fanout, self.levels)
+
     def relation(self) -> UnitLevel:
         """The neighbour relation, with the bounds in words."""
         bounds = [f"values {'clipped' if self.clip else 'checked'} to [0, {self.upper_bound:g}]",
@@ -327,16 +340,14 @@ class UnitAggregate(Params):
         parts = []
         for m in self._measures:
             ar = m.arithmetic
-            sensitivity = f"2C = {2 * ar.bound:g}" if self.replace else f"C = {ar.bound:g}"
-            parts.append(Part(what=m.name, budget=EpsilonDelta(ar.spent_epsilon), noise=self._source.describe(),
-                              text=f"{m.name}: discrete Laplace of scale {ar.scale_value:g} on each of {self.levels} "
-                                   f"levels over {self.width} buckets per window (L1 sensitivity per level "
-                                   f"{sensitivity} from the bounds)"))
+            parts.append(Part(what=m.name, budget=ar.budget, noise=self._source.describe(ar.law_name),
+                              text=f"{m.name}: {ar.law} on each of {self.levels} levels over {self.width} buckets "
+                                   f"per window ({ar.per_level(self.replace)} from the bounds)"))
         if self._selector is not None:
             parts.append(self._selector.part(self._source.describe()))
         body = Composition(kind="sequential", parts=tuple(parts), layout="; ".join("{}" for _ in parts)
                            + "; windows and partitions share the bound (disjoint windows: parallel)")
-        return PrivacyGuarantee.of(body, neighbours=self.relation())
+        return (PrivacyGuarantee if self.rho is None else ZcdpGuarantee).of(body, neighbours=self.relation())
 
     # -- releasing ---------------------------------------------------------------------------
 
@@ -558,17 +569,6 @@ class UnitAggregate(Params):
         if agg._selector is not None:
             agg._selector.restore(state["selector"])
         return agg
-
-
-def _check_grid(ar: Any, bound: float, what: str) -> None:
-    """Refuse a bound the exact grid would enforce as another (a tiny one raised to a grid step), or whose
-    released values would overflow float64 (int64 grid units times the grid step)."""
-    if ar.bound > bound * (1 + 2.0**-19):
-        raise ValueError(f"{what} {bound:g} is below what the exact noise's grid can enforce: it would be "
-                         f"{ar.bound:g}; scale the values up.")
-    if not math.isfinite(2.0**63 * ar.granularity):
-        raise ValueError(f"{what} {bound:g} is too large: the released values would overflow float64; scale the "
-                         "values down.")
 
 
 def _time_text(bucket: int, seconds: int) -> str:

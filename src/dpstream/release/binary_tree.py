@@ -43,6 +43,21 @@ one value changes one node per measured level by at most ``tau_units`` grid unit
 successive blocks of ``n`` values read disjoint positions (parallel composition).  Every node
 is an exact integer and every output a function of the nodes, so the guarantee holds for the
 numbers produced.  With ``key=``, tree ``i`` draws from ``KeyedBits(key, ("binary-tree", i))``.
+
+zCDP (``rho=`` instead of ``epsilon``).  Every node gets exact discrete Gaussian noise instead,
+of variance parameter ``sigma^2 = tau_units^2 h / (2 rho)`` grid units^2 rounded up
+(:class:`~dpstream.noise.grid_gaussian.GridGaussian`): one value changes one node per measured
+level by at most ``tau_units``, an L2 change of ``tau_units sqrt(h)``, so the tree is
+``spent_rho``-zCDP (at most rho), stated with the (epsilon, delta) it implies
+(:class:`~dpstream.accounting.ZcdpGuarantee`).  Where Laplace noise pays for the ``h`` levels
+with a scale ``h`` times one node's (variance ``h^2``), Gaussian noise pays ``sqrt(h)`` in sigma
+(variance ``h``).
+
+Error bars.  The noise of a noisy count is the sum of the independent noise of its tiling's
+nodes, so its variance is the number of those nodes times one node's variance
+(:meth:`BinaryTreeCounter.count_standard_errors`), and that of a released increment or a range
+sum the number of nodes in the symmetric difference of two tilings
+(:meth:`BinaryTreeCounter.range_standard_error`): exact, as the noise is linear and its law known.
 """
 
 from __future__ import annotations
@@ -63,16 +78,18 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream._params import Params
+from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, check_budget, rho_for
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import MAX_EXACT_UNITS, arithmetic
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
-from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
+from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
 from dpstream.release.wevent import event_epsilon, spent_of_scale, wevent_privacy
 
-__all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums"]
+__all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums",
+           "ZcdpBinaryTree"]
 
 
 def prefix_nodes(count: int, levels: int) -> list[tuple[int, int]]:
@@ -123,6 +140,18 @@ def noise_prefix_sums(noise: list[np.ndarray]) -> np.ndarray:
     return prefix
 
 
+def _tiling_counts(counts: np.ndarray, levels: int) -> np.ndarray:
+    """``len(prefix_nodes(c, levels))`` for each ``c`` of ``counts`` (inside one tree), vectorized.
+
+    >>> _tiling_counts(np.array([0, 7, 8]), 3).tolist()
+    [0, 3, 2]
+    """
+    top = levels - 1
+    counts = np.asarray(counts, dtype=np.int64)
+    bits = sum((counts >> level) & 1 for level in range(top))
+    return (counts >> top) + bits
+
+
 @dataclass(kw_only=True)
 class BinaryTreeState:
     """The counter's streaming state (SECRET: it holds the current tree's noise).
@@ -145,7 +174,9 @@ class BinaryTreeCounter(Params):
     Parameters
     ----------
     epsilon : float
-        Budget of the counter.
+        Budget of the counter (pure DP, discrete Laplace noise).
+    rho : float, optional
+        Instead of ``epsilon``: a zCDP budget, discrete Gaussian noise (see the module docstring).
     upper_bound : float
         tau: values must lie in ``[0, tau]``.  Public: B for the plain counter, or a threshold
         already chosen (PAK's tau, with values truncated at it).
@@ -192,7 +223,7 @@ class BinaryTreeCounter(Params):
     def __init__(
         self,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         upper_bound: float,
         max_range: int = 2**20,
         clip: bool = False,
@@ -201,26 +232,31 @@ class BinaryTreeCounter(Params):
         noise: NoiseSampler | NoiseSource | None = None,
         key: bytes | None = None,
         w_event: int | None = None,
+        rho: float | None = None,
     ) -> None:
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon, self.rho = check_budget(epsilon, rho)
         #: With ``w_event``: the window w, and ``epsilon`` is what each value spends (the window's epsilon / w).
         self.w_event = None if w_event is None else check_positive_int(w_event, "w_event")
         if self.w_event is not None:
+            if self.rho is not None:
+                raise ValueError("w_event applies to the pure-DP tree (epsilon), not under zCDP (rho).")
             self.epsilon = event_epsilon(self.epsilon, self.w_event, theta=1.0, period=None, bound=None)
         bound = check_bound(upper_bound)
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         self.clip = check_bool(clip, "clip")
         self.levels = num_levels(self.max_range, 2)
-        check_magnitude(bound * self.levels / self.epsilon, "the noise scale upper_bound * levels / epsilon")
+        check_magnitude(bound * self.levels / (self.epsilon or self.rho), "the noise scale upper_bound * levels / "
+                        f"{'epsilon' if self.rho is None else 'rho'}")
         check_magnitude(bound * self.max_range, "upper_bound * max_range (the largest sum of a tree)")
         self._source = make_source(seed=seed, noise=noise, key=key, identity=("binary-tree",))
         self.exact = self._source.exact
         if self.exact:
             check_grid(bound, granularity)
         self._arithmetic = arithmetic(self.exact, bound=bound, epsilon=self.epsilon, levels=self.levels,
-                                      granularity=granularity)
+                                      granularity=granularity, rho=self.rho)
         self.granularity, self.upper_bound = self._arithmetic.granularity, self._arithmetic.bound
         self.noise_scale, self.spent_epsilon = self._arithmetic.scale_value, self._arithmetic.spent_epsilon
+        self.spent_rho = None if self.rho is None else self._arithmetic.budget.rho  # type: ignore[attr-defined]
         if self.exact:
             self._check_exact_counts()
         check_memory(self.max_range, "max_range")  # the noise of a tree's 2^h leaves is drawn when it starts
@@ -228,7 +264,7 @@ class BinaryTreeCounter(Params):
         zero = self._arithmetic.zero
         self._state = BinaryTreeState(released=0, running=zero, increments=None, count=zero)
         self._params = dict(epsilon=epsilon, upper_bound=upper_bound, max_range=max_range, clip=clip,
-                            granularity=granularity)
+                            granularity=granularity, **({} if rho is None else {"rho": rho}))
         if w_event is not None:
             self._params["w_event"] = w_event
 
@@ -296,11 +332,17 @@ class BinaryTreeCounter(Params):
         """The noisy count of every value released so far (grid units times g, correctly rounded)."""
         return self._arithmetic.released_one(self._state.count)
 
-    def privacy(self) -> PrivacyGuarantee:
+    def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """``spent_epsilon``-DP (at most epsilon) at event level for values in [0, upper_bound]; with ``w_event``,
         ``w spent_epsilon`` per window of w values (each level's L1 sensitivity is ``w tau``,
-        :mod:`dpstream.release.wevent`)."""
-        if self.exact:
+        :mod:`dpstream.release.wevent`); under zCDP ``spent_rho``-zCDP, stated with the (epsilon, delta) it
+        implies at ``delta``."""
+        if self.rho is not None:
+            grid = self._arithmetic.noise
+            noise = (f"discrete Gaussian of sigma^2 = tau^2 h / (2 rho) = {float(grid.sigma2):.6g} grid units^2 "
+                     f"(sigma = {self.noise_scale:g}; g = {self.granularity:g}, tau = {grid.units} units)")
+            how = "L2 sensitivity tau sqrt(h)"
+        elif self.exact:
             scale = self.noise_scale_units
             noise = (
                 f"discrete Laplace of scale tau*h/eps = {scale.numerator}/{scale.denominator} grid units "
@@ -308,10 +350,15 @@ class BinaryTreeCounter(Params):
             )
         else:
             noise = f"Lap(tau*h/eps) = Lap({self.noise_scale:g})"
-        tree = Part(what="binary tree", budget=EpsilonDelta(self.spent_epsilon), noise=self._source.describe(),
-                    text=f"{noise} on every node of h = {self.levels} levels (eps/{self.levels} each, sequential)")
+        if self.rho is None:
+            how = f"eps/{self.levels} each, sequential"
+        tree = Part(what="binary tree", budget=self._arithmetic.budget,
+                    noise=self._source.describe(self._arithmetic.law_name if self.exact else "discrete Laplace"),
+                    text=f"{noise} on every node of h = {self.levels} levels ({how})")
         chunks = Composition(kind="parallel", parts=(tree,),
                              layout=f"{{}}; a fresh tree per {self.max_range} values (parallel)")
+        if self.rho is not None:
+            return ZcdpGuarantee.of(chunks, neighbours=EVENT_LEVEL, delta=delta)
         event = PrivacyGuarantee.of(chunks, neighbours=EVENT_LEVEL)
         if self.w_event is None:
             return event
@@ -322,6 +369,38 @@ class BinaryTreeCounter(Params):
             f"w-event over {w} consecutive values: a window moves each of the {self.levels} levels by at most "
             f"w tau = {w * self.upper_bound:g} in L1; noise of scale h w tau / eps spends eps = {spent:g} per window, "
             f"the same noise at event level (eps / w per value):"))
+
+    # -- error bars ----------------------------------------------------------------------------
+
+    def _tiling_sizes(self, ends: np.ndarray) -> np.ndarray:
+        """For prefixes ``ends`` of the stream, the number of measured nodes whose noise their count holds."""
+        ends = np.asarray(ends, dtype=np.int64)
+        full, rest = np.divmod(ends, self.max_range)
+        per_tree = len(prefix_nodes(self.max_range, self.levels))
+        return full * per_tree + _tiling_counts(rest, self.levels)
+
+    def count_standard_errors(self, ends: object) -> np.ndarray:
+        """The exact standard error of the noisy count of the first ``e`` values, for each ``e`` of ``ends``:
+        ``sqrt(nodes x node variance)`` (the noise only: values clipped or rounded to the grid are not in it)."""
+        return np.sqrt(self._tiling_sizes(np.asarray(ends)) * self._arithmetic.node_variance)
+
+    def range_standard_error(self, start: int, stop: int) -> float:
+        """The exact standard error of the released sum of positions ``[start, stop)``, ``c(stop) - c(start)``:
+        the nodes of the two tilings that do not cancel (inside one tree), whole trees apart."""
+        if not 0 <= start <= stop:
+            raise ValueError(f"need 0 <= start <= stop, got {start} and {stop}.")
+        first, last = divmod(start, self.max_range), divmod(stop, self.max_range)
+        if first[0] == last[0]:
+            nodes = len(set(prefix_nodes(first[1], self.levels)) ^ set(prefix_nodes(last[1], self.levels)))
+        else:
+            per_tree = set(prefix_nodes(self.max_range, self.levels))
+            nodes = (len(per_tree ^ set(prefix_nodes(first[1], self.levels))) + (last[0] - first[0] - 1)
+                     * len(per_tree) + len(prefix_nodes(last[1], self.levels)))
+        return float(np.sqrt(nodes * self._arithmetic.node_variance))
+
+    def standard_errors(self, positions: object) -> np.ndarray:
+        """The exact standard error of the released value (an increment) at each of ``positions``."""
+        return np.array([self.range_standard_error(int(p), int(p) + 1) for p in np.asarray(positions).ravel()])
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels
@@ -363,3 +442,29 @@ class BinaryTreeCounter(Params):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= self.upper_bound:
             return float(self._release(np.array([float(value)]))[0])
         return float(self.release([value])[0])
+
+
+class ZcdpBinaryTree(BinaryTreeCounter):
+    """The binary tree under zCDP at the largest rho whose (epsilon, delta) is the target's
+    (:func:`~dpstream.accounting.rho_for`): ``release --method bt-zcdp --epsilon E --delta D``.  Its
+    guarantee states that rho and the (epsilon, delta) it implies at ``delta``; its snapshots are the binary
+    tree's at that rho (:meth:`from_state` gives a :class:`BinaryTreeCounter`, which continues it exactly).
+
+    >>> tree = ZcdpBinaryTree(epsilon=1.0, delta=1e-6, upper_bound=1.0, max_range=8, seed=0)
+    >>> round(tree.rho, 6), tree.privacy(1e-6).epsilon <= 1.0
+    (0.024356, True)
+    """
+
+    def __init__(self, *, epsilon: float, delta: float | None, upper_bound: float, max_range: int = 2**20,
+                 clip: bool = False, granularity: float | None = None, seed: BitsSeed = None,
+                 noise: NoiseSampler | NoiseSource | None = None, key: bytes | None = None) -> None:
+        if delta is None:
+            raise ValueError("the binary tree under zCDP needs delta (--delta): the delta of its (epsilon, delta) "
+                             "target, e.g. 1e-6.")
+        super().__init__(rho=rho_for(check_epsilon(epsilon), delta), upper_bound=upper_bound, max_range=max_range,
+                         clip=clip, granularity=granularity, seed=seed, noise=noise, key=key)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> BinaryTreeCounter:
+        """The binary tree (at this rho) a :attr:`state` snapshot describes, continuing where it was taken."""
+        return BinaryTreeCounter.from_state(state)

@@ -36,7 +36,7 @@ from typing import Any
 
 from dpstream.noise.bits import KeyedBits
 from dpstream.release.aggregate import AGGREGATE, UnitAggregate
-from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.binary_tree import BinaryTreeCounter, ZcdpBinaryTree
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
 from dpstream.release.locations import LOCATIONS, LocationCounts
 from dpstream.release.pak import PAK
@@ -215,7 +215,8 @@ def _describe_pak(pak: PAK) -> str:
 
 
 def _describe_bt(counter: BinaryTreeCounter) -> str:
-    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out"
+    noise = "" if counter.rho is None else f", discrete Gaussian noise at rho = {counter.rho:.6g} (zCDP)"
+    return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out{noise}"
 
 
 def _describe_topl(topl: ToPL) -> str:
@@ -261,6 +262,9 @@ register(Mechanism("topl", ToPL, TOPL, _describe_topl, _same_names("hold", "thre
                    audits=("square-wave", "hm")))
 register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, per_key=False, command="aggregate",
                    public_counts=False,
-                   audits=("unit-aggregate", "unit-aggregate-selection")))
+                   audits=("unit-aggregate", "unit-aggregate-selection", "unit-aggregate-gaussian")))
 register(Mechanism("locations", LocationCounts, LOCATIONS, _describe_locations, per_key=False,
                    command="release-locations", public_counts=False, audits=("locations", "locations-unbounded")))
+# the binary tree under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
+register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
+                   audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))

@@ -1,0 +1,255 @@
+"""A privacy filter across releases: a budget store that every release drawing on the same people charges.
+
+The ledger of a state file (:mod:`dpstream.durable.ledger`) refuses to release the same positions twice
+within one release; nothing in it stops a publisher from releasing the same people's data in ten
+streams, keys or aggregates, each "at epsilon".  A :class:`BudgetStore` is a file the user names and
+every such release charges: it holds a total budget and the charges made so far, and refuses a charge
+that would exceed the total.
+
+**Which filter.**  Every charge is the release's whole stated guarantee, the same public amount for
+every unit the release covers (a *uniform* filter): the amount is a function of the release's public
+parameters only, never of the data, so whether a release is refused is public too and refusing it
+reveals nothing about any unit's participation (refusing a release because *one* unit ran out would).
+It is valid under adaptive choices (each release chosen after seeing the earlier ones): for pure DP,
+the basic-composition filter of Rogers, Roth, Ullman and Vadhan (NeurIPS 2016): epsilons adding up to
+at most the total give total-epsilon-DP; for rho-zCDP, the zCDP filter (Whitehouse, Ramdas, Rogers and
+Wu, ICML 2023): rho's adding up to at most the total give total-rho-zCDP.  An individual filter
+(Feldman and Zrnic 2021), which drops an exhausted unit's rows instead, spends less for units that
+appear rarely; it is not built.
+
+**Accounting.**  A zCDP store (``rho=``) takes zCDP guarantees at their rho and pure ones at
+``epsilon^2 / 2``, and states what is spent and left in rho and in the (epsilon, delta) they imply; a
+pure store (``epsilon=``) takes pure guarantees only.  Approximate (delta > 0) guarantees that are not
+zCDP (PAK, private partition selection) are refused: their deltas would need a filter of their own.
+
+**What a budget is about.**  The first charge fixes the store's *subject*, and a later release about
+another one is refused: for unit-level releases the unit, the window and whether units are replaced
+(``UnitLevel``: two aggregates of the same households' days with other bounds draw on the same
+per-household-day budget, since each enforces its own bounds), else the relation itself (event level:
+a budget per stream position).  Windows are disjoint, so a unit-level store is the budget of one unit in
+any one window: each release charges its per-window guarantee once, however many windows it spans.
+
+**The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
+an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
+other and none is lost.  A charge names its release; charging a name again (a ``--state`` release
+resumed) is not charged twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, rho_of_pure, zcdp_epsilon
+from dpstream.durable.files import write_atomic
+from dpstream.privacy import PrivacyGuarantee, Relation, UnitLevel
+
+__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "subject_of"]
+
+#: The ``format`` field of a budget store file.
+BUDGET_FORMAT = "dpstream-budget"
+_VERSION = 1
+#: Relative slack when comparing a sum of charges with the total (float sums of equal shares).
+_SLACK = 1e-12
+
+
+class BudgetExhausted(ValueError):
+    """A charge would take the store past its total: the release must not run."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One release's charge: its name, the amount (rho or epsilon, as the store counts), its statement, when."""
+
+    release: str
+    amount: float
+    statement: str
+    time: str
+
+
+def subject_of(relation: Relation) -> str:
+    """What a budget is about: a unit-level relation's unit, window and replacement, else the relation's name.
+
+    >>> subject_of(UnitLevel("household", "UTC day", "values in [0, 5]"))
+    'unit level: each household in each UTC day (added or removed)'
+    """
+    if isinstance(relation, UnitLevel):
+        how = "replaced" if relation.replace else "added or removed"
+        return f"unit level: each {relation.unit} in each {relation.window} ({how})"
+    return relation.name
+
+
+class BudgetStore:
+    """A budget shared by releases, in a file (see the module docstring).
+
+    Create it with :meth:`create` (a total ``rho`` or ``epsilon``), open it with :meth:`open`; every
+    release calls :meth:`charge` before it publishes anything.
+
+    >>> import tempfile
+    >>> from dpstream.accounting import Zcdp
+    >>> from dpstream.privacy import EVENT_LEVEL, Part
+    >>> path = Path(tempfile.mkdtemp()) / "budget.json"
+    >>> store = BudgetStore.create(path, rho=1.0)
+    >>> day = ZcdpGuarantee.of(Part(what="day", budget=Zcdp(0.4)), neighbours=EVENT_LEVEL)
+    >>> store.charge("a", day).amount, store.charge("b", day).amount, round(store.left, 12)
+    (0.4, 0.4, 0.2)
+    >>> store.charge("c", day)
+    Traceback (most recent call last):
+    dpstream.durable.budget_store.BudgetExhausted: release 'c' needs rho 0.4 but the budget store has 0.2 left of 1.
+    """
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path, self._data = path, data
+
+    # -- the file ----------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | Path, *, rho: float | None = None, epsilon: float | None = None,
+               delta: float = DEFAULT_DELTA) -> BudgetStore:
+        """A new store of total ``rho`` (zCDP) or ``epsilon`` (pure DP); ``delta`` is what a zCDP store states
+        its (epsilon, delta) at.  An existing file is refused."""
+        if (rho is None) == (epsilon is None):
+            raise ValueError("a budget store needs its total: rho (zCDP) or epsilon (pure DP), one of them.")
+        total = rho if rho is not None else epsilon
+        if not (isinstance(total, (int, float)) and math.isfinite(total) and total > 0):
+            raise ValueError(f"a budget store's total must be a finite number > 0, got {total!r}.")
+        path = Path(path)
+        data = {"format": BUDGET_FORMAT, "version": _VERSION, "accounting": "zcdp" if rho is not None else "pure",
+                "total": float(total), "delta": float(delta), "subject": None, "charges": []}
+        with _locked(path):
+            if path.exists():
+                raise ValueError(f"the budget store {path} exists already: open it, or name another file.")
+            write_atomic(path, _encode(data))
+        return cls(path, data)
+
+    @classmethod
+    def open(cls, path: str | Path) -> BudgetStore:
+        """The store in ``path`` (read without a lock: a charge replaces the file whole)."""
+        path = Path(path)
+        return cls(path, _read(path))
+
+    @staticmethod
+    def is_store(path: str | Path) -> bool:
+        """Whether ``path`` holds a budget store (its ``format`` field)."""
+        try:
+            _read(Path(path))
+        except (OSError, ValueError):
+            return False
+        return True
+
+    # -- charging ----------------------------------------------------------------------------
+
+    def amount(self, guarantee: PrivacyGuarantee) -> float:
+        """What ``guarantee`` costs in this store's accounting (refused when it cannot be counted in it)."""
+        if isinstance(guarantee, ZcdpGuarantee):
+            if self.accounting == "pure":
+                raise ValueError(f"a pure-DP budget store cannot count a zCDP release ({guarantee.label}).")
+            return guarantee.rho
+        if guarantee.delta != 0.0:
+            raise ValueError(f"a budget store counts pure and zCDP releases only, not {guarantee.label} (its delta "
+                             "would need a filter of its own).")
+        return rho_of_pure(guarantee.epsilon) if self.accounting == "zcdp" else guarantee.epsilon
+
+    def charge(self, release: str, guarantee: PrivacyGuarantee) -> Charge:
+        """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
+        a name charged before is not charged again (its first charge is returned)."""
+        if not isinstance(guarantee, PrivacyGuarantee):
+            raise TypeError(f"guarantee must be a PrivacyGuarantee, got {guarantee!r}.")
+        amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours)
+        with _locked(self.path):
+            self._data = data = _read(self.path)
+            earlier = [c for c in data["charges"] if c["release"] == release]
+            if earlier:
+                return Charge(**earlier[0])
+            if data["subject"] is not None and data["subject"] != subject:
+                raise ValueError(f"the budget store {self.path} is about {data['subject']}; release {release!r} is "
+                                 f"about {subject}.")
+            spent = math.fsum(c["amount"] for c in data["charges"])
+            if spent + amount > data["total"] * (1 + _SLACK):
+                raise BudgetExhausted(f"release {release!r} needs {self.unit} {amount:g} but the budget store has "
+                                      f"{max(data['total'] - spent, 0.0):g} left of {data['total']:g}.")
+            charge = Charge(release=release, amount=float(amount), statement=str(guarantee),
+                            time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            data["subject"] = subject
+            data["charges"].append(asdict(charge))
+            write_atomic(self.path, _encode(data))
+        return charge
+
+    # -- what is spent -----------------------------------------------------------------------
+
+    @property
+    def accounting(self) -> str:
+        """``"zcdp"`` or ``"pure"``."""
+        return self._data["accounting"]
+
+    @property
+    def unit(self) -> str:
+        """What amounts are in: ``"rho"`` or ``"epsilon"``."""
+        return "rho" if self.accounting == "zcdp" else "epsilon"
+
+    @property
+    def total(self) -> float:
+        return float(self._data["total"])
+
+    @property
+    def charges(self) -> list[Charge]:
+        return [Charge(**c) for c in self._data["charges"]]
+
+    @property
+    def spent(self) -> float:
+        return math.fsum(c["amount"] for c in self._data["charges"])
+
+    @property
+    def left(self) -> float:
+        return max(self.total - self.spent, 0.0)
+
+    def report(self) -> str:
+        """What the store holds, spent and has left, in its accounting (and (epsilon, delta) for zCDP)."""
+        delta = self._data["delta"]
+
+        def said(amount: float) -> str:
+            if self.accounting == "pure":
+                return f"epsilon {amount:g}"
+            return f"rho {amount:g} (epsilon {zcdp_epsilon(amount, delta):.4g} at delta {delta:g})"
+
+        lines = [f"budget store {self.path}: {'zCDP' if self.accounting == 'zcdp' else 'pure DP'}, total "
+                 f"{said(self.total)}; about {self._data['subject'] or 'nothing yet'}",
+                 f"spent {said(self.spent)} by {len(self.charges)} release{'s' * (len(self.charges) != 1)}; left "
+                 f"{said(self.left)}"]
+        lines += [f"  {c.time}  {self.unit} {c.amount:g}  {c.release}" for c in self.charges]
+        return "\n".join(lines)
+
+
+def _encode(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=1, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"there is no budget store {path}.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{path} is not a budget store (not JSON).") from None
+    if not isinstance(data, dict) or data.get("format") != BUDGET_FORMAT or data.get("version") != _VERSION:
+        raise ValueError(f"{path} is not a budget store of this version.")
+    return data
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path.lock``, waited for (charges of concurrent releases queue up)."""
+    descriptor = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
