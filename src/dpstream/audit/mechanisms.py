@@ -100,8 +100,8 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
-from dpstream.audit.locations import LocationWindows
 from dpstream.audit.gaussian import BinaryTreeGaussian, UnitAggregateGaussian
+from dpstream.audit.locations import LocationWindows
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
     BinaryTree,
