@@ -53,6 +53,7 @@ SYNTHETIC_DATA = {
     "postprocess/markov.py": {"simulate_counts"},
     "datasets/synthetic.py": {"_events", "smart_meter", "taxi_fares", "bursty_counts"},
     "datasets/meters.py": {"meter_readings"},
+    "datasets/trajectories.py": {"trajectories"},
 }
 
 #: Modules still to move onto exact noise (a strict xfail each): none left.
