@@ -222,3 +222,31 @@ def test_a_batch_refused_because_another_process_held_the_source_is_tried_again_
     client = Client("http://testserver", TOKEN, http=http, retry=QUICK)
     client.send("s", [1.0, 2.0, 3.0])
     assert posted == [0, 0, 0] and list(ingested) == [0]
+
+
+def test_a_429_is_sent_again_after_its_retry_after_when_that_fits_and_is_the_callers_otherwise():
+    """A contributor's rate refuses a batch before anything is done (429 with Retry-After): the client waits that
+    long and sends it again when the wait fits in its tries and total seconds; a longer wait is not slept through."""
+    seen, refusals = [], {"left": 2, "after": "0.05"}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(time.monotonic())
+        if refusals["left"] > 0:
+            refusals["left"] -= 1
+            return httpx.Response(429, json={"detail": "token t is over its rate."},
+                                  headers={"Retry-After": refusals["after"]})
+        return httpx.Response(200, json={"status": "ok"})
+
+    http = httpx.Client(base_url="http://testserver", transport=httpx.MockTransport(answer))
+    client = Client("http://testserver", TOKEN, http=http, retry=QUICK)
+    assert client.health() == {"status": "ok"} and len(seen) == 3
+    assert seen[1] - seen[0] >= 0.05 and seen[2] - seen[1] >= 0.05  # the wait asked, not the jitter of QUICK
+    refusals.update(left=1, after="3600")  # beyond QUICK's 5 s: the caller's, at once
+    began = time.monotonic()
+    with pytest.raises(ServiceError) as error:
+        client.health()
+    assert error.value.status == 429 and time.monotonic() - began < 1.0 and len(seen) == 4
+    refusals.update(left=1, after="soon")  # not a number of seconds: the caller's, as any 4xx
+    with pytest.raises(ServiceError) as error:
+        client.health()
+    assert error.value.status == 429 and len(seen) == 5

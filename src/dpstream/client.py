@@ -70,6 +70,17 @@ _MOVES = 64
 _BUSY = "Retry the batch."
 
 
+def _retry_after(answer: httpx.Response) -> float | None:
+    """The seconds a 429 answer asks to wait (its ``Retry-After`` in seconds); None for any other answer."""
+    if answer.status_code != 429:
+        return None
+    try:
+        seconds = float(answer.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
 class Client:
     """The service at ``url``; ``token`` is needed for writes only; ``http`` an HTTP client to use instead
     of a new one (e.g. FastAPI's ``TestClient``).
@@ -104,14 +115,18 @@ class Client:
 
     def _call(self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any) -> httpx.Response:
         """One request, tried again as :attr:`retry` says when it failed on the way or with a 5xx; ``idempotent``
-        (default: a GET) tells whether a request that may have reached the service can be sent again."""
+        (default: a GET) tells whether a request that may have reached the service can be sent again.  A 429
+        (a contributor's rate: refused before anything was done) is sent again after its ``Retry-After`` when that
+        fits in the tries and ``total_seconds`` left; otherwise it is the caller's ``ServiceError``."""
         idempotent = method == "GET" if idempotent is None else idempotent
         start, tried = time.monotonic(), 0
         while True:
             tried += 1
+            wait = None
             try:
                 answer = self._http.request(method, path, **kwargs)
-                if answer.status_code < 500 or not idempotent:
+                wait = _retry_after(answer)
+                if wait is None and (answer.status_code < 500 or not idempotent):
                     break
                 failure: Exception | httpx.Response = answer
             except httpx.TransportError as error:
@@ -119,7 +134,7 @@ class Client:
                     raise ServiceError(None, f"{method} {path}: no answer ({_cause(error)}); not sent again, since "
                                              "it may have been done (look before trying again).") from None
                 failure = error
-            pause = self.retry.pause(tried)
+            pause = self.retry.pause(tried) if wait is None else wait
             if tried >= self.retry.attempts or time.monotonic() - start + pause > self.retry.total_seconds:
                 if isinstance(failure, httpx.Response):
                     answer = failure

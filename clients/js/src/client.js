@@ -44,6 +44,13 @@ const BUSY = 'Retry the batch.';
 /** How many times a batch follows the collector when other clients moved it on. */
 const MOVES = 64;
 
+/** The seconds a 429 answer asks to wait (its Retry-After in seconds); null for any other answer. */
+function retryAfter(answer) {
+  if (answer.status !== 429) return null;
+  const seconds = Number(answer.headers.get('retry-after') ?? '');
+  return answer.headers.get('retry-after') !== null && Number.isFinite(seconds) && seconds >= 0 ? seconds : null;
+}
+
 const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 
 function cause(error) {
@@ -80,11 +87,14 @@ export class ToPLClient {
     this.unanswered = new Map();
   }
 
-  /** One request, tried again as `retry` says after a network failure or a 5xx; the answer's text. */
+  /** One request, tried again as `retry` says after a network failure or a 5xx, and after a 429's Retry-After
+   * (a contributor's rate: refused before anything was done) when that fits in the tries and time left; the
+   * answer's text. */
   async request(method, path, body) {
     const start = Date.now();
     for (let tried = 1; ; tried += 1) {
       let failure;
+      let wait = null;
       try {
         const answer = await this.fetch(`${this.url}${path}`, {
           method,
@@ -93,16 +103,17 @@ export class ToPLClient {
           signal: AbortSignal.timeout(this.timeout * 1000),
         });
         const text = await answer.text();
-        if (answer.status < 500) {
+        wait = retryAfter(answer);
+        if (answer.status < 500 && wait === null) {
           if (answer.status >= 400) throw new ServiceError(answer.status, errorMessage(text));
           return text;
         }
         failure = new ServiceError(answer.status, errorMessage(text));
       } catch (error) {
-        if (error instanceof ServiceError && error.status < 500) throw error;
+        if (error instanceof ServiceError && error.status < 500 && wait === null) throw error;
         failure = error;
       }
-      const pause = this.retry.pause(tried);
+      const pause = wait === null ? this.retry.pause(tried) : wait;
       if (tried >= this.retry.attempts || (Date.now() - start) / 1000 + pause > this.retry.totalSeconds) {
         if (failure instanceof ServiceError) throw failure;
         const seconds = ((Date.now() - start) / 1000).toFixed(1);

@@ -59,6 +59,23 @@ test('5xx answers are tried again; a 4xx is not', async () => {
   assert.equal(service.posts.length, 2);
 });
 
+test('a 429 is sent again after its Retry-After when that fits, else it is the caller\'s', async () => {
+  const { service, client, bits } = setUp(0);
+  service.limited = 2;
+  assert.equal((await client.send(values(5))).length, 5);
+  assert.equal(service.posts.length, 1); // the two refusals did nothing: one batch reached the collector
+  const read = bits.read;
+  const perBatch = read; // the words one batch of 5 values reads
+  service.limited = 1;
+  service.retryAfter = '3600'; // beyond the retry's total seconds: not waited for
+  const began = Date.now();
+  await assert.rejects(client.send(values(5)),
+    (error) => error instanceof ServiceError && error.status === 429 && /over its rate/.test(error.message));
+  assert.ok(Date.now() - began < 1000);
+  assert.equal((await client.send(values(5))).length, 5); // the unanswered batch, sent unchanged
+  assert.equal(bits.read, read + perBatch); // randomized once
+});
+
 test('when other clients moved the collector on, the same reports go to its new position', async () => {
   const { service, client } = setUp(0);
   await client.send(values(5));

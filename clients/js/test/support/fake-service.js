@@ -16,6 +16,8 @@ export class FakeCollector {
     this.posts = []; // [first_position, body] of every POST that reached the collector
     this.lose = 0; // the answers of the next `lose` POSTs are lost on the way back (after the collector's work)
     this.errors = 0; // the next `errors` requests are answered 503
+    this.limited = 0; // the next `limited` POSTs are answered 429 (a contributor's rate), nothing done
+    this.retryAfter = '0'; // their Retry-After
     this.down = false; // no answer at all
     this.fetch = this.fetch.bind(this);
   }
@@ -52,6 +54,10 @@ export class FakeCollector {
         return new Response(this.position >= this.hold ? this.documents.after : this.documents.before);
       }
       return new Response('{"message":"not found"}', { status: 404 });
+    }
+    if (this.limited > 0) {
+      this.limited -= 1;
+      return Response.json({ message: 'token t is over its rate.' }, { status: 429, headers: { 'Retry-After': this.retryAfter } });
     }
     const first = Number(searchParams.get('first_position'));
     const body = init.body;
