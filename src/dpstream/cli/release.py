@@ -38,9 +38,10 @@ from dpstream.cli._columns import (
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import check_revised, write_revised
-from dpstream.cli._spark import ENGINES
+from dpstream.cli._spark import RELEASE_ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
+from dpstream.cli._spark_streaming import check_streaming, release_streaming, streaming_options
 from dpstream.io import MISSING_POLICIES, StreamReader
 from dpstream.io.vectorized import value_lines
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
@@ -81,8 +82,8 @@ class _Methods(click.Choice):
 
 
 @cli.command()
-@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+@click.argument("input_path", metavar="INPUT", type=click.Path(allow_dash=True))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(allow_dash=True),
               help="Where the released values go, one per line ('-' is stdout).")
 @click.option("--method", type=_Methods(), default="tops", show_default=True,
               help="Release mechanism.")
@@ -173,21 +174,25 @@ class _Methods(click.Choice):
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (-o FILE).")
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+@click.option("--engine", type=click.Choice(RELEASE_ENGINES), default="local", show_default=True,
               help="With --key-column: local (this process) or spark (PySpark, pip install 'dpstream[spark]', Java "
-                   "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed.")
+                   "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed; or "
+                   "spark-streaming (INPUT a directory that files are put in, -o a directory of batch files, with "
+                   "--time-column, --spark-checkpoint and --secret-file; see docs/streaming.md).")
 @click.option("--spark-master", default=None,
               help=f"With --engine spark: the Spark master URL  [default: {DEFAULT_MASTER}, or spark-submit's "
                    "--master].")
 @click.option("--spark-conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
               help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.")
+@streaming_options
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --state: the least time between two commits of the state (at most one per batch read); "
                    "values are published at a commit, so on stdin also the most a value waits (plus a save).")
 def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
             key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
             state_path: str | None, checkpoint_seconds: float, engine: str, spark_master: str | None,
-            spark_conf: dict[str, str], **options: Any) -> None:
+            spark_conf: dict[str, str], spark_checkpoint: str | None, secret_file: str | None, available_now: bool,
+            files_per_batch: int | None, **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is stdin).  From stdin, each
@@ -212,6 +217,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     check_engine(context, engine=engine, input_path=input_path, key_column=key_column, time_column=time_column,
                  state_path=state_path, missing=missing)
+    check_streaming(context, engine=engine, input_path=input_path, output_path=output_path, time_column=time_column,
+                    seed=seed)
     _tell(context, chosen, options, hold=hold, seed=seed, keyed=key_column is not None, durable=state_path is not None)
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
@@ -225,6 +232,14 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, chosen.describe)
     warn_if_seeded(seed)
+    if engine == "spark-streaming":
+        release_streaming(input_path, output_path, build=_quiet(lambda key: chosen.build({**options, "hold": hold},
+                                                                                          key=key)),
+                          key_column=key_column, time_column=time_column, column=column, seed=seed,
+                          secret_file=secret_file, checkpoint=spark_checkpoint, available_now=available_now,
+                          files_per_batch=files_per_batch, master=spark_master, conf=spark_conf,
+                          params={"method": method, **options, "hold": hold, "column": column})
+        return
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
     build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
