@@ -25,6 +25,7 @@ from dpstream.cli._app import report_reading, say
 from dpstream.cli._columns import keys_line, per_key_privacy
 from dpstream.cli._outputs import output_file
 from dpstream.cli._spark import spark_session
+from dpstream.cli._spark_streaming import check_streaming
 from dpstream.io import InputError, ReadStats
 from dpstream.release.by_key import new_secret, seed_secret, show_key
 from dpstream.release.registry import REGISTRY
@@ -34,8 +35,12 @@ __all__ = ["check_engine", "release_on_spark"]
 
 def check_engine(context: click.Context, *, engine: str, input_path: str, key_column: str | None,
                  time_column: str | None, state_path: str | None, missing: str) -> None:
-    """Usage errors of ``--engine``, ``--spark-master`` and ``--spark-conf``, before anything is read."""
+    """Usage errors of ``--engine``, ``--spark-master``, ``--spark-conf``, the streaming options and
+    ``--checkpoint-seconds`` (with ``--state`` only), before anything is read."""
     default = click.core.ParameterSource.DEFAULT
+    if state_path is None and context.get_parameter_source("checkpoint_seconds") is not default:
+        raise click.UsageError("--checkpoint-seconds applies with --state only.")
+    check_streaming(context, engine=engine, input_path=input_path, time_column=time_column)
     if engine == "local":
         for name in ("spark_master", "spark_conf"):
             if context.get_parameter_source(name) is not default:

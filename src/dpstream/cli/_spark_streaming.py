@@ -32,6 +32,9 @@ __all__ = ["check_streaming", "release_streaming", "streaming_options"]
 SECRET_BYTES = 32
 #: The options that apply to ``--engine spark-streaming`` only.
 STREAMING_ONLY = ("spark_checkpoint", "secret_file", "available_now", "files_per_batch")
+#: ``release``'s options that say where and how the query runs, not what it releases.
+_RUNTIME = (*STREAMING_ONLY, "output_path", "input_path", "spark_master", "spark_conf", "force", "report_unprotected",
+            "checkpoint_seconds")
 
 
 def streaming_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,10 +59,16 @@ def streaming_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def check_streaming(context: click.Context, *, engine: str, input_path: str, output_path: str,
-                    time_column: str | None, seed: int | None) -> None:
+def pop_streaming(options: dict[str, Any]) -> None:
+    """Take the streaming options out of ``release``'s options of the mechanism (they are read from the context)."""
+    for name in STREAMING_ONLY:
+        options.pop(name, None)
+
+
+def check_streaming(context: click.Context, *, engine: str, input_path: str, time_column: str | None) -> None:
     """Usage errors of the streaming options, before anything is read."""
     params = context.params
+    output_path, seed = params["output_path"], params["seed"]
     if engine != "spark-streaming":
         for name in STREAMING_ONLY:
             if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
@@ -103,13 +112,17 @@ def read_secret(path: str) -> bytes:
     return secret
 
 
-def release_streaming(input_path: str, output_path: str, *, build: Callable[[bytes], Any],
-                      key_column: str, time_column: str, column: str | None, seed: int | None, secret_file: str | None,
-                      checkpoint: str, available_now: bool, files_per_batch: int | None, master: str | None,
-                      conf: dict[str, str], params: dict[str, Any]) -> None:
-    """Run the streaming query until it stops (``--available-now``) or is interrupted; say each micro-batch."""
+def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) -> None:
+    """Run ``release``'s streaming query (its options in ``context``) until it stops (``--available-now``) or is
+    interrupted; say each micro-batch.  ``build(key)`` makes a key's mechanism with its noise from ``key``."""
     from dpstream.spark.streaming import SINK_PATTERN, start_release, streaming_conf
 
+    given = context.params
+    input_path, output_path, seed, checkpoint = (given[name] for name in ("input_path", "output_path", "seed",
+                                                                          "spark_checkpoint"))
+    secret_file = given["secret_file"]
+    # what decides the released values: recorded in the checkpoint, a restart with others refused
+    params = {name: value for name, value in given.items() if name not in _RUNTIME}
     secret = seed_key(seed) if seed is not None else read_secret(str(secret_file))
     checkpoint_path = Path(checkpoint).resolve()
     for name, path in (("INPUT", input_path), ("-o", output_path)):
@@ -129,13 +142,14 @@ def release_streaming(input_path: str, output_path: str, *, build: Callable[[byt
         totals["values"] += rows
         say(f"micro-batch {batch_id}: {rows:,} values released ({SINK_PATTERN.format(batch_id)})")
 
-    with spark_session(master, streaming_conf(conf), source=input_path) as spark:
+    with spark_session(given["spark_master"], streaming_conf(given["spark_conf"]), source=input_path) as spark:
         from pyspark.errors import StreamingQueryException
 
         try:
-            query = start_release(spark, input_path, sink=output_path, checkpoint=checkpoint, key_column=key_column,
-                                  time_column=time_column, value_column=column, build=build, secret=secret,
-                                  params=params, available_now=available_now, files_per_batch=files_per_batch,
+            query = start_release(spark, input_path, sink=output_path, checkpoint=checkpoint,
+                                  key_column=given["key_column"], time_column=given["time_column"],
+                                  value_column=given["column"], build=build, secret=secret, params=params,
+                                  available_now=given["available_now"], files_per_batch=given["files_per_batch"],
                                   on_batch=told)
         except ValueError as error:
             raise click.ClickException(str(error)) from None

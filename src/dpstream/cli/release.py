@@ -41,7 +41,7 @@ from dpstream.cli._revised import check_revised, write_revised
 from dpstream.cli._spark import RELEASE_ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
-from dpstream.cli._spark_streaming import check_streaming, release_streaming, streaming_options
+from dpstream.cli._spark_streaming import pop_streaming, release_streaming, streaming_options
 from dpstream.io import MISSING_POLICIES, StreamReader
 from dpstream.io.vectorized import value_lines
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
@@ -191,8 +191,7 @@ class _Methods(click.Choice):
 def release(input_path: str, output_path: str, method: str, column: str | None, time_column: str | None,
             key_column: str | None, max_keys: int, missing: str, seed: int | None, hold: int, force: bool,
             state_path: str | None, checkpoint_seconds: float, engine: str, spark_master: str | None,
-            spark_conf: dict[str, str], spark_checkpoint: str | None, secret_file: str | None, available_now: bool,
-            files_per_batch: int | None, **options: Any) -> None:
+            spark_conf: dict[str, str], **options: Any) -> None:
     """Release the stream in INPUT under event-level DP; ToPS (epsilon-DP) by default.
 
     INPUT is CSV or text with one value per line (optional header, .gz allowed, '-' is stdin).  From stdin, each
@@ -217,29 +216,19 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     check_columns(context, column=column, time_column=time_column, key_column=key_column, max_keys=max_keys)
     check_engine(context, engine=engine, input_path=input_path, key_column=key_column, time_column=time_column,
                  state_path=state_path, missing=missing)
-    check_streaming(context, engine=engine, input_path=input_path, output_path=output_path, time_column=time_column,
-                    seed=seed)
     _tell(context, chosen, options, hold=hold, seed=seed, keyed=key_column is not None, durable=state_path is not None)
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
                          seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
         return
-    if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, chosen.describe)
     warn_if_seeded(seed)
-    if engine == "spark-streaming":
-        release_streaming(input_path, output_path, build=_quiet(lambda key: chosen.build({**options, "hold": hold},
-                                                                                          key=key)),
-                          key_column=key_column, time_column=time_column, column=column, seed=seed,
-                          secret_file=secret_file, checkpoint=spark_checkpoint, available_now=available_now,
-                          files_per_batch=files_per_batch, master=spark_master, conf=spark_conf,
-                          params={"method": method, **options, "hold": hold, "column": column})
-        return
+    if engine == "spark-streaming":  # INPUT and -o are directories: a query over the files put in INPUT
+        return release_streaming(context, build=_quiet(lambda key: chosen.build({**options, "hold": hold}, key=key)))
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
     build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
@@ -291,6 +280,7 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
     options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
+    pop_streaming(options)  # where and how the streaming engine runs, not parameters of the mechanism
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
