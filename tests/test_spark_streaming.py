@@ -172,3 +172,19 @@ def test_usage_errors_of_the_streaming_engine(tmp_path):
     assert f"Invalid value for 'INPUT': File '{tmp_path / 'in'}' is a directory" in local.output
     other = CliRunner().invoke(cli, [*base[:-2], "--available-now"])
     assert other.exit_code == 2 and "--available-now applies to --engine spark-streaming only" in other.output
+
+
+def test_a_parquet_file_is_read_by_the_local_readers_rules(tmp_path):
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"meter": ["a", "b", "a"], "time": [20, 10, 5], "kwh": [1.0, 2.0, 3.0]}),
+                   tmp_path / "rows.parquet")
+    rows = read_file("s3://bucket/rows.parquet", (tmp_path / "rows.parquet").read_bytes(), file_time=7,
+                     key_column="meter", time_column="time", value_column="kwh")  # the content, as Spark gives it
+    assert rows["key"].tolist() == ["a", "b", "a"] and rows["time"].tolist() == ["20", "10", "5"]
+    assert rows["time_ns"].tolist() == [20 * 10**9, 10 * 10**9, 5 * 10**9] and rows["file"].iloc[0].startswith("s3:")
+    pq.write_table(pa.table({"meter": ["a"], "time": [1], "kwh": [None]}, schema=pa.schema(
+        [("meter", pa.string()), ("time", pa.int64()), ("kwh", pa.float64())])), tmp_path / "gap.parquet")
+    with pytest.raises(InputError, match=r"^s3://bucket/gap.parquet row 1, column 'kwh', is missing"):
+        read_file("s3://bucket/gap.parquet", (tmp_path / "gap.parquet").read_bytes(), file_time=0,
+                  key_column="meter", time_column="time", value_column="kwh")
