@@ -119,19 +119,21 @@ def advance(key: str, stream: Any, last: Last | None, rows: pd.DataFrame) -> tup
     """Key ``key``'s step over its ``rows`` (:data:`ROWS_SCHEMA`, one or more files): the released rows
     (:data:`RELEASED_SCHEMA`) and the order of its last row (see the module docstring).  ``stream`` consumes the
     rows kept; a value it refuses raises its error, prefixed with the key, as the local keyed release does."""
-    rows = rows.sort_values(["file_time", "file", "time_ns", "value", "time"], kind="stable", ignore_index=True)
-    keep = np.zeros(len(rows), dtype=bool)
-    files = rows["file_time"].astype(str) + "\0" + rows["file"]
-    starts = np.flatnonzero(np.r_[True, files.to_numpy()[1:] != files.to_numpy()[:-1]])
-    for start, stop in zip(starts, np.r_[starts[1:], len(rows)]):
-        mine = rows.iloc[start:stop]
-        late = 0 if last is None else int(_not_after(mine, last).sum())  # sorted: the late rows come first
+    file_time, file = rows["file_time"].to_numpy(dtype=np.int64), rows["file"].to_numpy(dtype=object)
+    files = np.unique(file, return_inverse=True)[1].reshape(-1) if file.size else file
+    time, value, text = (rows["time_ns"].to_numpy(dtype=np.int64), rows["value"].to_numpy(dtype=np.float64),
+                         rows["time"].to_numpy(dtype=object))
+    order = _order(file_time, files, time, value, text)
+    file_time, files, time, value, text = (column[order] for column in (file_time, files, time, value, text))
+    keep = np.zeros(order.size, dtype=bool)
+    starts = np.flatnonzero(np.r_[True, (file_time[1:] != file_time[:-1]) | (files[1:] != files[:-1])])
+    for start, stop in zip(starts.tolist(), np.r_[starts[1:], order.size].tolist()):
+        late = 0 if last is None else int(_not_after(time[start:stop], value[start:stop], text[start:stop],
+                                                     last).sum())  # sorted: the late rows come first
         keep[start + late : stop] = True
         if late < stop - start:
-            final = mine.iloc[-1]
-            last = Last(int(final["time_ns"]), float(final["value"]), str(final["time"]))
-    kept = rows[keep]
-    values = kept["value"].to_numpy(dtype=np.float64)
+            last = Last(int(time[stop - 1]), float(value[stop - 1]), str(text[stop - 1]))
+    values, texts = value[keep], text[keep]
     before = stream.position
     try:
         out = np.asarray(stream.release(values), dtype=np.float64)
@@ -140,15 +142,29 @@ def advance(key: str, stream: Any, last: Last | None, rows: pd.DataFrame) -> tup
     first = values.size - out.size  # held-out values come first and release nothing
     released = pd.DataFrame({"key": pd.array([key] * out.size, dtype=object),
                              "position": np.arange(before + first, before + values.size, dtype=np.int64),
-                             "time": kept["time"].to_numpy()[first:], "value": out})
+                             "time": texts[first:], "value": out})
     return released, last
 
 
-def _not_after(rows: pd.DataFrame, last: Last) -> np.ndarray:
+def _order(file_time: np.ndarray, files: np.ndarray, time: np.ndarray, value: np.ndarray,
+           text: np.ndarray) -> np.ndarray:
+    """The rows sorted by file (time, then path), time, value and time text: numpy's sort on the numbers, and the
+    texts compared only where rows tie on all of them (rare: one key's rows with equal times and values)."""
+    order = np.lexsort((value, time, files, file_time))
+    ties = np.ones(max(order.size - 1, 0), dtype=bool)
+    for column in (file_time, files, time, value):
+        ties &= column[order][1:] == column[order][:-1]
+    if not ties.any():
+        return order
+    return np.array(sorted(range(order.size), key=lambda i: (file_time[i], files[i], time[i], value[i], text[i])),
+                    dtype=np.int64)
+
+
+def _not_after(time: np.ndarray, value: np.ndarray, text: np.ndarray, last: Last) -> np.ndarray:
     """Whether each row's (time, value, time text) is at most ``last``'s (lexicographic)."""
-    time, value, text = rows["time_ns"].to_numpy(), rows["value"].to_numpy(), rows["time"].to_numpy()
-    return (time < last.time_ns) | (time == last.time_ns) & (
-        (value < last.value) | (value == last.value) & (text <= last.time))
+    tied = (time == last.time_ns) & (value == last.value)
+    tied[tied] = [item <= last.time for item in text[tied]]  # the texts compared where all else ties only
+    return (time < last.time_ns) | (time == last.time_ns) & (value < last.value) | tied
 
 
 def release_files(paths: Sequence[str | os.PathLike[str]], *, key_column: str, time_column: str,
