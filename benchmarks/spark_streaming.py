@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     # a key's stored snapshot after all its values (what the state store holds per key, before compression)
     stream = build(key_secret(secret, "meter-000000"))
     stream.release(np.clip(np.random.default_rng(1).normal(1.0, 0.3, args.values), 0, UPPER_BOUND))
-    report["snapshot_bytes"] = len(save_stream(stream))
+    report["snapshot_bytes"] = len(json.dumps(save_stream(stream), separators=(",", ":")))
     print(json.dumps(report, indent=2))
 
 

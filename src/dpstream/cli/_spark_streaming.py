@@ -123,11 +123,13 @@ def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) 
     secret_file = given["secret_file"]
     # what decides the released values: recorded in the checkpoint, a restart with others refused
     params = {name: value for name, value in given.items() if name not in _RUNTIME}
+    places = [("--spark-checkpoint", checkpoint)] + ([] if secret_file is None else [("--secret-file", secret_file)])
+    for option, inner in places:  # the secret kept apart from the checkpoint; neither read as input nor output
+        for name, path in (("INPUT", input_path), ("-o", output_path), ("--spark-checkpoint", checkpoint)):
+            inside = Path(inner).resolve()
+            if option != name and (inside == Path(path).resolve() or Path(path).resolve() in inside.parents):
+                raise click.UsageError(f"{option} {inner} must be outside {name} {path}.")
     secret = seed_key(seed) if seed is not None else read_secret(str(secret_file))
-    checkpoint_path = Path(checkpoint).resolve()
-    for name, path in (("INPUT", input_path), ("-o", output_path)):
-        if checkpoint_path == Path(path).resolve() or Path(path).resolve() in checkpoint_path.parents:
-            raise click.UsageError(f"--spark-checkpoint {checkpoint} must be outside {name} {path}.")
     lines = per_key_privacy(build(key_secret(secret, "")), seed=seed)[:2]  # every key's mechanism says the same
     source = (f"a key derived from --seed {seed} (replayable, NOT secret)" if seed is not None else
               f"the secret in {secret_file} (held outside the checkpoint; keep it secret: it recomputes every key's "

@@ -8,10 +8,11 @@ source files (CSV, text, ``.gz`` or Parquet, one file at a time by the local rea
    modification time (hidden files, ``.name`` or ``_name``, are not read: write a file under such a
    name, then rename it into place);
 2. each file is parsed on an executor, its time column read by the one time parser;
-3. the rows are grouped by key (``applyInPandasWithState``): every key's mechanism is restored
-   from the state store, consumes the key's rows of the micro-batch in order of
-   (time, value, time text), file by file, rows not after the key's last row dropped as late
-   (:func:`~dpstream.spark.streaming_rows.advance`), and is saved back;
+3. the rows are grouped by a hash of their key into :data:`GROUPS` groups
+   (``applyInPandasWithState``, one state value per group): every key of a group that has rows
+   has its mechanism restored from the group's state, consumes the key's rows of the micro-batch
+   in order of (time, value, time text), file by file, rows not after the key's last row dropped
+   as late (:func:`~dpstream.spark.streaming_rows.advance`), and is saved back;
 4. ``foreachBatch`` writes the micro-batch's released rows, ``key,position,time,value`` sorted by
    key and position, to ``SINK/batch-<id>.csv`` atomically (a temporary file renamed), and
    Spark commits the batch after that.
@@ -64,15 +65,15 @@ from dpstream.spark.streaming_rows import (
     RELEASED_SCHEMA,
     ROWS_SCHEMA,
     STATE_SCHEMA,
-    Last,
-    advance,
     read_file,
-    restore_stream,
-    save_stream,
+    step_keys,
 )
 
-__all__ = ["PARAMETERS", "SINK_PATTERN", "read_sink", "start_release", "streaming_conf"]
+__all__ = ["GROUPS", "PARAMETERS", "SINK_PATTERN", "read_sink", "start_release", "streaming_conf"]
 
+#: Groups of keys in the state store: one state value per group (PySpark's cost per group, milliseconds, is
+#: paid per group rather than per key), each rewritten when one of its keys has rows.
+GROUPS = 1024
 #: The file of the checkpoint directory that records the release's parameters and the secret's check.
 PARAMETERS = "dpstream.json"
 #: The sink's file of micro-batch ``id``.
@@ -103,7 +104,8 @@ def start_release(spark: Any, source: str | os.PathLike[str], *, sink: str | os.
                   checkpoint: str | os.PathLike[str], key_column: str, time_column: str, build: Callable[[bytes], Any],
                   secret: bytes, value_column: str | None = None, params: dict[str, Any] | None = None,
                   available_now: bool = True, files_per_batch: int | None = None,
-                  trigger_seconds: float | None = None, on_batch: Callable[[int, int], None] | None = None) -> Any:
+                  trigger_seconds: float | None = None, on_batch: Callable[[int, int], None] | None = None,
+                  groups: int = GROUPS) -> Any:
     """Start the streaming keyed release of the files in the directory ``source`` (see the module docstring).
 
     ``build(key)`` returns a fresh mechanism whose noise comes from ``key`` (``key=`` mode, as
@@ -114,10 +116,12 @@ def start_release(spark: Any, source: str | os.PathLike[str], *, sink: str | os.
     processes the files there when the query starts and stops (``query.awaitTermination()``);
     otherwise the query looks for new files every ``trigger_seconds`` (default: as soon as the last
     micro-batch ends) until stopped.  ``files_per_batch`` caps the files of a micro-batch;
-    ``on_batch(batch_id, rows)`` is called on the driver once a micro-batch's file is written.
+    ``on_batch(batch_id, rows)`` is called on the driver once a micro-batch's file is written.  The state
+    store holds the keys in ``groups`` groups by a hash of the key (fixed for the checkpoint's life).
     Returns the running ``StreamingQuery``.
     """
     require_spark()
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     if not isinstance(secret, bytes) or len(secret) < 16:
@@ -125,7 +129,7 @@ def start_release(spark: Any, source: str | os.PathLike[str], *, sink: str | os.
     if not Path(source).is_dir() and "://" not in str(source):
         raise ValueError(f"the source {str(source)!r} is not a directory: the query reads the files put in one.")
     check_parameters(Path(checkpoint), dict(params or {}, key_column=key_column, time_column=time_column,
-                                            value_column=value_column), secret)
+                                            value_column=value_column, groups=groups), secret)
     Path(sink).mkdir(parents=True, exist_ok=True)
     reader = spark.readStream.format("binaryFile").schema(_FILES_SCHEMA)
     if files_per_batch is not None:
@@ -139,8 +143,9 @@ def start_release(spark: Any, source: str | os.PathLike[str], *, sink: str | os.
                 yield read_file(_local_name(path), content, file_time=_nanoseconds(modified), **columns)
 
     rows = files.select("path", "modificationTime", "content").mapInPandas(parse, ROWS_SCHEMA)
-    released = rows.groupBy("key").applyInPandasWithState(
-        _key_step(build, secret), RELEASED_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+    group = F.pmod(F.xxhash64("key"), F.lit(groups))  # Spark's hash: the same on every run
+    released = rows.withColumn("group", group).groupBy("group").applyInPandasWithState(
+        _group_step(build, secret), RELEASED_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
     writer = (released.writeStream.foreachBatch(_batch_writer(Path(sink), on_batch))
               .option("checkpointLocation", str(checkpoint)).queryName("dpstream-release"))
     if available_now:
@@ -162,21 +167,17 @@ def _nanoseconds(modified: Any) -> int:
     return int(pd.Timestamp(modified).value)
 
 
-def _key_step(build: Callable[[bytes], Any], secret: bytes) -> Callable[..., Iterator[Any]]:
-    """The function ``applyInPandasWithState`` runs for one key and micro-batch: restore, advance, save."""
+def _group_step(build: Callable[[bytes], Any], secret: bytes) -> Callable[..., Iterator[Any]]:
+    """The function ``applyInPandasWithState`` runs for one group of keys and micro-batch: restore, advance and
+    save every key of the group that has rows (:func:`~dpstream.spark.streaming_rows.step_keys`)."""
 
-    def step(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+    def step(group: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
-        name = str(key[0])
         rows = pd.concat(list(frames), ignore_index=True)
-        snapshot, last = None, None
-        if state.exists:
-            snapshot, time_ns, value, text = state.get
-            last = None if time_ns is None else Last(int(time_ns), float(value), str(text))
-        stream = restore_stream(name, snapshot, build=build, secret=secret)
-        released, last = advance(name, stream, last, rows)
-        state.update((save_stream(stream), *(last or (None, None, None))))
+        stored = json.loads(state.get[0]) if state.exists else {}
+        released = step_keys(rows, stored, build=build, secret=secret)
+        state.update((json.dumps(stored, separators=(",", ":")),))
         if len(released):
             yield released
 

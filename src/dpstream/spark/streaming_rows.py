@@ -18,7 +18,6 @@ of the files only, never on how they are grouped into micro-batches.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -37,14 +36,14 @@ from dpstream.release.by_key import key_secret, show_key
 from dpstream.release.registry import class_of_kind
 
 __all__ = ["ROWS_SCHEMA", "RELEASED_SCHEMA", "STATE_SCHEMA", "Last", "advance", "read_file", "release_files",
-           "restore_stream", "save_stream"]
+           "restore_stream", "save_stream", "step_keys"]
 
 #: Columns of the rows read from the source files (:func:`read_file`).
 ROWS_SCHEMA = "key string, file_time long, file string, time_ns long, value double, time string"
 #: Columns of the released rows: the key, the 0-based position in its stream, the time as written, the value.
 RELEASED_SCHEMA = "key string, position long, time string, value double"
-#: Columns of a key's state: its mechanism's snapshot (JSON, without its key) and the order of its last row.
-STATE_SCHEMA = "snapshot string, time_ns long, value double, time string"
+#: Columns of a group's state: JSON of its keys' mechanisms' snapshots (without their keys) and last rows.
+STATE_SCHEMA = "keys string"
 #: Rows read from a source file at a time.
 _BATCH = 65536
 
@@ -99,20 +98,41 @@ def _read(local: str, path: str, file_time: int, key_column: str, time_column: s
                          "value": np.concatenate(values) if values else np.empty(0), "time": times})
 
 
-def restore_stream(key: str, snapshot: str | None, *, build: Callable[[bytes], Any], secret: bytes) -> Any:
+def restore_stream(key: str, snapshot: Any, *, build: Callable[[bytes], Any], secret: bytes) -> Any:
     """Key ``key``'s mechanism: built with ``build(key_secret(secret, key))`` (None: a new key), else restored from
     its stored ``snapshot`` (:func:`save_stream`) with that key put back; its noise is recomputed from the key."""
     own = key_secret(secret, key)
     if snapshot is None:
         return build(own)
-    state = decode(json.loads(snapshot))
+    state = decode(snapshot)
     return class_of_kind(state.get("mechanism")).from_state(with_key(state, own))
 
 
-def save_stream(stream: Any) -> str:
-    """A mechanism's snapshot as stored in the state store: JSON, without its key (SECRET all the same: it holds the
-    raw values of a hold-out that lasts, and running sums)."""
-    return json.dumps(encode(keyless(stream.state)), separators=(",", ":"))
+def save_stream(stream: Any) -> Any:
+    """A mechanism's snapshot as stored in the state store: JSON data, without its key (SECRET all the same: it
+    holds the raw values of a hold-out that lasts, and running sums)."""
+    return encode(keyless(stream.state))
+
+
+def step_keys(rows: pd.DataFrame, stored: dict[str, Any], *, build: Callable[[bytes], Any],
+              secret: bytes) -> pd.DataFrame:
+    """Every key's step (:func:`advance`) over its ``rows`` (:data:`ROWS_SCHEMA`), keys in sorted order: its
+    mechanism and last row restored from ``stored`` (key -> ``{"snapshot", "last"}``, JSON data, updated in
+    place), the released rows (:data:`RELEASED_SCHEMA`) returned.  What one group of keys does in one
+    micro-batch on Spark, and in one file in :func:`release_files`."""
+    out = [_empty()]
+    for key, mine in rows.groupby("key", sort=True):
+        entry = stored.get(key) or {"snapshot": None, "last": None}
+        stream = restore_stream(key, entry["snapshot"], build=build, secret=secret)
+        released, last = advance(key, stream, None if entry["last"] is None else Last(*entry["last"]), mine)
+        stored[key] = {"snapshot": save_stream(stream), "last": None if last is None else list(last)}
+        out.append(released)
+    return pd.concat(out, ignore_index=True)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({"key": pd.array([], dtype=object), "position": np.empty(0, dtype=np.int64),
+                         "time": pd.array([], dtype=object), "value": np.empty(0)})
 
 
 def advance(key: str, stream: Any, last: Last | None, rows: pd.DataFrame) -> tuple[pd.DataFrame, Last | None]:
@@ -173,16 +193,11 @@ def release_files(paths: Sequence[str | os.PathLike[str]], *, key_column: str, t
     (the order the query takes them in: by modification time), released in this process by the same rules and
     :func:`advance`; ``key, position, time, value`` sorted by key and position.  For the same files and secret it
     equals what the query's sink holds, whatever the micro-batches (tests and a check of a sink)."""
-    streams: dict[str, tuple[Any, Last | None]] = {}
-    out = [pd.DataFrame({"key": pd.array([], dtype=object), "position": np.empty(0, dtype=np.int64),
-                         "time": pd.array([], dtype=object), "value": np.empty(0)})]
+    stored: dict[str, Any] = {}
+    out = [_empty()]
     for place, path in enumerate(paths):
         rows = read_file(str(path), None, file_time=place, key_column=key_column, time_column=time_column,
                          value_column=value_column)
-        for key, mine in rows.groupby("key", sort=True):
-            stream, last = streams.get(key) or (restore_stream(key, None, build=build, secret=secret), None)
-            released, last = advance(key, stream, last, mine)
-            streams[key] = (stream, last)
-            out.append(released)
+        out.append(step_keys(rows, stored, build=build, secret=secret))
     table = pa.Table.from_pandas(pd.concat(out, ignore_index=True), preserve_index=False)
     return table.sort_by([("key", "ascending"), ("position", "ascending")])
