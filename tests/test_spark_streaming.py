@@ -188,3 +188,27 @@ def test_a_parquet_file_is_read_by_the_local_readers_rules(tmp_path):
     with pytest.raises(InputError, match=r"^s3://bucket/gap.parquet row 1, column 'kwh', is missing"):
         read_file("s3://bucket/gap.parquet", (tmp_path / "gap.parquet").read_bytes(), file_time=0,
                   key_column="meter", time_column="time", value_column="kwh")
+
+
+@pytest.mark.parametrize("method", ["tops", "pak", "pak-uncapped", "bt", "topl"])
+def test_every_method_continues_from_its_stored_state(tmp_path, method):
+    from dpstream.release.registry import REGISTRY
+
+    options = {"epsilon": 1.0, "upper_bound": 5.0, "max_range": 64, "clip": False, "hold": 40, "granularity": None,
+               "fanout": 16, "smoother": None, "window": None, "alpha": None, "threshold_epsilon": None,
+               "threshold_step": 0.5, "threshold_method": "model", "query_length": None, "smoothed_levels": None,
+               "period": None, "delta": None, "threshold_fraction": 0.5, "multiplier": 1.0, "noise": "laplace"}
+
+    def build(key):
+        return REGISTRY[method].build(options, key=key)
+
+    rng = np.random.default_rng(5)
+    paths = [write_source(tmp_path, index, rng, keys=2) for index in range(3)]
+    out = release_files(paths, key_column="meter", time_column="time", value_column="kwh", build=build,
+                        secret=seed_key(4))  # restored from its stored snapshot at every file
+    rows = pd.concat([_rows(path, place) for place, path in enumerate(paths)])
+    rows = rows.sort_values(["file_time", "time_ns", "value"], kind="stable")
+    alone = build(key_secret(seed_key(4), "m1")).release(rows[rows["key"] == "m1"]["value"].to_numpy())
+    mine = out.filter(pa.compute.equal(out["key"], "m1"))
+    assert mine.num_rows == alone.size > 0
+    assert np.array_equal(mine["value"].to_numpy(), alone)
