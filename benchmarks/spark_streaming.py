@@ -92,6 +92,13 @@ def main(argv: list[str] | None = None) -> None:
                           on_batch=lambda batch, rows: batches.append((batch, rows, time.perf_counter() - start)))
     query.awaitTermination()
     seconds = time.perf_counter() - start
+    progress = [event for event in query.recentProgress if event.get("numInputRows")]
+    report["spark_ms"] = [{name: event["durationMs"].get(name) for name in ("addBatch", "walCommit", "commitOffsets",
+                                                                              "queryPlanning", "triggerExecution")}
+                          for event in progress]
+    report["state_operator"] = [{name: event["stateOperators"][0].get(name) for name in (
+        "numRowsTotal", "numRowsUpdated", "allUpdatesTimeMs", "commitTimeMs", "memoryUsedBytes")}
+        for event in progress if event.get("stateOperators")]
     spark.stop()
     report.update(query_s=round(seconds, 1), rows_per_s=round(args.keys * args.values / seconds),
                   micro_batches=len(batches), released=read_sink(root / "sink").num_rows,

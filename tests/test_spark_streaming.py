@@ -22,7 +22,7 @@ from dpstream.io import InputError
 from dpstream.release import ToPS
 from dpstream.release.by_key import key_secret
 from dpstream.spark.streaming import check_parameters, read_sink, start_release
-from dpstream.spark.streaming_rows import advance, read_file, release_files, restore_stream
+from dpstream.spark.streaming_rows import advance, read_file, release_files, restore_stream, step_keys
 from streaming_helpers import write_source
 
 # the build function below goes to Spark's Python workers, which cannot import this test module
@@ -101,20 +101,16 @@ def test_which_rows_are_late_does_not_depend_on_the_micro_batches(tmp_path):
     rng = np.random.default_rng(3)
     paths = [write_source(tmp_path, index, rng, late=index == 2) for index in range(4)]
     secret = seed_key(1)
+    stored = {}
+    apart = pd.concat([step_keys(_rows(path, place), stored, build=_tops, secret=secret)  # a micro-batch per file
+                       for place, path in enumerate(paths)])
     whole = pd.concat([_rows(path, place) for place, path in enumerate(paths)])
-    apart, streams = [], {}
-    for place, path in enumerate(paths):  # one micro-batch per file
-        for key, mine in _rows(path, place).groupby("key"):
-            stream, last = streams.get(key) or (restore_stream(key, None, build=_tops, secret=secret), None)
-            released, last = advance(key, stream, last, mine)
-            streams[key] = (stream, last)
-            apart.append(released)
-    together = [advance(key, restore_stream(key, None, build=_tops, secret=secret), None, mine)[0]
-                for key, mine in whole.groupby("key")]  # one micro-batch of all four files
+    together = step_keys(whole, {}, build=_tops, secret=secret)  # one micro-batch of all four files
     order = ["key", "position"]
-    pd.testing.assert_frame_equal(pd.concat(apart).sort_values(order, ignore_index=True),
-                                  pd.concat(together).sort_values(order, ignore_index=True))
-    assert "1000" not in set(pd.concat(together)["time"])  # the late row of file 2 is dropped
+    pd.testing.assert_frame_equal(apart.sort_values(order, ignore_index=True),
+                                  together.sort_values(order, ignore_index=True))
+    assert "1000" not in set(together["time"])  # the late row of file 2 is dropped
+    assert len(together) == len(whole) - 1 - 6 * 40  # but the late row and the hold-outs, every row released
 
 
 def test_a_key_consumes_its_rows_in_time_then_value_order(tmp_path):
@@ -122,9 +118,9 @@ def test_a_key_consumes_its_rows_in_time_then_value_order(tmp_path):
                                     "m,2024-01-01 00:01:00,2\n")
     stream = restore_stream("m", None, build=lambda key: _bt(key), secret=seed_key(2))
     released, last = advance("m", stream, None, _rows(tmp_path / "a.csv", 0))
-    assert released["time"].tolist() == ["2024-01-01 00:01:00", "2024-01-01T00:01:00Z", "2024-01-01T00:02:00Z"]
+    assert released.time.tolist() == ["2024-01-01 00:01:00", "2024-01-01T00:01:00Z", "2024-01-01T00:02:00Z"]
     alone = _bt(key_secret(seed_key(2), "m")).release([2.0, 3.0, 1.0])
-    assert np.array_equal(released["value"].to_numpy(), alone)
+    assert np.array_equal(released.value, alone)
     assert last.value == 1.0
 
 

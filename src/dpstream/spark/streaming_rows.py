@@ -35,8 +35,8 @@ from dpstream.io.times import parse_times, time_kind
 from dpstream.release.by_key import key_secret, show_key
 from dpstream.release.registry import class_of_kind
 
-__all__ = ["ROWS_SCHEMA", "RELEASED_SCHEMA", "STATE_SCHEMA", "Last", "advance", "read_file", "release_files",
-           "restore_stream", "save_stream", "step_keys"]
+__all__ = ["ROWS_SCHEMA", "RELEASED_SCHEMA", "STATE_SCHEMA", "Last", "Released", "advance", "read_file",
+           "release_files", "restore_stream", "save_stream", "step_keys"]
 
 #: Columns of the rows read from the source files (:func:`read_file`).
 ROWS_SCHEMA = "key string, file_time long, file string, time_ns long, value double, time string"
@@ -120,14 +120,25 @@ def step_keys(rows: pd.DataFrame, stored: dict[str, Any], *, build: Callable[[by
     mechanism and last row restored from ``stored`` (key -> ``{"snapshot", "last"}``, JSON data, updated in
     place), the released rows (:data:`RELEASED_SCHEMA`) returned.  What one group of keys does in one
     micro-batch on Spark, and in one file in :func:`release_files`."""
-    out = [_empty()]
-    for key, mine in rows.groupby("key", sort=True):
+    keys = rows["key"].to_numpy(dtype=object)
+    if not keys.size:
+        return _empty()
+    names, inverse = np.unique(keys, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")  # the rows of each key
+    bounds = np.r_[0, np.cumsum(np.bincount(inverse.reshape(-1)))].tolist()
+    columns = {name: rows[name].to_numpy() for name in ("file_time", "file", "time_ns", "value", "time")}
+    parts = []
+    for code, key in enumerate(names.tolist()):
+        mine = order[bounds[code] : bounds[code + 1]]
         entry = stored.get(key) or {"snapshot": None, "last": None}
         stream = restore_stream(key, entry["snapshot"], build=build, secret=secret)
-        released, last = advance(key, stream, None if entry["last"] is None else Last(*entry["last"]), mine)
+        released, last = advance(key, stream, None if entry["last"] is None else Last(*entry["last"]),
+                                 {name: column[mine] for name, column in columns.items()})
         stored[key] = {"snapshot": save_stream(stream), "last": None if last is None else list(last)}
-        out.append(released)
-    return pd.concat(out, ignore_index=True)
+        parts.append((np.full(released.value.size, code), released))
+    return pd.DataFrame({"key": pd.array(names[np.concatenate([code for code, _ in parts])], dtype=object),
+                         **{name: np.concatenate([getattr(part, name) for _, part in parts])
+                            for name in ("position", "time", "value")}})
 
 
 def _empty() -> pd.DataFrame:
@@ -135,14 +146,24 @@ def _empty() -> pd.DataFrame:
                          "time": pd.array([], dtype=object), "value": np.empty(0)})
 
 
-def advance(key: str, stream: Any, last: Last | None, rows: pd.DataFrame) -> tuple[pd.DataFrame, Last | None]:
-    """Key ``key``'s step over its ``rows`` (:data:`ROWS_SCHEMA`, one or more files): the released rows
-    (:data:`RELEASED_SCHEMA`) and the order of its last row (see the module docstring).  ``stream`` consumes the
-    rows kept; a value it refuses raises its error, prefixed with the key, as the local keyed release does."""
-    file_time, file = rows["file_time"].to_numpy(dtype=np.int64), rows["file"].to_numpy(dtype=object)
-    files = np.unique(file, return_inverse=True)[1].reshape(-1) if file.size else file
-    time, value, text = (rows["time_ns"].to_numpy(dtype=np.int64), rows["value"].to_numpy(dtype=np.float64),
-                         rows["time"].to_numpy(dtype=object))
+class Released(NamedTuple):
+    """What one key's step released: positions (0-based in its stream), times as written, values."""
+
+    position: np.ndarray
+    time: np.ndarray
+    value: np.ndarray
+
+
+def advance(key: str, stream: Any, last: Last | None, rows: Any) -> tuple[Released, Last | None]:
+    """Key ``key``'s step over its ``rows`` (the columns of :data:`ROWS_SCHEMA` but the key, a frame or arrays; one
+    or more files): what it released and the order of its last row (see the module docstring).  ``stream``
+    consumes the rows kept; a value it refuses raises its error, prefixed with the key, as the local keyed release
+    does."""
+    file_time, file = np.asarray(rows["file_time"], dtype=np.int64), np.asarray(rows["file"], dtype=object)
+    several = file.size > 1 and bool((file[1:] != file[:-1]).any())
+    files = np.unique(file, return_inverse=True)[1].reshape(-1) if several else np.zeros(file.size, dtype=np.int64)
+    time, value, text = (np.asarray(rows["time_ns"], dtype=np.int64), np.asarray(rows["value"], dtype=np.float64),
+                         np.asarray(rows["time"], dtype=object))
     order = _order(file_time, files, time, value, text)
     file_time, files, time, value, text = (column[order] for column in (file_time, files, time, value, text))
     keep = np.zeros(order.size, dtype=bool)
@@ -160,10 +181,7 @@ def advance(key: str, stream: Any, last: Last | None, rows: pd.DataFrame) -> tup
     except ValueError as error:
         raise type(error)(f"key {show_key(key)}: {error}") from None
     first = values.size - out.size  # held-out values come first and release nothing
-    released = pd.DataFrame({"key": pd.array([key] * out.size, dtype=object),
-                             "position": np.arange(before + first, before + values.size, dtype=np.int64),
-                             "time": texts[first:], "value": out})
-    return released, last
+    return Released(np.arange(before + first, before + values.size, dtype=np.int64), texts[first:], out), last
 
 
 def _order(file_time: np.ndarray, files: np.ndarray, time: np.ndarray, value: np.ndarray,
@@ -194,10 +212,10 @@ def release_files(paths: Sequence[str | os.PathLike[str]], *, key_column: str, t
     :func:`advance`; ``key, position, time, value`` sorted by key and position.  For the same files and secret it
     equals what the query's sink holds, whatever the micro-batches (tests and a check of a sink)."""
     stored: dict[str, Any] = {}
-    out = [_empty()]
+    out = []
     for place, path in enumerate(paths):
         rows = read_file(str(path), None, file_time=place, key_column=key_column, time_column=time_column,
                          value_column=value_column)
         out.append(step_keys(rows, stored, build=build, secret=secret))
-    table = pa.Table.from_pandas(pd.concat(out, ignore_index=True), preserve_index=False)
+    table = pa.Table.from_pandas(pd.concat(out, ignore_index=True) if out else _empty(), preserve_index=False)
     return table.sort_by([("key", "ascending"), ("position", "ascending")])
