@@ -88,6 +88,14 @@ def test_a_malformed_file_stops_the_query_with_the_local_readers_line(spark, tmp
     message = last_error(str(caught.value).split("\n\tat ", 1)[0])
     assert message.startswith(f"{tmp_path / 'source' / 'bad.csv'} line 3, column 'kwh', is not a number: '1.x'")
     assert list((tmp_path / "sink").glob("batch-*")) == []  # nothing of the batch was published
+    (tmp_path / "other").mkdir()  # a value outside [0, B]: the local engine's line, its key and position
+    (tmp_path / "other" / "a.csv").write_text("meter,time,kwh\nm1,10,1.5\nm1,11,7\n")
+    query = start_release(spark, tmp_path / "other", sink=tmp_path / "sink2", checkpoint=tmp_path / "checkpoint2",
+                          key_column="meter", time_column="time", value_column="kwh", build=_bt, secret=seed_key(SEED))
+    with pytest.raises(Exception) as caught:
+        query.awaitTermination()
+    message = last_error(str(caught.value).split("\n\tat ", 1)[0])
+    assert message == "key 'm1': stream value at position 1 (0-based) must be in [0, 5], got 7."
 
 
 # -- without Spark ------------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ def test_a_killed_query_continues_exactly_once(tmp_path):
     again = subprocess.run(_command(tmp_path), env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "Traceback" not in again.stderr and "\tat org.apache" not in again.stderr  # no stack trace
+    assert "values released (batch-" in again.stderr and "micro-batches to" in again.stderr
     after = {path.name: path.read_bytes() for path in (tmp_path / "sink").glob("batch-*.csv")}
     where = f"kill after {batches} batches and {delay:.2f} s"
     assert all(after[name] == data for name, data in before.items()), f"a published batch changed ({where})"
