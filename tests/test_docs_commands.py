@@ -23,7 +23,7 @@ to two) and ``python -m dpstream.evaluation.trees`` (trees of 4,096 values, 5 qu
 Not run, each for its reason: the synopses (lines with ``[optional]`` parts, ``a|b`` choices or
 upper-case placeholders such as ``INPUT``, ``DIR`` or ``N``: they show a grammar, not a command; a
 command's bare name quoted in the prose is not collected either),
-``--engine spark`` (Java and a Spark session: the Spark tests run those paths) and ``serve``
+``--engine spark`` and ``spark-streaming`` (Java and a Spark session: the Spark tests run those paths) and ``serve``
 (a server: the service tests start and stop it).  Python blocks are not shell commands.
 """
 
@@ -116,7 +116,7 @@ def _skip_reason(words: list[str]) -> str | None:
     line = " ".join(words)
     if words[0] == "python":
         return None
-    if "spark" in words:
+    if "spark" in words or "spark-streaming" in words:
         return "needs Spark"
     if "[" in line or re.search(r"\S\|\S", line) or re.search(r"(^| )(?!NA )[A-Z]+( |$)", line):
         return "a synopsis"

@@ -16,10 +16,12 @@ from dpstream.spark.session import SparkUnavailable
 
 #: What ``--engine`` accepts: this process (reading Parquet Entities in batches) or Spark.
 ENGINES = ("local", "spark")
+#: What ``release --engine`` accepts: also a Structured Streaming query over a directory of files.
+RELEASE_ENGINES = (*ENGINES, "spark-streaming")
 #: How a master URL Spark accepts starts (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://...``).
 _MASTERS = ("local", "spark://", "yarn", "k8s://")
 
-__all__ = ["ENGINES", "StageProgress", "last_error", "spark_conf_option", "spark_session"]
+__all__ = ["ENGINES", "RELEASE_ENGINES", "StageProgress", "last_error", "spark_conf_option", "spark_session"]
 
 
 def spark_conf_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:

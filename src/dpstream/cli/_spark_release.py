@@ -25,29 +25,40 @@ from dpstream.cli._app import report_reading, say
 from dpstream.cli._columns import keys_line, per_key_privacy
 from dpstream.cli._outputs import output_file
 from dpstream.cli._spark import spark_session
+from dpstream.cli._spark_streaming import check_streaming
 from dpstream.io import InputError, ReadStats
 from dpstream.release.by_key import new_secret, seed_secret, show_key
+from dpstream.release.registry import REGISTRY
 
 __all__ = ["check_engine", "release_on_spark"]
 
 
 def check_engine(context: click.Context, *, engine: str, input_path: str, key_column: str | None,
                  time_column: str | None, state_path: str | None, missing: str) -> None:
-    """Usage errors of ``--engine``, ``--spark-master`` and ``--spark-conf``, before anything is read."""
+    """Usage errors of ``--engine``, ``--spark-master``, ``--spark-conf``, the streaming options and
+    ``--checkpoint-seconds`` (with ``--state`` only), before anything is read."""
     default = click.core.ParameterSource.DEFAULT
-    if engine != "spark":
+    if state_path is None and context.get_parameter_source("checkpoint_seconds") is not default:
+        raise click.UsageError("--checkpoint-seconds applies with --state only.")
+    check_streaming(context, engine=engine, input_path=input_path, time_column=time_column)
+    if engine == "local":
         for name in ("spark_master", "spark_conf"):
             if context.get_parameter_source(name) is not default:
                 raise click.UsageError(f"--{name.replace('_', '-')} applies to --engine spark only.")
         return
+    streaming = engine == "spark-streaming"  # a query over a directory, with its own checkpoint (not --state)
+    why = "keeps its own checkpoint: --spark-checkpoint" if streaming else "releases the whole input at once"
+    continued = [name for name, entry in REGISTRY.items() if entry.durable and entry.per_key]
     refused = [
-        (key_column is None, "--engine spark releases keyed streams: give --key-column."),
-        (input_path == "-", "--engine spark reads a file (Parquet or CSV), not stdin."),
-        (state_path is not None, "--state applies to --engine local only (Spark releases the whole input at once)."),
-        (time_column is not None, "--time-column applies to --engine local only."),
+        (key_column is None, f"--engine {engine} releases keyed streams: give --key-column."),
+        (input_path == "-" and not streaming, "--engine spark reads a file (Parquet or CSV), not stdin."),
+        (state_path is not None, f"--state applies to --engine local only (Spark {why})."),
+        (time_column is not None and not streaming, "--time-column applies to --engine local only."),
         (missing != "error", f"--missing {missing} applies to --engine local only (Spark refuses missing values)."),
         (context.get_parameter_source("max_keys") is not default, "--max-keys applies to --engine local only."),
-        (context.params.get("threshold") is not None, "--threshold applies to --engine local only."),
+        (context.params.get("threshold") is not None and not streaming, "--threshold applies to --engine local only."),
+        (streaming and context.params["method"] not in continued,
+         f"--engine spark-streaming applies to --method {', '.join(continued)}."),
     ]
     for bad, message in refused:
         if bad:

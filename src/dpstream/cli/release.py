@@ -38,9 +38,10 @@ from dpstream.cli._columns import (
 from dpstream.cli._options import SEED_HELP
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import check_revised, write_revised
-from dpstream.cli._spark import ENGINES
+from dpstream.cli._spark import RELEASE_ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
+from dpstream.cli._spark_streaming import pop_streaming, release_streaming, streaming_options
 from dpstream.io import MISSING_POLICIES, StreamReader
 from dpstream.io.vectorized import value_lines
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
@@ -82,8 +83,8 @@ class _Methods(click.Choice):
 
 
 @cli.command()
-@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+@click.argument("input_path", metavar="INPUT", type=click.Path(allow_dash=True))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(allow_dash=True),
               help="Where the released values go, one per line ('-' is stdout).")
 @click.option("--method", type=_Methods(), default="tops", show_default=True,
               help="Release mechanism.")
@@ -181,14 +182,17 @@ class _Methods(click.Choice):
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (-o FILE).")
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+@click.option("--engine", type=click.Choice(RELEASE_ENGINES), default="local", show_default=True,
               help="With --key-column: local (this process) or spark (PySpark, pip install 'dpstream[spark]', Java "
-                   "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed.")
+                   "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed; or "
+                   "spark-streaming (INPUT a directory that files are put in, -o a directory of batch files, with "
+                   "--time-column, --spark-checkpoint and --secret-file; see docs/streaming.md).")
 @click.option("--spark-master", default=None,
               help=f"With --engine spark: the Spark master URL  [default: {DEFAULT_MASTER}, or spark-submit's "
                    "--master].")
 @click.option("--spark-conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
               help="With --engine spark: a Spark configuration property (repeatable), e.g. spark.driver.memory=8g.")
+@streaming_options
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="With --state: the least time between two commits of the state (at most one per batch read); "
                    "values are published at a commit, so on stdin also the most a value waits (plus a save).")
@@ -226,13 +230,13 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
                          seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
         return
-    if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError("--checkpoint-seconds applies with --state only.")
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
     if releaser.threshold is not None and key_column is None:  # methods without a hold-out know their bound
         announce(releaser, chosen.describe)
     warn_if_seeded(seed)
+    if engine == "spark-streaming":  # INPUT and -o are directories: a query over the files put in INPUT
+        return release_streaming(context, build=_quiet(lambda key: chosen.build({**options, "hold": hold}, key=key)))
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
     build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
@@ -283,6 +287,7 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
     options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
+    pop_streaming(options)  # where and how the streaming engine runs, not parameters of the mechanism
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
