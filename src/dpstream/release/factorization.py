@@ -211,9 +211,9 @@ class SqrtFactorization(BinaryTreeCounter):
             raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
         check_grid(bound, granularity)
         step, self.bits, self.coefficients = _choose(bound, self.rho, granularity, self.max_range)
-        # the squared column norm of C counts as that many unit measurements: L2 sensitivity tau_units sqrt(it)
-        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=int(np.dot(self.coefficients,
-                                                                                   self.coefficients)))
+        # the squared norm of C's first column counts as that many unit measurements: L2 sensitivity tau_units sqrt(it)
+        column = int(np.dot(self.coefficients, self.coefficients))
+        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=column)
         self._arithmetic = GaussianArithmetic(gaussian)
         self.granularity, self.upper_bound, self.spent_rho = step, gaussian.bound, gaussian.spent_rho
         #: sigma of z in the values' units (z is in units of g / s, s = 2^b + 1 the first coefficient)
