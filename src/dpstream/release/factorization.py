@@ -37,14 +37,14 @@ linear part (its variance below, exact) and a rounding part bounded by half the 
 ``s A C^{-1}``, a few grid units (:meth:`SqrtFactorization.rounding_bounds`).  The integer
 coefficients make ``s A C^{-1}`` differ from ``L`` by ``2^-b`` relative; the variance is computed
 from the integer ones.
-Measured (``benchmarks/factorization_variance.py``): the linear variance within 0.01% of the ideal.
+Measured (``benchmarks/factorization_variance.py``): the linear variance 7.5e-8 relative above the ideal at n = 4,096.
 
 Streaming, memory and durability.  It reuses the binary tree's streaming (a chunk's noise precomputed
 and added to the values as they come; the increments are the released values): memory O(n) per
 chunk, and with ``key=`` chunk ``i`` draws from ``KeyedBits(key, ("sqrt-factorization", i))``, so a
 snapshot leaves the noise out and a resumed ``--state`` run recomputes it (never twice).  Computing
 ``e`` is O(n^2) integer operations per chunk (``n`` dot products), so ``n`` is at most 2^16
-(4,096: about 10 ms).  A buffered linear Toeplitz factorization (BLT, O(1) memory for unbounded
+(4,096: 15 to 25 ms).  A buffered linear Toeplitz factorization (BLT, O(1) memory for unbounded
 streams) is not built.
 
 Error bars.  The prefix after ``t`` values of a chunk has linear noise of variance
