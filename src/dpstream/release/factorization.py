@@ -72,7 +72,6 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter, BinaryTreeState
-from dpstream.release.contract import read_header, snapshot_header
 
 __all__ = ["MAX_CHUNK", "SQRT_ZCDP", "SqrtFactorization", "integer_coefficients", "shaped_noise",
            "sqrt_coefficients"]
@@ -183,6 +182,8 @@ class SqrtFactorization(BinaryTreeCounter):
     (True, 15, True)
     """
 
+    _KIND = SQRT_ZCDP
+
     def __init__(self, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
                  upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
                  seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
@@ -229,20 +230,7 @@ class SqrtFactorization(BinaryTreeCounter):
                                             granularity=granularity)
         self._params.update(rho=rho) if self.target is None else self._params.update(epsilon=epsilon, delta=delta)
 
-    # -- the streaming contract ----------------------------------------------------------------
-
-    @property
-    def state(self) -> dict[str, Any]:
-        """A snapshot as plain data (SECRET: the key or the chunk's noise; see :mod:`dpstream.release.contract`)."""
-        return {**snapshot_header(SQRT_ZCDP, self._params, self._source), "counter": self.stream_state()}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> SqrtFactorization:
-        """The mechanism a :attr:`state` snapshot describes, continuing where it was taken."""
-        params, source = read_header(state, SQRT_ZCDP)
-        mechanism = cls(**params, noise=source)
-        mechanism.resume_stream(state["counter"])
-        return mechanism
+    # -- the streaming contract (the tree's ``state``, ``from_state``, ``release``, ``release_one``) -------------
 
     def _start_tree(self) -> np.ndarray:
         """A chunk's noise: ``z`` drawn (keyed by the chunk's index) and decoded (:func:`shaped_noise`)."""
