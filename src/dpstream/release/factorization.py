@@ -277,11 +277,15 @@ class SqrtFactorization(BinaryTreeCounter):
     def _within(self, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
         """Squared weights of ``[start, stop)`` inside one chunk (``0 <= start <= stop <= n``)."""
         beta, n = self.prefix_weights(), self.max_range
-        padded = np.concatenate((np.zeros(n), beta))  # padded[n + j] = beta_j, 0 for j < 0
+        padded = np.concatenate((np.zeros(n), beta))  # padded[n + j] = beta_j, 0 for j < 0 (positions after a row)
         k = np.arange(n)
-        rows_stop = np.where(k < stop[:, None], padded[n + stop[:, None] - 1 - k], 0.0)
-        rows_start = np.where(k < start[:, None], padded[n + start[:, None] - 1 - k], 0.0)
-        return np.sum((rows_stop - rows_start) ** 2, axis=1)
+        out = np.empty(start.size)
+        block = max(1, (1 << 21) // n)  # rows of n weights, a few MiB at a time
+        for first in range(0, start.size, block):
+            rows = slice(first, first + block)
+            difference = padded[n + stop[rows, None] - 1 - k] - padded[n + start[rows, None] - 1 - k]
+            out[rows] = np.sum(difference**2, axis=1)
+        return out
 
     def range_standard_errors(self, starts: object, stops: object) -> np.ndarray:
         """The exact standard error of the released sum of positions ``[start, stop)`` (its linear noise), for each
