@@ -151,6 +151,10 @@ def test_the_released_noise_has_the_law_of_the_error_bars():
     (dict(rho=0.5, delta=1e-6), "not with rho"),
     (dict(rho=0.5, max_range=MAX_CHUNK + 1), "must be at most 65536"),
     (dict(rho=-1.0), "rho"),
+    (dict(rho=0.5, epsilon=1.0), "not both"),
+    (dict(epsilon=-1.0, delta=1e-6), "epsilon"),
+    (dict(epsilon=1.0, delta=2.0), "delta"),
+    (dict(), "a budget is needed"),
     (dict(rho=0.5, granularity=2.0**-40), "sampler's limit"),
 ])
 def test_bad_parameters_are_one_line_errors(kwargs, message):

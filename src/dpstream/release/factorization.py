@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_bool, check_bound, check_grid, check_positive_int
+from dpstream._checks import check_bool, check_bound, check_epsilon, check_grid, check_positive_int
 from dpstream.accounting import DEFAULT_DELTA, Zcdp, ZcdpGuarantee, check_budget, rho_for
 from dpstream.hierarchy.arithmetic import MAX_EXACT_UNITS, GaussianArithmetic
 from dpstream.noise.bits import BitsSeed
@@ -192,10 +192,10 @@ class SqrtFactorization(BinaryTreeCounter):
             if delta is None:
                 raise ValueError("the square-root factorization under zCDP needs delta (--delta) with epsilon: the "
                                  "delta of its (epsilon, delta) target, e.g. 1e-6.")
-            rho = rho_for(epsilon, delta)
+            rho = rho_for(check_epsilon(epsilon), delta)
             self.target: tuple[float, float] | None = (float(epsilon), float(delta))
         else:
-            check_budget(None, rho)
+            check_budget(epsilon, rho)  # exactly one of them
             if delta is not None:
                 raise ValueError("give delta with epsilon (an (epsilon, delta) target), not with rho.")
             self.target = None
@@ -228,7 +228,10 @@ class SqrtFactorization(BinaryTreeCounter):
         self._rows: np.ndarray | None = None
         self._params: dict[str, Any] = dict(upper_bound=upper_bound, max_range=max_range, clip=clip,
                                             granularity=granularity)
-        self._params.update(rho=rho) if self.target is None else self._params.update(epsilon=epsilon, delta=delta)
+        if self.target is None:
+            self._params["rho"] = rho
+        else:
+            self._params.update(epsilon=epsilon, delta=delta)
 
     # -- the streaming contract (the tree's ``state``, ``from_state``, ``release``, ``release_one``) -------------
 
