@@ -4,12 +4,13 @@ Continual counting at event level: values in ``[0, tau]``, value ``t`` released 
 sums the queries.  The prefix-sum matrix ``A`` (lower-triangular ones) is ``L L`` with ``L`` the
 lower-triangular Toeplitz matrix of ``c_k = binom(2k, k) / 4^k`` (Fichtenberger, Henzinger and
 Upadhyay 2023; Henzinger, Upadhyay and Upadhyay 2023): a mechanism measuring ``L x + z`` and
-releasing ``L^{-1} (L x + z) = x + L^{-1} z`` value by value has prefix sums ``A x + L z``: every prefix
-with noise ``L z``, about 5x less variance than the binary tree at the same rho (``benchmarks/factorization_variance.py``).  Like the tree it runs on
-chunks of ``n = max_range`` values, a fresh factorization per chunk (parallel composition).
+releasing ``L^{-1} (L x + z) = x + L^{-1} z`` value by value has prefix sums ``A x + L z``: every
+prefix with noise ``L z``, about 5x less variance than the binary tree at the same rho
+(``benchmarks/factorization_variance.py``).  Like the tree it runs on chunks of ``n = max_range``
+values, a fresh factorization per chunk (parallel composition).
 
-Exact noise.  The entries ``c_k`` are not on any grid, so ``L x + z`` with discrete Gaussian ``z`` has
-different supports on neighbours.  The construction here measures an *integer* query and decodes
+Exact noise.  The entries ``c_k`` are not on any grid, so ``L x + z`` with discrete Gaussian ``z``
+has different supports on neighbours.  The construction here measures an *integer* query and decodes
 it with integer post-processing, so the guarantee holds for the numbers the computer produces:
 
 1. Values are rounded to the public grid ``g`` (int64 grid units ``x``, bound ``tau_units``), as
@@ -32,28 +33,29 @@ it with integer post-processing, so the guarantee holds for the numbers the comp
    odd function of the symmetric ``z``: the released values are unbiased.
 
 What it costs against the ideal (continuous noise, exact ``L``): ``C e = z + s r`` with every
-``|r_t| < 1/2``, so the prefix noise is ``A C^{-1} z + s A C^{-1} r`` (``s A C^{-1} ~ L``): a
-linear part (its variance below, exact) and a rounding part bounded by half the row's L1 norm of
-``s A C^{-1}``, about ``sqrt(t / pi)`` grid units after ``t`` values (:meth:`SqrtFactorization.rounding_bounds`).  The integer
-coefficients make ``s A C^{-1}`` differ from ``L`` by ``2^-b`` relative; the variance is computed
-from the integer ones (computed by correctly rounded float operations in a fixed order, so every
-machine and every resumed run has the same ``C``).  Measured (``benchmarks/factorization_variance.py``): the linear variance 7.5e-8 relative above the ideal at n = 4,096.
+``|r_t| < 1/2``, so the prefix noise is ``A C^{-1} z + s A C^{-1} r`` (``s A C^{-1} ~ L``): a linear
+part (its variance below, exact) and a rounding part bounded by half the row's L1 norm of ``s A
+C^{-1}``, about ``sqrt(t / pi)`` grid units after ``t`` values
+(:meth:`SqrtFactorization.rounding_bounds`).  The integer coefficients make ``s A C^{-1}`` differ
+from ``L`` by ``2^-b`` relative; the variance is computed from the integer ones (computed by
+correctly rounded float operations in a fixed order, so every machine and every resumed run has the
+same ``C``).  Measured (``benchmarks/factorization_variance.py``): the linear variance 7.5e-8
+relative above the ideal at n = 4,096.
 
-Streaming, memory and durability.  It reuses the binary tree's streaming (a chunk's noise precomputed
-and added to the values as they come; the increments are the released values): memory O(n) per
-chunk, and with ``key=`` chunk ``i`` draws from ``KeyedBits(key, ("sqrt-factorization", i))``, so a
-snapshot leaves the noise out and a resumed ``--state`` run recomputes it (never twice).  Computing
-``e`` is O(n^2) integer operations per chunk (``n`` dot products), so ``n`` is at most 2^16
-(4,096: 15 to 25 ms).  A buffered linear Toeplitz factorization (BLT, O(1) memory for unbounded
+Streaming, memory and durability.  It reuses the binary tree's streaming (a chunk's noise
+precomputed and added to the values as they come; the increments are the released values): memory
+O(n) per chunk, and with ``key=`` chunk ``i`` draws from ``KeyedBits(key, ("sqrt-factorization",
+i))``, so a snapshot leaves the noise out and a resumed ``--state`` run recomputes it (never twice).
+Computing ``e`` is O(n^2) integer operations per chunk (``n`` dot products), so ``n`` is at most
+2^16 (4,096: 15 to 25 ms).  A buffered linear Toeplitz factorization (BLT, O(1) memory for unbounded
 streams) is not built.
 
-Error bars.  The prefix after ``t`` values of a chunk has linear noise of variance
-``v sum_{k<t} beta_k^2`` (``v`` the discrete Gaussian's exact variance, ``beta`` the prefix
-sums of the coefficients of ``C^{-1}``); a range's is the squared norm of the difference of
-two such rows; chunks add.  Exact for the linear noise; the decoder's rounding adds at most
-:meth:`~SqrtFactorization.rounding_bounds` (deterministic, tens of grid units), and values clipped or
-rounded to the grid are not in it.
-"""
+Error bars.  The prefix after ``t`` values of a chunk has linear noise of variance ``v sum_{k<t}
+beta_k^2`` (``v`` the discrete Gaussian's exact variance, ``beta`` the prefix sums of the
+coefficients of ``C^{-1}``); a range's is the squared norm of the difference of two such rows;
+chunks add.  Exact for the linear noise; the decoder's rounding adds at most
+:meth:`~SqrtFactorization.rounding_bounds` (deterministic, tens of grid units), and values clipped
+or rounded to the grid are not in it."""
 
 from __future__ import annotations
 
