@@ -219,6 +219,14 @@ def gaussian_levels_left_out() -> tuple[Patch, ...]:
              "        square = units * units\n"),)
 
 
+@mutant("sqrt-zcdp", 2_000)
+def factorization_column_of_the_real_factor() -> tuple[Patch, ...]:
+    """The square-root factorization calibrates its noise to the column norm of the real factor (binom(2k, k) / 4^k),
+    not of the integer one it measures (s = 2^b + 1 times it): sigma s times too small."""
+    return (("release/factorization.py", "        column = int(np.dot(self.coefficients, self.coefficients))\n",
+             "        column = max(1, round(float(np.sum(sqrt_coefficients(self.max_range) ** 2))))\n"),)
+
+
 def apply_patches(root: Path, patches: tuple[Patch, ...]) -> None:
     """Apply each patch to the package copied under ``root``; a target that does not occur exactly once fails."""
     for path, old, new in patches:

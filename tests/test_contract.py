@@ -64,6 +64,8 @@ MAKERS = {
     # zCDP runs on exact noise only: its float kind replays the seeded path
     "bt-zcdp": lambda kind: REGISTRY["bt-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, max_range=256,
                                                     **noise_kwargs("seed" if kind == "float" else kind)),
+    "sqrt-zcdp": lambda kind: REGISTRY["sqrt-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, max_range=256,
+                                                        **noise_kwargs("seed" if kind == "float" else kind)),
 }
 KINDS = ("key", "seed", "float")
 #: The registered mechanisms (:mod:`dpstream.release.registry`) whose streaming contract this file tests: those of

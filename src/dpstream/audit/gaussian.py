@@ -24,8 +24,9 @@ from dpstream.accounting import ZcdpGuarantee, rho_for
 from dpstream.audit.streams import BinaryTree
 from dpstream.audit.units import UnitAggregateWindows
 from dpstream.release.binary_tree import ZcdpBinaryTree
+from dpstream.release.factorization import SqrtFactorization
 
-__all__ = ["BinaryTreeGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
+__all__ = ["BinaryTreeGaussian", "SqrtFactorizationGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
 
 
 def gaussian_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, sigma: float) -> np.ndarray:
@@ -89,3 +90,37 @@ class UnitAggregateGaussian(UnitAggregateWindows):
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
         return gaussian_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
+
+
+class SqrtFactorizationGaussian(BinaryTree):
+    """The square-root factorization (``release --method sqrt-zcdp``) at the rho of ``(epsilon, delta)``, chunks
+    of 4 values: the first value of every chunk is 0 or tau; the chunk's released values, re-encoded as the
+    measurement they decode (``C w``, within ``s / 2`` units of ``y``), their Gaussian likelihood ratio (the
+    Neyman-Pearson test of ``y``'s i.i.d. noise); claim: the target (epsilon, delta)."""
+
+    name = "sqrt-zcdp"
+    statistic_name = "the Gaussian log-likelihood ratio of the re-encoded chunk"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 1.0, chunk: int = 4,
+                 samples: int = 100_000) -> None:
+        self._params = dict(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=chunk)
+        probe = SqrtFactorization(**self._params, seed=0)
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
+        self.granularity, self.samples, self.chunk = probe.granularity, samples, chunk
+        self.neighbours = (0.0, probe.threshold)
+        self.coefficients = probe.coefficients.astype(np.float64)
+        sigma = probe.noise_scale * self.coefficients[0] / probe.granularity  # z's sigma in grid units
+        # the measurement in units of sigma: y / sigma ~ C x / sigma + N(0, 1)
+        self._encode = np.array([[self.coefficients[t - k] if t >= k else 0.0 for t in range(chunk)]
+                                 for k in range(chunk)]) / (probe.granularity * sigma)
+        self.scale = 1.0
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        stream = np.zeros((n, self.chunk))
+        stream[:, 0] = x
+        return SqrtFactorization(**self._params, seed=rng).release(stream.ravel()).reshape(n, self.chunk)
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        x = np.zeros(self.chunk)
+        mean_a, mean_b = x @ self._encode, (x + np.eye(self.chunk)[0] * self.neighbours[1]) @ self._encode
+        return gaussian_log_ratio(outputs @ self._encode, mean_b, mean_a, self.scale)

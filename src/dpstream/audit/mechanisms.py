@@ -63,6 +63,9 @@ binary-tree-gaussian[-    the binary tree under zCDP (discrete Gaussian at the r
 1e-6]                     or of (eps, 1e-6)): binary-tree's pair and counts, their Gaussian
                           likelihood ratio; claim: the (eps, delta) its rho implies
 unit-aggregate-gaussian   unit-aggregate's pair under zCDP (the rho of (eps, 1e-3)), the same way
+sqrt-zcdp                 the square-root factorization (the rho of (eps, 1e-3)), chunks of 4: the
+                          first value is 0 or tau; the chunk's released values re-encoded as C w,
+                          their Gaussian likelihood ratio; claim: the (eps, delta) its rho implies
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -100,7 +103,7 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
-from dpstream.audit.gaussian import BinaryTreeGaussian, UnitAggregateGaussian
+from dpstream.audit.gaussian import BinaryTreeGaussian, SqrtFactorizationGaussian, UnitAggregateGaussian
 from dpstream.audit.locations import LocationWindows
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
@@ -246,6 +249,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "binary-tree-gaussian-1e-6": lambda *, epsilon=1.0: BinaryTreeGaussian(epsilon=epsilon, delta=1e-6,
                                                                            name="binary-tree-gaussian-1e-6"),
     "unit-aggregate-gaussian": UnitAggregateGaussian,
+    "sqrt-zcdp": SqrtFactorizationGaussian,
 }
 
 

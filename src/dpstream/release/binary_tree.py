@@ -219,6 +219,8 @@ class BinaryTreeCounter(Params):
 
     #: Values held out before the release starts: none (the interface of the release pipelines).
     hold = 0
+    #: The ``mechanism`` field of its snapshots.
+    _KIND = BINARY_TREE
 
     def __init__(
         self,
@@ -287,12 +289,12 @@ class BinaryTreeCounter(Params):
 
         ``type(self).from_state(state)`` continues exactly where the snapshot was taken.
         """
-        return {**snapshot_header(BINARY_TREE, self._params, self._source), "counter": self.stream_state()}
+        return {**snapshot_header(self._KIND, self._params, self._source), "counter": self.stream_state()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> BinaryTreeCounter:
         """The counter a :attr:`state` snapshot describes, continuing where it was taken."""
-        params, source = read_header(state, BINARY_TREE)
+        params, source = read_header(state, cls._KIND)
         counter = cls(**params, noise=source)
         counter.resume_stream(state["counter"])
         return counter

@@ -38,6 +38,7 @@ from dpstream.noise.bits import KeyedBits
 from dpstream.release.aggregate import AGGREGATE, UnitAggregate
 from dpstream.release.binary_tree import BinaryTreeCounter, ZcdpBinaryTree
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
+from dpstream.release.factorization import SQRT_ZCDP, SqrtFactorization
 from dpstream.release.locations import LOCATIONS, LocationCounts
 from dpstream.release.pak import PAK
 from dpstream.release.topl import ToPL
@@ -219,6 +220,12 @@ def _describe_bt(counter: BinaryTreeCounter) -> str:
     return f"binary tree with bound B = {counter.upper_bound:g}, {counter.levels} levels, no hold-out{noise}"
 
 
+def _describe_sqrt(factorization: SqrtFactorization) -> str:
+    return (f"square-root factorization with bound B = {factorization.upper_bound:g}, chunks of "
+            f"{factorization.max_range:,} values, discrete Gaussian noise at rho = {factorization.rho:.6g} (zCDP), "
+            "no hold-out")
+
+
 def _describe_topl(topl: ToPL) -> str:
     return (f"threshold theta = {topl.threshold:g} (Square Wave reports + Eq. 8, {topl.collector.variant}); "
             f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
@@ -268,3 +275,6 @@ register(Mechanism("locations", LocationCounts, LOCATIONS, _describe_locations, 
 # the binary tree under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
 register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
                    audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))
+# the square-root factorization under zCDP, the same options (lower error than bt-zcdp on every query family)
+register(Mechanism(SQRT_ZCDP, SqrtFactorization, SQRT_ZCDP, _describe_sqrt, _same_names("granularity", "delta"),
+                   audits=("sqrt-zcdp",)))
