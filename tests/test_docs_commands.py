@@ -118,7 +118,7 @@ def _skip_reason(words: list[str]) -> str | None:
         return None
     if "spark" in words or "spark-streaming" in words:
         return "needs Spark"
-    if "[" in line or re.search(r"\S\|\S", line) or re.search(r"(^| )(?!NA )[A-Z]+( |$)", line):
+    if "[" in line or "..." in words or re.search(r"\S\|\S", line) or re.search(r"(^| )(?!NA )[A-Z]+( |$)", line):
         return "a synopsis"
     if words[1] == "serve":
         return "starts a server"
