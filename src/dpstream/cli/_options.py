@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from typing import Any
+
 import click
 
 from dpstream._checks import check_epsilon
-from dpstream.cli._app import quote
+from dpstream.cli._app import quote, say
+from dpstream.durable.budget_store import BudgetStore
+from dpstream.privacy import PrivacyGuarantee
 
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["DEFAULT_DATABASE", "SEED_HELP", "epsilon_option", "epsilons_option", "floats"]
+__all__ = ["DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "epsilon_option", "epsilons_option",
+           "floats"]
 
 #: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
 DEFAULT_DATABASE = "sqlite:///dpstream.db"
@@ -38,3 +46,29 @@ def epsilon_option(ctx: click.Context | None, param: click.Parameter | None, val
 def epsilons_option(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
     """Click callback of an ``--epsilons``-style option: comma-separated budgets."""
     return [epsilon_option(ctx, param, value) for value in floats(text)]
+
+
+def budget_store_option(command: Any) -> Any:
+    """``--budget-store FILE`` of a release command (its value ``budget_path``; :func:`charge_store` charges it)."""
+    return click.option(
+        "--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
+        help="A budget store (dpstream budget FILE --new-rho R) this release is charged its stated guarantee before "
+             "it publishes anything: refused when that would pass the store's total; a resumed --state run is "
+             "charged once (docs/zcdp.md).")(command)
+
+
+def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_path: str | None, output_path: str,
+                 per_key: bool = False) -> None:
+    """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
+
+    The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
+    charged again), else the output, the process and the time (every run a release of its own).
+    """
+    name = (f"{command} --state {Path(state_path).resolve()}" if state_path is not None else
+            f"{command} -o {output_path} ({os.getpid()}, {time.time_ns()})")
+    store = BudgetStore.open(path)
+    again = any(charge.release == name for charge in store.charges)
+    charged = store.charge(name, guarantee, per_key=per_key)
+    amount = f"{charged.amount:g}{' (every key alike)' * per_key}"
+    say(f"budget store: {amount} charged by an earlier run of this release, not again ({path})." if again else
+        f"budget store: charged {amount} ({path}).")

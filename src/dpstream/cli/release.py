@@ -23,6 +23,7 @@ from dpstream.cli._app import (
     report_reading,
     report_unprotected_option,
     say,
+    stated_privacy,
     usage_errors,
     warn_if_seeded,
 )
@@ -35,7 +36,7 @@ from dpstream.cli._columns import (
     report_keys,
     summary,
 )
-from dpstream.cli._options import SEED_HELP
+from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import check_revised, write_revised
 from dpstream.cli._spark import ENGINES
@@ -181,6 +182,7 @@ class _Methods(click.Choice):
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (-o FILE).")
+@budget_store_option
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help="With --key-column: local (this process) or spark (PySpark, pip install 'dpstream[spark]', Java "
                    "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed.")
@@ -214,6 +216,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     """
     chosen = REGISTRY[method]
     context = click.get_current_context()
+    budget_path = options.pop("budget_path")
     hold = _paper_defaults(options, _check_options(context, chosen, options, hold))
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
@@ -222,6 +225,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                  state_path=state_path, missing=missing)
     _tell(context, chosen, options, hold=hold, seed=seed, keyed=key_column is not None, durable=state_path is not None)
     if state_path is not None:
+        _charge(budget_path, lambda: _quiet(chosen.build)({**options, "hold": hold}, seed=0), state_path=state_path,
+                output_path=output_path, keyed=key_column is not None)  # before the state is made
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
                          seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
@@ -235,6 +240,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
+    _charge(budget_path, lambda: releaser, state_path=None, output_path=output_path,
+            keyed=key_column is not None)  # after every check, before anything of the data is published
     build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
     if engine == "spark":
         release_on_spark(input_path, target, build=build,
@@ -270,6 +277,17 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     report_reading(reader, clipped=writer.clipped if options["clip"] else None, upper_bound=options["upper_bound"])
     say(released_line(released, releaser.hold))
     write_revised(_say_horizon(releaser, options))
+
+
+def _charge(budget_path: str | None, probe: Callable[[], Any], *, state_path: str | None, output_path: str,
+            keyed: bool) -> None:
+    """``--budget-store``: charge the store the release's stated guarantee (each key's, with keys: every key the same
+    public amount), that of ``probe()`` (a mechanism built from the parameters alone), before any value or
+    data-chosen threshold is published; a refusal is a usage error."""
+    if budget_path is not None:
+        with usage_errors():
+            charge_store(budget_path, "release", stated_privacy(probe()), state_path=state_path,
+                         output_path=output_path, per_key=keyed)
 
 
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:

@@ -25,9 +25,14 @@ zCDP (PAK, private partition selection) are refused: their deltas would need a f
 **What a budget is about.**  The first charge fixes the store's *subject*, and a later release about
 another one is refused: for unit-level releases the unit, the window and whether units are replaced
 (``UnitLevel``: two aggregates of the same households' days with other bounds draw on the same
-per-household-day budget, since each enforces its own bounds), else the relation itself (event level:
-a budget per stream position).  Windows are disjoint, so a unit-level store is the budget of one unit in
-any one window: each release charges its per-window guarantee once, however many windows it spans.
+per-household-day budget, since each enforces its own bounds), else the relation itself: event level,
+the budget of one value of the stream (each release of that stream, whatever its method, protects the
+value at each position at its epsilon or rho); w-event (``WEvent(w=...)``), the budget of any window of
+``w`` consecutive values.  A release with keys (``per_key=True``) is about the relation *in each key's
+stream*: every key is charged the same public amount (the per-key guarantee, which does not depend on
+the keys or their values), so a refusal reveals nothing about any key; such a store is the budget of one
+key's stream.  Windows are disjoint, so a unit-level store is the budget of one unit in any one window:
+each release charges its per-window guarantee once, however many windows it spans.
 
 **The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
 an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
@@ -75,16 +80,22 @@ class Charge:
     time: str
 
 
-def subject_of(relation: Relation) -> str:
-    """What a budget is about: a unit-level relation's unit, window and replacement, else the relation's name.
+def subject_of(relation: Relation, *, per_key: bool = False) -> str:
+    """What a budget is about: a unit-level relation's unit, window and replacement, else the relation's name;
+    ``per_key``: that relation in each key's stream (a release with keys).
 
     >>> subject_of(UnitLevel("household", "UTC day", "values in [0, 5]"))
     'unit level: each household in each UTC day (added or removed)'
+    >>> from dpstream.privacy import EVENT_LEVEL, WEvent
+    >>> subject_of(EVENT_LEVEL), subject_of(WEvent(10), per_key=True)
+    ('EVENT_LEVEL', 'WEvent(w=10) in each key')
     """
     if isinstance(relation, UnitLevel):
         how = "replaced" if relation.replace else "added or removed"
-        return f"unit level: each {relation.unit} in each {relation.window} ({how})"
-    return relation.name
+        subject = f"unit level: each {relation.unit} in each {relation.window} ({how})"
+    else:
+        subject = relation.name
+    return f"{subject} in each key" if per_key else subject
 
 
 class BudgetStore:
@@ -158,12 +169,13 @@ class BudgetStore:
                              "would need a filter of its own).")
         return rho_of_pure(guarantee.epsilon) if self.accounting == "zcdp" else guarantee.epsilon
 
-    def charge(self, release: str, guarantee: PrivacyGuarantee) -> Charge:
+    def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False) -> Charge:
         """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
-        a name charged before is not charged again (its first charge is returned)."""
+        a name charged before is not charged again (its first charge is returned).  ``per_key``: the guarantee
+        is each key's (a release with keys), charged once for every key alike."""
         if not isinstance(guarantee, PrivacyGuarantee):
             raise TypeError(f"guarantee must be a PrivacyGuarantee, got {guarantee!r}.")
-        amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours)
+        amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours, per_key=per_key)
         with _locked(self.path):
             self._data = data = _read(self.path)
             earlier = [c for c in data["charges"] if c["release"] == release]
