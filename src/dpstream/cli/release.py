@@ -214,9 +214,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     it, never re-drawing noise for a published position (see the README, "Long-running
     releases").  From stdin, the producer continues from the consumed count the state records.
     """
-    chosen = REGISTRY[method]
+    chosen, budget_path = REGISTRY[method], options.pop("budget_path")  # charged after every check, before publishing
     context = click.get_current_context()
-    budget_path = options.pop("budget_path")
     hold = _paper_defaults(options, _check_options(context, chosen, options, hold))
     if key_column is not None and not chosen.per_key:
         raise click.UsageError(f"--key-column applies to --method {_names(lambda entry: entry.per_key)}, not {method}.")
@@ -225,11 +224,10 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
                  state_path=state_path, missing=missing)
     _tell(context, chosen, options, hold=hold, seed=seed, keyed=key_column is not None, durable=state_path is not None)
     if state_path is not None:
-        _charge(budget_path, lambda: _quiet(chosen.build)({**options, "hold": hold}, seed=0), state_path=state_path,
-                output_path=output_path, keyed=key_column is not None)  # before the state is made
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
-                         seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
+                         seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds,
+                         budget_path=budget_path)
         return
     if context.get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--checkpoint-seconds applies with --state only.")
@@ -240,8 +238,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
-    _charge(budget_path, lambda: releaser, state_path=None, output_path=output_path,
-            keyed=key_column is not None)  # after every check, before anything of the data is published
+    _charge(budget_path, lambda: releaser, state_path=None, output_path=output_path, keyed=key_column is not None)
     build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
     if engine == "spark":
         release_on_spark(input_path, target, build=build,
@@ -398,11 +395,14 @@ def warn_if_released_before(target: Any) -> None:
 
 def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
                      time_column: str | None, key_column: str | None, max_keys: int, missing: str, seed: int | None,
-                     hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float) -> None:
+                     hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float,
+                     budget_path: str | None) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
     chosen = REGISTRY[method]
     if not chosen.durable:
         raise click.UsageError(f"--state applies to --method {_names(lambda entry: entry.durable)}, not {method}.")
+    _charge(budget_path, lambda: _quiet(chosen.build)({**options, "hold": hold}, seed=0), state_path=state_path,
+            output_path=output_path, keyed=key_column is not None)  # before the state is made: a refusal leaves none
     specific = specific_options()
     applies = {name: value for name, value in options.items()
                if name not in specific or name in chosen.options or (name in chosen.optional and value is not None)}

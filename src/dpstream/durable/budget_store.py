@@ -57,7 +57,8 @@ from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, rho_of_pure, zcdp_
 from dpstream.durable.files import write_atomic
 from dpstream.privacy import PrivacyGuarantee, Relation, UnitLevel
 
-__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "subject_of"]
+__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "amount_of", "check_charge", "in_terms",
+           "subject_of"]
 
 #: The ``format`` field of a budget store file.
 BUDGET_FORMAT = "dpstream-budget"
@@ -96,6 +97,45 @@ def subject_of(relation: Relation, *, per_key: bool = False) -> str:
     else:
         subject = relation.name
     return f"{subject} in each key" if per_key else subject
+
+
+def amount_of(guarantee: PrivacyGuarantee, accounting: str) -> float:
+    """What ``guarantee`` costs in a store of ``accounting`` (``"zcdp"``: rho, pure as epsilon^2/2; ``"pure"``:
+    epsilon), refused (ValueError) when it cannot be counted in it."""
+    if not isinstance(guarantee, PrivacyGuarantee):
+        raise TypeError(f"guarantee must be a PrivacyGuarantee, got {guarantee!r}.")
+    if isinstance(guarantee, ZcdpGuarantee):
+        if accounting == "pure":
+            raise ValueError(f"a pure-DP budget store cannot count a zCDP release ({guarantee.label}).")
+        return guarantee.rho
+    if guarantee.delta != 0.0:
+        raise ValueError(f"a budget store counts pure and zCDP releases only, not {guarantee.label} (its delta "
+                         "would need a filter of its own).")
+    return rho_of_pure(guarantee.epsilon) if accounting == "zcdp" else guarantee.epsilon
+
+
+def check_charge(*, release: str, amount: float, subject: str, stored_subject: str | None, spent: float,
+                 total: float, accounting: str, where: str) -> None:
+    """Refuse a charge about another subject than the store's (ValueError) or past its total
+    (:class:`BudgetExhausted`); ``where`` names the store in messages."""
+    if stored_subject is not None and stored_subject != subject:
+        raise ValueError(f"the budget store {where} is about {stored_subject}; release {release!r} is about "
+                         f"{subject}.")
+    if spent + amount > total * (1 + _SLACK):
+        raise BudgetExhausted(f"release {release!r} needs {'rho' if accounting == 'zcdp' else 'epsilon'} {amount:g} "
+                              f"but the budget store has {max(total - spent, 0.0):g} left of {total:g}.")
+
+
+def in_terms(amount: float, accounting: str, delta: float) -> dict[str, float]:
+    """An amount as a reader takes it: ``{"epsilon"}`` (pure), or ``{"rho", "epsilon", "delta"}``: the rho and the
+    (epsilon, delta) it implies at the store's delta.
+
+    >>> in_terms(2.0, "pure", 1e-6), in_terms(0.5, "zcdp", 1e-6)["epsilon"] == zcdp_epsilon(0.5, 1e-6)
+    ({'epsilon': 2.0}, True)
+    """
+    if accounting == "pure":
+        return {"epsilon": amount}
+    return {"rho": amount, "epsilon": zcdp_epsilon(amount, delta), "delta": delta}
 
 
 class BudgetStore:
@@ -160,34 +200,21 @@ class BudgetStore:
 
     def amount(self, guarantee: PrivacyGuarantee) -> float:
         """What ``guarantee`` costs in this store's accounting (refused when it cannot be counted in it)."""
-        if isinstance(guarantee, ZcdpGuarantee):
-            if self.accounting == "pure":
-                raise ValueError(f"a pure-DP budget store cannot count a zCDP release ({guarantee.label}).")
-            return guarantee.rho
-        if guarantee.delta != 0.0:
-            raise ValueError(f"a budget store counts pure and zCDP releases only, not {guarantee.label} (its delta "
-                             "would need a filter of its own).")
-        return rho_of_pure(guarantee.epsilon) if self.accounting == "zcdp" else guarantee.epsilon
+        return amount_of(guarantee, self.accounting)
 
     def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False) -> Charge:
         """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
         a name charged before is not charged again (its first charge is returned).  ``per_key``: the guarantee
         is each key's (a release with keys), charged once for every key alike."""
-        if not isinstance(guarantee, PrivacyGuarantee):
-            raise TypeError(f"guarantee must be a PrivacyGuarantee, got {guarantee!r}.")
         amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours, per_key=per_key)
         with _locked(self.path):
             self._data = data = _read(self.path)
             earlier = [c for c in data["charges"] if c["release"] == release]
             if earlier:
                 return Charge(**earlier[0])
-            if data["subject"] is not None and data["subject"] != subject:
-                raise ValueError(f"the budget store {self.path} is about {data['subject']}; release {release!r} is "
-                                 f"about {subject}.")
-            spent = math.fsum(c["amount"] for c in data["charges"])
-            if spent + amount > data["total"] * (1 + _SLACK):
-                raise BudgetExhausted(f"release {release!r} needs {self.unit} {amount:g} but the budget store has "
-                                      f"{max(data['total'] - spent, 0.0):g} left of {data['total']:g}.")
+            check_charge(release=release, amount=amount, subject=subject, stored_subject=data["subject"],
+                         spent=math.fsum(c["amount"] for c in data["charges"]), total=data["total"],
+                         accounting=data["accounting"], where=str(self.path))
             charge = Charge(release=release, amount=float(amount), statement=str(guarantee),
                             time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             data["subject"] = subject
