@@ -124,7 +124,7 @@ def _parameters(document: dict[str, Any]) -> dict[str, Any]:
 @router.post("/aggregates", status_code=201, dependencies=[Depends(authorize)])
 async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONResponse:
     name = check_name(document.pop("name", None))
-    seed = document.pop("seed", None)
+    seed, budget = document.pop("seed", None), common.budget_of(document)
     with unprocessable():
         params = _parameters(document)
         key = mechanisms.derive_key(seed)
@@ -132,7 +132,7 @@ async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONRes
     shown = {**document, "bucket": duration_text(agg.bucket), "unit_window": duration_text(agg.window)}
     return await common.created(storage, kind="aggregate", name=name, params=shown,
                                 public=mechanisms.aggregate_facts(agg), key=key, state=mechanisms.snapshot(agg),
-                                seeded=seed is not None)
+                                seeded=seed is not None, budget=budget, guarantee=agg.privacy())
 
 
 @router.get("/aggregates")
