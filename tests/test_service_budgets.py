@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from dpstream.accounting import rho_of_pure, zcdp_epsilon
+from dpstream.cli import cli
 from dpstream.client import Client, ServiceError
 from dpstream.durable.budget_store import BudgetExhausted
 from dpstream.privacy import EVENT_LEVEL, PrivacyGuarantee
@@ -133,3 +135,24 @@ def test_a_database_of_schema_version_4_gains_the_budget_tables_and_charges_queu
     finally:
         for storage in storages:
             storage.close()
+
+
+def test_dpstream_budget_reads_a_budget_of_the_database(tmp_path):
+    database = f"sqlite:///{tmp_path}/cli.db"
+    app = create_app(database=database, token=TOKEN)
+    try:
+        http = TestClient(app)
+        http.post("/budgets", json={"name": "b", "rho": 1.0}, headers=ADMIN)
+        assert http.post("/streams", json={"name": "s", **STREAM, "budget": "b"}, headers=ADMIN).status_code == 201
+    finally:
+        app.state.storage.close()
+    shown = CliRunner().invoke(cli, ["budget", "b", "--database", database])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].startswith(f"budget 'b' of {database}: zCDP, total rho 1 (epsilon ")
+    assert lines[0].endswith("about EVENT_LEVEL")
+    assert lines[1].startswith(f"spent rho {rho_of_pure(0.5):g} (epsilon ") and lines[2].endswith("rho 0.125  stream s")
+    missing = CliRunner().invoke(cli, ["budget", "nope", "--database", database])
+    assert missing.exit_code == 1 and missing.output == "Error: there is no budget named 'nope'.\n"
+    mixed = CliRunner().invoke(cli, ["budget", "b", "--database", database, "--new-rho", "1"])
+    assert mixed.exit_code == 2 and "--new-rho, --new-epsilon and --summary do not apply" in mixed.output

@@ -17,11 +17,27 @@ from dpstream.privacy import PrivacyGuarantee
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "epsilon_option", "epsilons_option",
-           "floats"]
+__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "epsilon_option",
+           "epsilons_option", "floats", "open_database"]
 
 #: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
 DEFAULT_DATABASE = "sqlite:///dpstream.db"
+
+#: ``--database-key`` of the commands that open the service's database themselves (``token``, ``budget``).
+DATABASE_KEY = click.option("--database-key", envvar="DPSTREAM_DATABASE_KEY", metavar="KEY", show_envvar=True,
+                            help="The database key, when the service's secrets are sealed with one.")
+
+
+def open_database(database: str, database_key: str | None) -> Any:
+    """The service's storage of ``database`` (a one-line error when it cannot be opened)."""
+    from dpstream.service import StorageError, open_storage
+    from dpstream.service.secrets import parse_database_key
+
+    try:
+        key = None if database_key is None else parse_database_key(database_key)
+        return open_storage(database, database_key=key)
+    except StorageError as error:
+        raise click.ClickException(str(error)) from None
 
 
 def floats(text: str) -> list[float]:

@@ -58,7 +58,7 @@ from dpstream.durable.files import write_atomic
 from dpstream.privacy import PrivacyGuarantee, Relation, UnitLevel
 
 __all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "amount_of", "check_charge", "in_terms",
-           "subject_of"]
+           "report", "subject_of"]
 
 #: The ``format`` field of a budget store file.
 BUDGET_FORMAT = "dpstream-budget"
@@ -252,19 +252,29 @@ class BudgetStore:
 
     def report(self) -> str:
         """What the store holds, spent and has left, in its accounting (and (epsilon, delta) for zCDP)."""
-        delta = self._data["delta"]
+        return report(f"budget store {self.path}", accounting=self.accounting, total=self.total,
+                      delta=self._data["delta"], subject=self._data["subject"],
+                      charges=[(c.time, c.amount, c.release) for c in self.charges])
 
-        def said(amount: float) -> str:
-            if self.accounting == "pure":
-                return f"epsilon {amount:g}"
-            return f"rho {amount:g} (epsilon {zcdp_epsilon(amount, delta):.4g} at delta {delta:g})"
 
-        lines = [f"budget store {self.path}: {'zCDP' if self.accounting == 'zcdp' else 'pure DP'}, total "
-                 f"{said(self.total)}; about {self._data['subject'] or 'nothing yet'}",
-                 f"spent {said(self.spent)} by {len(self.charges)} release{'s' * (len(self.charges) != 1)}; left "
-                 f"{said(self.left)}"]
-        lines += [f"  {c.time}  {self.unit} {c.amount:g}  {c.release}" for c in self.charges]
-        return "\n".join(lines)
+def report(title: str, *, accounting: str, total: float, delta: float, subject: str | None,
+           charges: list[tuple[str, float, str]]) -> str:
+    """The text of a budget: ``title``, its total and subject, spent and left, and each charge
+    ``(time, amount, release)`` -- amounts in epsilon (pure), or in rho with the (epsilon, delta) they imply."""
+    unit = "rho" if accounting == "zcdp" else "epsilon"
+
+    def said(amount: float) -> str:
+        if accounting == "pure":
+            return f"epsilon {amount:g}"
+        return f"rho {amount:g} (epsilon {zcdp_epsilon(amount, delta):.4g} at delta {delta:g})"
+
+    spent = math.fsum(amount for _, amount, _ in charges)
+    lines = [f"{title}: {'zCDP' if accounting == 'zcdp' else 'pure DP'}, total {said(total)}; about "
+             f"{subject or 'nothing yet'}",
+             f"spent {said(spent)} by {len(charges)} release{'s' * (len(charges) != 1)}; left "
+             f"{said(max(total - spent, 0.0))}"]
+    lines += [f"  {when}  {unit} {amount:g}  {release}" for when, amount, release in charges]
+    return "\n".join(lines)
 
 
 def _encode(data: dict[str, Any]) -> bytes:
