@@ -28,12 +28,15 @@ from dpstream.cli._app import (
     warn_if_seeded,
 )
 from dpstream.cli._columns import (
+    STANDARD_ERROR,
     ColumnsWriter,
     check_columns,
     per_key_privacy,
     release_columns,
     released_line,
     report_keys,
+    standard_errors_of,
+    standard_errors_option,
     summary,
 )
 from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store
@@ -43,7 +46,7 @@ from dpstream.cli._spark import ENGINES
 from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
 from dpstream.io import MISSING_POLICIES, StreamReader
-from dpstream.io.vectorized import value_lines
+from dpstream.io.vectorized import csv_rows, value_lines
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.registry import REGISTRY, Mechanism, release_methods, specific_options
@@ -183,6 +186,7 @@ class _Methods(click.Choice):
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (-o FILE).")
 @budget_store_option
+@standard_errors_option
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help="With --key-column: local (this process) or spark (PySpark, pip install 'dpstream[spark]', Java "
                    "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed.")
@@ -298,6 +302,13 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if _DEPRECATED.get(name, name) not in chosen.options.keys() | chosen.optional.keys():
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
     options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
+    if context.meta.get("standard_errors"):  # an output too: the column of each value's standard error
+        if not hasattr(chosen.cls, "standard_errors"):
+            raise click.UsageError(f"--standard-errors applies to --method "
+                                   f"{_names(lambda entry: hasattr(entry.cls, 'standard_errors'))} (whose noise has a "
+                                   f"known standard error), not {chosen.name}.")
+        if context.params["engine"] != "local":
+            raise click.UsageError("--standard-errors applies with --engine local only.")
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
@@ -411,6 +422,8 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     # the columns change the output's format; they are recorded when given (states without them stay valid)
     params.update({name: value for name, value in (("time_column", time_column), ("key_column", key_column))
                    if value is not None})
+    if click.get_current_context().meta.get("standard_errors"):  # a column of the output, recorded when given
+        params["standard_errors"] = True
     keyed, columns = key_column is not None, time_column is not None or key_column is not None
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # a missing input: no state is made
@@ -443,6 +456,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         else:
             writer = _Writer(releaser, later, upper_bound=options["upper_bound"], clip=options["clip"],
                              written=written)
+            writer.header = run.state.progress.output_bytes == 0
         writer.after = run.checkpoint
         try:
             with durable.guarded(run), run.output() as sink:
@@ -503,10 +517,20 @@ class _Writer:
         self.clipped = 0
         #: Called with the sink after each value (stdin) or batch (files) is written: --state's checkpoint.
         self.after: Callable[[TextIO], None] | None = None
+        #: With --standard-errors: the standard errors at positions; the output is CSV 'value,standard_error'.
+        self.errors = standard_errors_of(releaser)
+        #: Whether to write that CSV's header (False when appending to an output that has it: --state).
+        self.header = True
+
+    def _start(self, sink: TextIO) -> None:
+        if self.errors is not None and self.header:
+            sink.write(f"value,{STANDARD_ERROR}\n")
+            self.header = False
 
     def live(self, values: Iterator[float], sink: TextIO) -> int:
         """Release value by value, each written and flushed as soon as it is released."""
         releaser, released = self.releaser, 0
+        self._start(sink)
         for value in values:
             if self.clip and (value < 0.0 or value > self.upper_bound) and math.isfinite(value):
                 self.clipped += 1
@@ -516,7 +540,8 @@ class _Writer:
                     self.announce(releaser)
             else:
                 check_finite(out, position=releaser.position - 1, written=self.written)
-                sink.write(f"{out!r}\n")
+                errors = "" if self.errors is None else f",{float(self.errors(np.array([releaser.position - 1]))[0])!r}"
+                sink.write(f"{out!r}{errors}\n")
                 sink.flush()
                 released += 1
             if self.after is not None:
@@ -526,6 +551,7 @@ class _Writer:
     def batches(self, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
         """Release chunk by chunk (file input)."""
         releaser, released = self.releaser, 0
+        self._start(sink)
         for chunk in chunks:
             had_threshold = releaser.threshold is not None
             if self.clip:
@@ -535,7 +561,8 @@ class _Writer:
                 self.announce(releaser)
             if out.size:
                 check_finite(out, position=releaser.position - out.size, written=self.written)
-                sink.write(value_lines(out))
+                sink.write(value_lines(out) if self.errors is None else
+                           csv_rows([out, self.errors(np.arange(releaser.position - out.size, releaser.position))]))
                 released += out.size
             if self.after is not None:
                 self.after(sink)

@@ -399,8 +399,19 @@ class BinaryTreeCounter(Params):
         return float(np.sqrt(nodes * self._arithmetic.node_variance))
 
     def standard_errors(self, positions: object) -> np.ndarray:
-        """The exact standard error of the released value (an increment) at each of ``positions``."""
-        return np.array([self.range_standard_error(int(p), int(p) + 1) for p in np.asarray(positions).ravel()])
+        """The exact standard error of the released value (an increment) at each of ``positions``: the nodes of
+        the tilings of ``a`` and ``a + 1`` (``a`` the position in its tree; ``a + 1`` the whole tree at its end)
+        that do not cancel, as :meth:`range_standard_error` counts them, vectorized over the positions."""
+        a = np.asarray(positions, dtype=np.int64).ravel()
+        if a.size and a.min() < 0:
+            raise ValueError(f"positions must be >= 0, got {int(a.min())}.")
+        a = a % self.max_range
+        b, top = a + 1, self.levels - 1
+        shared = np.minimum(a >> top, b >> top)  # top-level nodes in both tilings
+        for level in range(top):
+            shared += ((a >> level) & 1) & ((a >> level) == (b >> level))
+        nodes = _tiling_counts(a, self.levels) + _tiling_counts(b, self.levels) - 2 * shared
+        return np.sqrt(nodes * self._arithmetic.node_variance)
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels
