@@ -74,3 +74,36 @@ def test_resumed_with_the_column_and_refused_elsewhere(tmp_path):
                 "--standard-errors")
     assert tops.exit_code == 2 and "--standard-errors applies to --method bt, bt-zcdp" in tops.output
     assert len(tops.output.strip().splitlines()) == 1 and not (tmp_path / "t.txt").exists()
+
+
+def test_the_service_s_released_values_carry_their_standard_error_where_known(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from dpstream.service import create_app
+
+    token = "errors-test-token-0123456789"
+    admin = {"Authorization": f"Bearer {token}"}
+    app = create_app(database=f"sqlite:///{tmp_path}/errors.db", token=token)
+    try:
+        http = TestClient(app)
+        for name, method in (("tree", "bt"), ("tops", "tops")):
+            made = http.post("/streams", json={"name": name, "method": method, "epsilon": 1.0, "upper_bound": 10.0,
+                                               "hold": 40, "max_range": 64, "seed": 1} if method == "tops" else
+                             {"name": name, "method": method, "epsilon": 1.0, "upper_bound": 10.0, "seed": 1},
+                             headers=admin)
+            assert made.status_code == 201, made.text
+        values = [float(i % 7) for i in range(50)]
+        answer = http.post("/streams/tree/values", json={"values": values}, headers=admin).json()["released"]
+        model = http.get("/streams/tree").json()["error_model"]
+        tree = BinaryTreeCounter(epsilon=1.0, upper_bound=10.0, seed=1)
+        assert model == tree.error_model()
+        assert [row["standard_error"] for row in answer] == tree.standard_errors(np.arange(50)).tolist()
+        read = http.get("/streams/tree/released?after=9&limit=5").json()["released"]
+        assert [row["standard_error"] for row in read] == tree.standard_errors(np.arange(10, 15)).tolist()
+        with http.stream("GET", "/streams/tree/events?after=47") as events:
+            lines = [line for _, line in zip(range(8), events.iter_lines()) if line.startswith("data:")]
+        assert '"standard_error":' in lines[0]
+        plain = http.post("/streams/tops/values", json={"values": values}, headers=admin).json()["released"]
+        assert plain and all(set(row) == {"position", "time", "value"} for row in plain)  # not known: not there
+    finally:
+        app.state.storage.close()

@@ -210,6 +210,8 @@ def stream_facts(mechanism: Any) -> dict[str, Any]:
     hold-out (its running sums start there), the guarantee; for a periodic ToPS stream its public leaves (length,
     phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
+    if hasattr(mechanism, "error_model"):  # its released values carry their standard error (public parameters)
+        facts["error_model"] = mechanism.error_model()
     for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)

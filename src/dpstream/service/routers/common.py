@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dpstream.durable.budget_store import BudgetExhausted
 from dpstream.privacy import PrivacyGuarantee
-from dpstream.service.answers import describe, released_rows_json
+from dpstream.service.answers import describe, released_rows_json, standard_errors
 from dpstream.service.budgets import NoBudget, ServiceBudgets
 from dpstream.service.errors import ApiError, logger
 from dpstream.service.ingest import LiveSources
@@ -100,7 +100,7 @@ def released(sources: LiveSources, kind: str, name: str, request: Request) -> Re
     source = sources.public(kind, name)
     after = query_int(request, "after", minimum=-1, default=None)
     rows = sources.storage.released(source.id, after=after, limit=_limit(request))
-    return Response(released_rows_json(rows), media_type="application/json")
+    return Response(released_rows_json(rows, source), media_type="application/json")
 
 
 def ledger(sources: LiveSources, kind: str, name: str, request: Request, *, counts: bool = True) -> dict[str, Any]:
@@ -122,20 +122,22 @@ async def events(sources: LiveSources, kind: str, name: str, request: Request, p
         after = int(last_id)
     if after is None:  # from now on: every value released so far has a position below the stream's
         after = source.position - 1
-    return StreamingResponse(_released_events(sources.storage, source.id, after, request, poll_seconds),
+    return StreamingResponse(_released_events(sources.storage, source, after, request, poll_seconds),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _released_events(storage: Storage, source_id: int, after: int, request: Request, poll_seconds: float
+async def _released_events(storage: Storage, source: Source, after: int, request: Request, poll_seconds: float
                            ) -> AsyncIterator[str]:
     cursor, quiet = after, 0.0
     yield "retry: 2000\n\n"
     while not await request.is_disconnected():
-        rows = await run_in_threadpool(storage.released, source_id, after=cursor, limit=MAX_LIMIT)
-        for position, stamp, value in rows:
+        rows = await run_in_threadpool(storage.released, source.id, after=cursor, limit=MAX_LIMIT)
+        errors = standard_errors(source, [row[0] for row in rows]) if rows else None
+        for i, (position, stamp, value) in enumerate(rows):
+            error = "" if errors is None else f',"standard_error":{errors[i]!r}'
             yield (f"id: {position}\nevent: released\n"
-                   f'data: {{"position":{position},"time":{stamp!r},"value":{value!r}}}\n\n')
+                   f'data: {{"position":{position},"time":{stamp!r},"value":{value!r}{error}}}\n\n')
         if rows:
             cursor, quiet = rows[-1][0], 0.0
             continue
