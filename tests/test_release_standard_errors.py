@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpstream.cli import cli
+from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.binary_tree import BinaryTreeCounter
 
 
@@ -105,5 +106,20 @@ def test_the_service_s_released_values_carry_their_standard_error_where_known(tm
         assert '"standard_error":' in lines[0]
         plain = http.post("/streams/tops/values", json={"values": values}, headers=admin).json()["released"]
         assert plain and all(set(row) == {"position", "time", "value"} for row in plain)  # not known: not there
+        for statistic in ("sum", "mean"):
+            params = {"epsilon": 1.0, "bucket": "1h", "unit_window": "1d", "unit_bound": 5, "upper_bound": 5.0,
+                      "statistic": statistic, **({"unit_max_rows": 10} if statistic == "mean" else {})}
+            assert http.post("/aggregates", json={"name": statistic, **params, "seed": 3}, headers=admin).status_code \
+                == 201
+            rows = {"times": [3600 * i for i in range(30)], "units": [f"u{i % 4}" for i in range(30)],
+                    "values": [1.0] * 30, "flush": True}
+            got = http.post(f"/aggregates/{statistic}/rows", json=rows, headers=admin).json()["released"]
+            assert got
+            if statistic == "sum":  # every bucket's noise: the aggregate's exact standard error
+                expected = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=5, upper_bound=5.0,
+                                         seed=3).standard_error()
+                assert {row["standard_error"] for row in got} == {expected}
+            else:  # a mean's ratio has no exact one: not there
+                assert all("standard_error" not in row for row in got)
     finally:
         app.state.storage.close()

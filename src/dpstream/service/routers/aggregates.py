@@ -150,7 +150,8 @@ def get_aggregate(name: str, request: Request, sources: SourcesDep) -> dict[str,
 
 def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float]]) -> bytes:
     """``{"released": [{"position", "bucket", "partition", "value"}, ...]}``: the bucket's start in ISO 8601 UTC, the
-    partition's name (empty without partitions), the value."""
+    partition's name (empty without partitions), the value, and for a sum or a count ``"standard_error"``, that of
+    its noise (every bucket's, a public fact of the aggregate; bounding is not in it)."""
     if not rows:
         return b'{"released":[]}'
     positions, times, values = (list(column) for column in zip(*rows))
@@ -162,6 +163,10 @@ def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float
         stride = len(names)
     items = [{"position": p, "bucket": b, "partition": names[p % stride], "value": v}
              for p, b, v in zip(positions, starts, values)]
+    error = source.public.get("standard_error")
+    if error is not None:
+        for item in items:
+            item["standard_error"] = error
     return json.dumps({"released": items}, separators=(",", ":"), allow_nan=False).encode()
 
 
