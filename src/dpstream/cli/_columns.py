@@ -141,9 +141,10 @@ class ColumnsWriter:
             out.writerow(header(time=self.time, key=self.keyed, errors=self.errors is not None))
         return out
 
-    def _with_errors(self, columns: list, positions: np.ndarray) -> list:
-        """``columns``, and with --standard-errors the standard errors at ``positions`` after them."""
-        return columns if self.errors is None else [*columns, self.errors(np.asarray(positions))]
+    def _with_errors(self, columns: list, positions: Callable[[], np.ndarray]) -> list:
+        """``columns``, and with --standard-errors the standard errors at ``positions()`` after them (computed only
+        then)."""
+        return columns if self.errors is None else [*columns, self.errors(np.asarray(positions()))]
 
     def _maybe_announce(self, stream: Any) -> None:
         if not self.announced and stream.threshold is not None:
@@ -249,8 +250,8 @@ class ColumnsWriter:
         self._maybe_announce(stream)
         if released.size:
             self._check(released, position=stream.position - released.size, key=None)
-            positions = np.arange(stream.position - released.size, stream.position)
-            sink.write(csv_rows(self._with_errors([batch.times[len(batch) - released.size :], released], positions)))
+            sink.write(csv_rows(self._with_errors([batch.times[len(batch) - released.size :], released],
+                                                  lambda: np.arange(stream.position - released.size, stream.position))))
             self.released += released.size
 
     def _keyed_batch(self, batch: Batch, sink: TextIO) -> None:
@@ -281,7 +282,7 @@ class ColumnsWriter:
             if self.time:
                 columns.append(_times(times, got.rows[start:end]))
             columns.append(got.values[start:end])
-            sink.write(csv_rows(self._with_errors(columns, got.positions[start:end])))
+            sink.write(csv_rows(self._with_errors(columns, lambda start=start, end=end: got.positions[start:end])))
         self.released += stop
 
     # -- groups of batches (keyed file input without checkpoints) ------------------------------
