@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +15,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpstream.accounting import Zcdp, ZcdpGuarantee, rho_of_pure
+import dpstream
+from dpstream.accounting import Zcdp, ZcdpGuarantee, rho_for, rho_of_pure
 from dpstream.cli import cli
 from dpstream.durable.budget_store import BudgetExhausted, BudgetStore
 from dpstream.privacy import ENTITY_ROW, EVENT_LEVEL, Part, PrivacyGuarantee, UnitLevel
@@ -121,3 +126,123 @@ def test_the_commands_create_charge_and_show_a_store(tmp_path):
     assert not outputs[2].exists()  # refused before anything is written
     shown = CliRunner().invoke(cli, ["budget", str(store)])
     assert "spent rho 0.0487119" in shown.output and "about unit level: each meter in each UTC day" in shown.output
+
+
+# -- release --budget-store ------------------------------------------------------------------
+
+def _stream(tmp_path, n=400):
+    path = tmp_path / "values.txt"
+    path.write_text("".join(f"{i % 7}\n" for i in range(n)))
+    return path
+
+
+def _release(*args):
+    return CliRunner().invoke(cli, ["release", *map(str, args), "--upper-bound", "10", "--seed", "1"])
+
+
+def test_release_is_charged_before_it_publishes_and_refused_past_the_total(tmp_path):
+    store, values = tmp_path / "budget.json", _stream(tmp_path)
+    BudgetStore.create(store, epsilon=2.5)
+    first = _release(values, "-o", tmp_path / "a.txt", "--method", "tops", "--hold", "100", "--epsilon", "1",
+                     "--budget-store", store)
+    assert first.exit_code == 0, first.output
+    # the charge comes before the threshold chosen on the hold-out is said
+    assert first.output.index("budget store: charged 1 (") < first.output.index("threshold theta")
+    assert _release(values, "-o", tmp_path / "b.txt", "--method", "bt", "--epsilon", "1", "--budget-store",
+                    store).exit_code == 0
+    refused = _release(values, "-o", tmp_path / "c.txt", "--method", "tops", "--hold", "100", "--epsilon", "1",
+                       "--budget-store", store)
+    assert refused.exit_code == 2 and "needs epsilon 1 but the budget store has 0.5 left of 2.5" in refused.output
+    assert "threshold theta" not in refused.output and not (tmp_path / "c.txt").exists()
+    assert BudgetStore.open(store).spent == 2.0
+    approximate = _release(values, "-o", tmp_path / "d.txt", "--method", "pak", "--hold", "100", "--epsilon", "0.1",
+                           "--budget-store", store)
+    assert approximate.exit_code == 2 and "pure and zCDP releases only" in approximate.output
+
+
+def test_a_resumed_state_is_charged_once_and_keys_and_windows_are_subjects_of_their_own(tmp_path):
+    store, values = tmp_path / "budget.json", _stream(tmp_path)
+    BudgetStore.create(store, rho=1.0)
+    run = [values, "-o", tmp_path / "d.txt", "--method", "bt-zcdp", "--epsilon", "1", "--delta", "1e-6", "--state",
+           tmp_path / "state", "--budget-store", store]
+    assert _release(*run).exit_code == 0
+    again = _release(*run)
+    assert again.exit_code == 0 and "charged by an earlier run of this release, not again" in again.output
+    pure = _release(values, "-o", tmp_path / "e.txt", "--method", "bt", "--epsilon", "0.5", "--budget-store", store)
+    assert pure.exit_code == 0
+    spent = BudgetStore.open(store)
+    assert len(spent.charges) == 2 and spent.spent == pytest.approx(spent.charges[0].amount + 0.125)
+    keyed = tmp_path / "keyed.csv"
+    keyed.write_text("k,v\n" + "".join(f"k{i % 3},{i % 7}\n" for i in range(300)))
+    mixed = _release(keyed, "-o", tmp_path / "k.csv", "--key-column", "k", "--column", "v", "--method", "bt",
+                     "--epsilon", "1", "--budget-store", store)
+    assert mixed.exit_code == 2 and "is about EVENT_LEVEL; release" in mixed.output
+    assert "is about EVENT_LEVEL in each key" in mixed.output and not (tmp_path / "k.csv").exists()
+    per_key = tmp_path / "keys.json"
+    BudgetStore.create(per_key, epsilon=1.5)
+    args = [keyed, "--key-column", "k", "--column", "v", "--method", "bt", "--epsilon", "1", "--budget-store", per_key]
+    assert "charged 1 (every key alike)" in _release(*args[:1], "-o", tmp_path / "k1.csv", *args[1:]).output
+    assert _release(*args[:1], "-o", tmp_path / "k2.csv", *args[1:]).exit_code == 2  # 1 + 1 > 1.5, for every key
+    windows = tmp_path / "windows.json"
+    BudgetStore.create(windows, epsilon=1.0)
+    assert _release(values, "-o", tmp_path / "w.txt", "--method", "bt", "--w-event", "10", "--epsilon", "1",
+                    "--budget-store", windows).exit_code == 0
+    assert BudgetStore.open(windows).report().splitlines()[0].endswith("about WEvent(w=10)")
+
+
+def test_an_aggregate_and_a_release_are_about_different_subjects(tmp_path):
+    """A unit-level aggregate protects a unit's rows in a window, a release one value of a stream: one store holds
+    one of them, and the other is refused before it publishes (with one line)."""
+    store = tmp_path / "budget.json"
+    BudgetStore.create(store, rho=1.0)
+    assert _release(_stream(tmp_path), "-o", tmp_path / "a.txt", "--method", "bt", "--epsilon", "1",
+                    "--budget-store", store).exit_code == 0
+    rows = tmp_path / "rows.csv"
+    rows.write_text("time,meter,kwh\n" + "".join(f"{t},m{m},0.5\n" for t in range(0, 86400, 3600) for m in range(3)))
+    refused = CliRunner().invoke(cli, [
+        "aggregate", str(rows), "-o", str(tmp_path / "agg.csv"), "--time-column", "time", "--unit-column", "meter",
+        "--column", "kwh", "--bucket", "1h", "--unit-window", "1d", "--unit-bound", "30", "--epsilon", "1", "--seed",
+        "1", "--budget-store", str(store)])
+    assert refused.exit_code == 2 and "is about EVENT_LEVEL; release 'aggregate -o" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "agg.csv").exists()
+
+
+@settings(max_examples=5, deadline=None)
+@given(asks=st.lists(st.tuples(st.sampled_from(["bt", "bt-zcdp", "tops"]), st.floats(0.2, 1.5)), min_size=2,
+                     max_size=4))
+def test_adaptive_release_sequences_on_one_store_never_pass_the_total(tmp_path_factory, asks):
+    """Releases of several methods, each choosing its epsilon from what the store has left (adaptive): a release
+    runs exactly when its cost fits, a refused one writes nothing and changes nothing."""
+    tmp = tmp_path_factory.mktemp("releases")
+    store, values, total = tmp / "budget.json", _stream(tmp, 100), 1.0
+    BudgetStore.create(store, rho=total)
+    for i, (method, share) in enumerate(asks):
+        left = BudgetStore.open(store).left
+        epsilon = round(max(share * math.sqrt(2 * max(left, 0.005)), 0.05), 3)  # adapted to what is left
+        extra = ["--delta", "1e-6"] if method == "bt-zcdp" else ["--threshold", "5"] if method == "tops" else []
+        cost = rho_for(epsilon, 1e-6) if method == "bt-zcdp" else rho_of_pure(epsilon)
+        before = store.read_bytes()
+        result = _release(values, "-o", tmp / f"{i}.txt", "--method", method, "--epsilon", epsilon, *extra,
+                          "--budget-store", store)
+        if cost <= left * (1 - 1e-9):
+            assert result.exit_code == 0, result.output
+            assert BudgetStore.open(store).left == pytest.approx(left - cost, abs=1e-9)
+        elif cost > left * (1 + 1e-9):
+            assert result.exit_code == 2 and "the budget store has" in result.output
+            assert store.read_bytes() == before and not (tmp / f"{i}.txt").exists()
+        assert BudgetStore.open(store).spent <= total * (1 + 1e-12)
+
+
+def test_concurrent_releases_charge_one_after_the_other(tmp_path):
+    """Five release processes at once on a store with room for three: three run, two are refused, none is lost."""
+    store, values = tmp_path / "budget.json", _stream(tmp_path, 200)
+    BudgetStore.create(store, epsilon=3.0)
+    env = {**os.environ, "PYTHONPATH": str(Path(dpstream.__file__).parents[1])}
+    processes = [subprocess.Popen([sys.executable, "-m", "dpstream.cli", "release", str(values), "-o",
+                                   str(tmp_path / f"{i}.txt"), "--method", "bt", "--epsilon", "1", "--upper-bound",
+                                   "10", "--budget-store", str(store)], env=env, stderr=subprocess.DEVNULL)
+                 for i in range(5)]
+    codes = sorted(process.wait(timeout=120) for process in processes)
+    assert codes == [0, 0, 0, 2, 2]
+    assert BudgetStore.open(store).spent == 3.0 and len(BudgetStore.open(store).charges) == 3
+    assert sum((tmp_path / f"{i}.txt").exists() for i in range(5)) == 3

@@ -50,6 +50,7 @@ POLICY = {
     ("DELETE", "/aggregates/{name}"): "admin", ("POST", "/aggregates/{name}/rows"): ("producer", "aggregate"),
     ("GET", "/aggregates/{name}/released"): "public", ("GET", "/aggregates/{name}/ledger"): "public",
     ("POST", "/tokens"): "admin", ("GET", "/tokens"): "admin", ("DELETE", "/tokens/{token_id}"): "admin",
+    ("POST", "/budgets"): "admin", ("GET", "/budgets"): "public", ("GET", "/budgets/{name}"): "public",
 }
 
 #: The tokens every route is tried with: what each is created with (None: not a token of the database).

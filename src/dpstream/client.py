@@ -342,6 +342,25 @@ class Client:
         is lost: revoking it again answers the same)."""
         return self._call("DELETE", f"/tokens/{token_id}", idempotent=True).json()
 
+    # -- budgets -----------------------------------------------------------------------------------
+
+    def create_budget(self, name: str, *, rho: float | None = None, epsilon: float | None = None,
+                      delta: float | None = None) -> dict[str, Any]:
+        """``POST /budgets`` (an admin's token): a budget of total ``rho`` (zCDP; its (epsilon, delta) stated at
+        ``delta``, default 1e-6) or ``epsilon`` (pure DP), which sources created with ``budget=name`` are charged."""
+        body = {"name": name, **{key: value for key, value in (("rho", rho), ("epsilon", epsilon), ("delta", delta))
+                                 if value is not None}}
+        return self._call("POST", "/budgets", json=body).json()
+
+    def budgets(self) -> list[str]:
+        """``GET /budgets``: the names of the budgets."""
+        return self._call("GET", "/budgets").json()["budgets"]
+
+    def budget(self, name: str) -> dict[str, Any]:
+        """``GET /budgets/{name}``: its total, subject, each source's charge, spent and left (``{"rho", "epsilon",
+        "delta"}`` for zCDP, ``{"epsilon"}`` for pure DP)."""
+        return self._call("GET", f"/budgets/{name}").json()
+
 
 class ToPLClient:
     """Clients of one ToPL collector: fetch the public parameters, randomize locally, post the reports.

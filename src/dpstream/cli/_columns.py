@@ -38,8 +38,9 @@ from dpstream.io import Batch, Record, StreamReader
 from dpstream.io.vectorized import csv_rows
 from dpstream.release.by_key import ByKey, KeyedRelease, KeyReport, key_bits, new_secret, seed_secret, show_key
 
-__all__ = ["SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table", "keys_line",
-           "release_columns", "released_line", "report_keys", "write_summary"]
+__all__ = ["STANDARD_ERROR", "SUMMARY_COLUMNS", "TABLE_KEYS", "ColumnsWriter", "check_columns", "header", "key_table",
+           "keys_line", "release_columns", "released_line", "report_keys", "standard_errors_of",
+           "standard_errors_option", "write_summary"]
 
 #: A keyed release prints its per-key table on stderr when it has at most this many keys.
 TABLE_KEYS = 20
@@ -48,21 +49,62 @@ TABLE_KEYS = 20
 SUMMARY_COLUMNS = KeyReport._fields
 
 
-def header(*, time: bool, key: bool) -> list[str]:
-    """The output's header line for a release with a time column, a key column or both.
+#: The column ``release --standard-errors`` adds after ``value``.
+STANDARD_ERROR = "standard_error"
 
-    >>> header(time=True, key=False), header(time=True, key=True)
-    (['time', 'value'], ['key', 'position', 'time', 'value'])
+
+def _remember_standard_errors(context: click.Context, param: click.Parameter, value: bool) -> None:
+    context.meta["standard_errors"] = value
+
+
+def standard_errors_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``release --standard-errors``: read from the command's context by the writers (:func:`standard_errors_of`),
+    not passed along every path of the command."""
+    return click.option(
+        "--standard-errors", is_flag=True, expose_value=False, callback=_remember_standard_errors,
+        help="bt, bt-zcdp: add the column 'standard_error' after 'value' (a plain output becomes CSV "
+             "'value,standard_error' with that header): the exact standard error of each released value's noise, a "
+             "function of its position (the grid's rounding and clipping are not in it).")(command)
+
+
+def standard_errors_of(stream: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    """With ``--standard-errors``, the standard errors of ``stream``'s released values at positions (any key's
+    stream: every key's has the same parameters); else None."""
+    context = click.get_current_context(silent=True)
+    if context is None or not context.meta.get("standard_errors"):
+        return None
+    return stream.standard_errors
+
+
+def header(*, time: bool, key: bool, errors: bool = False) -> list[str]:
+    """The output's header line for a release with a time column, a key column or both (``errors``: and the
+    standard errors' column).
+
+    >>> header(time=True, key=False), header(time=True, key=True, errors=True)
+    (['time', 'value'], ['key', 'position', 'time', 'value', 'standard_error'])
     """
     if key:
-        return ["key", "position", "time", "value"] if time else ["key", "position", "value"]
-    if time:
-        return ["time", "value"]
-    raise ValueError("a CSV release needs a time column or a key column.")
+        names = ["key", "position", "time", "value"] if time else ["key", "position", "value"]
+    elif time:
+        names = ["time", "value"]
+    else:
+        raise ValueError("a CSV release needs a time column or a key column.")
+    return [*names, STANDARD_ERROR] if errors else names
 
 
 #: Rows of a keyed release turned into text at a time (a group of batches is written in such slices).
 _WRITE_ROWS = 65536
+
+
+class _AnyStream:
+    """Stands for every key's stream where only what they share is asked (their standard errors at positions):
+    the first key's, looked up when asked (a row written has its key's stream made)."""
+
+    def __init__(self, streams: ByKey) -> None:
+        self.streams = streams
+
+    def standard_errors(self, positions: np.ndarray) -> np.ndarray:
+        return next(iter(self.streams.streams.values())).standard_errors(positions)
 
 
 def _times(times: list[str], rows: np.ndarray) -> list[str]:
@@ -90,12 +132,19 @@ class ColumnsWriter:
         self.header = True
         #: Called with the sink after each record (stdin) or batch (files) is consumed: --state's checkpoint.
         self.after: Callable[[TextIO], None] | None = None
+        #: With --standard-errors: the standard errors of a stream's values at positions (a column after 'value').
+        self.errors = standard_errors_of(streams if not self.keyed else _AnyStream(streams))
 
     def _start(self, sink: TextIO) -> Any:
         out = csv.writer(sink, lineterminator="\n")
         if self.header:
-            out.writerow(header(time=self.time, key=self.keyed))
+            out.writerow(header(time=self.time, key=self.keyed, errors=self.errors is not None))
         return out
+
+    def _with_errors(self, columns: list, positions: Callable[[], np.ndarray]) -> list:
+        """``columns``, and with --standard-errors the standard errors at ``positions()`` after them (computed only
+        then)."""
+        return columns if self.errors is None else [*columns, self.errors(np.asarray(positions()))]
 
     def _maybe_announce(self, stream: Any) -> None:
         if not self.announced and stream.threshold is not None:
@@ -139,15 +188,18 @@ class ColumnsWriter:
             return None
         position, released = got
         self._check(released, position=position, key=record.key)
-        return [record.key, position, record.time, released] if self.time else [record.key, position, released]
+        row = [record.key, position, record.time, released] if self.time else [record.key, position, released]
+        return row if self.errors is None else [*row, float(self.errors(np.array([position]))[0])]
 
     def _timed_row(self, record: Record, value: float) -> list | None:
         released = self.streams.release_one(value)
         self._maybe_announce(self.streams)
         if released is None:
             return None
-        self._check(released, position=self.streams.position - 1, key=None)
-        return [record.time, released]
+        position = self.streams.position - 1
+        self._check(released, position=position, key=None)
+        return [record.time, released] if self.errors is None else \
+            [record.time, released, float(self.errors(np.array([position]))[0])]
 
     # -- batches (file input) ----------------------------------------------------------------
 
@@ -198,7 +250,8 @@ class ColumnsWriter:
         self._maybe_announce(stream)
         if released.size:
             self._check(released, position=stream.position - released.size, key=None)
-            sink.write(csv_rows([batch.times[len(batch) - released.size :], released]))
+            sink.write(csv_rows(self._with_errors([batch.times[len(batch) - released.size :], released],
+                                                  lambda: np.arange(stream.position - released.size, stream.position))))
             self.released += released.size
 
     def _keyed_batch(self, batch: Batch, sink: TextIO) -> None:
@@ -229,7 +282,7 @@ class ColumnsWriter:
             if self.time:
                 columns.append(_times(times, got.rows[start:end]))
             columns.append(got.values[start:end])
-            sink.write(csv_rows(columns))
+            sink.write(csv_rows(self._with_errors(columns, lambda start=start, end=end: got.positions[start:end])))
         self.released += stop
 
     # -- groups of batches (keyed file input without checkpoints) ------------------------------

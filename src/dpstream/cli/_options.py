@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from typing import Any
+
 import click
 
 from dpstream._checks import check_epsilon
-from dpstream.cli._app import quote
+from dpstream.cli._app import quote, say
+from dpstream.durable.budget_store import BudgetStore
+from dpstream.privacy import PrivacyGuarantee
 
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["DEFAULT_DATABASE", "SEED_HELP", "epsilon_option", "epsilons_option", "floats"]
+__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "epsilon_option",
+           "epsilons_option", "floats", "open_database"]
 
 #: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
 DEFAULT_DATABASE = "sqlite:///dpstream.db"
+
+#: ``--database-key`` of the commands that open the service's database themselves (``token``, ``budget``).
+DATABASE_KEY = click.option("--database-key", envvar="DPSTREAM_DATABASE_KEY", metavar="KEY", show_envvar=True,
+                            help="The database key, when the service's secrets are sealed with one.")
+
+
+def open_database(database: str, database_key: str | None) -> Any:
+    """The service's storage of ``database`` (a one-line error when it cannot be opened)."""
+    from dpstream.service import StorageError, open_storage
+    from dpstream.service.secrets import parse_database_key
+
+    try:
+        key = None if database_key is None else parse_database_key(database_key)
+        return open_storage(database, database_key=key)
+    except StorageError as error:
+        raise click.ClickException(str(error)) from None
 
 
 def floats(text: str) -> list[float]:
@@ -38,3 +62,29 @@ def epsilon_option(ctx: click.Context | None, param: click.Parameter | None, val
 def epsilons_option(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
     """Click callback of an ``--epsilons``-style option: comma-separated budgets."""
     return [epsilon_option(ctx, param, value) for value in floats(text)]
+
+
+def budget_store_option(command: Any) -> Any:
+    """``--budget-store FILE`` of a release command (its value ``budget_path``; :func:`charge_store` charges it)."""
+    return click.option(
+        "--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
+        help="A budget store (dpstream budget FILE --new-rho R) this release is charged its stated guarantee before "
+             "it publishes anything: refused when that would pass the store's total; a resumed --state run is "
+             "charged once (docs/zcdp.md).")(command)
+
+
+def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_path: str | None, output_path: str,
+                 per_key: bool = False) -> None:
+    """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
+
+    The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
+    charged again), else the output, the process and the time (every run a release of its own).
+    """
+    name = (f"{command} --state {Path(state_path).resolve()}" if state_path is not None else
+            f"{command} -o {output_path} ({os.getpid()}, {time.time_ns()})")
+    store = BudgetStore.open(path)
+    again = any(charge.release == name for charge in store.charges)
+    charged = store.charge(name, guarantee, per_key=per_key)
+    amount = f"{charged.amount:g}{' (every key alike)' * per_key}"
+    say(f"budget store: {amount} charged by an earlier run of this release, not again ({path})." if again else
+        f"budget store: charged {amount} ({path}).")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +29,7 @@ import pyarrow.csv as pcsv
 
 from dpstream.accounting import ZcdpGuarantee, rho_for, zcdp_unit_statement
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
-from dpstream.cli._options import SEED_HELP, epsilon_option
+from dpstream.cli._options import SEED_HELP, charge_store, epsilon_option
 from dpstream.cli._outputs import check_finite, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
 from dpstream.cli._rows import (
@@ -43,7 +42,6 @@ from dpstream.cli._rows import (
     seconds_option,
 )
 from dpstream.cli._rows import row_batches as _batches
-from dpstream.durable.budget_store import BudgetStore
 from dpstream.io import InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
@@ -169,10 +167,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
                                  inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
         if budget_path is not None:  # charged last, once every check has passed
-            name = (f"aggregate --state {Path(state_path).resolve()}" if state_path is not None else
-                    f"aggregate -o {output_path} ({os.getpid()}, {time.time_ns()})")
-            say(f"budget store: charged {BudgetStore.open(budget_path).charge(name, probe.privacy()).amount:g} "
-                f"({budget_path}).")
+            charge_store(budget_path, "aggregate", probe.privacy(), state_path=state_path, output_path=output_path)
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:

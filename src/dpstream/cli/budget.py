@@ -1,5 +1,6 @@
 """``dpstream budget``: what a durable release has spent, from its state file's ledger; or a budget store's
-spending (:mod:`dpstream.durable.budget_store`), which ``--new-rho`` / ``--new-epsilon`` create."""
+spending (:mod:`dpstream.durable.budget_store`), which ``--new-rho`` / ``--new-epsilon`` create; or, with
+``--database``, a budget of the service's database (:mod:`dpstream.service.budgets`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import click
 
 from dpstream.cli._app import cli, usage_errors
 from dpstream.cli._columns import TABLE_KEYS, key_table, write_summary
+from dpstream.cli._options import DATABASE_KEY, open_database
 from dpstream.durable import StreamState, format_ledger
-from dpstream.durable.budget_store import BudgetStore
+from dpstream.durable.budget_store import BudgetStore, report
 from dpstream.durable.release import restore
 from dpstream.release.by_key import BY_KEY, ByKey
 from dpstream.release.registry import REGISTRY
@@ -25,7 +27,12 @@ __all__ = ["budget"]
               help="Create FILE as a budget store of this total rho (zCDP; pure releases count epsilon^2/2), which "
                    "releases charge with --budget-store FILE.")
 @click.option("--new-epsilon", type=float, default=None, help="Create FILE as a pure-DP budget store of this total.")
-def budget(state_file: str, summary_path: str | None, new_rho: float | None, new_epsilon: float | None) -> None:
+@click.option("--database", default=None, metavar="URL",
+              help="Show the budget named FILE of the service's database (sqlite:///FILE or postgresql://...): what "
+                   "each stream, collector and aggregate created against it was charged, spent and left.")
+@DATABASE_KEY
+def budget(state_file: str, summary_path: str | None, new_rho: float | None, new_epsilon: float | None,
+           database: str | None, database_key: str | None) -> None:
     """Print the budget ledger of the state FILE of a release, and its totals.
 
     Shows the public parts only (parameters, progress, ledger), never the key or the mechanism
@@ -34,6 +41,12 @@ def budget(state_file: str, summary_path: str | None, new_rho: float | None, new
     public or published numbers only), as a table for at most 20 keys and with --summary FILE as CSV.
     For a budget store FILE it shows its total, what each release charged and what is left.
     """
+    if database is not None:
+        if new_rho is not None or new_epsilon is not None or summary_path is not None:
+            raise click.UsageError("--database shows a budget of the service's database (an admin creates one: POST "
+                                   "/budgets); --new-rho, --new-epsilon and --summary do not apply.")
+        click.echo(_database_budget(state_file, database, database_key))
+        return
     if new_rho is not None or new_epsilon is not None:
         with usage_errors():
             click.echo(BudgetStore.create(state_file, rho=new_rho, epsilon=new_epsilon).report())
@@ -62,3 +75,20 @@ def budget(state_file: str, summary_path: str | None, new_rho: float | None, new
     if summary_path is not None:
         write_summary(summary_path, reports)
         click.echo(f"per-key summary: {keys:,} row{'s' * (keys != 1)} written to {summary_path}.")
+
+
+def _database_budget(name: str, database: str, database_key: str | None) -> str:
+    """The text of the service's budget ``name`` (a one-line error when there is none)."""
+    from dpstream.service.budgets import NoBudget, ServiceBudgets
+
+    storage = open_database(database, database_key)
+    try:
+        facts = ServiceBudgets(storage).describe(name)
+    except NoBudget as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        storage.close()
+    unit = "rho" if facts["accounting"] == "zcdp" else "epsilon"
+    return report(f"budget {name!r} of {storage.describe()}", accounting=facts["accounting"],
+                  total=facts["total"][unit], delta=facts["total"].get("delta", 0.0), subject=facts["subject"],
+                  charges=[(c["charged"], c[unit], c["release"]) for c in facts["charges"]])

@@ -23,19 +23,23 @@ from dpstream.cli._app import (
     report_reading,
     report_unprotected_option,
     say,
+    stated_privacy,
     usage_errors,
     warn_if_seeded,
 )
 from dpstream.cli._columns import (
+    STANDARD_ERROR,
     ColumnsWriter,
     check_columns,
     per_key_privacy,
     release_columns,
     released_line,
     report_keys,
+    standard_errors_of,
+    standard_errors_option,
     summary,
 )
-from dpstream.cli._options import SEED_HELP
+from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import check_revised, write_revised
 from dpstream.cli._spark import RELEASE_ENGINES
@@ -43,7 +47,7 @@ from dpstream.cli._spark import spark_conf_option as _spark_conf
 from dpstream.cli._spark_release import check_engine, release_on_spark
 from dpstream.cli._spark_streaming import pop_streaming, release_streaming, streaming_options
 from dpstream.io import MISSING_POLICIES, StreamReader
-from dpstream.io.vectorized import value_lines
+from dpstream.io.vectorized import csv_rows, value_lines
 from dpstream.release.by_key import DEFAULT_MAX_KEYS
 from dpstream.release.pak import PAK_MULTIPLIER, PAK_THRESHOLD_FRACTION
 from dpstream.release.registry import REGISTRY, Mechanism, release_methods, specific_options
@@ -182,6 +186,8 @@ class _Methods(click.Choice):
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="A SECRET state file: the first run creates it, the same command run again continues the "
                    "release after an interruption without re-spending the budget (-o FILE).")
+@budget_store_option
+@standard_errors_option
 @click.option("--engine", type=click.Choice(RELEASE_ENGINES), default="local", show_default=True,
               help="With --key-column: local (this process) or spark (PySpark, pip install 'dpstream[spark]', Java "
                    "17+; INPUT a Parquet or comma-separated CSV file): the same output for the same --seed; or "
@@ -216,7 +222,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     it, never re-drawing noise for a published position (see the README, "Long-running
     releases").  From stdin, the producer continues from the consumed count the state records.
     """
-    chosen = REGISTRY[method]
+    chosen, budget_path = REGISTRY[method], options.pop("budget_path")  # charged after every check, before publishing
     context = click.get_current_context()
     hold = _paper_defaults(options, _check_options(context, chosen, options, hold))
     if key_column is not None and not chosen.per_key:
@@ -228,7 +234,8 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     if state_path is not None:
         _release_durable(state_path, input_path=input_path, output_path=output_path, method=method, column=column,
                          time_column=time_column, key_column=key_column, max_keys=max_keys, missing=missing,
-                         seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds)
+                         seed=seed, hold=hold, force=force, options=options, checkpoint_seconds=checkpoint_seconds,
+                         budget_path=budget_path)
         return
     with usage_errors():  # a parameter the mechanism refuses (or that would overflow) is a usage error
         releaser = _said(lambda: chosen.build({**options, "hold": hold}, seed=seed))
@@ -239,6 +246,7 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
         return release_streaming(context, build=_quiet(lambda key: chosen.build({**options, "hold": hold}, key=key)))
     target = prepare_output(output_path, force=force, inputs=[input_path])
     warn_if_released_before(target)
+    _charge(budget_path, lambda: releaser, state_path=None, output_path=output_path, keyed=key_column is not None)
     build = _quiet(lambda bits: chosen.build({**options, "hold": hold}, seed=bits))  # every key's: said once above
     if engine == "spark":
         release_on_spark(input_path, target, build=build,
@@ -276,6 +284,17 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
     write_revised(_say_horizon(releaser, options))
 
 
+def _charge(budget_path: str | None, probe: Callable[[], Any], *, state_path: str | None, output_path: str,
+            keyed: bool) -> None:
+    """``--budget-store``: charge the store the release's stated guarantee (each key's, with keys: every key the same
+    public amount), that of ``probe()`` (a mechanism built from the parameters alone), before any value or
+    data-chosen threshold is published; a refusal is a usage error."""
+    if budget_path is not None:
+        with usage_errors():
+            charge_store(budget_path, "release", stated_privacy(probe()), state_path=state_path,
+                         output_path=output_path, per_key=keyed)
+
+
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:
     """Refuse an option of another mechanism (rather than ignore it); read a deprecated spelling as its option.
 
@@ -288,6 +307,13 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
             raise click.UsageError(f"{_flag(context, name)} does not apply to --method {chosen.name}.")
     options.pop("summary_path")  # an output of the command (its report), not a parameter of the mechanism
     pop_streaming(options)  # where and how the streaming engine runs, not parameters of the mechanism
+    if context.meta.get("standard_errors"):  # an output too: the column of each value's standard error
+        if not hasattr(chosen.cls, "standard_errors"):
+            raise click.UsageError(f"--standard-errors applies to --method "
+                                   f"{_names(lambda entry: hasattr(entry.cls, 'standard_errors'))} (whose noise has a "
+                                   f"known standard error), not {chosen.name}.")
+        if context.params["engine"] != "local":
+            raise click.UsageError("--standard-errors applies with --engine local only.")
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)
@@ -385,11 +411,14 @@ def warn_if_released_before(target: Any) -> None:
 
 def _release_durable(state_path: str, *, input_path: str, output_path: str, method: str, column: str | None,
                      time_column: str | None, key_column: str | None, max_keys: int, missing: str, seed: int | None,
-                     hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float) -> None:
+                     hold: int, force: bool, options: dict[str, Any], checkpoint_seconds: float,
+                     budget_path: str | None) -> None:
     """``release --state FILE`` (see :mod:`dpstream.cli._durable`): create or continue the stream, checkpointing."""
     chosen = REGISTRY[method]
     if not chosen.durable:
         raise click.UsageError(f"--state applies to --method {_names(lambda entry: entry.durable)}, not {method}.")
+    _charge(budget_path, lambda: _quiet(chosen.build)({**options, "hold": hold}, seed=0), state_path=state_path,
+            output_path=output_path, keyed=key_column is not None)  # before the state is made: a refusal leaves none
     specific = specific_options()
     applies = {name: value for name, value in options.items()
                if name not in specific or name in chosen.options or (name in chosen.optional and value is not None)}
@@ -398,6 +427,8 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     # the columns change the output's format; they are recorded when given (states without them stay valid)
     params.update({name: value for name, value in (("time_column", time_column), ("key_column", key_column))
                    if value is not None})
+    if click.get_current_context().meta.get("standard_errors"):  # a column of the output, recorded when given
+        params["standard_errors"] = True
     keyed, columns = key_column is not None, time_column is not None or key_column is not None
     reader = StreamReader(input_path, column=column, time_column=time_column, key_column=key_column,
                           missing=missing)  # a missing input: no state is made
@@ -430,6 +461,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         else:
             writer = _Writer(releaser, later, upper_bound=options["upper_bound"], clip=options["clip"],
                              written=written)
+            writer.header = run.state.progress.output_bytes == 0
         writer.after = run.checkpoint
         try:
             with durable.guarded(run), run.output() as sink:
@@ -490,10 +522,20 @@ class _Writer:
         self.clipped = 0
         #: Called with the sink after each value (stdin) or batch (files) is written: --state's checkpoint.
         self.after: Callable[[TextIO], None] | None = None
+        #: With --standard-errors: the standard errors at positions; the output is CSV 'value,standard_error'.
+        self.errors = standard_errors_of(releaser)
+        #: Whether to write that CSV's header (False when appending to an output that has it: --state).
+        self.header = True
+
+    def _start(self, sink: TextIO) -> None:
+        if self.errors is not None and self.header:
+            sink.write(f"value,{STANDARD_ERROR}\n")
+            self.header = False
 
     def live(self, values: Iterator[float], sink: TextIO) -> int:
         """Release value by value, each written and flushed as soon as it is released."""
         releaser, released = self.releaser, 0
+        self._start(sink)
         for value in values:
             if self.clip and (value < 0.0 or value > self.upper_bound) and math.isfinite(value):
                 self.clipped += 1
@@ -503,7 +545,8 @@ class _Writer:
                     self.announce(releaser)
             else:
                 check_finite(out, position=releaser.position - 1, written=self.written)
-                sink.write(f"{out!r}\n")
+                errors = "" if self.errors is None else f",{float(self.errors(np.array([releaser.position - 1]))[0])!r}"
+                sink.write(f"{out!r}{errors}\n")
                 sink.flush()
                 released += 1
             if self.after is not None:
@@ -513,6 +556,7 @@ class _Writer:
     def batches(self, chunks: Iterator[np.ndarray], sink: TextIO) -> int:
         """Release chunk by chunk (file input)."""
         releaser, released = self.releaser, 0
+        self._start(sink)
         for chunk in chunks:
             had_threshold = releaser.threshold is not None
             if self.clip:
@@ -522,7 +566,8 @@ class _Writer:
                 self.announce(releaser)
             if out.size:
                 check_finite(out, position=releaser.position - out.size, written=self.written)
-                sink.write(value_lines(out))
+                sink.write(value_lines(out) if self.errors is None else
+                           csv_rows([out, self.errors(np.arange(releaser.position - out.size, releaser.position))]))
                 released += out.size
             if self.after is not None:
                 self.after(sink)

@@ -15,27 +15,20 @@ from typing import Any
 import click
 
 from dpstream.cli._app import cli, say
-from dpstream.cli._options import DEFAULT_DATABASE
+from dpstream.cli._options import DATABASE_KEY, DEFAULT_DATABASE, open_database
 
 __all__ = ["token"]
 
 _DATABASE = click.option("--database", default=DEFAULT_DATABASE, show_default=True, metavar="URL",
                          help="The service's database: sqlite:///FILE or postgresql://USER@HOST:PORT/DB.")
-_KEY = click.option("--database-key", envvar="DPSTREAM_DATABASE_KEY", metavar="KEY", show_envvar=True,
-                    help="The database key, when the service's secrets are sealed with one.")
+_KEY = DATABASE_KEY
 
 
 def _tokens(database: str, database_key: str | None) -> Any:
     """The token store of the database (a one-line error when it cannot be opened)."""
-    from dpstream.service import StorageError, open_storage
-    from dpstream.service.secrets import parse_database_key
     from dpstream.service.tokens import TokenStore
 
-    try:
-        key = None if database_key is None else parse_database_key(database_key)
-        return TokenStore(open_storage(database, database_key=key))
-    except StorageError as error:
-        raise click.ClickException(str(error)) from None
+    return TokenStore(open_database(database, database_key))
 
 
 @cli.group()

@@ -25,9 +25,14 @@ zCDP (PAK, private partition selection) are refused: their deltas would need a f
 **What a budget is about.**  The first charge fixes the store's *subject*, and a later release about
 another one is refused: for unit-level releases the unit, the window and whether units are replaced
 (``UnitLevel``: two aggregates of the same households' days with other bounds draw on the same
-per-household-day budget, since each enforces its own bounds), else the relation itself (event level:
-a budget per stream position).  Windows are disjoint, so a unit-level store is the budget of one unit in
-any one window: each release charges its per-window guarantee once, however many windows it spans.
+per-household-day budget, since each enforces its own bounds), else the relation itself: event level,
+the budget of one value of the stream (each release of that stream, whatever its method, protects the
+value at each position at its epsilon or rho); w-event (``WEvent(w=...)``), the budget of any window of
+``w`` consecutive values.  A release with keys (``per_key=True``) is about the relation *in each key's
+stream*: every key is charged the same public amount (the per-key guarantee, which does not depend on
+the keys or their values), so a refusal reveals nothing about any key; such a store is the budget of one
+key's stream.  Windows are disjoint, so a unit-level store is the budget of one unit in any one window:
+each release charges its per-window guarantee once, however many windows it spans.
 
 **The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
 an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
@@ -52,7 +57,8 @@ from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, rho_of_pure, zcdp_
 from dpstream.durable.files import write_atomic
 from dpstream.privacy import PrivacyGuarantee, Relation, UnitLevel
 
-__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "subject_of"]
+__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "amount_of", "check_charge", "in_terms",
+           "report", "subject_of"]
 
 #: The ``format`` field of a budget store file.
 BUDGET_FORMAT = "dpstream-budget"
@@ -75,16 +81,61 @@ class Charge:
     time: str
 
 
-def subject_of(relation: Relation) -> str:
-    """What a budget is about: a unit-level relation's unit, window and replacement, else the relation's name.
+def subject_of(relation: Relation, *, per_key: bool = False) -> str:
+    """What a budget is about: a unit-level relation's unit, window and replacement, else the relation's name;
+    ``per_key``: that relation in each key's stream (a release with keys).
 
     >>> subject_of(UnitLevel("household", "UTC day", "values in [0, 5]"))
     'unit level: each household in each UTC day (added or removed)'
+    >>> from dpstream.privacy import EVENT_LEVEL, WEvent
+    >>> subject_of(EVENT_LEVEL), subject_of(WEvent(10), per_key=True)
+    ('EVENT_LEVEL', 'WEvent(w=10) in each key')
     """
     if isinstance(relation, UnitLevel):
         how = "replaced" if relation.replace else "added or removed"
-        return f"unit level: each {relation.unit} in each {relation.window} ({how})"
-    return relation.name
+        subject = f"unit level: each {relation.unit} in each {relation.window} ({how})"
+    else:
+        subject = relation.name
+    return f"{subject} in each key" if per_key else subject
+
+
+def amount_of(guarantee: PrivacyGuarantee, accounting: str) -> float:
+    """What ``guarantee`` costs in a store of ``accounting`` (``"zcdp"``: rho, pure as epsilon^2/2; ``"pure"``:
+    epsilon), refused (ValueError) when it cannot be counted in it."""
+    if not isinstance(guarantee, PrivacyGuarantee):
+        raise TypeError(f"guarantee must be a PrivacyGuarantee, got {guarantee!r}.")
+    if isinstance(guarantee, ZcdpGuarantee):
+        if accounting == "pure":
+            raise ValueError(f"a pure-DP budget store cannot count a zCDP release ({guarantee.label}).")
+        return guarantee.rho
+    if guarantee.delta != 0.0:
+        raise ValueError(f"a budget store counts pure and zCDP releases only, not {guarantee.label} (its delta "
+                         "would need a filter of its own).")
+    return rho_of_pure(guarantee.epsilon) if accounting == "zcdp" else guarantee.epsilon
+
+
+def check_charge(*, release: str, amount: float, subject: str, stored_subject: str | None, spent: float,
+                 total: float, accounting: str, where: str) -> None:
+    """Refuse a charge about another subject than the store's (ValueError) or past its total
+    (:class:`BudgetExhausted`); ``where`` names the store in messages."""
+    if stored_subject is not None and stored_subject != subject:
+        raise ValueError(f"the budget store {where} is about {stored_subject}; release {release!r} is about "
+                         f"{subject}.")
+    if spent + amount > total * (1 + _SLACK):
+        raise BudgetExhausted(f"release {release!r} needs {'rho' if accounting == 'zcdp' else 'epsilon'} {amount:g} "
+                              f"but the budget store has {max(total - spent, 0.0):g} left of {total:g}.")
+
+
+def in_terms(amount: float, accounting: str, delta: float) -> dict[str, float]:
+    """An amount as a reader takes it: ``{"epsilon"}`` (pure), or ``{"rho", "epsilon", "delta"}``: the rho and the
+    (epsilon, delta) it implies at the store's delta.
+
+    >>> in_terms(2.0, "pure", 1e-6), in_terms(0.5, "zcdp", 1e-6)["epsilon"] == zcdp_epsilon(0.5, 1e-6)
+    ({'epsilon': 2.0}, True)
+    """
+    if accounting == "pure":
+        return {"epsilon": amount}
+    return {"rho": amount, "epsilon": zcdp_epsilon(amount, delta), "delta": delta}
 
 
 class BudgetStore:
@@ -149,33 +200,21 @@ class BudgetStore:
 
     def amount(self, guarantee: PrivacyGuarantee) -> float:
         """What ``guarantee`` costs in this store's accounting (refused when it cannot be counted in it)."""
-        if isinstance(guarantee, ZcdpGuarantee):
-            if self.accounting == "pure":
-                raise ValueError(f"a pure-DP budget store cannot count a zCDP release ({guarantee.label}).")
-            return guarantee.rho
-        if guarantee.delta != 0.0:
-            raise ValueError(f"a budget store counts pure and zCDP releases only, not {guarantee.label} (its delta "
-                             "would need a filter of its own).")
-        return rho_of_pure(guarantee.epsilon) if self.accounting == "zcdp" else guarantee.epsilon
+        return amount_of(guarantee, self.accounting)
 
-    def charge(self, release: str, guarantee: PrivacyGuarantee) -> Charge:
+    def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False) -> Charge:
         """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
-        a name charged before is not charged again (its first charge is returned)."""
-        if not isinstance(guarantee, PrivacyGuarantee):
-            raise TypeError(f"guarantee must be a PrivacyGuarantee, got {guarantee!r}.")
-        amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours)
+        a name charged before is not charged again (its first charge is returned).  ``per_key``: the guarantee
+        is each key's (a release with keys), charged once for every key alike."""
+        amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours, per_key=per_key)
         with _locked(self.path):
             self._data = data = _read(self.path)
             earlier = [c for c in data["charges"] if c["release"] == release]
             if earlier:
                 return Charge(**earlier[0])
-            if data["subject"] is not None and data["subject"] != subject:
-                raise ValueError(f"the budget store {self.path} is about {data['subject']}; release {release!r} is "
-                                 f"about {subject}.")
-            spent = math.fsum(c["amount"] for c in data["charges"])
-            if spent + amount > data["total"] * (1 + _SLACK):
-                raise BudgetExhausted(f"release {release!r} needs {self.unit} {amount:g} but the budget store has "
-                                      f"{max(data['total'] - spent, 0.0):g} left of {data['total']:g}.")
+            check_charge(release=release, amount=amount, subject=subject, stored_subject=data["subject"],
+                         spent=math.fsum(c["amount"] for c in data["charges"]), total=data["total"],
+                         accounting=data["accounting"], where=str(self.path))
             charge = Charge(release=release, amount=float(amount), statement=str(guarantee),
                             time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             data["subject"] = subject
@@ -213,19 +252,29 @@ class BudgetStore:
 
     def report(self) -> str:
         """What the store holds, spent and has left, in its accounting (and (epsilon, delta) for zCDP)."""
-        delta = self._data["delta"]
+        return report(f"budget store {self.path}", accounting=self.accounting, total=self.total,
+                      delta=self._data["delta"], subject=self._data["subject"],
+                      charges=[(c.time, c.amount, c.release) for c in self.charges])
 
-        def said(amount: float) -> str:
-            if self.accounting == "pure":
-                return f"epsilon {amount:g}"
-            return f"rho {amount:g} (epsilon {zcdp_epsilon(amount, delta):.4g} at delta {delta:g})"
 
-        lines = [f"budget store {self.path}: {'zCDP' if self.accounting == 'zcdp' else 'pure DP'}, total "
-                 f"{said(self.total)}; about {self._data['subject'] or 'nothing yet'}",
-                 f"spent {said(self.spent)} by {len(self.charges)} release{'s' * (len(self.charges) != 1)}; left "
-                 f"{said(self.left)}"]
-        lines += [f"  {c.time}  {self.unit} {c.amount:g}  {c.release}" for c in self.charges]
-        return "\n".join(lines)
+def report(title: str, *, accounting: str, total: float, delta: float, subject: str | None,
+           charges: list[tuple[str, float, str]]) -> str:
+    """The text of a budget: ``title``, its total and subject, spent and left, and each charge
+    ``(time, amount, release)`` -- amounts in epsilon (pure), or in rho with the (epsilon, delta) they imply."""
+    unit = "rho" if accounting == "zcdp" else "epsilon"
+
+    def said(amount: float) -> str:
+        if accounting == "pure":
+            return f"epsilon {amount:g}"
+        return f"rho {amount:g} (epsilon {zcdp_epsilon(amount, delta):.4g} at delta {delta:g})"
+
+    spent = math.fsum(amount for _, amount, _ in charges)
+    lines = [f"{title}: {'zCDP' if accounting == 'zcdp' else 'pure DP'}, total {said(total)}; about "
+             f"{subject or 'nothing yet'}",
+             f"spent {said(spent)} by {len(charges)} release{'s' * (len(charges) != 1)}; left "
+             f"{said(max(total - spent, 0.0))}"]
+    lines += [f"  {when}  {unit} {amount:g}  {release}" for when, amount, release in charges]
+    return "\n".join(lines)
 
 
 def _encode(data: dict[str, Any]) -> bytes:

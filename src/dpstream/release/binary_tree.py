@@ -88,8 +88,8 @@ from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.contract import BINARY_TREE, read_header, snapshot_header
 from dpstream.release.wevent import event_epsilon, spent_of_scale, wevent_privacy
 
-__all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "prefix_nodes", "noise_prefix_sums",
-           "ZcdpBinaryTree"]
+__all__ = ["MAX_EXACT_UNITS", "BinaryTreeCounter", "BinaryTreeState", "increment_standard_errors", "prefix_nodes",
+           "noise_prefix_sums", "ZcdpBinaryTree"]
 
 
 def prefix_nodes(count: int, levels: int) -> list[tuple[int, int]]:
@@ -150,6 +150,27 @@ def _tiling_counts(counts: np.ndarray, levels: int) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.int64)
     bits = sum((counts >> level) & 1 for level in range(top))
     return (counts >> top) + bits
+
+
+def increment_standard_errors(positions: object, *, levels: int, max_range: int, node_variance: float
+                              ) -> np.ndarray:
+    """The exact standard error of the released value (an increment) at each of ``positions`` of a binary tree:
+    the nodes of the tilings of ``a`` and ``a + 1`` (``a`` the position in its tree; ``a + 1`` the whole tree at
+    its end) that do not cancel, as :meth:`BinaryTreeCounter.range_standard_error` counts them, vectorized.
+
+    >>> increment_standard_errors([0, 1, 3], levels=3, max_range=8, node_variance=4.0).tolist()
+    [2.0, 2.8284271247461903, 3.4641016151377544]
+    """
+    a = np.asarray(positions, dtype=np.int64).ravel()
+    if a.size and a.min() < 0:
+        raise ValueError(f"positions must be >= 0, got {int(a.min())}.")
+    a = a % max_range
+    b, top = a + 1, levels - 1
+    shared = np.minimum(a >> top, b >> top)  # top-level nodes in both tilings
+    for level in range(top):
+        shared += ((a >> level) & 1) & ((a >> level) == (b >> level))
+    nodes = _tiling_counts(a, levels) + _tiling_counts(b, levels) - 2 * shared
+    return np.sqrt(nodes * node_variance)
 
 
 @dataclass(kw_only=True)
@@ -401,8 +422,15 @@ class BinaryTreeCounter(Params):
         return float(np.sqrt(nodes * self._arithmetic.node_variance))
 
     def standard_errors(self, positions: object) -> np.ndarray:
-        """The exact standard error of the released value (an increment) at each of ``positions``."""
-        return np.array([self.range_standard_error(int(p), int(p) + 1) for p in np.asarray(positions).ravel()])
+        """The exact standard error of the released value (an increment) at each of ``positions``: the nodes of
+        the tilings of ``a`` and ``a + 1`` (``a`` the position in its tree; ``a + 1`` the whole tree at its end)
+        that do not cancel, as :meth:`range_standard_error` counts them, vectorized over the positions."""
+        return increment_standard_errors(positions, **self.error_model())
+
+    def error_model(self) -> dict[str, Any]:
+        """What the standard errors of the released values depend on, all public: the tree's ``levels``, its
+        ``max_range`` and the variance of one node's noise (:func:`increment_standard_errors` takes them)."""
+        return {"levels": self.levels, "max_range": self.max_range, "node_variance": self._arithmetic.node_variance}
 
     def _start_tree(self) -> np.ndarray:
         size = 2**self.levels

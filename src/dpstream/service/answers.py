@@ -4,6 +4,8 @@ Nothing here ever reads a source's key or state: :func:`describe` takes the publ
 
 >>> released_json([3, 4], [60.0, 120.0], [1.5, -0.25])
 b'{"released":[{"position":3,"time":60.0,"value":1.5},{"position":4,"time":120.0,"value":-0.25}]}'
+>>> released_json([3], [60.0], [1.5], errors=[2.0])
+b'{"released":[{"position":3,"time":60.0,"value":1.5,"standard_error":2.0}]}'
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dpstream.release.binary_tree import increment_standard_errors
 from dpstream.service.storage import Source
 
-__all__ = ["describe", "released_json", "released_rows_json"]
+__all__ = ["describe", "released_json", "released_rows_json", "standard_errors"]
 
 
 def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
@@ -41,13 +44,28 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
     return described
 
 
-def released_json(positions: list[int], times: list[float], values: list[float]) -> bytes:
-    """``{"released": [{"position", "time", "value"}, ...]}`` (numbers are finite: repr is JSON)."""
-    rows = ",".join(f'{{"position":{p},"time":{t!r},"value":{v!r}}}' for p, t, v in zip(positions, times, values))
+def standard_errors(source: Source, positions: list[int]) -> list[float] | None:
+    """The exact standard errors of a source's released values at ``positions``, when its mechanism states them
+    (its public ``error_model``: the binary tree's), else None.  The noise's only: clipping and the grid's rounding
+    are not in them."""
+    model = source.public.get("error_model")
+    return None if model is None else increment_standard_errors(positions, **model).tolist()
+
+
+def released_json(positions: list[int], times: list[float], values: list[float],
+                  errors: list[float] | None = None) -> bytes:
+    """``{"released": [{"position", "time", "value"}, ...]}`` (numbers are finite: repr is JSON), each with its
+    ``"standard_error"`` when ``errors`` are given (a field older clients ignore)."""
+    if errors is None:
+        rows = ",".join(f'{{"position":{p},"time":{t!r},"value":{v!r}}}' for p, t, v in zip(positions, times, values))
+    else:
+        rows = ",".join(f'{{"position":{p},"time":{t!r},"value":{v!r},"standard_error":{e!r}}}'
+                        for p, t, v, e in zip(positions, times, values, errors))
     return f'{{"released":[{rows}]}}'.encode()
 
 
-def released_rows_json(rows: Sequence[tuple[int, float, float]]) -> bytes:
-    """:func:`released_json` of the ``(position, time, value)`` rows the storage reads."""
+def released_rows_json(rows: Sequence[tuple[int, float, float]], source: Source | None = None) -> bytes:
+    """:func:`released_json` of the ``(position, time, value)`` rows the storage reads (with the standard errors
+    of ``source``'s values, when it states them)."""
     columns = [list(column) for column in zip(*rows)] if rows else [[], [], []]
-    return released_json(*columns)
+    return released_json(*columns, errors=None if source is None else standard_errors(source, columns[0]))

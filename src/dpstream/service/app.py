@@ -33,7 +33,7 @@ from dpstream.service.errors import install_error_handlers
 from dpstream.service.ingest import LiveSources
 from dpstream.service.metrics import Metrics, mount_metrics
 from dpstream.service.parsing import MAX_BATCH, MAX_BODY_BYTES, MAX_LIMIT
-from dpstream.service.routers import aggregates, collectors, health, streams, tokens
+from dpstream.service.routers import aggregates, budgets, collectors, health, streams, tokens
 from dpstream.service.storage import Storage, open_storage
 from dpstream.service.tokens import TokenStore
 
@@ -92,6 +92,7 @@ def create_app(*, database: str | Storage, token: str, database_key: bytes | Non
     app.include_router(collectors.router)
     app.include_router(aggregates.router)
     app.include_router(tokens.router)
+    app.include_router(budgets.router)
     if access_log is not None:  # the outermost layer: it times and logs every answer, refusals too
         app.add_middleware(AccessLogMiddleware, log=access_log)
     return app

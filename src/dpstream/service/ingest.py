@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from dpstream.service import mechanisms
-from dpstream.service.answers import released_json, released_rows_json
+from dpstream.service.answers import released_json, released_rows_json, standard_errors
 from dpstream.service.errors import ApiError, unprocessable
 from dpstream.service.storage import ArchivedError, ConflictError, HeldRows, Source, Storage
 
@@ -253,7 +253,8 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
     live.source = replace(live.source, public=public, position=live.position)
     if answer is not None:
         return answer(live.source, list(zip(positions.tolist(), stamps.tolist(), released.tolist())))
-    return released_json(positions.tolist(), stamps.tolist(), released.tolist())
+    return released_json(positions.tolist(), stamps.tolist(), released.tolist(),
+                         errors=standard_errors(live.source, positions.tolist()))
 
 
 def _retry(storage: Storage, source: Source, start: int, count: int, digest: str, position: int,
@@ -267,4 +268,4 @@ def _retry(storage: Storage, source: Source, start: int, count: int, digest: str
                             "same values).")
     first, released = (start, count) if not span else (int(part) for part in span.split("+"))
     rows = storage.released(source.id, after=first - 1, before=first + released, limit=released)
-    return released_rows_json(rows) if answer is None else answer(source, rows)
+    return released_rows_json(rows, source) if answer is None else answer(source, rows)

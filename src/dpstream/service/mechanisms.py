@@ -210,6 +210,8 @@ def stream_facts(mechanism: Any) -> dict[str, Any]:
     hold-out (its running sums start there), the guarantee; for a periodic ToPS stream its public leaves (length,
     phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
+    if hasattr(mechanism, "error_model"):  # its released values carry their standard error (public parameters)
+        facts["error_model"] = mechanism.error_model()
     for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
@@ -235,10 +237,13 @@ def aggregate_facts(agg: UnitAggregate) -> dict[str, Any]:
     guarantee = _guarantee(agg)
     relation = agg.relation()
     windows = -(-agg.released // agg.width)  # the span released is public, as a stream's length is
-    return {"granularity": agg.granularity, "noise_scale": agg.noise_scale, "levels": agg.levels,
-            "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names, "privacy": guarantee,
-            "guarantee": unit_statement(agg.privacy(), unit=relation.unit, window=relation.window,
-                                        windows=windows)}
+    facts = {"granularity": agg.granularity, "noise_scale": agg.noise_scale, "levels": agg.levels,
+             "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names, "privacy": guarantee,
+             "guarantee": unit_statement(agg.privacy(), unit=relation.unit, window=relation.window,
+                                         windows=windows)}
+    if agg.statistic != "mean":  # every bucket's sum or count shares it (a mean's ratio has none that is exact)
+        facts["standard_error"] = agg.standard_error()
+    return facts
 
 
 def facts(kind: str, mechanism: Any) -> dict[str, Any]:

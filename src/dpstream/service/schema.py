@@ -15,6 +15,10 @@ source takes no batch, and its key, state and held-out values are erased.
 Version 4 added ``tokens``: the scoped bearer tokens (:mod:`dpstream.service.tokens`), each as the SHA-256 of the
 token (never the token), its role and scope, its rate limit and the reports counted in its current window, and
 when it was revoked.
+
+Version 5 added ``budgets`` and ``budget_charges``: the service's budget stores
+(:mod:`dpstream.service.budgets`), each a total in rho or epsilon with its subject, and the charge of each
+source created against one.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "ArchivedError", "DatabaseKeyError", 
            "prepare_schema"]
 
 #: The schema this dpstream writes; older ones are migrated by :data:`MIGRATIONS`, newer ones refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The held-out values of a source: one row per batch, ``count`` values from ``first_position`` (SECRET, sealed
 #: with the database key when there is one).  Rows are deleted when the hold-out ends.
@@ -44,10 +48,20 @@ _TOKENS = """CREATE TABLE IF NOT EXISTS tokens (
     rate BIGINT, window_seconds BIGINT, max_batch BIGINT, window_start BIGINT NOT NULL, used BIGINT NOT NULL,
     created TEXT NOT NULL, revoked TEXT)"""
 
+#: The budget stores: a total ``rho`` (``accounting`` ``zcdp``, (epsilon, delta) stated at ``delta``) or ``epsilon``
+#: (``pure``), and what it is about (``subject``, fixed by the first charge); each charge names its source
+#: (``release``: ``kind name``), once.
+_BUDGETS = """CREATE TABLE IF NOT EXISTS budgets (
+    name TEXT PRIMARY KEY, accounting TEXT NOT NULL, total {real} NOT NULL, delta {real} NOT NULL, subject TEXT,
+    created TEXT NOT NULL)"""
+_BUDGET_CHARGES = """CREATE TABLE IF NOT EXISTS budget_charges (
+    budget TEXT NOT NULL, release TEXT NOT NULL, amount {real} NOT NULL, statement TEXT NOT NULL,
+    charged TEXT NOT NULL, PRIMARY KEY (budget, release))"""
+
 #: ``MIGRATIONS[v]`` lists the statements that take a database from version ``v`` to ``v + 1``; ``{blob}``,
 #: ``{real}`` and ``{clustered}`` stand for the dialect's words.
 MIGRATIONS: dict[int, tuple[str, ...]] = {1: (_HOLDOUT,), 2: ("ALTER TABLE sources ADD COLUMN archived TEXT",),
-                                          3: (_TOKENS,)}
+                                          3: (_TOKENS,), 4: (_BUDGETS, _BUDGET_CHARGES)}
 
 
 class StorageError(Exception):
@@ -87,6 +101,8 @@ def _tables() -> tuple[str, ...]:
             PRIMARY KEY (source_id, first_position))""",
         _HOLDOUT,
         _TOKENS,
+        _BUDGETS,
+        _BUDGET_CHARGES,
     )
 
 

@@ -124,7 +124,7 @@ def _parameters(document: dict[str, Any]) -> dict[str, Any]:
 @router.post("/aggregates", status_code=201, dependencies=[Depends(authorize)])
 async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONResponse:
     name = check_name(document.pop("name", None))
-    seed = document.pop("seed", None)
+    seed, budget = document.pop("seed", None), common.budget_of(document)
     with unprocessable():
         params = _parameters(document)
         key = mechanisms.derive_key(seed)
@@ -132,7 +132,7 @@ async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONRes
     shown = {**document, "bucket": duration_text(agg.bucket), "unit_window": duration_text(agg.window)}
     return await common.created(storage, kind="aggregate", name=name, params=shown,
                                 public=mechanisms.aggregate_facts(agg), key=key, state=mechanisms.snapshot(agg),
-                                seeded=seed is not None)
+                                seeded=seed is not None, budget=budget, guarantee=agg.privacy())
 
 
 @router.get("/aggregates")
@@ -150,7 +150,8 @@ def get_aggregate(name: str, request: Request, sources: SourcesDep) -> dict[str,
 
 def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float]]) -> bytes:
     """``{"released": [{"position", "bucket", "partition", "value"}, ...]}``: the bucket's start in ISO 8601 UTC, the
-    partition's name (empty without partitions), the value."""
+    partition's name (empty without partitions), the value, and for a sum or a count ``"standard_error"``, that of
+    its noise (every bucket's, a public fact of the aggregate; bounding is not in it)."""
     if not rows:
         return b'{"released":[]}'
     positions, times, values = (list(column) for column in zip(*rows))
@@ -162,6 +163,10 @@ def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float
         stride = len(names)
     items = [{"position": p, "bucket": b, "partition": names[p % stride], "value": v}
              for p, b, v in zip(positions, starts, values)]
+    error = source.public.get("standard_error")
+    if error is not None:
+        for item in items:
+            item["standard_error"] = error
     return json.dumps({"released": items}, separators=(",", ":"), allow_nan=False).encode()
 
 

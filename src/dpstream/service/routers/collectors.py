@@ -49,13 +49,14 @@ class _Stale(Exception):
 
 @router.post("/collectors", status_code=201, dependencies=[Depends(authorize)])
 async def create_collector(document: JsonObject, storage: StorageDep) -> JSONResponse:
-    name = check_name(document.pop("name", None))
+    name, budget = check_name(document.pop("name", None)), common.budget_of(document)
     common.require(document, "collector")
     with unprocessable():
         collector = mechanisms.build_collector(document)
     source = await common.create_source(storage, kind="collector", name=name, params=document,
                                         public=mechanisms.collector_facts(collector), key=b"",
-                                        state=mechanisms.snapshot(collector))
+                                        state=mechanisms.snapshot(collector), budget=budget,
+                                        guarantee=collector.privacy())
     return JSONResponse(describe(source), status_code=201)
 
 

@@ -12,14 +12,17 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from dpstream.service.answers import describe, released_rows_json
+from dpstream.durable.budget_store import BudgetExhausted
+from dpstream.privacy import PrivacyGuarantee
+from dpstream.service.answers import describe, released_rows_json, standard_errors
+from dpstream.service.budgets import NoBudget, ServiceBudgets
 from dpstream.service.errors import ApiError, logger
 from dpstream.service.ingest import LiveSources
 from dpstream.service.parsing import DEFAULT_LIMIT, MAX_LIMIT, query_int
 from dpstream.service.storage import ConflictError, Source, Storage
 
-__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "create_source", "created", "events", "ledger", "released",
-           "require"]
+__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "budget_of", "create_source", "created", "events", "ledger",
+           "released", "require"]
 
 #: The warning a seeded stream or aggregate is created with (in its answer and the log).
 SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
@@ -35,22 +38,45 @@ def require(document: dict[str, Any], kind: str) -> None:
             raise ApiError(422, f"a {kind} needs {required}.")
 
 
+def budget_of(document: dict[str, Any]) -> str | None:
+    """The budget a create document names (``"budget": "NAME"``, taken out of it), or None."""
+    budget = document.pop("budget", None)
+    if budget is not None and not isinstance(budget, str):
+        raise ApiError(422, f"budget must name a budget (a string), got {budget!r}.")
+    return budget
+
+
 async def create_source(storage: Storage, *, kind: str, name: str, params: dict[str, Any], public: dict[str, Any],
-                        key: bytes, state: str) -> Source:
-    """Store a new source (409 when one of that kind has the name already)."""
+                        key: bytes, state: str, budget: str | None = None,
+                        guarantee: PrivacyGuarantee | None = None) -> Source:
+    """Store a new source (409 when one of that kind has the name already); with a ``budget``, charge it the
+    source's ``guarantee`` first (:mod:`~dpstream.service.budgets`: 409 when that would pass its total, 422 when it
+    names no budget or one about another subject), recorded in the source's parameters."""
+    release = f"{kind} {name}"
+    if budget is not None:
+        try:
+            await run_in_threadpool(ServiceBudgets(storage).charge, budget, release, guarantee)
+        except (BudgetExhausted, ConflictError) as error:
+            raise ApiError(409, str(error)) from None
+        except (NoBudget, ValueError) as error:
+            raise ApiError(422, str(error)) from None
+        params = {**params, "budget": budget}
     try:
         return await run_in_threadpool(storage.create_source, kind=kind, name=name, params=params, public=public,
                                        key=key, state=state)
     except ConflictError as error:
+        if budget is not None:  # not created: nothing of it will be published
+            await run_in_threadpool(ServiceBudgets(storage).refund, budget, release)
         raise ApiError(409, str(error)) from None
 
 
 async def created(storage: Storage, *, kind: str, name: str, params: dict[str, Any], public: dict[str, Any],
-                  key: bytes, state: str, seeded: bool) -> JSONResponse:
+                  key: bytes, state: str, seeded: bool, budget: str | None = None,
+                  guarantee: PrivacyGuarantee | None = None) -> JSONResponse:
     """Store a new source (:func:`create_source`) and answer 201 with its public facts; a ``seeded`` one's answer
     carries :data:`SEED_WARNING`, which the log says too."""
     source = await create_source(storage, kind=kind, name=name, params=params, public={**public, "seeded": seeded},
-                                 key=key, state=state)
+                                 key=key, state=state, budget=budget, guarantee=guarantee)
     answer = describe(source)
     if seeded:
         logger.warning("%s %r: %s", kind, name, SEED_WARNING)
@@ -74,7 +100,7 @@ def released(sources: LiveSources, kind: str, name: str, request: Request) -> Re
     source = sources.public(kind, name)
     after = query_int(request, "after", minimum=-1, default=None)
     rows = sources.storage.released(source.id, after=after, limit=_limit(request))
-    return Response(released_rows_json(rows), media_type="application/json")
+    return Response(released_rows_json(rows, source), media_type="application/json")
 
 
 def ledger(sources: LiveSources, kind: str, name: str, request: Request, *, counts: bool = True) -> dict[str, Any]:
@@ -96,20 +122,22 @@ async def events(sources: LiveSources, kind: str, name: str, request: Request, p
         after = int(last_id)
     if after is None:  # from now on: every value released so far has a position below the stream's
         after = source.position - 1
-    return StreamingResponse(_released_events(sources.storage, source.id, after, request, poll_seconds),
+    return StreamingResponse(_released_events(sources.storage, source, after, request, poll_seconds),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _released_events(storage: Storage, source_id: int, after: int, request: Request, poll_seconds: float
+async def _released_events(storage: Storage, source: Source, after: int, request: Request, poll_seconds: float
                            ) -> AsyncIterator[str]:
     cursor, quiet = after, 0.0
     yield "retry: 2000\n\n"
     while not await request.is_disconnected():
-        rows = await run_in_threadpool(storage.released, source_id, after=cursor, limit=MAX_LIMIT)
-        for position, stamp, value in rows:
+        rows = await run_in_threadpool(storage.released, source.id, after=cursor, limit=MAX_LIMIT)
+        errors = standard_errors(source, [row[0] for row in rows]) if rows else None
+        for i, (position, stamp, value) in enumerate(rows):
+            error = "" if errors is None else f',"standard_error":{errors[i]!r}'
             yield (f"id: {position}\nevent: released\n"
-                   f'data: {{"position":{position},"time":{stamp!r},"value":{value!r}}}\n\n')
+                   f'data: {{"position":{position},"time":{stamp!r},"value":{value!r}{error}}}\n\n')
         if rows:
             cursor, quiet = rows[-1][0], 0.0
             continue

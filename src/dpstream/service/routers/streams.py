@@ -34,14 +34,15 @@ _BATCH_FIELDS = ("values", "times", "first_position")
 async def create_stream(document: JsonObject, storage: StorageDep) -> JSONResponse:
     name = check_name(document.pop("name", None))
     method = document.pop("method", "tops")
-    seed = document.pop("seed", None)
+    seed, budget = document.pop("seed", None), common.budget_of(document)
     common.require(document, "stream")
     with unprocessable():
         key = mechanisms.derive_key(seed)
         mechanism = mechanisms.build_stream(method, document, key)
     return await common.created(storage, kind="stream", name=name, params={"method": method, **document},
                                 public=mechanisms.stream_facts(mechanism), key=key,
-                                state=mechanisms.snapshot(mechanism), seeded=seed is not None)
+                                state=mechanisms.snapshot(mechanism), seeded=seed is not None, budget=budget,
+                                guarantee=mechanism.privacy())
 
 
 @router.get("/streams")
