@@ -156,6 +156,7 @@ def test_the_checkpoint_refuses_another_secret_or_other_parameters(tmp_path):
 
 def test_usage_errors_of_the_streaming_engine(tmp_path):
     (tmp_path / "in").mkdir()
+    (tmp_path / "store.json").write_text("{}")  # refused before it is read
     base = ["release", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--epsilon", "1", "--upper-bound", "5",
             "--key-column", "meter", "--engine", "spark-streaming"]
     cases = [
@@ -166,6 +167,8 @@ def test_usage_errors_of_the_streaming_engine(tmp_path):
          "--seed and --secret-file exclude each other"),
         (["--time-column", "t", "--spark-checkpoint", str(tmp_path / "c"), "--seed", "1", "--state", "s"],
          "--state applies to --engine local only (Spark keeps its own checkpoint: --spark-checkpoint)"),
+        (["--time-column", "t", "--spark-checkpoint", str(tmp_path / "c"), "--seed", "1", "--budget-store",
+          str(tmp_path / "store.json")], "--budget-store applies to --engine local or spark"),
     ]
     for extra, message in cases:
         result = CliRunner().invoke(cli, [*base, *extra])

@@ -93,6 +93,8 @@ def check_streaming(context: click.Context, *, engine: str, input_path: str, tim
     ]
     refused += [(params.get(name) is not None, f"--{name.replace('_path', '')} applies to the local engine only.")
                 for name in ("summary_path", "revised_path", "plot_path")]
+    refused.append((params.get("budget_path") is not None, "--budget-store applies to --engine local or spark: a "
+                                                           "streaming query has no end to charge a store for."))
     for bad, message in refused:
         if bad:
             raise click.UsageError(message)
