@@ -42,15 +42,16 @@ from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import GridLaplace
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import make_source
-from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
+from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
 from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums, model_structures
 from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
-from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon, hierarchy_wevent
+from dpstream.release.tops_privacy import PROFILE_SHARE, tops_privacy
+from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
-from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
+from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold, window_leaves
 from dpstream.thresholds.noisy_max import threshold_candidates
@@ -61,9 +62,6 @@ __all__ = ["PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
-
-#: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
-PROFILE_SHARE = 0.25
 
 #: With ``period``: the default smoother averages the levels of this many past periods.
 PERIOD_SMOOTHING = 7
@@ -390,42 +388,7 @@ class ToPS(HoldOutRelease, Params):
         depends on theta (in grid units), so before the hold-out ends it is stated as
         ``epsilon``, an upper bound on what it will be.
         """
-        if self.w_event is not None:
-            return hierarchy_wevent(self._stream, window=self.w_event, period=self.period, bound=self.period_bound)
-        stream = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
-        noise = self._source.describe()
-        grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
-        if self.public_threshold is not None:
-            levels = f"{'d' if self.period is not None else 'h - s'} = {self._stream.measured_levels}"
-            hierarchy = Part(what="hierarchy", budget=stream, noise=noise, text=(
-                f"hierarchy {stream.label()} on every value from the first{grid} (eps / ({levels}) on each measured "
-                f"level); theta = {self.threshold:g} is public (given, not chosen from the data: it spends nothing), "
-                f"values above it are clipped to it"))
-            only = Composition(kind="parallel", parts=(hierarchy,), layout="{}; no hold-out")
-            return PrivacyGuarantee.of(only, neighbours=EVENT_LEVEL)
-        if self.threshold_method == "model":
-            spent = EpsilonDelta(self.threshold_epsilon if self.model_choice is None
-                                 else self.model_choice.epsilon_spent + self._profile_spent)
-            levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
-            if self.period is not None:
-                levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
-            elif self.leaf is not None:
-                levels = f"d = {self._stream.measured_levels} over leaves of {self.leaf} values"
-            profile = "" if not self._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
-            threshold = Part(what="model threshold", budget=spent, noise=noise, text=(
-                f"model threshold {spent.label()} on the first {self.hold} values (theta, s and the prior{profile})"))
-            per_level = f"eps / ({levels}) on each measured level"
-        else:
-            measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
-            nm_e = EpsilonDelta(noisy_max_epsilon(self.threshold_epsilon, monotone=True) if self._source.exact
-                                else self.threshold_epsilon)
-            threshold = Part(what="NM-E threshold", budget=nm_e, noise=noise,
-                             text=f"NM-E threshold {nm_e.label()} on the first {self.hold} values")
-            per_level = f"eps/{measured} on each of h - s = {measured} measured levels"
-        hierarchy = Part(what="hierarchy", budget=stream, noise=noise,
-                         text=f"hierarchy {stream.label()} on the rest{grid} ({per_level})")
-        return PrivacyGuarantee.of(Composition(kind="parallel", parts=(threshold, hierarchy),
-                                               layout="{}; {}; parallel composition"), neighbours=EVENT_LEVEL)
+        return tops_privacy(self)
 
     # -- releasing ---------------------------------------------------------------------
 
