@@ -162,35 +162,6 @@ class HierarchyShape:
         return self.levels - self.smoothed_levels
 
 
-#: Most leaves a chunk's hierarchy has when the model chooses its structure for windows of a given length
-#: (:func:`model_structures`).  A stream draws a chunk's noise at once and keeps its leaves' consistent share, 16
-#: bytes a leaf: 2^16 leaves are 1 MB and about 70,000 draws a stream, what one stream per key can afford (2^20
-#: leaves, s = 0 at the default r, were 16 MB).
-MODEL_MAX_LEAVES = 1 << 16
-
-
-def model_structures(max_range: int, fanout: int, leaves: tuple[int, ...] = (), forced: tuple[int, ...] | None = None,
-                     windows: bool = True) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
-    """The values of s and the leaf lengths among ``leaves`` the model may choose for chunks of ``max_range`` values
-    when it scores ``windows`` of a given length: those whose chunk has at most :data:`MODEL_MAX_LEAVES` leaves (all
-    of them when a chunk is that short; at least the top level); the values of s ``forced`` by the user, and without
-    ``windows`` None (every value of s).  Public parameters only.
-
-    >>> model_structures(2**20, 16, (96, 48, 24, 12))
-    ((1, 2, 3, 4), (96, 48, 24))
-    >>> model_structures(4096, 16, (12,))
-    ((0, 1, 2), (12,))
-    >>> model_structures(2**20, 16, windows=False)
-    (None, ())
-    """
-    if not windows:
-        return forced, leaves
-    levels = num_levels(max_range, fanout)
-    allowed = tuple(s for s in range(levels) if -(-max_range // fanout**s) <= MODEL_MAX_LEAVES) or (levels - 1,)
-    small = tuple(leaf for leaf in leaves if -(-max_range // leaf) <= MODEL_MAX_LEAVES)
-    return allowed if forced is None else forced, small
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Segment:
     """The blocks a batch of values of one chunk touches (:meth:`HierarchicalPerturber._segment`)."""

@@ -46,8 +46,8 @@ from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
-from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums, model_structures
-from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
+from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
+from dpstream.release.tops_defaults import check_threshold_choice, fit_params, model_structures, warn_if_useless
 from dpstream.release.tops_privacy import PROFILE_SHARE, tops_privacy
 from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother

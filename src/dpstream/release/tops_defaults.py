@@ -1,4 +1,5 @@
-"""ToPS's defaults fitted to a stream of known length, and the warning of a release that cannot be useful.
+"""ToPS's defaults fitted to a stream of known length, the structures its model may choose
+(:func:`model_structures`), and the warning of a release that cannot be useful.
 
 The paper's defaults (a hold-out of :data:`PAPER_HOLD` values, hierarchies of :data:`PAPER_MAX_RANGE`
 values, candidate thresholds ``1, 2, ..., B``) suit streams of millions of values.  A stream of a few
@@ -40,6 +41,7 @@ __all__ = [
     "HOLD_FRACTION",
     "MIN_BLOCKS",
     "MIN_HOLD",
+    "MODEL_MAX_LEAVES",
     "PAPER_HOLD",
     "PAPER_MAX_RANGE",
     "PAPER_THRESHOLD_STEP",
@@ -49,6 +51,7 @@ __all__ = [
     "check_threshold_choice",
     "fit_defaults",
     "fit_params",
+    "model_structures",
     "public_hold",
     "release_warning",
     "warn_if_useless",
@@ -283,3 +286,32 @@ def release_warning(*, epsilon: float, threshold_epsilon: float, upper_bound: fl
     fixes = list(dict.fromkeys(fixes))
     raise_ = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
     return "; ".join(reasons) + f": raise {raise_}, or give a public threshold"
+
+
+#: Most leaves a chunk's hierarchy has when the model chooses its structure for windows of a given length
+#: (:func:`model_structures`).  A stream draws a chunk's noise at once and keeps its leaves' consistent share, 16
+#: bytes a leaf: 2^16 leaves are 1 MB and about 70,000 draws a stream, what one stream per key can afford (2^20
+#: leaves, s = 0 at the default r, were 16 MB).
+MODEL_MAX_LEAVES = 1 << 16
+
+
+def model_structures(max_range: int, fanout: int, leaves: tuple[int, ...] = (), forced: tuple[int, ...] | None = None,
+                     windows: bool = True) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
+    """The values of s and the leaf lengths among ``leaves`` the model may choose for chunks of ``max_range`` values
+    when it scores ``windows`` of a given length: those whose chunk has at most :data:`MODEL_MAX_LEAVES` leaves (all
+    of them when a chunk is that short; at least the top level); the values of s ``forced`` by the user, and without
+    ``windows`` None (every value of s).  Public parameters only.
+
+    >>> model_structures(2**20, 16, (96, 48, 24, 12))
+    ((1, 2, 3, 4), (96, 48, 24))
+    >>> model_structures(4096, 16, (12,))
+    ((0, 1, 2), (12,))
+    >>> model_structures(2**20, 16, windows=False)
+    (None, ())
+    """
+    if not windows:
+        return forced, leaves
+    levels = num_levels(max_range, fanout)
+    allowed = tuple(s for s in range(levels) if -(-max_range // fanout**s) <= MODEL_MAX_LEAVES) or (levels - 1,)
+    small = tuple(leaf for leaf in leaves if -(-max_range // leaf) <= MODEL_MAX_LEAVES)
+    return allowed if forced is None else forced, small

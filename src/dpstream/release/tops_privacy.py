@@ -3,14 +3,11 @@ hierarchy, composed in parallel (:func:`tops_privacy`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.wevent import hierarchy_wevent
 from dpstream.thresholds import noisy_max_epsilon
-
-if TYPE_CHECKING:
-    from dpstream.release.tops import ToPS
 
 __all__ = ["PROFILE_SHARE", "tops_privacy"]
 
@@ -18,8 +15,8 @@ __all__ = ["PROFILE_SHARE", "tops_privacy"]
 PROFILE_SHARE = 0.25
 
 
-def tops_privacy(tops: ToPS) -> PrivacyGuarantee:
-    """What the whole release spends: the threshold choice and the hierarchy, in parallel.
+def tops_privacy(tops: Any) -> PrivacyGuarantee:
+    """What a :class:`~dpstream.release.tops.ToPS` release spends: the threshold choice and the hierarchy, in parallel.
 
     The budgets are those recomputed from the rounded-up noise scales.  The hierarchy's
     depends on theta (in grid units), so before the hold-out ends it is stated as
