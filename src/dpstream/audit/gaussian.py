@@ -1,4 +1,5 @@
-"""Adapters of the zCDP paths: the binary tree and the unit aggregate with discrete Gaussian noise.
+"""Adapters of the zCDP paths: the binary tree, ToPS's hierarchy and the unit aggregate with discrete Gaussian
+noise.
 
 A zCDP mechanism states rho and the (epsilon, delta) it implies (:mod:`dpstream.accounting`); the
 audit checks that (epsilon, delta) claim, at several deltas, with the claimed delta subtracted
@@ -21,11 +22,13 @@ from typing import Any
 import numpy as np
 
 from dpstream.accounting import ZcdpGuarantee, rho_for
+from dpstream.audit.core import MechanismAdapter, on_lattice
 from dpstream.audit.streams import BinaryTree
 from dpstream.audit.units import UnitAggregateWindows
 from dpstream.release.binary_tree import ZcdpBinaryTree
+from dpstream.release.perturber import HierarchicalPerturber
 
-__all__ = ["BinaryTreeGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
+__all__ = ["BinaryTreeGaussian", "ToPSGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
 
 
 def gaussian_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, sigma: float) -> np.ndarray:
@@ -89,3 +92,52 @@ class UnitAggregateGaussian(UnitAggregateWindows):
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
         return gaussian_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
+
+
+class ToPSGaussian(MechanismAdapter):
+    """ToPS's hierarchy under zCDP (``release --method tops-zcdp``, given theta) at the rho of ``(epsilon, delta)``:
+    three measured levels of fan-out 4 and no smoothing, so chunks of 64 values are forests of four trees of 16
+    leaves (with 4 parents and a root each); the first value of every tree is 0 (input A) or theta (input B), the
+    rest 0, and each tree's 16 released values (its consistent leaves) are one run.
+
+    The consistent leaves ``x`` of a tree are the least-squares fit of its noisy node sums, Gaussian around the true
+    leaves with the inverse covariance ``M^T M / sigma^2`` (``M`` sums leaves into every node of the tree), so the
+    log-likelihood ratio of B against A is ``(M Delta)^T (M x - M mu) / sigma^2`` with ``Delta = theta e_0`` and
+    ``mu`` the midpoint of the two inputs: ``theta / sigma^2`` times the sum, over the three levels, of leaf 0's
+    ancestor's consistent sum minus ``theta / 2`` (the discrete Gaussian on a grid this fine has the same ratio).
+    Its law is Gaussian with variance ``3 theta^2 / sigma^2 = 2 spent_rho``: the whole claim, at every delta.
+    """
+
+    name = "tops-gaussian"
+    statistic_name = "the Gaussian log-likelihood ratio of one tree's released leaves"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 4.0, fanout: int = 4,
+                 levels: int = 3, samples: int = 200_000, name: str = "tops-gaussian") -> None:
+        self.name = name
+        width = fanout**levels
+        self._params = dict(threshold=threshold, rho=rho_for(epsilon, delta), max_range=width, fanout=fanout,
+                            smoothed_levels=0)
+        probe = HierarchicalPerturber(**self._params, seed=0)
+        if probe.measured_levels != levels:  # pragma: no cover - the parameters above give these levels
+            raise ValueError(f"the tops-gaussian adapter needs {levels} measured levels over one tree per run.")
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
+        self.granularity, self.sigma = probe.leaf_granularity, probe.noise_scale
+        self.tree, self.fanout, self.levels, self.samples = fanout ** (levels - 1), fanout, levels, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        trees = -(-n // self.fanout) * self.fanout  # whole chunks
+        stream = np.zeros((trees, self.tree))
+        stream[:, 0] = x
+        released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
+        return released.reshape(trees, self.tree)[:n]
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        theta = self.neighbours[1]
+        ancestors = sum(outputs[:, : self.fanout**level].sum(axis=1) for level in range(self.levels))
+        return theta * (ancestors - self.levels * theta / 2.0) / self.sigma**2
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        truth = np.zeros((1, self.tree))
+        truth[0, 0] = x
+        return on_lattice(outputs, truth, self.granularity, what="ToPS's hierarchy under zCDP").all(axis=1)

@@ -100,7 +100,7 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
-from dpstream.audit.gaussian import BinaryTreeGaussian, UnitAggregateGaussian
+from dpstream.audit.gaussian import BinaryTreeGaussian, ToPSGaussian, UnitAggregateGaussian
 from dpstream.audit.locations import LocationWindows
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
@@ -246,6 +246,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "binary-tree-gaussian-1e-6": lambda *, epsilon=1.0: BinaryTreeGaussian(epsilon=epsilon, delta=1e-6,
                                                                            name="binary-tree-gaussian-1e-6"),
     "unit-aggregate-gaussian": UnitAggregateGaussian,
+    "tops-gaussian": ToPSGaussian,
+    "tops-gaussian-1e-6": lambda *, epsilon=1.0: ToPSGaussian(epsilon=epsilon, delta=1e-6, name="tops-gaussian-1e-6"),
 }
 
 

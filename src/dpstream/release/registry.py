@@ -42,6 +42,7 @@ from dpstream.release.locations import LOCATIONS, LocationCounts
 from dpstream.release.pak import PAK
 from dpstream.release.topl import ToPL
 from dpstream.release.tops import ToPS
+from dpstream.release.tops_zcdp import ZcdpToPS
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -184,6 +185,12 @@ def served() -> dict[str, Mechanism]:
 
 
 def _describe_tops(tops: ToPS) -> str:
+    if tops.rho is not None:
+        return f"{_describe_tops_choice(tops)}, discrete Gaussian noise at rho = {tops.rho:.6g} (zCDP)"
+    return _describe_tops_choice(tops)
+
+
+def _describe_tops_choice(tops: ToPS) -> str:
     if tops.public_threshold is not None:
         where = (f"one leaf per period of {tops.period} values, d = {tops.period_levels} measured levels"
                  if tops.period is not None else f"smoothed levels s = {tops.smoothed_levels} of h = {tops.levels}")
@@ -268,3 +275,8 @@ register(Mechanism("locations", LocationCounts, LOCATIONS, _describe_locations, 
 # the binary tree under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
 register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
                    audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))
+# ToPS under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
+register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS, **_same_names("delta")},
+                   optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
+                                        "expected_length"),
+                   audits=("tops-gaussian", "tops-gaussian-1e-6")))

@@ -38,8 +38,10 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream._params import Params
+from dpstream.accounting import DEFAULT_DELTA, check_budget
 from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import GridLaplace
+from dpstream.noise.grid_gaussian import GridGaussian
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import make_source
 from dpstream.privacy import PrivacyGuarantee
@@ -48,7 +50,7 @@ from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
 from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
 from dpstream.release.tops_defaults import check_threshold_choice, fit_params, model_structures, warn_if_useless
-from dpstream.release.tops_privacy import PROFILE_SHARE, tops_privacy
+from dpstream.release.tops_privacy import PROFILE_SHARE, tops_privacy, zcdp_threshold_epsilon
 from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
 from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
@@ -204,7 +206,7 @@ class ToPS(HoldOutRelease, Params):
     def __init__(
         self,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         upper_bound: float,
         hold: int | None = None,
         max_range: int | None = None,
@@ -231,6 +233,7 @@ class ToPS(HoldOutRelease, Params):
         expected_length: int | None = None,
         w_event: int | None = None,
         period_bound: float | None = None,
+        rho: float | None = None,
     ) -> None:
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
@@ -238,15 +241,14 @@ class ToPS(HoldOutRelease, Params):
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
             window_leaves=window_leaves, selection=selection, granularity=granularity, threshold=threshold,
-            expected_length=expected_length)
+            expected_length=expected_length, **({} if rho is None else {"rho": rho}))
         #: The hold-out, tree, grid and largest s in use: fitted to ``expected_length`` (N), or the paper's.
         fitted = self.fitted = fit_params(self._params)
         self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon, self.rho = check_budget(epsilon, rho)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_memory(check_positive_int(fitted.hold, "hold", minimum=int(threshold is None)), "hold")
-        self.threshold_epsilon = (self.epsilon if threshold_epsilon is None
-                                  else check_epsilon(threshold_epsilon, "threshold_epsilon"))
+        self.threshold_epsilon = self._threshold_budget(threshold_epsilon)
         self.c = check_bound(c, "c")
         self.threshold_step = check_bound(fitted.threshold_step, "threshold_step")
         check_magnitude(self.upper_bound / self.threshold_step, "upper_bound / threshold_step", "raise threshold_step")
@@ -282,21 +284,33 @@ class ToPS(HoldOutRelease, Params):
         self._begin(self._perturber_args["smoothed_levels"])
         warn_if_useless(self)
 
+    def _threshold_budget(self, threshold_epsilon: float | None) -> float:
+        """The threshold choice's pure epsilon: as given, else ``epsilon``, or under zCDP the epsilon whose
+        ``epsilon^2 / 2`` is ``rho`` (:func:`~dpstream.release.tops_privacy.zcdp_threshold_epsilon`)."""
+        if threshold_epsilon is not None:
+            return check_epsilon(threshold_epsilon, "threshold_epsilon")
+        return self.epsilon if self.rho is None else zcdp_threshold_epsilon(self.rho)
+
     def _set_wevent(self, w_event: int | None, period_bound: float | None) -> None:
         """``w_event`` and ``period_bound`` (recorded in the snapshot when given), and the budget per value."""
         self._params.update((k, v) for k, v in (("w_event", w_event), ("period_bound", period_bound)) if v is not None)
         #: With ``w_event``: the window (every ``w`` consecutive values protected) and each period's bound C, or None.
         self.w_event, self.period_bound = check_wevent(w_event, period_bound, threshold=self.public_threshold,
                                                        period=self.period)
+        if self.w_event is not None and self.rho is not None:
+            raise ValueError("w_event applies to the pure-DP ToPS (epsilon), not under zCDP (rho).")
         #: The hierarchy's budget per value at event level: ``epsilon``, or with ``w_event`` ``epsilon theta / S``.
         self.stream_epsilon = self.epsilon if self.w_event is None else event_epsilon(
             self.epsilon, self.w_event, theta=self.public_threshold, period=self.period, bound=self.period_bound)
+        #: The hierarchy's budget as its constructor takes it: ``epsilon`` (per value), or ``rho`` under zCDP.
+        self._budget = {"epsilon": self.stream_epsilon} if self.rho is None else {"rho": self.rho}
 
     def _begin(self, smoothed_levels: int | None) -> None:
         """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""
         if self.public_threshold is None:
             check_threshold_choice(
-                threshold_method=self.threshold_method, epsilon=self.epsilon, threshold_epsilon=self.threshold_epsilon,
+                threshold_method=self.threshold_method, epsilon=self.epsilon, rho=self.rho,
+                threshold_epsilon=self.threshold_epsilon,
                 budget_given=self._params["threshold_epsilon"] is not None, upper_bound=self.upper_bound,
                 levels=self.levels, threshold_step=self.threshold_step, hold=self.hold, max_range=self.max_range,
                 fanout=self.fanout, c=self.c, share=1.0 - PROFILE_SHARE if self._profiled else 1.0)
@@ -320,28 +334,31 @@ class ToPS(HoldOutRelease, Params):
                        granularity: float | None) -> None:
         """Check r, b and s now rather than after the hold-out (s does not depend on theta, Eq. 7),
         and choose the grid for the largest theta, B, and the most levels the hold-out may choose."""
-        shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
+        shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels, rho=self.rho)
         chosen_later = self.threshold_method == "model" and smoothed_levels is None and self.public_threshold is None
         if smoothed_levels is None and not chosen_later and self._max_smoothed is not None \
                 and self._max_smoothed < shape.smoothed_levels:
             smoothed_levels = self._max_smoothed  # Eq. 7's s, but no block longer than the stream can fill
-            shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
+            shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels, rho=self.rho)
         self.max_range, self.fanout = shape.max_range, shape.fanout
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
-        self._perturber_args = dict(epsilon=self.stream_epsilon, max_range=self.max_range, fanout=self.fanout,
+        self._perturber_args = dict(**self._budget, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
         self.granularity: float | None = None
         if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
             return
         measured = shape.levels if chosen_later or self.period else shape.measured_levels
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
-        check_magnitude(self.upper_bound * measured / self.epsilon,
-                        "the largest noise scale upper_bound * (h - s) / epsilon")
+        if self.rho is None:
+            check_magnitude(self.upper_bound * measured / self.epsilon,
+                            "the largest noise scale upper_bound * (h - s) / epsilon")
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
         if self._source.exact:
             check_grid(self.upper_bound, granularity)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
-            noise = GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
+            noise = (GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
+                     if self.rho is None else GridGaussian.choose(self.upper_bound, self.rho, granularity,
+                                                                  levels=measured))
             check_chunk_sums(self.max_range, noise.units)
             self.granularity = noise.granularity
         elif granularity is not None:
@@ -381,14 +398,14 @@ class ToPS(HoldOutRelease, Params):
             tops._stream.resume_stream(state["perturber"])
         return tops
 
-    def privacy(self) -> PrivacyGuarantee:
+    def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """What the whole release spends: the threshold choice and the hierarchy, in parallel.
 
         The budgets are those recomputed from the rounded-up noise scales.  The hierarchy's
         depends on theta (in grid units), so before the hold-out ends it is stated as
         ``epsilon``, an upper bound on what it will be.
         """
-        return tops_privacy(self)
+        return tops_privacy(self, delta)
 
     # -- releasing ---------------------------------------------------------------------
 
@@ -423,7 +440,7 @@ class ToPS(HoldOutRelease, Params):
         grid = self._params["granularity"] if self.public_threshold is not None else self.granularity
         if leaf is not None:
             self.period_levels = levels
-            return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=leaf, phase=self.hold % leaf,
+            return PeriodicPerturber(threshold=theta, **self._budget, period=leaf, phase=self.hold % leaf,
                                      max_range=self.max_range, fanout=self.fanout, levels=levels,
                                      smoother=self._leaf_smoother, granularity=self.granularity,
                                      noise=self._source, prior=prior)
@@ -437,7 +454,7 @@ class ToPS(HoldOutRelease, Params):
             levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
                                      queries=queries)
         self.period_levels = levels
-        return PeriodicPerturber(threshold=theta, epsilon=self.stream_epsilon, period=self.period,
+        return PeriodicPerturber(threshold=theta, **self._budget, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
                                  granularity=grid,
@@ -458,6 +475,7 @@ class ToPS(HoldOutRelease, Params):
             self._held,
             epsilon=model_epsilon,
             stream_epsilon=self.epsilon,
+            stream_rho=self.rho,
             upper_bound=self.upper_bound,
             max_range=self.max_range,
             fanout=self.fanout,

@@ -1,27 +1,55 @@
 """What a :class:`~dpstream.release.tops.ToPS` release states it spends: the threshold choice and the
-hierarchy, composed in parallel (:func:`tops_privacy`)."""
+hierarchy, composed in parallel (:func:`tops_privacy`), in pure DP or, under zCDP, as one rho.
+
+Under zCDP (``ToPS(rho=...)``) the threshold choice stays pure ``epsilon_theta``-DP (its private
+selections draw exact discrete Laplace noise or run permute-and-flip), which is
+``epsilon_theta^2 / 2``-zCDP (Bun and Steinke, Proposition 1.4); the hierarchy is ``spent_rho``-zCDP
+(:mod:`dpstream.release.tops_zcdp`).  They read disjoint positions (the hold-out and the rest), so
+the release is ``max(epsilon_theta^2 / 2, spent_rho)``-zCDP, one
+:class:`~dpstream.accounting.ZcdpGuarantee` with the (epsilon, delta) it implies; by default
+:func:`zcdp_threshold_epsilon` gives the threshold the epsilon whose square half is ``rho``, so
+neither part raises the other's rho.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from dpstream.accounting import DEFAULT_DELTA, Zcdp, ZcdpGuarantee, rho_of_pure
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.wevent import hierarchy_wevent
 from dpstream.thresholds import noisy_max_epsilon
 
-__all__ = ["PROFILE_SHARE", "tops_privacy"]
+__all__ = ["PROFILE_SHARE", "tops_privacy", "zcdp_threshold_epsilon"]
 
 #: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
 PROFILE_SHARE = 0.25
 
 
-def tops_privacy(tops: Any) -> PrivacyGuarantee:
+def zcdp_threshold_epsilon(rho: float) -> float:
+    """The largest float epsilon whose ``epsilon^2 / 2`` is at most ``rho``: the threshold choice's pure budget
+    in a ToPS under ``rho``-zCDP, so that it spends no more rho than the hierarchy.
+
+    >>> zcdp_threshold_epsilon(0.5), rho_of_pure(zcdp_threshold_epsilon(0.02)) <= 0.02
+    (1.0, True)
+    """
+    epsilon = math.sqrt(2.0 * rho)
+    while rho_of_pure(epsilon) > rho:
+        epsilon = math.nextafter(epsilon, 0.0)
+    return epsilon
+
+
+def tops_privacy(tops: Any, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
     """What a :class:`~dpstream.release.tops.ToPS` release spends: the threshold choice and the hierarchy, in parallel.
 
     The budgets are those recomputed from the rounded-up noise scales.  The hierarchy's
     depends on theta (in grid units), so before the hold-out ends it is stated as
-    ``epsilon``, an upper bound on what it will be.
+    ``epsilon`` (or ``rho``), an upper bound on what it will be.  Under zCDP the guarantee is stated with
+    the (epsilon, delta) it implies at ``delta``.
     """
+    if tops.rho is not None:
+        return _zcdp_privacy(tops, delta)
     if tops.w_event is not None:
         return hierarchy_wevent(tops._stream, window=tops.w_event, period=tops.period, bound=tops.period_bound)
     stream = EpsilonDelta(tops.epsilon if tops._stream is None else tops._stream.spent_epsilon)
@@ -58,3 +86,34 @@ def tops_privacy(tops: Any) -> PrivacyGuarantee:
                      text=f"hierarchy {stream.label()} on the rest{grid} ({per_level})")
     return PrivacyGuarantee.of(Composition(kind="parallel", parts=(threshold, hierarchy),
                                            layout="{}; {}; parallel composition"), neighbours=EVENT_LEVEL)
+
+
+def _zcdp_privacy(tops: Any, delta: float) -> ZcdpGuarantee:
+    """:func:`tops_privacy` under zCDP: the threshold's pure epsilon as ``epsilon^2 / 2`` and the hierarchy's rho,
+    in parallel (the largest)."""
+    stream = Zcdp(tops.rho if tops._stream is None else tops._stream.spent_rho)
+    grid = f" on the grid g = {tops.granularity:g}"
+    noise = tops._source.describe("discrete Gaussian")
+    levels = f"{'d' if tops.period is not None or tops.leaf is not None else 'h - s'}"
+    if tops._stream is not None:
+        levels += f" = {tops._stream.measured_levels}"
+    per_level = (f"discrete Gaussian of sigma^2 = theta^2 ({levels}) / (2 rho) on each measured level: L2 sensitivity "
+                 f"theta sqrt({levels})")
+    if tops.public_threshold is not None:
+        hierarchy = Part(what="hierarchy", budget=stream, noise=noise, text=(
+            f"hierarchy {stream.label()} on every value from the first{grid} ({per_level}); theta = "
+            f"{tops.threshold:g} is public (given, not chosen from the data: it spends nothing), values above it are "
+            "clipped to it"))
+        only = Composition(kind="parallel", parts=(hierarchy,), layout="{}; no hold-out")
+        return ZcdpGuarantee.of(only, neighbours=EVENT_LEVEL, delta=delta)
+    spent = EpsilonDelta(tops.threshold_epsilon if tops.model_choice is None
+                         else tops.model_choice.epsilon_spent + tops._profile_spent)
+    choice = Zcdp.of_pure(spent)
+    profile = "" if not tops._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
+    threshold = Part(what="model threshold", budget=choice, noise=tops._source.describe(), text=(
+        f"model threshold {spent.label()}, so {choice.label()} (eps^2 / 2), on the first {tops.hold} values "
+        f"(theta, s and the prior{profile})"))
+    hierarchy = Part(what="hierarchy", budget=stream, noise=noise,
+                     text=f"hierarchy {stream.label()} on the rest{grid} ({per_level})")
+    return ZcdpGuarantee.of(Composition(kind="parallel", parts=(threshold, hierarchy),
+                                        layout="{}; {}; parallel composition"), neighbours=EVENT_LEVEL, delta=delta)
