@@ -249,6 +249,8 @@ EXACT = {
     "binary-tree-gaussian": 2_048,
     "binary-tree-gaussian-1e-6": 2_048,
     "unit-aggregate-gaussian": 4_000,
+    "tops-gaussian": 2_048,
+    "tops-gaussian-1e-6": 2_048,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

@@ -245,7 +245,7 @@ class ToPS(HoldOutRelease, Params):
         #: The hold-out, tree, grid and largest s in use: fitted to ``expected_length`` (N), or the paper's.
         fitted = self.fitted = fit_params(self._params)
         self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
-        self.epsilon, self.rho = check_budget(epsilon, rho)
+        self.epsilon, self.rho = (check_epsilon(epsilon), None) if rho is None else check_budget(epsilon, rho)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_memory(check_positive_int(fitted.hold, "hold", minimum=int(threshold is None)), "hold")
         self.threshold_epsilon = self._threshold_budget(threshold_epsilon)
