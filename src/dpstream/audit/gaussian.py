@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from dpstream.accounting import ZcdpGuarantee, rho_for
-from dpstream.audit.core import MechanismAdapter, on_lattice
+from dpstream.audit.core import on_lattice
 from dpstream.audit.streams import BinaryTree
+from dpstream.audit.tops import ToPSPerturber
 from dpstream.audit.units import UnitAggregateWindows
 from dpstream.release.binary_tree import ZcdpBinaryTree
 from dpstream.release.perturber import HierarchicalPerturber
@@ -94,11 +95,12 @@ class UnitAggregateGaussian(UnitAggregateWindows):
         return gaussian_log_ratio(outputs, self.neighbours[1], self.neighbours[0], self.scale)
 
 
-class ToPSGaussian(MechanismAdapter):
+class ToPSGaussian(ToPSPerturber):
     """ToPS's hierarchy under zCDP (``release --method tops-zcdp``, given theta) at the rho of ``(epsilon, delta)``:
     three measured levels of fan-out 4 and no smoothing, so chunks of 64 values are forests of four trees of 16
     leaves (with 4 parents and a root each); the first value of every tree is 0 (input A) or theta (input B), the
-    rest 0, and each tree's 16 released values (its consistent leaves) are one run.
+    rest 0, and each tree's 16 released values (its consistent leaves) are one run (sampled as
+    :class:`~dpstream.audit.tops.ToPSPerturber` samples its trees).
 
     The consistent leaves ``x`` of a tree are the least-squares fit of its noisy node sums, Gaussian around the true
     leaves with the inverse covariance ``M^T M / sigma^2`` (``M`` sums leaves into every node of the tree), so the
@@ -124,13 +126,6 @@ class ToPSGaussian(MechanismAdapter):
         self.granularity, self.sigma = probe.leaf_granularity, probe.noise_scale
         self.tree, self.fanout, self.levels, self.samples = fanout ** (levels - 1), fanout, levels, samples
         self.neighbours = (0.0, probe.threshold)
-
-    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
-        trees = -(-n // self.fanout) * self.fanout  # whole chunks
-        stream = np.zeros((trees, self.tree))
-        stream[:, 0] = x
-        released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(trees, self.tree)[:n]
 
     def statistic(self, outputs: np.ndarray) -> np.ndarray:
         theta = self.neighbours[1]

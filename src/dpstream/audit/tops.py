@@ -120,14 +120,15 @@ class ToPSPerturber(_TreeLeaves):
         # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
         self.granularity, self.scale = probe.leaf_granularity, probe.noise_scale
         self.fanout, self.samples = fanout, samples
+        self.tree = fanout  # leaves per tree (a chunk holds ``fanout`` trees)
         self.neighbours = (0.0, probe.threshold)
 
     def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
         trees = -(-n // self.fanout) * self.fanout  # whole chunks
-        stream = np.zeros((trees, self.fanout))
+        stream = np.zeros((trees, self.tree))
         stream[:, 0] = x
         released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(trees, self.fanout)[:n]
+        return released.reshape(trees, self.tree)[:n]
 
 
 class PeriodicLeaves(_TreeLeaves):
