@@ -55,6 +55,11 @@ Privacy
 ``epsilon``-DP (the sum of the four steps' spent budgets, each at most its share) at event
 level on the held-out values, by sequential composition; only ``theta``, ``s`` and the prior
 leave.  The stream after the hold-out is untouched (parallel composition with the perturber).
+Under zCDP (a perturber with ``rho``, ``stream_rho`` here) the four steps are unchanged and still
+pure ``epsilon``-DP, which is ``epsilon^2 / 2``-zCDP (Bun and Steinke, Proposition 1.4): a zCDP
+ToPS states them so, composed with the hierarchy's rho
+(:func:`~dpstream.release.tops_privacy.tops_privacy`); only the model's noise term changes, to the
+Gaussian node variance.
 """
 
 from __future__ import annotations
