@@ -16,7 +16,7 @@ from dpstream.cli import cli
 from dpstream.cli._durable import seed_key
 from dpstream.hierarchy.tree import aggregate_levels, level_sizes
 from dpstream.noise.grid import float_up
-from dpstream.noise.sampler import ExactNoise
+from dpstream.noise.sampler import ExactNoise, FloatNoise
 from dpstream.noise.source import NoiseSource
 from dpstream.release import HierarchicalPerturber, ToPS
 from dpstream.release.periodic import PeriodicPerturber
@@ -149,6 +149,8 @@ def test_zcdp_tops_refuses_what_it_cannot_state():
         _tops(rho=0.5, threshold_method="nm-e")
     with pytest.raises(ValueError, match="w_event applies to the pure-DP ToPS"):
         ToPS(rho=0.5, upper_bound=100, threshold=30, max_range=4096, w_event=4, seed=1)
+    with pytest.raises(ValueError, match="exact discrete Gaussian noise only"):
+        ToPS(rho=0.5, upper_bound=100, hold=1000, max_range=4096, noise=FloatNoise(rng=np.random.default_rng(0)))
     with pytest.raises(ValueError, match="needs delta"):
         ZcdpToPS(epsilon=1.0, delta=None, upper_bound=100, hold=1000, max_range=4096, seed=1)
 

@@ -345,6 +345,8 @@ class ToPS(HoldOutRelease, Params):
         self._perturber_args = dict(**self._budget, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
         self.granularity: float | None = None
+        if self.rho is not None and not self._source.exact:  # refused now, not when the hold-out ends
+            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
         if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
             return
         measured = shape.levels if chosen_later or self.period else shape.measured_levels
