@@ -23,6 +23,7 @@ from dpstream.release.periodic import PeriodicPerturber
 from dpstream.release.registry import REGISTRY
 from dpstream.release.tops_privacy import zcdp_threshold_epsilon
 from dpstream.release.tops_zcdp import ZcdpToPS
+from dpstream.thresholds.error_model import DataSummary, ErrorModel, QueryLengths
 
 #: Small hierarchies, two chunks each: (constructor, keywords).  Fan-outs 2, 3 and 4, smoothed levels, a chunk that
 #: is not a whole number of trees (padded leaves), periods with a phase, one and several measured levels.
@@ -202,3 +203,19 @@ def test_a_keyed_state_release_continues_without_drawing_any_position_twice(tmp_
         assert result.exit_code == 0, result.output
         assert "0.024356-zCDP, so (1, 1e-06)-DP" in result.output or stop == 300
     assert (tmp_path / "grown.out").read_bytes() == (tmp_path / "whole.out").read_bytes()
+
+
+def test_the_error_model_prices_gaussian_noise_in_variance_d_where_laplace_pays_d_squared():
+    queries = QueryLengths.random(4096)
+    laplace = ErrorModel(epsilon=1.0, max_range=4096, fanout=16, queries=queries)
+    gaussian = ErrorModel(epsilon=None, rho=0.5, max_range=4096, fanout=16, queries=queries)
+    summary = DataSummary.from_values(np.arange(100.0) % 10, np.array([5.0, 9.0]))
+    for s in range(laplace.levels):
+        d = laplace.levels - s
+        pure, zcdp = laplace.components(summary, s), gaussian.components(summary, s)
+        # 2 (theta d / 1)^2 against theta^2 d / (2 * 0.5): a ratio of 2 d; the other parts do not depend on the noise
+        np.testing.assert_allclose(pure["noise"] / zcdp["noise"], 2 * d)
+        for part in ("smoothing", "truncation", "prior"):
+            np.testing.assert_array_equal(pure[part], zcdp[part])
+    with pytest.raises(ValueError, match="one of them"):
+        ErrorModel(epsilon=1.0, rho=0.5, max_range=4096, fanout=16, queries=queries)
