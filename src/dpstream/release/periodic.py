@@ -31,7 +31,7 @@ levels compose sequentially and disjoint chunks in parallel.  The period, the ph
 are public (they must not depend on the released values); consistency and smoothing are
 post-processing.  Under zCDP (``rho=``) the same holds with discrete Gaussian noise of variance
 ``theta^2 d / (2 rho)``: one value moves one node per level, an L2 change of ``theta sqrt(d)``
-(the derivation in :mod:`dpstream.release.perturber`).
+(derived in :mod:`dpstream.release.tops_zcdp`).
 """
 
 from __future__ import annotations

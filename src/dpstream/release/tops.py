@@ -77,6 +77,9 @@ class ToPS(HoldOutRelease, Params):
     epsilon : float
         Budget of the perturber; also of the threshold optimizer unless ``threshold_epsilon``
         is given.
+    rho : float, optional
+        Instead of ``epsilon``: a zCDP budget (:mod:`dpstream.release.tops_zcdp`): discrete Gaussian noise
+        on every measured level, and the threshold at ``sqrt(2 rho)`` unless ``threshold_epsilon`` is given.
     upper_bound : float
         B: every value must lie in [0, B] (public).
     hold : int, optional
@@ -180,7 +183,9 @@ class ToPS(HoldOutRelease, Params):
     four steps together) is ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
-    for infinite streams.  With a public ``threshold`` nothing is held out or spent on theta: the
+    for infinite streams.  With ``rho``: ``max(threshold_epsilon'^2 / 2, rho')``-zCDP, stated with the
+    (epsilon, delta) it implies (the derivation in :mod:`dpstream.release.tops_zcdp`).  With a public
+    ``threshold`` nothing is held out or spent on theta: the
     release is ``epsilon'``-DP, the hierarchy's alone.  Truncation, rounding to the grid, consistency and
     smoothing add no cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
     :class:`~dpstream.release.periodic.PeriodicPerturber` over those leaves with the same
