@@ -16,7 +16,7 @@ from dpstream.cli import cli
 from dpstream.cli._durable import seed_key
 from dpstream.hierarchy.tree import aggregate_levels, level_sizes
 from dpstream.noise.grid import float_up
-from dpstream.noise.sampler import ExactNoise, FloatNoise
+from dpstream.noise.sampler import ExactNoise, FloatNoise, ZeroNoise
 from dpstream.noise.source import NoiseSource
 from dpstream.release import HierarchicalPerturber, ToPS
 from dpstream.release.periodic import PeriodicPerturber
@@ -43,19 +43,20 @@ def _make(cls, params, **noise):
     return cls(threshold=THETA, rho=0.5, granularity=1.0, **params, **(noise or {"seed": 0}))
 
 
-def _measured(perturber, units: np.ndarray) -> np.ndarray:
-    """Every node sum the hierarchy measures on a stream of grid units: per chunk, the leaves by the perturber's
-    public layout (:meth:`leaves`) summed up its measured levels (:func:`aggregate_levels`, padded trees)."""
-    layout = perturber.leaves()
-    clock = np.arange(units.size) + layout.phase
-    chunks = clock // layout.chunk
-    out = []
-    for chunk in range(int(chunks[-1]) + 1):
-        leaves = np.zeros(perturber.blocks_per_chunk, dtype=np.int64)
-        here = chunks == chunk
-        np.add.at(leaves, (clock[here] % layout.chunk) // layout.length, units[here])
-        out.extend(aggregate_levels(leaves, perturber.fanout, perturber.measured_levels))
-    return np.concatenate(out)
+def _measured(cls, params, units: np.ndarray) -> np.ndarray:
+    """Every node sum the hierarchy measures on a stream of grid units: the leaf sums the mechanism itself releases
+    without noise (each leaf's released values sum to its estimate, here its true sum), grouped by its public layout
+    (:meth:`leaves`), then summed up its measured levels per chunk (:func:`aggregate_levels`, padded trees)."""
+    perturber = _make(cls, params, noise=ZeroNoise())
+    released = perturber.release(units.astype(np.float64))
+    sums = np.add.reduceat(released, perturber.leaves().starts(units.size))
+    # the layout is the mechanism's: a leaf's released values sum to its true sum, an integer (a group that cut a
+    # leaf would hold the smoother's predictions, fractions of earlier leaves)
+    np.testing.assert_allclose(sums, np.rint(sums), atol=1e-6)
+    leaves = np.rint(sums).astype(np.int64)
+    chunks = leaves.reshape(-1, perturber.blocks_per_chunk)  # whole chunks are released
+    return np.concatenate([level for chunk in chunks
+                           for level in aggregate_levels(chunk, perturber.fanout, perturber.measured_levels)])
 
 
 @pytest.mark.parametrize(("cls", "params"), SHAPES)
@@ -65,7 +66,7 @@ def test_the_l2_sensitivity_is_theta_sqrt_levels_by_brute_force_over_every_allow
     perturber = _make(cls, params)
     n = 2 * perturber.max_range - perturber.phase  # two chunks of released positions
     base = np.random.default_rng(1).integers(0, THETA + 1, size=n)
-    measured = _measured(perturber, base)
+    measured = _measured(cls, params, base)
     assert measured.size == 2 * sum(level_sizes(perturber.blocks_per_chunk, perturber.fanout,
                                                  perturber.measured_levels))
     bound = THETA * math.sqrt(perturber.measured_levels)
@@ -73,7 +74,7 @@ def test_the_l2_sensitivity_is_theta_sqrt_levels_by_brute_force_over_every_allow
     for position, value in itertools.product(range(n), range(THETA + 1)):
         moved = base.copy()
         moved[position] = value
-        change = np.linalg.norm(_measured(perturber, moved) - measured)
+        change = np.linalg.norm(_measured(cls, params, moved) - measured)
         assert change <= bound * (1 + 1e-12), (position, value)
         if base[position] in (0, THETA) and abs(value - base[position]) == THETA:
             assert math.isclose(change, bound), (position, value)
