@@ -251,6 +251,7 @@ EXACT = {
     "unit-aggregate-gaussian": 4_000,
     "tops-gaussian": 2_048,
     "tops-gaussian-1e-6": 2_048,
+    "tops-stream-gaussian": 200,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

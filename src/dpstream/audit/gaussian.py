@@ -24,12 +24,13 @@ import numpy as np
 from dpstream.accounting import ZcdpGuarantee, rho_for
 from dpstream.audit.core import on_lattice
 from dpstream.audit.streams import BinaryTree
-from dpstream.audit.tops import ToPSPerturber
+from dpstream.audit.tops import ToPSPerturber, ToPSStream
 from dpstream.audit.units import UnitAggregateWindows
 from dpstream.release.binary_tree import ZcdpBinaryTree
 from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.release.tops_zcdp import ZcdpToPS
 
-__all__ = ["BinaryTreeGaussian", "ToPSGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
+__all__ = ["BinaryTreeGaussian", "ToPSGaussian", "ToPSStreamGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
 
 
 def gaussian_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, sigma: float) -> np.ndarray:
@@ -136,3 +137,30 @@ class ToPSGaussian(ToPSPerturber):
         truth = np.zeros((1, self.tree))
         truth[0, 0] = x
         return on_lattice(outputs, truth, self.granularity, what="ToPS's hierarchy under zCDP").all(axis=1)
+
+
+class ToPSStreamGaussian(ToPSStream):
+    """ToPS end to end under zCDP (``release --method tops-zcdp``): the release at the rho of ``(epsilon, delta)``
+    chooses theta, s and the prior from the same eight held-out values as ``tops-stream``, then releases four
+    chunks whose first value is 0 (input A) or B; a run is one chunk.  Given theta, the estimates of the chunk's
+    first tree are Gaussian (:class:`ToPSGaussian`): the statistic is ``theta / sigma^2`` times, over the one or two
+    measured levels, leaf 0's ancestor's sum minus ``theta / 2``.  Claim: the target (epsilon, delta), which the
+    release's rho implies (its threshold's epsilon^2 / 2 included)."""
+
+    name = "tops-stream-gaussian"
+    statistic_name = "the Gaussian log-likelihood ratio of a chunk's first released leaves given theta"
+    release = ZcdpToPS
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, samples: int = 16_000) -> None:
+        super().__init__(epsilon=epsilon, samples=samples)
+        self._params = dict(epsilon=epsilon, delta=delta, upper_bound=8.0, max_range=16, fanout=4)
+        probe = ZcdpToPS(**self._params, hold=len(self._HELD), seed=0)
+        probe.release(np.array(self._HELD))
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        theta, levels, sigma, leaves = outputs[:, 0], outputs[:, 1], outputs[:, 2], outputs[:, 4:]
+        if np.any((levels != 1) & (levels != 2)):
+            raise ValueError("tops-stream-gaussian expects one or two measured levels.")
+        ancestors = leaves[:, 0] + np.where(levels == 2, leaves.sum(axis=1), 0.0)  # leaf 0, then its tree's parent
+        return theta * (ancestors - levels * theta / 2.0) / sigma**2

@@ -100,7 +100,7 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
-from dpstream.audit.gaussian import BinaryTreeGaussian, ToPSGaussian, UnitAggregateGaussian
+from dpstream.audit.gaussian import BinaryTreeGaussian, ToPSGaussian, ToPSStreamGaussian, UnitAggregateGaussian
 from dpstream.audit.locations import LocationWindows
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
@@ -247,6 +247,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
                                                                            name="binary-tree-gaussian-1e-6"),
     "unit-aggregate-gaussian": UnitAggregateGaussian,
     "tops-gaussian": ToPSGaussian,
+    "tops-stream-gaussian": ToPSStreamGaussian,
     "tops-gaussian-1e-6": lambda *, epsilon=1.0: ToPSGaussian(epsilon=epsilon, delta=1e-6, name="tops-gaussian-1e-6"),
 }
 

@@ -238,6 +238,8 @@ class ToPSStream(MechanismAdapter):
     _HELD = (0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 5.0, 8.0)
     #: Chunks released after each hold-out, each one run.
     chunks = 4
+    #: The release each run builds (a subclass audits another pipeline on the same runs).
+    release = ToPS
 
     def __init__(self, *, epsilon: float = 1.0, samples: int = 16_000) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
@@ -249,7 +251,7 @@ class ToPSStream(MechanismAdapter):
         held, r = np.array(self._HELD), self._params["max_range"]
         out = np.empty((-(-n // self.chunks), self.chunks, 4 + self.fanout))
         for run in range(out.shape[0]):
-            tops = ToPS(**self._params, hold=held.size, key=rng.bytes(32))
+            tops = self.release(**self._params, hold=held.size, key=rng.bytes(32))
             tops.release(held)
             perturber = tops._stream
             block = self.fanout**perturber.smoothed_levels

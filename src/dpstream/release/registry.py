@@ -279,4 +279,4 @@ register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_n
 register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS, **_same_names("delta")},
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
                                         "expected_length"),
-                   audits=("tops-gaussian", "tops-gaussian-1e-6")))
+                   audits=("tops-gaussian", "tops-gaussian-1e-6", "tops-stream-gaussian")))
