@@ -227,6 +227,15 @@ def factorization_column_of_the_real_factor() -> tuple[Patch, ...]:
              "        column = max(1, round(float(np.sum(sqrt_coefficients(self.max_range) ** 2))))\n"),)
 
 
+@mutant("tops-gaussian", 120_000)
+def tops_gaussian_levels_left_out() -> tuple[Patch, ...]:
+    """ToPS's hierarchy under zCDP draws its discrete Gaussian for one measured level's L2 sensitivity (theta, not
+    theta sqrt(h - s)): with three levels sigma is sqrt(3) too small and the hierarchy spends 3 rho."""
+    return (("release/perturber.py", "rho=self.rho, granularity=granularity,\n"
+             "                                          levels=self.measured_levels)",
+             "rho=self.rho, granularity=granularity,\n                                          levels=1)"),)
+
+
 def apply_patches(root: Path, patches: tuple[Patch, ...]) -> None:
     """Apply each patch to the package copied under ``root``; a target that does not occur exactly once fails."""
     for path, old, new in patches:

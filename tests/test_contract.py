@@ -66,6 +66,11 @@ MAKERS = {
                                                     **noise_kwargs("seed" if kind == "float" else kind)),
     "sqrt-zcdp": lambda kind: REGISTRY["sqrt-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, max_range=256,
                                                         **noise_kwargs("seed" if kind == "float" else kind)),
+    "tops-zcdp": lambda kind: REGISTRY["tops-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, hold=HOLD,
+                                                        max_range=512,
+                                                        **noise_kwargs("seed" if kind == "float" else kind)),
+    "tops-zcdp-period": lambda kind: ToPS(rho=0.05, upper_bound=80, hold=HOLD, max_range=512, period=48,
+                                          **noise_kwargs("seed" if kind == "float" else kind)),
 }
 KINDS = ("key", "seed", "float")
 #: The registered mechanisms (:mod:`dpstream.release.registry`) whose streaming contract this file tests: those of

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpstream import ToPS
-from dpstream.release.perturber import MODEL_MAX_LEAVES, model_structures
+from dpstream.release.tops_defaults import MODEL_MAX_LEAVES, model_structures
 
 #: A month of 15-minute readings of one meter (kWh), as the README's meter example has per key.
 MONTH = np.random.default_rng(0).gamma(2.0, 0.4, 30 * 96).clip(0, 5)

@@ -1,4 +1,5 @@
-"""Adapters of the zCDP paths: the binary tree and the unit aggregate with discrete Gaussian noise.
+"""Adapters of the zCDP paths: the binary tree, ToPS's hierarchy and the unit aggregate with discrete Gaussian
+noise.
 
 A zCDP mechanism states rho and the (epsilon, delta) it implies (:mod:`dpstream.accounting`); the
 audit checks that (epsilon, delta) claim, at several deltas, with the claimed delta subtracted
@@ -21,12 +22,23 @@ from typing import Any
 import numpy as np
 
 from dpstream.accounting import ZcdpGuarantee, rho_for
+from dpstream.audit.core import on_lattice
 from dpstream.audit.streams import BinaryTree
+from dpstream.audit.tops import ToPSPerturber, ToPSStream
 from dpstream.audit.units import UnitAggregateWindows
 from dpstream.release.binary_tree import ZcdpBinaryTree
 from dpstream.release.factorization import SqrtFactorization
+from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.release.tops_zcdp import ZcdpToPS
 
-__all__ = ["BinaryTreeGaussian", "SqrtFactorizationGaussian", "UnitAggregateGaussian", "gaussian_log_ratio"]
+__all__ = [
+    "BinaryTreeGaussian",
+    "SqrtFactorizationGaussian",
+    "ToPSGaussian",
+    "ToPSStreamGaussian",
+    "UnitAggregateGaussian",
+    "gaussian_log_ratio",
+]
 
 
 def gaussian_log_ratio(outputs: np.ndarray, mean_b: Any, mean_a: Any, sigma: float) -> np.ndarray:
@@ -124,3 +136,73 @@ class SqrtFactorizationGaussian(BinaryTree):
         x = np.zeros(self.chunk)
         mean_a, mean_b = x @ self._encode, (x + np.eye(self.chunk)[0] * self.neighbours[1]) @ self._encode
         return gaussian_log_ratio(outputs @ self._encode, mean_b, mean_a, self.scale)
+
+
+class ToPSGaussian(ToPSPerturber):
+    """ToPS's hierarchy under zCDP (``release --method tops-zcdp``, given theta) at the rho of ``(epsilon, delta)``:
+    three measured levels of fan-out 4 and no smoothing, so chunks of 64 values are forests of four trees of 16
+    leaves (with 4 parents and a root each); the first value of every tree is 0 (input A) or theta (input B), the
+    rest 0, and each tree's 16 released values (its consistent leaves) are one run (sampled as
+    :class:`~dpstream.audit.tops.ToPSPerturber` samples its trees).
+
+    The consistent leaves ``x`` of a tree are the least-squares fit of its noisy node sums, Gaussian around the true
+    leaves with the inverse covariance ``M^T M / sigma^2`` (``M`` sums leaves into every node of the tree), so the
+    log-likelihood ratio of B against A is ``(M Delta)^T (M x - M mu) / sigma^2`` with ``Delta = theta e_0`` and
+    ``mu`` the midpoint of the two inputs: ``theta / sigma^2`` times the sum, over the three levels, of leaf 0's
+    ancestor's consistent sum minus ``theta / 2`` (the discrete Gaussian on a grid this fine has the same ratio).
+    Its law is Gaussian with variance ``3 theta^2 / sigma^2 = 2 spent_rho``: the whole claim, at every delta.
+    """
+
+    name = "tops-gaussian"
+    statistic_name = "the Gaussian log-likelihood ratio of one tree's released leaves"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 4.0, fanout: int = 4,
+                 levels: int = 3, samples: int = 200_000, name: str = "tops-gaussian") -> None:
+        self.name = name
+        width = fanout**levels
+        self._params = dict(threshold=threshold, rho=rho_for(epsilon, delta), max_range=width, fanout=fanout,
+                            smoothed_levels=0)
+        probe = HierarchicalPerturber(**self._params, seed=0)
+        if probe.measured_levels != levels:  # pragma: no cover - the parameters above give these levels
+            raise ValueError(f"the tops-gaussian adapter needs {levels} measured levels over one tree per run.")
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
+        self.granularity, self.sigma = probe.leaf_granularity, probe.noise_scale
+        self.tree, self.fanout, self.levels, self.samples = fanout ** (levels - 1), fanout, levels, samples
+        self.neighbours = (0.0, probe.threshold)
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        theta = self.neighbours[1]
+        ancestors = sum(outputs[:, : self.fanout**level].sum(axis=1) for level in range(self.levels))
+        return theta * (ancestors - self.levels * theta / 2.0) / self.sigma**2
+
+    def possible_under(self, x: float, outputs: np.ndarray) -> np.ndarray:
+        truth = np.zeros((1, self.tree))
+        truth[0, 0] = x
+        return on_lattice(outputs, truth, self.granularity, what="ToPS's hierarchy under zCDP").all(axis=1)
+
+
+class ToPSStreamGaussian(ToPSStream):
+    """ToPS end to end under zCDP (``release --method tops-zcdp``): the release at the rho of ``(epsilon, delta)``
+    chooses theta, s and the prior from the same eight held-out values as ``tops-stream``, then releases four
+    chunks whose first value is 0 (input A) or B; a run is one chunk.  Given theta, the estimates of the chunk's
+    first tree are Gaussian (:class:`ToPSGaussian`): the statistic is ``theta / sigma^2`` times, over the one or two
+    measured levels, leaf 0's ancestor's sum minus ``theta / 2``.  Claim: the target (epsilon, delta), which the
+    release's rho implies (its threshold's epsilon^2 / 2 included)."""
+
+    name = "tops-stream-gaussian"
+    statistic_name = "the Gaussian log-likelihood ratio of a chunk's first released leaves given theta"
+    release = ZcdpToPS
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, samples: int = 16_000) -> None:
+        super().__init__(epsilon=epsilon, samples=samples)
+        self._params = dict(epsilon=epsilon, delta=delta, upper_bound=8.0, max_range=16, fanout=4)
+        probe = ZcdpToPS(**self._params, hold=len(self._HELD), seed=0)
+        probe.release(np.array(self._HELD))
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        theta, levels, sigma, leaves = outputs[:, 0], outputs[:, 1], outputs[:, 2], outputs[:, 4:]
+        if np.any((levels != 1) & (levels != 2)):
+            raise ValueError("tops-stream-gaussian expects one or two measured levels.")
+        ancestors = leaves[:, 0] + np.where(levels == 2, leaves.sum(axis=1), 0.0)  # leaf 0, then its tree's parent
+        return theta * (ancestors - levels * theta / 2.0) / sigma**2

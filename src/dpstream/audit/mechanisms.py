@@ -103,7 +103,13 @@ from dpstream.audit.core import (
     on_lattice,
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
-from dpstream.audit.gaussian import BinaryTreeGaussian, SqrtFactorizationGaussian, UnitAggregateGaussian
+from dpstream.audit.gaussian import (
+    BinaryTreeGaussian,
+    SqrtFactorizationGaussian,
+    ToPSGaussian,
+    ToPSStreamGaussian,
+    UnitAggregateGaussian,
+)
 from dpstream.audit.locations import LocationWindows
 from dpstream.audit.selections import Selection
 from dpstream.audit.streams import (
@@ -250,6 +256,9 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
                                                                            name="binary-tree-gaussian-1e-6"),
     "unit-aggregate-gaussian": UnitAggregateGaussian,
     "sqrt-zcdp": SqrtFactorizationGaussian,
+    "tops-gaussian": ToPSGaussian,
+    "tops-stream-gaussian": ToPSStreamGaussian,
+    "tops-gaussian-1e-6": lambda *, epsilon=1.0: ToPSGaussian(epsilon=epsilon, delta=1e-6, name="tops-gaussian-1e-6"),
 }
 
 

@@ -120,14 +120,15 @@ class ToPSPerturber(_TreeLeaves):
         # at s = 0 a released value is the true sum plus exact consistent noise: a multiple of g / q
         self.granularity, self.scale = probe.leaf_granularity, probe.noise_scale
         self.fanout, self.samples = fanout, samples
+        self.tree = fanout  # leaves per tree (a chunk holds ``fanout`` trees)
         self.neighbours = (0.0, probe.threshold)
 
     def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
         trees = -(-n // self.fanout) * self.fanout  # whole chunks
-        stream = np.zeros((trees, self.fanout))
+        stream = np.zeros((trees, self.tree))
         stream[:, 0] = x
         released = HierarchicalPerturber(**self._params, seed=rng).release(stream.ravel())
-        return released.reshape(trees, self.fanout)[:n]
+        return released.reshape(trees, self.tree)[:n]
 
 
 class PeriodicLeaves(_TreeLeaves):
@@ -237,6 +238,8 @@ class ToPSStream(MechanismAdapter):
     _HELD = (0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 5.0, 8.0)
     #: Chunks released after each hold-out, each one run.
     chunks = 4
+    #: The release each run builds (a subclass audits another pipeline on the same runs).
+    release = ToPS
 
     def __init__(self, *, epsilon: float = 1.0, samples: int = 16_000) -> None:
         self._params = dict(epsilon=epsilon, upper_bound=8.0, max_range=16, fanout=4)
@@ -248,7 +251,7 @@ class ToPSStream(MechanismAdapter):
         held, r = np.array(self._HELD), self._params["max_range"]
         out = np.empty((-(-n // self.chunks), self.chunks, 4 + self.fanout))
         for run in range(out.shape[0]):
-            tops = ToPS(**self._params, hold=held.size, key=rng.bytes(32))
+            tops = self.release(**self._params, hold=held.size, key=rng.bytes(32))
             tops.release(held)
             perturber = tops._stream
             block = self.fanout**perturber.smoothed_levels

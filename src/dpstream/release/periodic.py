@@ -29,14 +29,17 @@ value changes one node per measured level by at most theta (``theta_units`` grid
 exact path), each node gets (discrete) Laplace noise of scale ``theta d / eps``, the ``d``
 levels compose sequentially and disjoint chunks in parallel.  The period, the phase and ``d``
 are public (they must not depend on the released values); consistency and smoothing are
-post-processing.
+post-processing.  Under zCDP (``rho=``) the same holds with discrete Gaussian noise of variance
+``theta^2 d / (2 rho)``: one value moves one node per level, an L2 change of ``theta sqrt(d)``
+(derived in :mod:`dpstream.release.tops_zcdp`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dpstream._checks import check_bound, check_epsilon, check_nonnegative, check_positive_int
+from dpstream._checks import check_bound, check_nonnegative, check_positive_int
+from dpstream.accounting import DEFAULT_DELTA, check_budget
 from dpstream.noise.bits import BitsSeed
 from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
@@ -72,7 +75,7 @@ class PeriodicPerturber(HierarchicalPerturber):
 
     Parameters
     ----------
-    threshold, epsilon, fanout, smoother, granularity, seed, noise, key, prior
+    threshold, epsilon, rho, fanout, smoother, granularity, seed, noise, key, prior
         As :class:`~dpstream.release.perturber.HierarchicalPerturber`.
     period : int
         P, the length of a leaf (e.g. 1440 minutes: a day).
@@ -102,7 +105,7 @@ class PeriodicPerturber(HierarchicalPerturber):
         self,
         *,
         threshold: float,
-        epsilon: float,
+        epsilon: float | None = None,
         period: int,
         phase: int = 0,
         max_range: int = 2**20,
@@ -115,9 +118,10 @@ class PeriodicPerturber(HierarchicalPerturber):
         noise: NoiseSampler | NoiseSource | None = None,
         key: bytes | None = None,
         prior: float | None = None,
+        rho: float | None = None,
     ) -> None:
         threshold = check_bound(threshold, "threshold")
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon, self.rho = check_budget(epsilon, rho)
         self.period = check_positive_int(period, "period")
         self.phase = int(check_nonnegative(phase, "phase"))
         if self.phase != phase or self.phase >= self.period:
@@ -137,9 +141,10 @@ class PeriodicPerturber(HierarchicalPerturber):
                                                                           identity=("tops",)),
                     prior=prior, block_end=self.period - 1, levels_name="levels")
 
-    def privacy(self) -> PrivacyGuarantee:
+    def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """As :meth:`HierarchicalPerturber.privacy`, for ``d`` levels over leaves of one period."""
-        return self._guarantee(f"d = {self.measured_levels} levels over leaves of one period of {self.period} values")
+        return self._guarantee(f"d = {self.measured_levels} levels over leaves of one period of {self.period} values",
+                               delta)
 
     def leaves(self) -> Leaves:
         """The periods as leaves (the first one from ``phase``), with the public shape of the predictions."""

@@ -46,6 +46,13 @@ deterministic function of the measurements.  Chunks are disjoint (parallel compo
 rounding to the grid (a function of each value alone), consistency and smoothing are
 post-processing.
 
+zCDP (``rho=`` instead of ``epsilon``).  Every node gets exact discrete Gaussian noise of variance
+parameter ``sigma^2 = theta_units^2 (h - s) / (2 rho)`` grid units^2, rounded up
+(:class:`~dpstream.noise.grid_gaussian.GridGaussian`): one value moves one node per measured level
+by at most ``theta_units``, an L2 change of ``theta_units sqrt(h - s)`` (derived, with every part
+of the hierarchy a value touches, in :mod:`dpstream.release.tops_zcdp`), so the hierarchy is
+``spent_rho``-zCDP (at most rho), stated with the (epsilon, delta) it implies.
+
 The streaming state is explicit (:class:`PerturberState`): noise is drawn once per chunk and
 kept until the chunk ends, so saving and restoring the state (with the noise source) never
 re-draws noise for a released position.  With ``key=``, the noise of chunk ``c`` is drawn from
@@ -64,7 +71,6 @@ import numpy as np
 
 from dpstream._checks import (
     check_bound,
-    check_epsilon,
     check_length,
     check_magnitude,
     check_memory,
@@ -74,6 +80,7 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream._params import Params
+from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, check_budget
 from dpstream.hierarchy import num_levels
 from dpstream.hierarchy.arithmetic import GridArithmetic, arithmetic
 from dpstream.hierarchy.tree import consistency_weights
@@ -88,7 +95,7 @@ from dpstream.smoothers import Smoother, make_smoother
 __all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
 
 
-def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
+def optimal_smoothed_levels(epsilon: float | None, max_range: int, fanout: int, *, rho: float | None = None) -> int:
     """s of Eq. 7: the number of lowest levels replaced by the smoother.
 
     Eq. 7 models the squared error as ``(b - 1) (log_b r - s)^3 2 theta^2 / eps^2`` (noise of
@@ -101,17 +108,26 @@ def optimal_smoothed_levels(epsilon: float, max_range: int, fanout: int) -> int:
     measured MSE (``dpstream evaluate``) is about 2.5x worse there and stops decreasing in eps.
     Pass ``smoothed_levels`` to force any other s.
 
+    Under zCDP (``rho`` instead of ``epsilon``) a node's noise variance is ``theta^2 (h - s) / (2 rho)``
+    instead of ``2 theta^2 (h - s)^2 / eps^2``, so the noise term of Eq. 7 -- ``(b - 1)(h - s)`` nodes
+    times that variance -- is ``(b - 1)(log_b r - s)^2 / (2 rho)`` (times theta^2).
+
     >>> [optimal_smoothed_levels(e, 2**20, 16) for e in (0.01, 0.05, 0.1, 1.0)]
     [3, 3, 2, 2]
+    >>> [optimal_smoothed_levels(None, 2**20, 16, rho=r) for r in (0.0001, 0.01, 1.0)]
+    [3, 2, 1]
     """
-    epsilon = check_epsilon(epsilon)
-    if not math.isfinite(epsilon * epsilon):
-        raise ValueError(f"epsilon must be at most 1e154 for Eq. 7 to choose s (its square overflows float64 beyond): "
-                         f"give smoothed_levels, got {epsilon!r}.")
+    epsilon, rho = check_budget(epsilon, rho)
+    budget = epsilon if rho is None else rho
+    if not math.isfinite(budget * budget):
+        raise ValueError(f"{'epsilon' if rho is None else 'rho'} must be at most 1e154 for Eq. 7 to choose s (its "
+                         f"square overflows float64 beyond): give smoothed_levels, got {budget!r}.")
     h = num_levels(max_range, fanout)
     log_r = math.log(max_range) / math.log(fanout)
     s = np.linspace(0.0, h - 1.0, 1000 * (h - 1) + 1)
-    error = (fanout - 1) * np.maximum(log_r - s, 0.0) ** 3 * 2.0 / epsilon**2 + np.exp(2 * s * math.log(fanout)) / 36.0
+    above = np.maximum(log_r - s, 0.0)
+    noise = above**3 * 2.0 / budget**2 if rho is None else above**2 / (2.0 * rho)
+    error = (fanout - 1) * noise + np.exp(2 * s * math.log(fanout)) / 36.0
     return int(min(h - 1, max(0, round(float(s[np.argmin(error)])))))
 
 
@@ -140,14 +156,16 @@ class HierarchyShape:
     smoothed_levels: int
 
     @classmethod
-    def of(cls, epsilon: float, max_range: int, fanout: int, smoothed_levels: int | None) -> HierarchyShape:
-        """The shape checked; ``smoothed_levels`` None chooses s by Eq. 7 (:func:`optimal_smoothed_levels`)."""
+    def of(cls, epsilon: float | None, max_range: int, fanout: int, smoothed_levels: int | None, *,
+           rho: float | None = None) -> HierarchyShape:
+        """The shape checked; ``smoothed_levels`` None chooses s by Eq. 7 (:func:`optimal_smoothed_levels`, for
+        ``epsilon`` or, under zCDP, ``rho``)."""
         max_range = check_memory(check_positive_int(max_range, "max_range", minimum=2), "max_range")
         fanout = check_positive_int(fanout, "fanout", minimum=2)
         check_length(fanout, "fanout")
         levels = num_levels(max_range, fanout)
         if smoothed_levels is None:
-            smoothed_levels = optimal_smoothed_levels(epsilon, max_range, fanout)
+            smoothed_levels = optimal_smoothed_levels(epsilon, max_range, fanout, rho=rho)
         smoothed_levels = check_nonnegative_int(smoothed_levels, "smoothed_levels")
         if smoothed_levels >= levels:
             raise ValueError(
@@ -160,35 +178,6 @@ class HierarchyShape:
     def measured_levels(self) -> int:
         """h - s."""
         return self.levels - self.smoothed_levels
-
-
-#: Most leaves a chunk's hierarchy has when the model chooses its structure for windows of a given length
-#: (:func:`model_structures`).  A stream draws a chunk's noise at once and keeps its leaves' consistent share, 16
-#: bytes a leaf: 2^16 leaves are 1 MB and about 70,000 draws a stream, what one stream per key can afford (2^20
-#: leaves, s = 0 at the default r, were 16 MB).
-MODEL_MAX_LEAVES = 1 << 16
-
-
-def model_structures(max_range: int, fanout: int, leaves: tuple[int, ...] = (), forced: tuple[int, ...] | None = None,
-                     windows: bool = True) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
-    """The values of s and the leaf lengths among ``leaves`` the model may choose for chunks of ``max_range`` values
-    when it scores ``windows`` of a given length: those whose chunk has at most :data:`MODEL_MAX_LEAVES` leaves (all
-    of them when a chunk is that short; at least the top level); the values of s ``forced`` by the user, and without
-    ``windows`` None (every value of s).  Public parameters only.
-
-    >>> model_structures(2**20, 16, (96, 48, 24, 12))
-    ((1, 2, 3, 4), (96, 48, 24))
-    >>> model_structures(4096, 16, (12,))
-    ((0, 1, 2), (12,))
-    >>> model_structures(2**20, 16, windows=False)
-    (None, ())
-    """
-    if not windows:
-        return forced, leaves
-    levels = num_levels(max_range, fanout)
-    allowed = tuple(s for s in range(levels) if -(-max_range // fanout**s) <= MODEL_MAX_LEAVES) or (levels - 1,)
-    small = tuple(leaf for leaf in leaves if -(-max_range // leaf) <= MODEL_MAX_LEAVES)
-    return allowed if forced is None else forced, small
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,7 +236,9 @@ class HierarchicalPerturber(Params):
         theta: values must already be truncated to [0, theta].  Public.  On the exact path it
         is rounded up to the grid (:attr:`threshold` is the rounded value).
     epsilon : float
-        Budget of the hierarchy.
+        Budget of the hierarchy (pure DP, discrete Laplace noise).
+    rho : float, optional
+        Instead of ``epsilon``: a zCDP budget, exact discrete Gaussian noise on the grid (see the module docstring).
     max_range : int
         r: chunk length and the largest query range the hierarchy serves (paper: 2^20).
     fanout : int
@@ -294,7 +285,7 @@ class HierarchicalPerturber(Params):
         self,
         *,
         threshold: float,
-        epsilon: float,
+        epsilon: float | None = None,
         max_range: int = 2**20,
         fanout: int = 16,
         smoothed_levels: int | None = None,
@@ -304,10 +295,11 @@ class HierarchicalPerturber(Params):
         noise: NoiseSampler | NoiseSource | None = None,
         key: bytes | None = None,
         prior: float | None = None,
+        rho: float | None = None,
     ) -> None:
         threshold = check_bound(threshold, "threshold")
-        self.epsilon = check_epsilon(epsilon)
-        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels)
+        self.epsilon, self.rho = check_budget(epsilon, rho)
+        shape = HierarchyShape.of(self.epsilon, max_range, fanout, smoothed_levels, rho=self.rho)
         self.max_range, self.fanout, self.levels, self.smoothed_levels = (
             shape.max_range, shape.fanout, shape.levels, shape.smoothed_levels)
         self.smoother = make_smoother(smoother)
@@ -322,8 +314,12 @@ class HierarchicalPerturber(Params):
                block_end: int, levels_name: str) -> None:
         """What every hierarchy shape shares once its levels are set: the overflow checks, the noise
         source and its grid (or the float scale), the prior and the empty state."""
-        check_magnitude(threshold * self.measured_levels / self.epsilon,
-                        f"the noise scale threshold * {levels_name} / epsilon")
+        if self.rho is None:
+            check_magnitude(threshold * self.measured_levels / self.epsilon,
+                            f"the noise scale threshold * {levels_name} / epsilon")
+        else:
+            check_magnitude(threshold * math.sqrt(self.measured_levels / (2.0 * self.rho)),
+                            f"the noise's sigma threshold * sqrt({levels_name} / (2 rho))")
         check_magnitude(threshold * self.max_range, "threshold * max_range (the largest sum of a hierarchy)")
         self._source = source
         self.exact = self._source.exact
@@ -331,10 +327,13 @@ class HierarchicalPerturber(Params):
             self._set_grid(threshold, granularity)
         else:
             self._arithmetic = arithmetic(False, bound=threshold, epsilon=self.epsilon, levels=self.measured_levels,
-                                          granularity=granularity)
+                                          granularity=granularity, rho=self.rho)
         ar = self._arithmetic
         self.granularity, self.threshold, self.noise_scale = ar.granularity, ar.bound, ar.scale_value
+        #: What the hierarchy spends, recomputed from the rounded-up noise: epsilon (pure DP) or rho (zCDP); the
+        #: other is None.
         self.spent_epsilon = ar.spent_epsilon
+        self.spent_rho = None if self.rho is None else ar.budget.rho
         prior = self.threshold / 2.0 if prior is None else min(check_nonnegative(prior, "prior"), self.threshold)
         self.prior = prior
         self.state = PerturberState(
@@ -348,12 +347,17 @@ class HierarchicalPerturber(Params):
         )
 
     def _set_grid(self, threshold: float, granularity: float | None) -> None:
-        factor = Fraction(self.measured_levels) / Fraction(self.epsilon)
-        g = choose_granularity(granularity, threshold, units_factor=factor)
-        units = ceil_units(threshold, g)
-        check_chunk_sums(self.max_range, units)  # before the scale, whose error it would hide
-        noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)
-        self._arithmetic = GridArithmetic(noise)
+        if self.rho is None:
+            factor = Fraction(self.measured_levels) / Fraction(self.epsilon)
+            g = choose_granularity(granularity, threshold, units_factor=factor)
+            check_chunk_sums(self.max_range, ceil_units(threshold, g))  # before the scale, whose error it would hide
+            noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)
+            self._arithmetic = GridArithmetic(noise)
+        else:
+            self._arithmetic = arithmetic(True, bound=threshold, epsilon=None, rho=self.rho, granularity=granularity,
+                                          levels=self.measured_levels)
+            noise = self._arithmetic.noise
+            check_chunk_sums(self.max_range, noise.units)
         self.threshold_units, self.noise_scale_units = noise.units, noise.scale
         self.consistency_denominator = consistency_weights(self.fanout, self.measured_levels)[0]
 
@@ -401,13 +405,25 @@ class HierarchicalPerturber(Params):
         each chunk's start), what :func:`~dpstream.release.revisions.revise` spreads each closed block's total over."""
         return Leaves(length=self.block_size, chunk=self.max_range)
 
-    def privacy(self) -> PrivacyGuarantee:
-        """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]."""
-        return self._guarantee(f"h-s = {self.measured_levels} levels")
+    def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
+        """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]; under
+        zCDP ``spent_rho``-zCDP (at most ``rho``), stated with the (epsilon, delta) it implies at ``delta``."""
+        return self._guarantee(f"h-s = {self.measured_levels} levels", delta)
 
-    def _guarantee(self, levels: str) -> PrivacyGuarantee:
-        """:meth:`privacy`, the measured levels named by ``levels`` (``"h-s = 3 levels"``)."""
+    def _guarantee(self, levels: str, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
+        """:meth:`privacy`, the measured levels named by ``levels`` (``"h-s = 3 levels"``), stated at ``delta`` under
+        zCDP."""
         h_s = self.measured_levels
+        if self.rho is not None:
+            grid = self._arithmetic.noise
+            hierarchy = Part(what="hierarchy", budget=self._arithmetic.budget,
+                             noise=self._source.describe(self._arithmetic.law_name), text=(
+                                 f"discrete Gaussian of sigma^2 = theta^2 {h_s} / (2 rho) = {float(grid.sigma2):.6g} "
+                                 f"grid units^2 (sigma = {self.noise_scale:g}; g = {self.granularity:g}, theta = "
+                                 f"{grid.units} units) on each of {levels} (L2 sensitivity theta sqrt({h_s}))"))
+            chunks = Composition(kind="parallel", parts=(hierarchy,),
+                                 layout=f"{{}}; a fresh hierarchy per {self.max_range} values (parallel)")
+            return ZcdpGuarantee.of(chunks, neighbours=EVENT_LEVEL, delta=delta)
         if self.exact:
             noise = (
                 f"discrete Laplace of scale {self.noise_scale_units.numerator}/{self.noise_scale_units.denominator} "

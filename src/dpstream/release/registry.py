@@ -43,6 +43,7 @@ from dpstream.release.locations import LOCATIONS, LocationCounts
 from dpstream.release.pak import PAK
 from dpstream.release.topl import ToPL
 from dpstream.release.tops import ToPS
+from dpstream.release.tops_zcdp import ZcdpToPS
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -185,6 +186,12 @@ def served() -> dict[str, Mechanism]:
 
 
 def _describe_tops(tops: ToPS) -> str:
+    if tops.rho is not None:
+        return f"{_describe_tops_choice(tops)}, discrete Gaussian noise at rho = {tops.rho:.6g} (zCDP)"
+    return _describe_tops_choice(tops)
+
+
+def _describe_tops_choice(tops: ToPS) -> str:
     if tops.public_threshold is not None:
         where = (f"one leaf per period of {tops.period} values, d = {tops.period_levels} measured levels"
                  if tops.period is not None else f"smoothed levels s = {tops.smoothed_levels} of h = {tops.levels}")
@@ -278,3 +285,8 @@ register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_n
 # the square-root factorization under zCDP, the same options (lower error than bt-zcdp on every query family)
 register(Mechanism(SQRT_ZCDP, SqrtFactorization, SQRT_ZCDP, _describe_sqrt, _same_names("granularity", "delta"),
                    audits=("sqrt-zcdp",)))
+# ToPS under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
+register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS, **_same_names("delta")},
+                   optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
+                                        "expected_length"),
+                   audits=("tops-gaussian", "tops-gaussian-1e-6", "tops-stream-gaussian")))

@@ -38,19 +38,22 @@ from dpstream._checks import (
     check_stream_values,
 )
 from dpstream._params import Params
+from dpstream.accounting import DEFAULT_DELTA, check_budget
 from dpstream.noise.bits import BitsSeed, SeededBits, make_bits
 from dpstream.noise.grid import GridLaplace
+from dpstream.noise.grid_gaussian import GridGaussian
 from dpstream.noise.sampler import FloatNoise, NoiseSampler, ZeroNoise
 from dpstream.noise.source import make_source
-from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
+from dpstream.privacy import PrivacyGuarantee
 from dpstream.release.contract import TOPS, read_header, snapshot_header
 from dpstream.release.holdout import HoldOutRelease
 from dpstream.release.periodic import PeriodicPerturber, periodic_levels
-from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums, model_structures
-from dpstream.release.tops_defaults import check_threshold_choice, fit_params, warn_if_useless
-from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon, hierarchy_wevent
+from dpstream.release.perturber import HierarchicalPerturber, HierarchyShape, check_chunk_sums
+from dpstream.release.tops_defaults import check_threshold_choice, fit_params, model_structures, warn_if_useless
+from dpstream.release.tops_privacy import PROFILE_SHARE, tops_privacy, zcdp_threshold_epsilon
+from dpstream.release.wevent import PeriodBounded, check_wevent, event_epsilon
 from dpstream.smoothers import SMOOTHERS, Smoother, make_smoother
-from dpstream.thresholds import NM_E_CONSTANT, noisy_max_epsilon, noisy_max_threshold
+from dpstream.thresholds import NM_E_CONSTANT, noisy_max_threshold
 from dpstream.thresholds.error_model import QueryLengths
 from dpstream.thresholds.model import ModelChoice, model_threshold, window_leaves
 from dpstream.thresholds.noisy_max import threshold_candidates
@@ -61,9 +64,6 @@ __all__ = ["PERIOD_SMOOTHING", "PROFILE_SHARE", "THRESHOLD_METHODS", "ToPS"]
 
 #: How ToPS chooses theta: the paper's NM-E, or the error model of this pipeline.
 THRESHOLD_METHODS = ("nm-e", "model")
-
-#: With ``period`` and the model: the share of the threshold budget spent on the period's profile.
-PROFILE_SHARE = 0.25
 
 #: With ``period``: the default smoother averages the levels of this many past periods.
 PERIOD_SMOOTHING = 7
@@ -77,6 +77,9 @@ class ToPS(HoldOutRelease, Params):
     epsilon : float
         Budget of the perturber; also of the threshold optimizer unless ``threshold_epsilon``
         is given.
+    rho : float, optional
+        Instead of ``epsilon``: a zCDP budget (:mod:`dpstream.release.tops_zcdp`): discrete Gaussian noise
+        on every measured level, and the threshold at ``sqrt(2 rho)`` unless ``threshold_epsilon`` is given.
     upper_bound : float
         B: every value must lie in [0, B] (public).
     hold : int, optional
@@ -180,7 +183,9 @@ class ToPS(HoldOutRelease, Params):
     four steps together) is ``threshold_epsilon'``-DP on the hold-out, the perturber is ``epsilon'``-DP on the rest
     given the public theta; the two read disjoint positions, so they compose in parallel.  A
     fresh hierarchy per ``max_range`` values composes in parallel too, so the guarantee holds
-    for infinite streams.  With a public ``threshold`` nothing is held out or spent on theta: the
+    for infinite streams.  With ``rho``: ``max(threshold_epsilon'^2 / 2, rho')``-zCDP, stated with the
+    (epsilon, delta) it implies (the derivation in :mod:`dpstream.release.tops_zcdp`).  With a public
+    ``threshold`` nothing is held out or spent on theta: the
     release is ``epsilon'``-DP, the hierarchy's alone.  Truncation, rounding to the grid, consistency and
     smoothing add no cost.  With leaves of a fraction of the window (:attr:`leaf`), the hierarchy is a
     :class:`~dpstream.release.periodic.PeriodicPerturber` over those leaves with the same
@@ -206,7 +211,7 @@ class ToPS(HoldOutRelease, Params):
     def __init__(
         self,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         upper_bound: float,
         hold: int | None = None,
         max_range: int | None = None,
@@ -233,6 +238,7 @@ class ToPS(HoldOutRelease, Params):
         expected_length: int | None = None,
         w_event: int | None = None,
         period_bound: float | None = None,
+        rho: float | None = None,
     ) -> None:
         self._params = dict(
             epsilon=epsilon, upper_bound=upper_bound, hold=hold, max_range=max_range, fanout=fanout,
@@ -240,15 +246,14 @@ class ToPS(HoldOutRelease, Params):
             smoothed_levels=smoothed_levels, c=c, threshold_step=threshold_step, clip=clip,
             threshold_method=threshold_method, query_length=query_length, period=period, profile_bins=profile_bins,
             window_leaves=window_leaves, selection=selection, granularity=granularity, threshold=threshold,
-            expected_length=expected_length)
+            expected_length=expected_length, **({} if rho is None else {"rho": rho}))
         #: The hold-out, tree, grid and largest s in use: fitted to ``expected_length`` (N), or the paper's.
         fitted = self.fitted = fit_params(self._params)
         self.public_threshold = None if threshold is None else check_bound(threshold, "threshold")  #: or None
-        self.epsilon = check_epsilon(epsilon)
+        self.epsilon, self.rho = (check_epsilon(epsilon), None) if rho is None else check_budget(epsilon, rho)
         self.upper_bound = check_bound(upper_bound)
         self.hold = check_memory(check_positive_int(fitted.hold, "hold", minimum=int(threshold is None)), "hold")
-        self.threshold_epsilon = (self.epsilon if threshold_epsilon is None
-                                  else check_epsilon(threshold_epsilon, "threshold_epsilon"))
+        self.threshold_epsilon = self._threshold_budget(threshold_epsilon)
         self.c = check_bound(c, "c")
         self.threshold_step = check_bound(fitted.threshold_step, "threshold_step")
         check_magnitude(self.upper_bound / self.threshold_step, "upper_bound / threshold_step", "raise threshold_step")
@@ -284,21 +289,33 @@ class ToPS(HoldOutRelease, Params):
         self._begin(self._perturber_args["smoothed_levels"])
         warn_if_useless(self)
 
+    def _threshold_budget(self, threshold_epsilon: float | None) -> float:
+        """The threshold choice's pure epsilon: as given, else ``epsilon``, or under zCDP the epsilon whose
+        ``epsilon^2 / 2`` is ``rho`` (:func:`~dpstream.release.tops_privacy.zcdp_threshold_epsilon`)."""
+        if threshold_epsilon is not None:
+            return check_epsilon(threshold_epsilon, "threshold_epsilon")
+        return self.epsilon if self.rho is None else zcdp_threshold_epsilon(self.rho)
+
     def _set_wevent(self, w_event: int | None, period_bound: float | None) -> None:
         """``w_event`` and ``period_bound`` (recorded in the snapshot when given), and the budget per value."""
         self._params.update((k, v) for k, v in (("w_event", w_event), ("period_bound", period_bound)) if v is not None)
         #: With ``w_event``: the window (every ``w`` consecutive values protected) and each period's bound C, or None.
         self.w_event, self.period_bound = check_wevent(w_event, period_bound, threshold=self.public_threshold,
                                                        period=self.period)
+        if self.w_event is not None and self.rho is not None:
+            raise ValueError("w_event applies to the pure-DP ToPS (epsilon), not under zCDP (rho).")
         #: The hierarchy's budget per value at event level: ``epsilon``, or with ``w_event`` ``epsilon theta / S``.
         self.stream_epsilon = self.epsilon if self.w_event is None else event_epsilon(
             self.epsilon, self.w_event, theta=self.public_threshold, period=self.period, bound=self.period_bound)
+        #: The hierarchy's budget as its constructor takes it: ``epsilon`` (per value), or ``rho`` under zCDP.
+        self._budget = {"epsilon": self.stream_epsilon} if self.rho is None else {"rho": self.rho}
 
     def _begin(self, smoothed_levels: int | None) -> None:
         """A public threshold starts the stream now (released from its first value); else refuse now what cannot be."""
         if self.public_threshold is None:
             check_threshold_choice(
-                threshold_method=self.threshold_method, epsilon=self.epsilon, threshold_epsilon=self.threshold_epsilon,
+                threshold_method=self.threshold_method, epsilon=self.epsilon, rho=self.rho,
+                threshold_epsilon=self.threshold_epsilon,
                 budget_given=self._params["threshold_epsilon"] is not None, upper_bound=self.upper_bound,
                 levels=self.levels, threshold_step=self.threshold_step, hold=self.hold, max_range=self.max_range,
                 fanout=self.fanout, c=self.c, share=1.0 - PROFILE_SHARE if self._profiled else 1.0)
@@ -322,28 +339,33 @@ class ToPS(HoldOutRelease, Params):
                        granularity: float | None) -> None:
         """Check r, b and s now rather than after the hold-out (s does not depend on theta, Eq. 7),
         and choose the grid for the largest theta, B, and the most levels the hold-out may choose."""
-        shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
+        shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels, rho=self.rho)
         chosen_later = self.threshold_method == "model" and smoothed_levels is None and self.public_threshold is None
         if smoothed_levels is None and not chosen_later and self._max_smoothed is not None \
                 and self._max_smoothed < shape.smoothed_levels:
             smoothed_levels = self._max_smoothed  # Eq. 7's s, but no block longer than the stream can fill
-            shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels)
+            shape = HierarchyShape.of(self.stream_epsilon, max_range, fanout, smoothed_levels, rho=self.rho)
         self.max_range, self.fanout = shape.max_range, shape.fanout
         self.levels, self.smoothed_levels = shape.levels, shape.smoothed_levels
-        self._perturber_args = dict(epsilon=self.stream_epsilon, max_range=self.max_range, fanout=self.fanout,
+        self._perturber_args = dict(**self._budget, max_range=self.max_range, fanout=self.fanout,
                                     smoothed_levels=smoothed_levels, smoother=self._smoother)
         self.granularity: float | None = None
+        if self.rho is not None and not self._source.exact:  # refused now, not when the hold-out ends
+            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
         if self.public_threshold is not None:  # the grid is the perturber's, chosen for theta (it checks it)
             return
         measured = shape.levels if chosen_later or self.period else shape.measured_levels
         # theta <= B: refuse now the parameters whose noise would overflow float64 after the hold-out
-        check_magnitude(self.upper_bound * measured / self.epsilon,
-                        "the largest noise scale upper_bound * (h - s) / epsilon")
+        if self.rho is None:
+            check_magnitude(self.upper_bound * measured / self.epsilon,
+                            "the largest noise scale upper_bound * (h - s) / epsilon")
         check_magnitude(self.upper_bound * self.max_range, "upper_bound * max_range (the largest sum of a hierarchy)")
         if self._source.exact:
             check_grid(self.upper_bound, granularity)
             # the largest theta is B: refuse now a grid too fine for the budget, not after the hold-out
-            noise = GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
+            noise = (GridLaplace.choose(self.upper_bound, self.epsilon, granularity, levels=measured)
+                     if self.rho is None else GridGaussian.choose(self.upper_bound, self.rho, granularity,
+                                                                  levels=measured))
             check_chunk_sums(self.max_range, noise.units)
             self.granularity = noise.granularity
         elif granularity is not None:
@@ -383,49 +405,14 @@ class ToPS(HoldOutRelease, Params):
             tops._stream.resume_stream(state["perturber"])
         return tops
 
-    def privacy(self) -> PrivacyGuarantee:
+    def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """What the whole release spends: the threshold choice and the hierarchy, in parallel.
 
         The budgets are those recomputed from the rounded-up noise scales.  The hierarchy's
         depends on theta (in grid units), so before the hold-out ends it is stated as
         ``epsilon``, an upper bound on what it will be.
         """
-        if self.w_event is not None:
-            return hierarchy_wevent(self._stream, window=self.w_event, period=self.period, bound=self.period_bound)
-        stream = EpsilonDelta(self.epsilon if self._stream is None else self._stream.spent_epsilon)
-        noise = self._source.describe()
-        grid = "" if self.granularity is None else f" on the grid g = {self.granularity:g}"
-        if self.public_threshold is not None:
-            levels = f"{'d' if self.period is not None else 'h - s'} = {self._stream.measured_levels}"
-            hierarchy = Part(what="hierarchy", budget=stream, noise=noise, text=(
-                f"hierarchy {stream.label()} on every value from the first{grid} (eps / ({levels}) on each measured "
-                f"level); theta = {self.threshold:g} is public (given, not chosen from the data: it spends nothing), "
-                f"values above it are clipped to it"))
-            only = Composition(kind="parallel", parts=(hierarchy,), layout="{}; no hold-out")
-            return PrivacyGuarantee.of(only, neighbours=EVENT_LEVEL)
-        if self.threshold_method == "model":
-            spent = EpsilonDelta(self.threshold_epsilon if self.model_choice is None
-                                 else self.model_choice.epsilon_spent + self._profile_spent)
-            levels = "h - s" if self.smoothed_levels is None else f"h - s = {self.levels - self.smoothed_levels}"
-            if self.period is not None:
-                levels = "d" if self._stream is None else f"d = {self._stream.measured_levels}"
-            elif self.leaf is not None:
-                levels = f"d = {self._stream.measured_levels} over leaves of {self.leaf} values"
-            profile = "" if not self._profiled else f", profile of the period ({PROFILE_SHARE:g} of the budget)"
-            threshold = Part(what="model threshold", budget=spent, noise=noise, text=(
-                f"model threshold {spent.label()} on the first {self.hold} values (theta, s and the prior{profile})"))
-            per_level = f"eps / ({levels}) on each measured level"
-        else:
-            measured = self._stream.measured_levels if self._stream is not None else self.levels - self.smoothed_levels
-            nm_e = EpsilonDelta(noisy_max_epsilon(self.threshold_epsilon, monotone=True) if self._source.exact
-                                else self.threshold_epsilon)
-            threshold = Part(what="NM-E threshold", budget=nm_e, noise=noise,
-                             text=f"NM-E threshold {nm_e.label()} on the first {self.hold} values")
-            per_level = f"eps/{measured} on each of h - s = {measured} measured levels"
-        hierarchy = Part(what="hierarchy", budget=stream, noise=noise,
-                         text=f"hierarchy {stream.label()} on the rest{grid} ({per_level})")
-        return PrivacyGuarantee.of(Composition(kind="parallel", parts=(threshold, hierarchy),
-                                               layout="{}; {}; parallel composition"), neighbours=EVENT_LEVEL)
+        return tops_privacy(self, delta)
 
     # -- releasing ---------------------------------------------------------------------
 
@@ -460,7 +447,7 @@ class ToPS(HoldOutRelease, Params):
         grid = self._params["granularity"] if self.public_threshold is not None else self.granularity
         if leaf is not None:
             self.period_levels = levels
-            return PeriodicPerturber(threshold=theta, epsilon=self.epsilon, period=leaf, phase=self.hold % leaf,
+            return PeriodicPerturber(threshold=theta, **self._budget, period=leaf, phase=self.hold % leaf,
                                      max_range=self.max_range, fanout=self.fanout, levels=levels,
                                      smoother=self._leaf_smoother, granularity=self.granularity,
                                      noise=self._source, prior=prior)
@@ -474,7 +461,7 @@ class ToPS(HoldOutRelease, Params):
             levels = periodic_levels(period=self.period, max_range=self.max_range, fanout=self.fanout,
                                      queries=queries)
         self.period_levels = levels
-        return PeriodicPerturber(threshold=theta, epsilon=self.stream_epsilon, period=self.period,
+        return PeriodicPerturber(threshold=theta, **self._budget, period=self.period,
                                  phase=self.hold % self.period, max_range=self.max_range, fanout=self.fanout,
                                  levels=levels, shape=self._profile, smoother=self._smoother,
                                  granularity=grid,
@@ -495,6 +482,7 @@ class ToPS(HoldOutRelease, Params):
             self._held,
             epsilon=model_epsilon,
             stream_epsilon=self.epsilon,
+            stream_rho=self.rho,
             upper_bound=self.upper_bound,
             max_range=self.max_range,
             fanout=self.fanout,

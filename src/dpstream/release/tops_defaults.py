@@ -1,4 +1,5 @@
-"""ToPS's defaults fitted to a stream of known length, and the warning of a release that cannot be useful.
+"""ToPS's defaults fitted to a stream of known length, the structures its model may choose
+(:func:`model_structures`), and the warning of a release that cannot be useful.
 
 The paper's defaults (a hold-out of :data:`PAPER_HOLD` values, hierarchies of :data:`PAPER_MAX_RANGE`
 values, candidate thresholds ``1, 2, ..., B``) suit streams of millions of values.  A stream of a few
@@ -40,6 +41,7 @@ __all__ = [
     "HOLD_FRACTION",
     "MIN_BLOCKS",
     "MIN_HOLD",
+    "MODEL_MAX_LEAVES",
     "PAPER_HOLD",
     "PAPER_MAX_RANGE",
     "PAPER_THRESHOLD_STEP",
@@ -49,6 +51,7 @@ __all__ = [
     "check_threshold_choice",
     "fit_defaults",
     "fit_params",
+    "model_structures",
     "public_hold",
     "release_warning",
     "warn_if_useless",
@@ -83,9 +86,9 @@ def public_hold(threshold: float | None, **given: object) -> int:
     return 0
 
 
-def check_threshold_choice(*, threshold_method: str, epsilon: float, threshold_epsilon: float, budget_given: bool,
-                           upper_bound: float, levels: int, threshold_step: float, hold: int, max_range: int,
-                           fanout: int, c: float, share: float) -> None:
+def check_threshold_choice(*, threshold_method: str, epsilon: float | None, threshold_epsilon: float,
+                           budget_given: bool, upper_bound: float, levels: int, threshold_step: float, hold: int,
+                           max_range: int, fanout: int, c: float, share: float, rho: float | None = None) -> None:
     """Refuse now the parameters of a threshold choice that could not run when the hold-out ends.
 
     The model rounds each of its noise scales to 40 significant bits, a numerator of at most 2^40
@@ -93,9 +96,13 @@ def check_threshold_choice(*, threshold_method: str, epsilon: float, threshold_e
     2^21 grid units over its share of the budget (``share`` of ``threshold_epsilon``, the rest buys
     a period's profile), must stay at most 2^40, and its drift counts' scale, 1 over its share, above 2^-23.
     It also squares thresholds, noise scales (at most ``B h / epsilon``) and the scale of the values
-    (at least ``threshold_step / ln 2``): they must lie in [1e-150, 1e150].  NM-E compares
+    (at least ``threshold_step / ln 2``): they must lie in [1e-150, 1e150]; under zCDP (``rho``) the
+    noise is ``B sqrt(h / (2 rho))``, and NM-E is refused.  NM-E compares
     ``slope * theta`` with integer counts exactly, which needs ``slope * B`` below 2^62.
     """
+    if rho is not None and threshold_method != "model":
+        raise ValueError(f"threshold_method={threshold_method!r} (the paper's choice, tuned to Laplace noise) is not "
+                         "offered under zCDP (rho); use the model threshold.")
     if threshold_method == "model":
         low, high = 2.0**-19 / SHARES["prior"] / share, 2.0**23 / SHARES["drift"] / share
         if not low <= threshold_epsilon < high:
@@ -103,7 +110,7 @@ def check_threshold_choice(*, threshold_method: str, epsilon: float, threshold_e
                 "epsilon (the budget of the threshold too, unless threshold_epsilon)")
             raise ValueError(f"{name} must be in [{low:.3g}, {high:.3g}) for the exact noise of the model threshold, "
                              f"got {threshold_epsilon!r}.")
-        noise = upper_bound * levels / epsilon
+        noise = upper_bound * levels / epsilon if rho is None else upper_bound * math.sqrt(levels / (2.0 * rho))
         if not (noise <= 1e150 and threshold_step >= 1e-150):
             raise ValueError(f"the model threshold squares the noise scale upper_bound * h / epsilon ({noise:g}) "
                              f"and threshold_step ({threshold_step:g}): both must lie in [1e-150, 1e150].")
@@ -211,7 +218,8 @@ def _fitted_hold(length: int, window: int | None) -> int:
 def warn_if_useless(tops: Any) -> None:
     """Issue the :class:`ReleaseWarning` of :func:`release_warning` for a ToPS's public parameters, if any."""
     warning = release_warning(
-        epsilon=tops.stream_epsilon, threshold_epsilon=tops.threshold_epsilon, upper_bound=tops.upper_bound,
+        epsilon=tops.stream_epsilon, rho=tops.rho, threshold_epsilon=tops.threshold_epsilon,
+        upper_bound=tops.upper_bound,
         hold=tops.hold, threshold_step=tops.threshold_step, threshold_method=tops.threshold_method,
         public_threshold=tops.public_threshold, fanout=tops.fanout, levels=tops.levels,
         smoothed_levels=tops.smoothed_levels, max_smoothed_levels=tops.fitted.max_smoothed_levels,
@@ -220,10 +228,10 @@ def warn_if_useless(tops: Any) -> None:
         warnings.warn(warning, ReleaseWarning, stacklevel=4)  # the caller of ToPS(...), through Params' recording
 
 
-def release_warning(*, epsilon: float, threshold_epsilon: float, upper_bound: float, hold: int,
+def release_warning(*, epsilon: float | None, threshold_epsilon: float, upper_bound: float, hold: int,
                     threshold_step: float, threshold_method: str, public_threshold: float | None, fanout: int,
                     levels: int, smoothed_levels: int | None, max_smoothed_levels: int | None,
-                    expected_length: int | None, period: int | None) -> str | None:
+                    expected_length: int | None, period: int | None, rho: float | None = None) -> str | None:
     """One line saying why the release's values will be mostly chance, the prior or noise, or None.
 
     From public parameters only:
@@ -236,7 +244,7 @@ def release_warning(*, epsilon: float, threshold_epsilon: float, upper_bound: fl
       than half of the ``expected_length - hold`` released values;
     * **noise**: a released value's noise (that of one node of the lowest measured level, spread
       over its ``b^s`` values, for the least noisy s allowed, with theta = B or the public theta)
-      has a standard deviation above B.
+      has a standard deviation above B (under zCDP, ``rho``: Gaussian noise of ``theta sqrt((h - s) / (2 rho))``).
 
     >>> common = dict(upper_bound=5.0, threshold_method="model", public_threshold=None, fanout=16, levels=5,
     ...               smoothed_levels=None, max_smoothed_levels=None, expected_length=None, period=None)
@@ -272,14 +280,45 @@ def release_warning(*, epsilon: float, threshold_epsilon: float, upper_bound: fl
         allowed = [smoothed_levels] if smoothed_levels is not None else range(
             levels if max_smoothed_levels is None else min(levels, max_smoothed_levels + 1))
         theta = upper_bound if public_threshold is None else public_threshold
-        noise, h = min(math.sqrt(2.0) * theta * (levels - s) / epsilon / fanout**s for s in allowed), levels
+        noise, h = min((math.sqrt(2.0) * theta * (levels - s) / epsilon if rho is None else
+                        theta * math.sqrt((levels - s) / (2.0 * rho))) / fanout**s for s in allowed), levels
         if noise > upper_bound:
             most = "=" if len(allowed) == 1 else "at most"
+            budget = f"epsilon {epsilon:g}" if rho is None else f"rho {rho:g}"
             reasons.append(f"every released value carries noise of standard deviation about {noise / upper_bound:,.0f} "
-                           f"x B (epsilon {epsilon:g}, {h} levels, s {most} {max(allowed)})")
-            fixes.append("epsilon (or s)")
+                           f"x B ({budget}, {h} levels, s {most} {max(allowed)})")
+            fixes.append(f"{budget.split()[0]} (or s)")
     if not reasons:
         return None
     fixes = list(dict.fromkeys(fixes))
     raise_ = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
     return "; ".join(reasons) + f": raise {raise_}, or give a public threshold"
+
+
+#: Most leaves a chunk's hierarchy has when the model chooses its structure for windows of a given length
+#: (:func:`model_structures`).  A stream draws a chunk's noise at once and keeps its leaves' consistent share, 16
+#: bytes a leaf: 2^16 leaves are 1 MB and about 70,000 draws a stream, what one stream per key can afford (2^20
+#: leaves, s = 0 at the default r, were 16 MB).
+MODEL_MAX_LEAVES = 1 << 16
+
+
+def model_structures(max_range: int, fanout: int, leaves: tuple[int, ...] = (), forced: tuple[int, ...] | None = None,
+                     windows: bool = True) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
+    """The values of s and the leaf lengths among ``leaves`` the model may choose for chunks of ``max_range`` values
+    when it scores ``windows`` of a given length: those whose chunk has at most :data:`MODEL_MAX_LEAVES` leaves (all
+    of them when a chunk is that short; at least the top level); the values of s ``forced`` by the user, and without
+    ``windows`` None (every value of s).  Public parameters only.
+
+    >>> model_structures(2**20, 16, (96, 48, 24, 12))
+    ((1, 2, 3, 4), (96, 48, 24))
+    >>> model_structures(4096, 16, (12,))
+    ((0, 1, 2), (12,))
+    >>> model_structures(2**20, 16, windows=False)
+    (None, ())
+    """
+    if not windows:
+        return forced, leaves
+    levels = num_levels(max_range, fanout)
+    allowed = tuple(s for s in range(levels) if -(-max_range // fanout**s) <= MODEL_MAX_LEAVES) or (levels - 1,)
+    small = tuple(leaf for leaf in leaves if -(-max_range // leaf) <= MODEL_MAX_LEAVES)
+    return allowed if forced is None else forced, small

@@ -309,8 +309,8 @@ class ErrorModel:
 
     Parameters
     ----------
-    epsilon : float
-        The hierarchy's budget.
+    epsilon : float or None
+        The hierarchy's budget (Laplace noise of scale ``theta (h - s) / eps`` on every node).
     max_range, fanout : int
         r and b of the hierarchy.
     queries : QueryLengths
@@ -318,6 +318,9 @@ class ErrorModel:
     points : int
         Size of the quadrature (starts x lengths); 4096 keeps the relative error of the
         averages near 1%.
+    rho : float, optional
+        Instead of ``epsilon`` (None): the hierarchy's zCDP budget, Gaussian noise of variance
+        ``theta^2 (h - s) / (2 rho)`` on every node (:meth:`node_variance`).
 
     Examples
     --------
@@ -328,19 +331,35 @@ class ErrorModel:
     ((2,), True)
     """
 
-    epsilon: float
+    epsilon: float | None
     max_range: int
     fanout: int
     queries: QueryLengths
     points: int = 4096
+    rho: float | None = None
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        if (self.epsilon is None) == (self.rho is None):
+            raise ValueError("the error model needs the hierarchy's epsilon or its rho, one of them.")
+        check_epsilon(self.epsilon) if self.rho is None else check_epsilon(self.rho, "rho")
         check_positive_int(self.max_range, "max_range", minimum=2)
         check_positive_int(self.fanout, "fanout", minimum=2)
         check_positive_int(self.points, "points", minimum=16)
         if not isinstance(self.queries, QueryLengths):
             raise TypeError(f"queries must be a QueryLengths, got {self.queries!r}.")
+
+    def node_variance(self, theta: np.ndarray, measured_levels: int) -> np.ndarray:
+        """The noise variance of one node of a hierarchy of ``measured_levels`` levels, for each theta:
+        ``2 (theta d / eps)^2`` (Laplace) or ``theta^2 d / (2 rho)`` (Gaussian, zCDP).
+
+        >>> ErrorModel(epsilon=None, rho=0.5, max_range=16, fanout=4, queries=QueryLengths.fixed(4)).node_variance(
+        ...     np.array([2.0]), 2).tolist()
+        [8.0]
+        """
+        theta = np.asarray(theta, dtype=np.float64)
+        if self.rho is None:
+            return 2.0 * (theta * measured_levels / self.epsilon) ** 2
+        return theta**2 * measured_levels / (2.0 * self.rho)
 
     @functools.cached_property
     def levels(self) -> int:
@@ -365,10 +384,9 @@ class ErrorModel:
         f = self.factors(s)
         theta = np.asarray(summary.candidates, dtype=np.float64)
         bs = self.fanout**s
-        beta = theta * (self.levels - s) / self.epsilon
         tau2 = np.maximum(summary.excess_square - summary.excess_mean**2, 0.0)
         return {
-            "noise": 2.0 * beta**2 * f["noise"],
+            "noise": self.node_variance(theta, self.levels - s) * f["noise"],
             "smoothing": f["white"] * summary.spread + f["drift"] * summary.drift * bs,
             "truncation": self.queries.mean_square * summary.excess_mean**2 + self.queries.mean * tau2,
             "prior": f["prior"] * np.broadcast_to(summary.prior_error, theta.shape),
@@ -406,10 +424,9 @@ class ErrorModel:
         (node noise ``Lap(theta d / eps)``, the Recent smoother within a leaf)."""
         f = self.leaf_factors(leaf, measured_levels)
         theta = np.asarray(summary.candidates, dtype=np.float64)
-        beta = theta * measured_levels / self.epsilon
         tau2 = np.maximum(summary.excess_square - summary.excess_mean**2, 0.0)
         return {
-            "noise": 2.0 * beta**2 * f["noise"],
+            "noise": self.node_variance(theta, measured_levels) * f["noise"],
             "smoothing": f["white"] * summary.spread + f["drift"] * summary.drift * leaf,
             "truncation": self.queries.mean_square * summary.excess_mean**2 + self.queries.mean * tau2,
             "prior": f["prior"] * np.broadcast_to(summary.prior_error, theta.shape),

@@ -55,6 +55,11 @@ Privacy
 ``epsilon``-DP (the sum of the four steps' spent budgets, each at most its share) at event
 level on the held-out values, by sequential composition; only ``theta``, ``s`` and the prior
 leave.  The stream after the hold-out is untouched (parallel composition with the perturber).
+Under zCDP (a perturber with ``rho``, ``stream_rho`` here) the four steps are unchanged and still
+pure ``epsilon``-DP, which is ``epsilon^2 / 2``-zCDP (Bun and Steinke, Proposition 1.4): a zCDP
+ToPS states them so, composed with the hierarchy's rho
+(:func:`~dpstream.release.tops_privacy.tops_privacy`); only the model's noise term changes, to the
+Gaussian node variance.
 """
 
 from __future__ import annotations
@@ -260,7 +265,7 @@ def model_threshold(
     values: np.ndarray,
     *,
     epsilon: float,
-    stream_epsilon: float,
+    stream_epsilon: float | None,
     upper_bound: float,
     max_range: int,
     fanout: int,
@@ -271,6 +276,7 @@ def model_threshold(
     seed: BitsSeed = None,
     period: int | None = None,
     leaves: tuple[int, ...] = (),
+    stream_rho: float | None = None,
 ) -> ModelChoice:
     """Choose theta, s and the prior privately from the held-out values (see the module docstring).
 
@@ -280,8 +286,11 @@ def model_threshold(
         The held-out values, in [0, upper_bound].
     epsilon : float
         Budget of the whole choice (split by :data:`SHARES`).
-    stream_epsilon : float
+    stream_epsilon : float or None
         Budget of the perturber that will release the stream (the model's noise).
+    stream_rho : float, optional
+        Instead of ``stream_epsilon`` (None): the perturber's zCDP budget (its Gaussian noise scored; the choice
+        stays ``epsilon``-DP, which a zCDP release counts as ``epsilon^2 / 2``).
     upper_bound, max_range, fanout, step
         B, r, b and the candidate grid's step.
     queries : QueryLengths, optional
@@ -317,7 +326,8 @@ def model_threshold(
     (True, True, True)
     """
     epsilon = check_epsilon(epsilon)
-    stream_epsilon = check_epsilon(stream_epsilon, "stream_epsilon")
+    stream_epsilon = check_epsilon(stream_epsilon, "stream_epsilon") if stream_rho is None else None
+    stream_rho = None if stream_rho is None else check_epsilon(stream_rho, "stream_rho")
     selection = check_choice(selection, "selection", tuple(SELECTIONS))
     max_range = check_positive_int(max_range, "max_range", minimum=2)
     fanout = check_positive_int(fanout, "fanout", minimum=2)
@@ -328,7 +338,7 @@ def model_threshold(
     queries = QueryLengths.random(max_range) if queries is None else queries
     held = _HeldOut(values, make_bits(seed), model_candidates(upper_bound, step))
     structures = _Structures(max_range=max_range, fanout=fanout, queries=queries, levels=levels, period=period,
-                             leaves=leaves)
+                             leaves=leaves, rho=stream_rho)
     return _four_steps(held, structures, epsilon=epsilon, stream_epsilon=stream_epsilon, selection=selection)
 
 
@@ -382,10 +392,11 @@ class _Structures:
     levels: tuple[int, ...]
     period: int | None
     leaves: tuple[int, ...]
+    rho: float | None = None  # the perturber's zCDP budget (Gaussian noise), instead of its epsilon
 
 
 def _four_steps(
-    held: _HeldOut, structures: _Structures, *, epsilon: float, stream_epsilon: float, selection: str
+    held: _HeldOut, structures: _Structures, *, epsilon: float, stream_epsilon: float | None, selection: str
 ) -> ModelChoice:
     """The four steps of :func:`model_threshold` on checked arguments, in the order they draw bits."""
     values = held.values
@@ -479,7 +490,7 @@ def _public_errors(
     scale: float,
     drift: float,
     eps_prior: float,
-    stream_epsilon: float,
+    stream_epsilon: float | None,
 ) -> tuple[np.ndarray, list[tuple[int | None, int | None, int | None]]]:
     """Step 3's public part: the error of every structure at every candidate theta, in units of one
     value's excess (rows), and each row's structure ``(s, measured levels, leaf)``.
@@ -491,12 +502,13 @@ def _public_errors(
     max_range, fanout, queries = structures.max_range, structures.fanout, structures.queries
     excess, excess_square, spread = _exponential_summary(candidates, scale)
     prior_noise = 2.0 * (candidates / (m * eps_prior)) ** 2  # variance of the noisy mean of step 4
-    model = ErrorModel(epsilon=stream_epsilon, max_range=max_range, fanout=fanout, queries=queries)
+    model = ErrorModel(epsilon=None if structures.rho is not None else stream_epsilon, max_range=max_range,
+                       fanout=fanout, queries=queries, rho=structures.rho)
     rows, shapes = [], []
     if structures.period is not None:
         factors = aligned_noise_factors(period=structures.period, max_range=max_range, fanout=fanout, queries=queries)
         for d in factors:
-            rows.append(2.0 * (candidates * d / stream_epsilon) ** 2 * factors[d] * m**2
+            rows.append(model.node_variance(candidates, d) * factors[d] * m**2
                         / (queries.mean_square * scale**2))
             shapes.append((None, d, None))
         return np.array(rows), shapes
