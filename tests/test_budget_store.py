@@ -121,3 +121,13 @@ def test_the_commands_create_charge_and_show_a_store(tmp_path):
     assert not outputs[2].exists()  # refused before anything is written
     shown = CliRunner().invoke(cli, ["budget", str(store)])
     assert "spent rho 0.0487119" in shown.output and "about unit level: each meter in each UTC day" in shown.output
+
+
+@pytest.mark.parametrize("rho", ["1e308", "1e-300"])
+def test_a_store_of_an_extreme_rho_is_shown_with_its_epsilon(tmp_path, rho):
+    # "budget FILE --new-rho 1e308" wrote the store, then it and every later "budget FILE" said "math domain error"
+    store = tmp_path / "budget.json"
+    for command in (["budget", str(store), "--new-rho", rho], ["budget", str(store)]):
+        shown = CliRunner().invoke(cli, command)
+        assert shown.exit_code == 0, shown.output
+        assert f"total rho {float(rho):g} (epsilon {'inf' if rho == '1e308' else '0'} at delta 1e-06)" in shown.output
