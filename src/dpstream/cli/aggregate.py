@@ -145,7 +145,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
-    standard_error = options.pop("standard_error")
+    standard_error, delta = options.pop("standard_error"), options["delta"]  # the guarantee is stated at --delta
     with usage_errors():
         width = buckets_per_window(bucket, unit_window)
         private = _check_selection(partition_column, partitions_path, options)
@@ -182,7 +182,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                      columns=(time_column, unit_column, column, partition_column, missing),
-                     standard_error=standard_error)
+                     standard_error=standard_error, delta=delta)
         _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
         return
     if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
@@ -190,7 +190,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
-    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error)
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -283,9 +283,9 @@ class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
     def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False,
-                 standard_error: bool = False) -> None:
+                 standard_error: bool = False, delta: float | None = None) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
-        self.standard_error = standard_error
+        self.standard_error, self.delta = standard_error, delta
         self.times = BatchTimes()
         self.first: int | None = None
         self.windows = 0
@@ -321,6 +321,8 @@ class _Feeder(RowFeeder):
     def report(self) -> None:
         agg = self.releaser
         guarantee = agg.privacy()
+        if isinstance(guarantee, ZcdpGuarantee) and self.delta is not None:
+            guarantee = guarantee.at(self.delta)  # the (epsilon, delta) target --delta asked for, not the default
         say(f"privacy: {guarantee}")
         windows = -(-agg.released // self.width)
         relation = agg.relation()
@@ -376,12 +378,13 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
-                 checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False) -> None:
+                 checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False,
+                 delta: float | None = None) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
     width = buckets_per_window(params["bucket"], params["window"])
     durable_rows(state_path, command="aggregate", params={"method": "aggregate", **params}, columns=columns,
                  build=lambda key: UnitAggregate(**params, key=key),
-                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error),
+                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error, delta=delta),
                  header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
                  output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                  batches=_batches)
