@@ -131,3 +131,20 @@ def test_a_store_of_an_extreme_rho_is_shown_with_its_epsilon(tmp_path, rho):
         shown = CliRunner().invoke(cli, command)
         assert shown.exit_code == 0, shown.output
         assert f"total rho {float(rho):g} (epsilon {'inf' if rho == '1e308' else '0'} at delta 1e-06)" in shown.output
+
+
+def test_an_input_without_its_columns_is_refused_before_the_store_is_charged(tmp_path):
+    # the charge came before the input was opened: a misspelt column spent the budget of a release never made
+    store = tmp_path / "budget.json"
+    CliRunner().invoke(cli, ["budget", str(store), "--new-epsilon", "5"])
+    rows = tmp_path / "rows.csv"
+    rows.write_text("time,meter,kwh\n" + "".join(f"{t},m{m},0.5\n" for t in range(0, 86400, 3600) for m in range(3)))
+    run = ["aggregate", str(rows), "-o", str(tmp_path / "out.csv"), "--unit-column", "meter", "--column", "kwh",
+           "--bucket", "1h", "--unit-window", "1d", "--unit-bound", "24", "--epsilon", "1", "--seed", "1",
+           "--budget-store", str(store)]
+    refused = CliRunner().invoke(cli, [*run, "--time-column", "tme"])
+    assert refused.exit_code == 1 and "has no column 'tme'" in refused.output and "charged" not in refused.output
+    assert BudgetStore.open(store).charges == []
+    released = CliRunner().invoke(cli, [*run, "--time-column", "time"])
+    assert released.exit_code == 0 and "budget store: charged 1" in released.output
+    assert len(BudgetStore.open(store).charges) == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -168,13 +169,16 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         revised = _check_revised(revised_path, output_path=output_path, statistic=options["statistic"],
                                  inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
-        if budget_path is not None:  # charged last, once every check has passed
+    rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
+                     partition_column=partition_column, missing=missing, batch_rows=_BATCH)
+    if budget_path is not None:  # charged last, once every check has passed and the input's columns were found
+        first = next(rows, None)  # (its first batch read: a missing column is refused before the charge)
+        rows = rows if first is None else itertools.chain([first], rows)
+        with usage_errors():
             name = (f"aggregate --state {Path(state_path).resolve()}" if state_path is not None else
                     f"aggregate -o {output_path} ({os.getpid()}, {time.time_ns()})")
             say(f"budget store: charged {BudgetStore.open(budget_path).charge(name, probe.privacy()).amount:g} "
                 f"({budget_path}).")
-    rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
-                     partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:
         rows = _sorted(rows)
     names = partitions or ([] if private else [""])
