@@ -332,7 +332,10 @@ class _Feeder(RowFeeder):
         relation = agg.relation()
         statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
         say(statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
-        if self.standard_error:
+        if self.standard_error and agg.statistic == "mean":  # a ratio of two noisy values: its error is not linear
+            say(f"standard error of the noise of every released bucket's sum: {agg.standard_error():.6g} (the mean "
+                "divides that sum by a noisy count: its own error is not this, nor stated; bias is not in it)")
+        elif self.standard_error:
             say(f"standard error of every released bucket's noise: {agg.standard_error():.6g} (exact: the noise is "
                 "linear and its law known; bounding and clipping bias are not in it)")
         if agg.partition_selection == "private":
