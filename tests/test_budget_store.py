@@ -148,3 +148,13 @@ def test_an_input_without_its_columns_is_refused_before_the_store_is_charged(tmp
     released = CliRunner().invoke(cli, [*run, "--time-column", "time"])
     assert released.exit_code == 0 and "budget store: charged 1" in released.output
     assert len(BudgetStore.open(store).charges) == 1
+
+
+def test_summary_is_refused_for_a_budget_store_rather_than_ignored(tmp_path):
+    store, other = tmp_path / "budget.json", tmp_path / "other.json"
+    CliRunner().invoke(cli, ["budget", str(store), "--new-rho", "1"])
+    for command in (["budget", str(other), "--new-rho", "1"], ["budget", str(store)]):  # creating one, showing one
+        result = CliRunner().invoke(cli, [*command, "--summary", str(tmp_path / "s.csv")])
+        assert result.exit_code == 2 and "--summary applies to the state of a release" in result.output
+        assert not (tmp_path / "s.csv").exists()
+    assert not other.exists()

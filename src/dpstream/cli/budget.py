@@ -34,7 +34,10 @@ def budget(state_file: str, summary_path: str | None, new_rho: float | None, new
     public or published numbers only), as a table for at most 20 keys and with --summary FILE as CSV.
     For a budget store FILE it shows its total, what each release charged and what is left.
     """
-    if new_rho is not None or new_epsilon is not None:
+    creating = new_rho is not None or new_epsilon is not None
+    if summary_path is not None and (creating or BudgetStore.is_store(state_file)):  # never silently ignored
+        raise click.UsageError("--summary applies to the state of a release with --key-column, not to a budget store.")
+    if creating:
         with usage_errors():
             click.echo(BudgetStore.create(state_file, rho=new_rho, epsilon=new_epsilon).report())
         return
