@@ -133,8 +133,9 @@ def test_a_store_of_an_extreme_rho_is_shown_with_its_epsilon(tmp_path, rho):
         assert f"total rho {float(rho):g} (epsilon {'inf' if rho == '1e308' else '0'} at delta 1e-06)" in shown.output
 
 
-def test_an_input_without_its_columns_is_refused_before_the_store_is_charged(tmp_path):
-    # the charge came before the input was opened: a misspelt column spent the budget of a release never made
+def test_a_refused_input_output_or_option_is_not_charged(tmp_path):
+    # the charge came before the input, the output and --checkpoint-seconds were checked: a misspelt column, an
+    # existing output without --force spent the budget of a release never made
     store = tmp_path / "budget.json"
     CliRunner().invoke(cli, ["budget", str(store), "--new-epsilon", "5"])
     rows = tmp_path / "rows.csv"
@@ -142,8 +143,12 @@ def test_an_input_without_its_columns_is_refused_before_the_store_is_charged(tmp
     run = ["aggregate", str(rows), "-o", str(tmp_path / "out.csv"), "--unit-column", "meter", "--column", "kwh",
            "--bucket", "1h", "--unit-window", "1d", "--unit-bound", "24", "--epsilon", "1", "--seed", "1",
            "--budget-store", str(store)]
-    refused = CliRunner().invoke(cli, [*run, "--time-column", "tme"])
-    assert refused.exit_code == 1 and "has no column 'tme'" in refused.output and "charged" not in refused.output
+    (tmp_path / "taken.csv").write_text("")
+    for bad, message in ((["--time-column", "tme"], "has no column 'tme'"),  # each was refused after the charge
+                         (["--time-column", "time", "-o", str(tmp_path / "taken.csv")], "pass --force"),
+                         (["--time-column", "time", "--checkpoint-seconds", "5"], "applies with --state only")):
+        refused = CliRunner().invoke(cli, [*run, *bad])
+        assert refused.exit_code in (1, 2) and message in refused.output and "charged" not in refused.output
     assert BudgetStore.open(store).charges == []
     released = CliRunner().invoke(cli, [*run, "--time-column", "time"])
     assert released.exit_code == 0 and "budget store: charged 1" in released.output

@@ -171,18 +171,11 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
-    if budget_path is not None:  # charged last, once every check has passed and the input's columns were found
-        first = next(rows, None)  # (its first batch read: a missing column is refused before the charge)
-        rows = rows if first is None else itertools.chain([first], rows)
-        with usage_errors():
-            name = (f"aggregate --state {Path(state_path).resolve()}" if state_path is not None else
-                    f"aggregate -o {output_path} ({os.getpid()}, {time.time_ns()})")
-            say(f"budget store: charged {BudgetStore.open(budget_path).charge(name, probe.privacy()).amount:g} "
-                f"({budget_path}).")
     if sort_rows:
         rows = _sorted(rows)
     names = partitions or ([] if private else [""])
     if state_path is not None:
+        rows = _charged(rows, budget_path, probe, f"aggregate --state {Path(state_path).resolve()}")
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                      columns=(time_column, unit_column, column, partition_column, missing),
@@ -194,6 +187,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
+    rows = _charged(rows, budget_path, probe, f"aggregate -o {output_path} ({os.getpid()}, {time.time_ns()})")
     feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
@@ -203,6 +197,21 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         feeder.end(sink)
     feeder.report()
     _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
+
+
+def _charged(rows: Iterator[RowBatch], budget_path: str | None, probe: UnitAggregate,
+             name: str) -> Iterator[RowBatch]:
+    """The rows, after charging the release ``name`` to the budget store ``budget_path`` (if any): last, once every
+    check has passed, the output was found writable and the input's first batch was read (a missing column, a
+    bad first row is refused before the charge)."""
+    if budget_path is None:
+        return rows
+    first = next(rows, None)
+    rows = rows if first is None else itertools.chain([first], rows)
+    with usage_errors():
+        say(f"budget store: charged {BudgetStore.open(budget_path).charge(name, probe.privacy()).amount:g} "
+            f"({budget_path}).")
+    return rows
 
 
 def _budget(options: dict[str, Any]) -> dict[str, float]:
