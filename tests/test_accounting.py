@@ -75,6 +75,15 @@ def test_rho_for_is_the_largest_rho_of_a_target():
     assert rho_for(0.0, 1e-6) == 0.0
 
 
+def test_the_conversions_hold_at_the_ends_of_the_range_of_rho_and_delta():
+    # a huge rho took alpha - 1 below the float resolution (math domain error); a tiny one, or a delta near 1,
+    # took the bound below 0 (a budget store of rho 1e-300 said "epsilon -1.409e-143")
+    assert zcdp_epsilon(1e30, 1e-6) == pytest.approx(1e30) and zcdp_epsilon(1e308, 1e-6) == math.inf
+    assert zcdp_epsilon(1e-300, 1e-6) == 0.0 and zcdp_epsilon(1e-12, 1e-6) == 0.0
+    assert zcdp_epsilon(1.0, 0.9999999) == 0.0 <= zcdp_epsilon(1.0, 0.5)
+    assert zcdp_delta(1e30, 1.0) == 1.0 and zcdp_delta(1e308, 0.0) == 1.0
+
+
 def test_pure_dp_is_epsilon_squared_over_two():
     assert rho_of_pure(1.0) == 0.5 and rho_of_pure(0.2) == pytest.approx(0.02)
     assert Zcdp.of_pure(EpsilonDelta(2.0)) == Zcdp(2.0)

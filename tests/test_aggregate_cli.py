@@ -300,3 +300,14 @@ def test_a_resumed_run_keeps_no_batch_that_earlier_runs_consumed(tmp_path, monke
     assert again.exit_code == 0, again.output
     assert "released 24 buckets in this run (resumed;" in again.output
     assert held == [[]]
+
+
+def test_the_means_standard_error_is_said_to_be_its_sums_only(tmp_path):
+    # the mean's line read "standard error of every released bucket's noise ... (exact: the noise is linear)",
+    # but a mean is a noisy sum over a noisy count: the number is its sum's noise only
+    data = _csv(tmp_path / "in.csv")
+    result = _run(data, "-o", tmp_path / "out.csv", *BASE, "--missing", "zero", "--statistic", "mean",
+                  "--unit-max-rows", "24", "--standard-error")
+    assert result.exit_code == 0, result.output
+    assert "standard error of the noise of every released bucket's sum: " in result.output
+    assert "the noise is linear" not in result.output

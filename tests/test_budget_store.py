@@ -246,3 +246,45 @@ def test_concurrent_releases_charge_one_after_the_other(tmp_path):
     assert codes == [0, 0, 0, 2, 2]
     assert BudgetStore.open(store).spent == 3.0 and len(BudgetStore.open(store).charges) == 3
     assert sum((tmp_path / f"{i}.txt").exists() for i in range(5)) == 3
+
+
+@pytest.mark.parametrize("rho", ["1e308", "1e-300"])
+def test_a_store_of_an_extreme_rho_is_shown_with_its_epsilon(tmp_path, rho):
+    # "budget FILE --new-rho 1e308" wrote the store, then it and every later "budget FILE" said "math domain error"
+    store = tmp_path / "budget.json"
+    for command in (["budget", str(store), "--new-rho", rho], ["budget", str(store)]):
+        shown = CliRunner().invoke(cli, command)
+        assert shown.exit_code == 0, shown.output
+        assert f"total rho {float(rho):g} (epsilon {'inf' if rho == '1e308' else '0'} at delta 1e-06)" in shown.output
+
+
+def test_a_refused_input_output_or_option_is_not_charged(tmp_path):
+    # the charge came before the input, the output and --checkpoint-seconds were checked: a misspelt column, an
+    # existing output without --force spent the budget of a release never made
+    store = tmp_path / "budget.json"
+    CliRunner().invoke(cli, ["budget", str(store), "--new-epsilon", "5"])
+    rows = tmp_path / "rows.csv"
+    rows.write_text("time,meter,kwh\n" + "".join(f"{t},m{m},0.5\n" for t in range(0, 86400, 3600) for m in range(3)))
+    run = ["aggregate", str(rows), "-o", str(tmp_path / "out.csv"), "--unit-column", "meter", "--column", "kwh",
+           "--bucket", "1h", "--unit-window", "1d", "--unit-bound", "24", "--epsilon", "1", "--seed", "1",
+           "--budget-store", str(store)]
+    (tmp_path / "taken.csv").write_text("")
+    for bad, message in ((["--time-column", "tme"], "has no column 'tme'"),  # each was refused after the charge
+                         (["--time-column", "time", "-o", str(tmp_path / "taken.csv")], "pass --force"),
+                         (["--time-column", "time", "--checkpoint-seconds", "5"], "applies with --state only")):
+        refused = CliRunner().invoke(cli, [*run, *bad])
+        assert refused.exit_code in (1, 2) and message in refused.output and "charged" not in refused.output
+    assert BudgetStore.open(store).charges == []
+    released = CliRunner().invoke(cli, [*run, "--time-column", "time"])
+    assert released.exit_code == 0 and "budget store: charged 1" in released.output
+    assert len(BudgetStore.open(store).charges) == 1
+
+
+def test_summary_is_refused_for_a_budget_store_rather_than_ignored(tmp_path):
+    store, other = tmp_path / "budget.json", tmp_path / "other.json"
+    CliRunner().invoke(cli, ["budget", str(store), "--new-rho", "1"])
+    for command in (["budget", str(other), "--new-rho", "1"], ["budget", str(store)]):  # creating one, showing one
+        result = CliRunner().invoke(cli, [*command, "--summary", str(tmp_path / "s.csv")])
+        assert result.exit_code == 2 and "--summary applies to the state of a release" in result.output
+        assert not (tmp_path / "s.csv").exists()
+    assert not other.exists()

@@ -120,6 +120,13 @@ def test_bad_options_are_usage_errors_before_any_reading(tmp_path, data, extra, 
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_a_location_listed_twice_is_named(tmp_path, data):
+    names = (tmp_path / "locations.txt").read_text().split()
+    (tmp_path / "locations.txt").write_text("\n".join([*names, names[2]]) + "\n")
+    result = _run(*_base(tmp_path, "-o", tmp_path / "out.csv"))
+    assert result.exit_code == 2 and f"names the location {names[2]!r} twice." in result.output, result.output
+
+
 def _split(tmp_path, hours):
     """rows.csv cut after ``hours`` steps (a whole step: a run's end releases its last step)."""
     lines = (tmp_path / "rows.csv").read_text().splitlines()

@@ -346,6 +346,10 @@ def test_private_selection_continues_identically_in_a_new_app(database_url):
     ({"selection_delta": 0.5}, "selection_delta must lie in (0, 0.001], got 0.5"),
     ({"selection_epsilon": 2.0}, "selection_epsilon must lie strictly between 0 and epsilon 1"),
     ({"replace": True}, "add/remove relation only"),
+    # accepted and ignored under public selection, where the command refuses them
+    ({"partition_selection": "public"}, "selection_delta applies with partition_selection private only"),
+    ({"partition_selection": None, "selection_delta": None, "selection_epsilon": 0.5},
+     "selection_epsilon applies with partition_selection private only"),
 ])
 def test_bad_selection_parameters_are_one_line_422s(http, change, words):
     assert words in _refused(http, "/aggregates", {"name": "bad", **PRIVATE, **change})

@@ -175,6 +175,9 @@ def test_the_guarantee_is_about_w_event_and_composes_only_with_the_same_window()
     (["--threshold", "1", "--period-bound", "3"], "period_bound bounds each period's total: it needs period."),
     (["--threshold", "1", "--w-event", "0"], "w_event must be an integer >= 1, got 0."),
     (["--method", "bt", "--period-bound", "3"], "--period-bound does not apply to --method bt."),
+    # a huge window was refused as "epsilon must be at least 1e-12 ..., got 1e-20", naming a value never given
+    (["--threshold", "1", "--w-event", str(10**20)], "w_event = 100,000,000,000,000,000,000 leaves epsilon 1e-20"),
+    (["--method", "bt", "--w-event", str(10**20)], "w_event = 100,000,000,000,000,000,000 leaves epsilon 1e-20"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, extra, message):
     source = tmp_path / "in.txt"

@@ -209,3 +209,26 @@ def test_the_commands_take_gaussian_noise(tmp_path):
     tree = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "bt.txt"), "--method", "bt-zcdp",
                                     "--epsilon", "1", "--delta", "1e-6", "--upper-bound", "10", "--seed", "2"])
     assert tree.exit_code == 0 and "0.024356-zCDP, so (1, 1e-06)-DP" in tree.output, tree.output
+
+
+def test_the_commands_state_the_guarantee_at_the_delta_asked_for(tmp_path):
+    # --delta 1e-3 spent the rho of (1, 1e-3) but was stated at the default 1e-6: "(1.615, 1e-06)-DP"
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    rows = tmp_path / "rows.csv"
+    rows.write_text("time,meter,kwh\n" + "".join(f"{t},m{m},0.5\n" for t in range(0, 86400, 3600) for m in range(3)))
+    for state in ([], ["--state", str(tmp_path / "state.json")]):
+        result = CliRunner().invoke(cli, [
+            "aggregate", str(rows), "-o", str(tmp_path / f"out{len(state)}.csv"), "--time-column", "time",
+            "--unit-column", "meter", "--column", "kwh", "--bucket", "1h", "--unit-window", "1d", "--unit-bound", "24",
+            "--epsilon", "1", "--seed", "1", "--noise", "gaussian", "--delta", "1e-3", *state])
+        assert result.exit_code == 0, result.output
+        assert f"{rho_for(1.0, 1e-3):g}-zCDP, so (1, 0.001)-DP" in result.output
+        assert "(ε = 1, δ = 0.001); over 1 window:" in result.output
+    values = tmp_path / "values.txt"
+    values.write_text("".join(f"{v % 7}\n" for v in range(40)))
+    tree = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "bt.txt"), "--method", "bt-zcdp",
+                                    "--epsilon", "1", "--delta", "1e-3", "--upper-bound", "10", "--seed", "2"])
+    assert tree.exit_code == 0 and f"{rho_for(1.0, 1e-3):g}-zCDP, so (1, 0.001)-DP" in tree.output, tree.output

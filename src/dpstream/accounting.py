@@ -108,6 +108,8 @@ def zcdp_epsilon_standard(rho: float, delta: float) -> float:
 
 def _cks_epsilon(rho: float, log_inv_delta: float, alpha: float) -> float:
     """Canonne-Kamath-Steinke's epsilon at one ``alpha > 1`` (valid for every alpha)."""
+    if not 1.0 / alpha < 1.0:  # alpha - 1 below the float resolution (a huge rho): the bound tends to infinity there
+        return math.inf
     a1 = alpha - 1.0
     return alpha * rho + (log_inv_delta + a1 * math.log1p(-1.0 / alpha) - math.log(alpha)) / a1
 
@@ -148,7 +150,8 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     # alpha - 1 searched on a log scale around the standard bound's optimum sqrt(ln(1/delta) / rho)
     centre = math.log(math.sqrt(log_inv / rho))
     best = _minimize(lambda x: _cks_epsilon(rho, log_inv, 1.0 + math.exp(x)), centre - 12.0, centre + 12.0)
-    return min(best * (1.0 + _MARGIN), zcdp_epsilon_standard(rho, delta))
+    # a tiny rho (or a delta near 1) takes the bound below 0: (epsilon, delta)-DP then holds at epsilon = 0 too
+    return max(0.0, min(best * (1.0 + _MARGIN), zcdp_epsilon_standard(rho, delta)))
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:
@@ -165,10 +168,12 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
 
     def log_delta(x: float) -> float:
         alpha = 1.0 + math.exp(x)
+        if not 1.0 / alpha < 1.0:  # alpha - 1 below the float resolution: the bound tends to infinity there
+            return math.inf
         return (alpha - 1.0) * (alpha * rho - epsilon) - math.log(alpha - 1.0) + alpha * math.log1p(-1.0 / alpha)
 
-    centre = math.log(max(epsilon / (2.0 * rho), 1e-6))
-    return min(1.0, math.exp(_minimize(log_delta, centre - 12.0, centre + 12.0)) * (1.0 + _MARGIN))
+    centre = math.log(max(epsilon / (2.0 * rho), 1e-6))  # delta is at most 1: a log above 0 is 1, not an overflow
+    return min(1.0, math.exp(min(_minimize(log_delta, centre - 12.0, centre + 12.0), 0.0)) * (1.0 + _MARGIN))
 
 
 def rho_for(epsilon: float, delta: float) -> float:

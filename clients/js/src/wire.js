@@ -31,9 +31,12 @@ function checkFields(object, expected, where) {
   if (unknown.length) fail(`${where} have unknown field(s) ${unknown.join(', ')}.`);
 }
 
-/** Refuse a document in which JSON.parse met an integer it could not hold exactly (beyond 2^53). */
+/**
+ * Refuse a document in which JSON.parse met an integer it could not hold exactly (beyond 2^53); the float fields
+ * are floats whatever their size (Python writes an upper bound of 1e16 as 1e+16, which JSON.parse reads exactly).
+ */
 function checkSafeNumbers(node, path) {
-  if (typeof node === 'number' && Number.isInteger(node) && !Number.isSafeInteger(node)) {
+  if (typeof node === 'number' && Number.isInteger(node) && !Number.isSafeInteger(node) && !FLOAT_FIELDS.has(path)) {
     fail(`: ${path} is ${node}, an integer beyond 2^53 that JSON.parse cannot read exactly.`);
   } else if (node !== null && typeof node === 'object') {
     for (const [key, value] of Object.entries(node)) checkSafeNumbers(value, path ? `${path}.${key}` : key);

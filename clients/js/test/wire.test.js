@@ -20,6 +20,16 @@ test('a reports document is written byte for byte as Python writes it', () => {
     '{"format":"dpstream.topl.reports/1","mechanism":[0,0],"parameters":"0123456789abcdef","report":[5,9]}');
 });
 
+test('a float field beyond 2^53 (a large bound) is a float, not an inexact integer', async () => {
+  // Python's ToPLRandomizer(epsilon=1.0, upper_bound=1e16, buckets=32, stream_grid=64).to_json(): documents.before
+  // with upper_bound 1e16 and its id; JSON.parse reads 1e16 as an integer number, which used to be refused
+  const text = documents.before.replace('"upper_bound":100.0', '"upper_bound":1e16')
+    .replace(/"id":"[0-9a-f]+"/, '"id":"56947d8cf196319e"');
+  const client = await ToPLRandomizer.fromJson(text);
+  assert.equal(client.upperBound, 1e16);
+  assert.equal(client.parametersId, '56947d8cf196319e');
+});
+
 test('bad documents are refused in one line that says what is wrong', async () => {
   const good = JSON.parse(documents.after);
   const cases = [

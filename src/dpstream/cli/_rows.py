@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -56,7 +57,8 @@ def read_names(path: str, flag: str, noun: str) -> list[str]:
     if not names:
         raise ValueError(f"{flag} {path} names no {noun}.")
     if len(set(names)) != len(names):
-        raise ValueError(f"{flag} {path} names a {noun} twice.")
+        repeated = next(name for name, count in Counter(names).items() if count > 1)
+        raise ValueError(f"{flag} {path} names the {noun} {repeated!r} twice.")
     return names
 
 

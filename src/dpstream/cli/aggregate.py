@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,7 +144,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
-    standard_error = options.pop("standard_error")
+    standard_error, delta = options.pop("standard_error"), options["delta"]  # the guarantee is stated at --delta
     with usage_errors():
         width = buckets_per_window(bucket, unit_window)
         private = _check_selection(partition_column, partitions_path, options)
@@ -166,18 +167,17 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         revised = _check_revised(revised_path, output_path=output_path, statistic=options["statistic"],
                                  inputs={"INPUT": input_path, "--partitions": partitions_path, "--state": state_path},
                                  force=force or state_path is not None, history=(revised_history, revised_cycle))
-        if budget_path is not None:  # charged last, once every check has passed
-            charge_store(budget_path, "aggregate", probe.privacy(), state_path=state_path, output_path=output_path)
     rows = read_rows(input_path, time_column=time_column, unit_column=unit_column, column=column,
                      partition_column=partition_column, missing=missing, batch_rows=_BATCH)
     if sort_rows:
         rows = _sorted(rows)
     names = partitions or ([] if private else [""])
     if state_path is not None:
+        rows = _charged(rows, budget_path, probe, state_path=state_path, output_path=output_path)
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                      columns=(time_column, unit_column, column, partition_column, missing),
-                     standard_error=standard_error)
+                     standard_error=standard_error, delta=delta)
         _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
         return
     if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
@@ -185,7 +185,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
-    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error)
+    rows = _charged(rows, budget_path, probe, state_path=None, output_path=output_path)
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -194,6 +195,20 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         feeder.end(sink)
     feeder.report()
     _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
+
+
+def _charged(rows: Iterator[RowBatch], budget_path: str | None, probe: UnitAggregate, *, state_path: str | None,
+             output_path: str) -> Iterator[RowBatch]:
+    """The rows, after charging the release to the budget store ``budget_path`` (if any): last, once every check has
+    passed, the output was found writable and the input's first batch was read (a missing column, a bad first row
+    is refused before the charge)."""
+    if budget_path is None:
+        return rows
+    first = next(rows, None)
+    rows = rows if first is None else itertools.chain([first], rows)
+    with usage_errors():
+        charge_store(budget_path, "aggregate", probe.privacy(), state_path=state_path, output_path=output_path)
+    return rows
 
 
 def _budget(options: dict[str, Any]) -> dict[str, float]:
@@ -278,9 +293,9 @@ class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
     def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False,
-                 standard_error: bool = False) -> None:
+                 standard_error: bool = False, delta: float | None = None) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
-        self.standard_error = standard_error
+        self.standard_error, self.delta = standard_error, delta
         self.times = BatchTimes()
         self.first: int | None = None
         self.windows = 0
@@ -316,12 +331,17 @@ class _Feeder(RowFeeder):
     def report(self) -> None:
         agg = self.releaser
         guarantee = agg.privacy()
+        if isinstance(guarantee, ZcdpGuarantee) and self.delta is not None:
+            guarantee = guarantee.at(self.delta)  # the (epsilon, delta) target --delta asked for, not the default
         say(f"privacy: {guarantee}")
         windows = -(-agg.released // self.width)
         relation = agg.relation()
         statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
         say(statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
-        if self.standard_error:
+        if self.standard_error and agg.statistic == "mean":  # a ratio of two noisy values: its error is not linear
+            say(f"standard error of the noise of every released bucket's sum: {agg.standard_error():.6g} (the mean "
+                "divides that sum by a noisy count: its own error is not this, nor stated; bias is not in it)")
+        elif self.standard_error:
             say(f"standard error of every released bucket's noise: {agg.standard_error():.6g} (exact: the noise is "
                 "linear and its law known; bounding and clipping bias are not in it)")
         if agg.partition_selection == "private":
@@ -371,12 +391,13 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
-                 checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False) -> None:
+                 checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False,
+                 delta: float | None = None) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
     width = buckets_per_window(params["bucket"], params["window"])
     durable_rows(state_path, command="aggregate", params={"method": "aggregate", **params}, columns=columns,
                  build=lambda key: UnitAggregate(**params, key=key),
-                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error),
+                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error, delta=delta),
                  header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
                  output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                  batches=_batches)

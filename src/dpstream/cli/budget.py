@@ -47,7 +47,10 @@ def budget(state_file: str, summary_path: str | None, new_rho: float | None, new
                                    "/budgets); --new-rho, --new-epsilon and --summary do not apply.")
         click.echo(_database_budget(state_file, database, database_key))
         return
-    if new_rho is not None or new_epsilon is not None:
+    creating = new_rho is not None or new_epsilon is not None
+    if summary_path is not None and (creating or BudgetStore.is_store(state_file)):  # never silently ignored
+        raise click.UsageError("--summary applies to the state of a release with --key-column, not to a budget store.")
+    if creating:
         with usage_errors():
             click.echo(BudgetStore.create(state_file, rho=new_rho, epsilon=new_epsilon).report())
         return

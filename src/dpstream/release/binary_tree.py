@@ -493,6 +493,11 @@ class ZcdpBinaryTree(BinaryTreeCounter):
                              "target, e.g. 1e-6.")
         super().__init__(rho=rho_for(check_epsilon(epsilon), delta), upper_bound=upper_bound, max_range=max_range,
                          clip=clip, granularity=granularity, seed=seed, noise=noise, key=key)
+        self.delta = delta
+
+    def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
+        """The guarantee stated at ``delta``, by default at the target's (not at the library's default delta)."""
+        return super().privacy(self.delta if delta is None else delta)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> BinaryTreeCounter:

@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_bound, check_positive_int
+from dpstream._checks import MIN_EPSILON, check_bound, check_positive_int
 from dpstream.noise.grid import epsilon_of_scale, float_down, float_up
 from dpstream.privacy import Composition, EpsilonDelta, Part, PrivacyGuarantee, WEvent
 
@@ -115,7 +115,11 @@ def event_epsilon(epsilon: float, window: int, *, theta: float, period: int | No
     True
     """
     sensitivity = window_sensitivity(window, period or 1, Fraction(theta), None if bound is None else Fraction(bound))
-    return float_down(Fraction(epsilon) * Fraction(theta) / sensitivity)
+    per_value = float_down(Fraction(epsilon) * Fraction(theta) / sensitivity)
+    if per_value < MIN_EPSILON:  # said here, with the window that made it small, not as a bad epsilon
+        raise ValueError(f"w_event = {window:,} leaves epsilon {per_value:.3g} per value, below {MIN_EPSILON:g} "
+                         "(smaller budgets drown the data in float64 noise): a shorter window or a larger epsilon.")
+    return per_value
 
 
 def bound_periods(values: np.ndarray, *, start: int, running: Any, period: int, bound: Any) -> np.ndarray:

@@ -118,6 +118,9 @@ def _parameters(document: dict[str, Any]) -> dict[str, Any]:
             raise TypeError(f"{name} must be a number, a string or a boolean, got {json.dumps(value)[:80]}.")
         else:
             params[PARAMETERS[name]] = value
+    given = [name for name in ("selection_epsilon", "selection_delta") if name in params]
+    if given and params.get("partition_selection", "public") == "public":  # as the command: never silently ignored
+        raise ApiError(422, f"{given[0]} applies with partition_selection private only.")
     return params
 
 
