@@ -141,13 +141,18 @@
     const budget = facts.budget;
     let level = `ε = ${number(budget.epsilon)}`;
     if (budget.delta > 0) level += `, δ = ${number(budget.delta, 3)}`;
+    const relation = /neighbours: ([^:;]+)/.exec(facts.privacy);
+    const where = relation ? relation[1] : "event level";
+    if (budget.rho !== undefined && budget.rho !== null) {  // zCDP: rho is what it spends; (ε, δ) is implied
+      const rho = `ρ = ${number(budget.rho)}`;
+      return `each value is protected at ${rho} (zCDP), which implies (ε, δ) = (${number(budget.epsilon)}, ` +
+        `${number(budget.delta, 3)}) (${where}); the stream's guarantee is ${rho} however long it runs`;
+    }
     if (kind === "collector") {
       return `each client's report is protected at ${level} (local, randomized by the client); ` +
         `the collector's guarantee is ${level} however many reports arrive`;
     }
-    const relation = /neighbours: ([^:;]+)/.exec(facts.privacy);
-    return `each value is protected at ${level} (${relation ? relation[1] : "event level"}); ` +
-      `the stream's guarantee is ${level} however long it runs`;
+    return `each value is protected at ${level} (${where}); the stream's guarantee is ${level} however long it runs`;
   }
 
   // -- one card per source ----------------------------------------------------------------------
