@@ -112,6 +112,12 @@
   // -- the words of the guarantee -----------------------------------------------------------------
 
   function inWords(kind, budget) {
+    const zcdp = budget.rho === undefined || budget.rho === null ? "" : ` This (ε, δ) is implied by ρ = ` +
+      `${number(budget.rho)} zero-concentrated DP (zCDP): ρ's add up when releases compose, the ε's they imply do not.`;
+    return inPureWords(kind, budget) + zcdp;
+  }
+
+  function inPureWords(kind, budget) {
     const eps = budget.epsilon;
     const factor = `e^${number(eps)} ≈ ${number(Math.exp(eps), 3)}`;
     const delta = budget.delta > 0 ? ` (plus at most δ = ${number(budget.delta, 3)} in absolute probability)` : "";
