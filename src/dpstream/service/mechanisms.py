@@ -145,10 +145,9 @@ def build_stream(method: object, params: dict[str, Any], key: bytes) -> Any:
     entries = served()
     entry = entries[check_choice(method, "method", tuple(entries))]
     params = _check_plain(params, _keywords(entry.cls), f"method {entry.name!r}")
-    if "delta" in _keywords(entry.cls):  # a zCDP method's own message when its target's delta is missing
-        params.setdefault("delta", inspect.signature(entry.cls.__init__).parameters["delta"].default)
-        if params["delta"] is inspect.Parameter.empty:
-            params["delta"] = None
+    delta = inspect.signature(entry.cls.__init__).parameters.get("delta")
+    if delta is not None and delta.default is inspect.Parameter.empty:  # a zCDP method's own message when missing
+        params.setdefault("delta", None)
     return entry.cls(**params, **entry.fixed, **entry.noise(None, key))
 
 
