@@ -4,6 +4,8 @@ process, stated in rho, charged to zCDP budgets in rho, refused in one line when
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -91,6 +93,10 @@ def test_the_public_reads_carry_the_sqrt_stream_s_standard_errors(http):
     assert page == posted[100:110]
     _, library = _library("sqrt-zcdp", values, seed=2)
     assert [r["standard_error"] for r in page] == library.standard_errors(np.arange(100, 110)).tolist()
+    with http.stream("GET", "/streams/s/events?after=297") as events:
+        lines = [line for _, line in zip(range(11), events.iter_lines()) if line.startswith("data:")]
+    assert [json.loads(line[5:])["standard_error"] for line in lines] == \
+        library.standard_errors([298, 299]).tolist()
 
 
 @pytest.mark.parametrize(("body", "message"), [
