@@ -195,3 +195,24 @@ def test_a_laplace_aggregate_states_no_rho(http):
     facts = http.post("/aggregates", json={"name": "l", **document}, headers=AUTH).json()
     assert "rho" not in facts["budget"] and facts["budget"] == {"epsilon": 1.0, "delta": 0.0, "epsilon_spent": 0.0,
                                                                 "delta_spent": 0.0}
+
+
+def test_a_zcdp_stream_charged_to_a_budget_continues_on_either_database(database_url):
+    values, released = _values(700), []
+    for lo, hi in ((0, 300), (300, 700)):
+        app = _app(database_url)
+        http = TestClient(app)
+        if lo == 0:
+            assert http.post("/budgets", json={"name": "b", "rho": 0.1, "delta": DELTA}, headers=AUTH).is_success
+            answer = http.post("/streams", json={"name": "z", "method": "bt-zcdp", "epsilon": 1.0, "delta": DELTA,
+                                                 "upper_bound": 50.0, **SHAPES["bt-zcdp"], "seed": 8, "budget": "b"},
+                               headers=AUTH)
+            assert answer.status_code == 201, answer.text
+        answer = http.post("/streams/z/values", json={"values": values[lo:hi].tolist()}, headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        released += answer.json()["released"]
+        budget, facts = http.get("/budgets/b").json(), http.get("/streams/z").json()
+        app.state.storage.close()
+    assert [r["value"] for r in released] == _library("bt-zcdp", values, seed=8)[0].tolist()
+    assert budget["spent"]["rho"] == facts["budget"]["rho"] == pytest.approx(rho_for(1.0, DELTA), rel=1e-9)
+    assert budget["spent"]["delta"] == facts["budget"]["delta"] == DELTA
