@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import html
+import json
 import re
+import shutil
+import subprocess
 
 import pytest
 from fastapi.testclient import TestClient
 
+from dpstream.accounting import rho_for
 from dpstream.service import create_app
-from dpstream.service.dashboard import guarantee_in_words
+from dpstream.service.dashboard import STATIC, guarantee_in_words
 
 TOKEN = "page-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NODE = shutil.which("node")
 
 
 @pytest.fixture
@@ -80,3 +85,46 @@ def test_an_aggregate_s_card_says_its_unit_level_guarantee_and_not_the_rows_it_c
     assert html.escape(facts["privacy"], quote=False) in card
     assert 'data-fact="position"' not in card and "received" not in card  # the rows consumed are data
     assert not re.search(r"(?<![\d.,])100(?![\d.,])", card), card
+
+
+def _script_words(kind, facts):
+    """What the page's script (``guaranteeInWords`` of static/dashboard.js, with its ``number``) says, run by node."""
+    script = (STATIC / "dashboard.js").read_text(encoding="utf-8")
+    functions = [re.search(rf"\n  function {name}\(.*?\n  }}\n", script, re.S).group(0)
+                 for name in ("number", "guaranteeInWords")]
+    program = "".join(functions) + f"console.log(JSON.stringify(guaranteeInWords({json.dumps(kind)}, " \
+                                   f"{json.dumps(facts)})));"
+    return json.loads(subprocess.run([NODE, "-e", program], capture_output=True, text=True, check=True).stdout)
+
+
+def test_a_zcdp_stream_s_card_states_rho_and_the_epsilon_delta_it_implies(http):
+    created = http.post("/streams", headers=AUTH, json={"name": "z", "method": "sqrt-zcdp", "epsilon": 1.0,
+                                                        "delta": 1e-5, "upper_bound": 10.0, "max_range": 64})
+    assert created.status_code == 201, created.text
+    assert http.post("/streams", json={"name": "plain", "method": "bt", "epsilon": 1.0, "upper_bound": 10.0},
+                     headers=AUTH).is_success
+    facts = http.get("/streams/z").json()
+    rho = rho_for(1.0, 1e-5)
+    words = (f"each value is protected at ρ = {float(f'{rho:.4g}'):g} (zCDP), which implies (ε, δ) = (1, 1e-5) "
+             "(event level); the stream's guarantee is ρ = 0.03056 however long it runs")
+    assert guarantee_in_words("stream", facts) == words and f"{rho:.4g}" == "0.03056"
+    card = http.get("/").text.split('data-kind="stream" data-name="z" data-server="">')[1].split("</section>")[0]
+    assert f'<dd data-fact="guarantee">{words}</dd>' in card
+    if NODE is None:
+        pytest.skip("node is not installed: the script's words are checked by the browser tests only")
+    assert _script_words("stream", facts) == words  # the script writes the same words
+    plain = http.get("/streams/plain").json()
+    assert _script_words("stream", plain) == guarantee_in_words("stream", plain) == (
+        "each value is protected at ε = 1 (event level); the stream's guarantee is ε = 1 however long it runs")
+
+
+def test_a_gaussian_aggregate_s_card_states_rho_per_window(http):
+    created = http.post("/aggregates", headers=AUTH, json={
+        "name": "g", "epsilon": 1.0, "bucket": "1h", "unit_window": "1d", "unit_bound": 5.0, "unit": "meter",
+        "noise": "gaussian", "delta": 1e-6})
+    assert created.status_code == 201, created.text
+    facts = http.get("/aggregates/g").json()
+    rho = rho_for(1.0, 1e-6)
+    assert facts["guarantee"] == (f"each meter's readings in each UTC day: ρ = {rho:g} (ε = 1, δ = 1e-06); over 0 "
+                                  "windows: ρ = 0 by composition (ε = 0, δ = 1e-06)")
+    assert f'<dd data-fact="guarantee">{facts["guarantee"]}</dd>' in http.get("/").text

@@ -201,7 +201,8 @@ class Client:
 
     def create_stream(self, name: str, *, epsilon: float, upper_bound: float, method: str = "tops",
                       **params: Any) -> dict[str, Any]:
-        """``POST /streams``: a central-DP stream (``params``: the library's parameter names; ``seed`` for tests)."""
+        """``POST /streams``: a central-DP stream (``params``: the library's parameter names; ``seed`` for tests; a
+        zCDP ``method``, ``bt-zcdp``, ``sqrt-zcdp`` or ``tops-zcdp``, needs ``delta``: its (epsilon, delta) target)."""
         body = {"name": name, "method": method, "epsilon": epsilon, "upper_bound": upper_bound, **params}
         return self._call("POST", "/streams", json=body).json()
 
@@ -297,7 +298,8 @@ class Client:
     def create_aggregate(self, name: str, *, epsilon: float, bucket: str, unit_window: str, unit_bound: float,
                          **params: Any) -> dict[str, Any]:
         """``POST /aggregates``: population aggregates of privacy units' rows (``dpstream aggregate``'s options by
-        name: ``upper_bound``, ``clip``, ``statistic``, ``partitions``, ``unit_max_rows``, ...)."""
+        name: ``upper_bound``, ``clip``, ``statistic``, ``partitions``, ``unit_max_rows``, ``noise="gaussian"`` with
+        ``delta``, ...)."""
         body = {"name": name, "epsilon": epsilon, "bucket": bucket, "unit_window": unit_window,
                 "unit_bound": unit_bound, **params}
         return self._call("POST", "/aggregates", json=body).json()

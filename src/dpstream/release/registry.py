@@ -280,13 +280,13 @@ register(Mechanism("aggregate", UnitAggregate, AGGREGATE, _describe_aggregate, p
 register(Mechanism("locations", LocationCounts, LOCATIONS, _describe_locations, per_key=False,
                    command="release-locations", public_counts=False, audits=("locations", "locations-unbounded")))
 # the binary tree under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
-register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"),
+register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_names("granularity", "delta"), service=4,
                    audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))
 # the square-root factorization under zCDP, the same options (lower error than bt-zcdp on every query family)
 register(Mechanism(SQRT_ZCDP, SqrtFactorization, SQRT_ZCDP, _describe_sqrt, _same_names("granularity", "delta"),
-                   audits=("sqrt-zcdp",)))
+                   service=5, audits=("sqrt-zcdp",)))
 # ToPS under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
-register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS, **_same_names("delta")},
+register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS, **_same_names("delta")}, service=6,
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
                                         "expected_length"),
                    audits=("tops-gaussian", "tops-gaussian-1e-6", "tops-stream-gaussian")))

@@ -11,9 +11,11 @@ b'{"released":[{"position":3,"time":60.0,"value":1.5,"standard_error":2.0}]}'
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from dpstream.release.binary_tree import increment_standard_errors
+from dpstream.release.factorization import SqrtFactorization
 from dpstream.service.storage import Source
 
 __all__ = ["describe", "released_json", "released_rows_json", "standard_errors"]
@@ -22,7 +24,8 @@ __all__ = ["describe", "released_json", "released_rows_json", "standard_errors"]
 def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
     """The public facts of a source (never its key or state); ``counts=False`` leaves out ``position``, the inputs
     consumed (an aggregate's rows: data under its unit-level relation, shown to the token's holder only).  An
-    archived source says so: ``"archived": true`` and ``"archived_at"``, when."""
+    archived source says so: ``"archived": true`` and ``"archived_at"``, when.  A zCDP source's ``budget`` states
+    ``rho`` (what it spends) beside the ``epsilon`` and ``delta`` it implies."""
     public = dict(source.public)
     privacy = public.pop("privacy")
     spent = source.position > 0
@@ -36,7 +39,9 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
         "privacy": privacy["statement"],
         "budget": {"epsilon": privacy["epsilon"], "delta": privacy["delta"],
                    "epsilon_spent": privacy["epsilon"] if spent else 0.0,
-                   "delta_spent": privacy["delta"] if spent else 0.0},
+                   "delta_spent": privacy["delta"] if spent else 0.0,
+                   **({"rho": privacy["rho"], "rho_spent": privacy["rho"] if spent else 0.0}
+                      if "rho" in privacy else {})},
         "created": source.created,
     })
     if source.archived is not None:
@@ -46,10 +51,21 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
 
 def standard_errors(source: Source, positions: list[int]) -> list[float] | None:
     """The exact standard errors of a source's released values at ``positions``, when its mechanism states them
-    (its public ``error_model``: the binary tree's), else None.  The noise's only: clipping and the grid's rounding
-    are not in them."""
+    (its public ``error_model``: the binary tree's, or the square-root factorization's), else None.  The noise's
+    only: clipping, the grid's rounding and the factorization's decoding rounding are not in them."""
     model = source.public.get("error_model")
-    return None if model is None else increment_standard_errors(positions, **model).tolist()
+    if model is None:
+        return None
+    if "square_root" in model:
+        return _factorization(**model["square_root"]).standard_errors(positions).tolist()
+    return increment_standard_errors(positions, **model).tolist()
+
+
+@lru_cache(maxsize=16)
+def _factorization(*, rho: float, upper_bound: float, max_range: int, granularity: float) -> SqrtFactorization:
+    """A square-root factorization with a stream's public parameters, for its standard errors alone (it never
+    releases: its seed is no secret).  Kept, because its factor's weights cost O(max_range^2) once."""
+    return SqrtFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
 
 
 def released_json(positions: list[int], times: list[float], values: list[float],

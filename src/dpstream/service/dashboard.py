@@ -70,6 +70,13 @@ def guarantee_in_words(kind: str, facts: dict[str, Any]) -> str:
     ...                               "privacy": "1-DP; neighbours: event level: two streams differ ...; ..."})
     "each value is protected at ε = 1 (event level); the stream's guarantee is ε = 1 however long it runs"
 
+    A zCDP stream's is stated in rho, with the (epsilon, delta) it implies (its epsilon's are not pure ones):
+
+    >>> guarantee_in_words("stream", {"budget": {"epsilon": 1.0, "delta": 1e-6, "rho": 0.0244},
+    ...                               "privacy": "...; neighbours: event level: two streams differ ...; ..."})
+    "each value is protected at ρ = 0.0244 (zCDP), which implies (ε, δ) = (1, 1e-6) (event level); the stream's \
+guarantee is ρ = 0.0244 however long it runs"
+
     An aggregate's guarantee is per unit and window, composed over the windows released: its facts say it in words.
 
     >>> guarantee_in_words("aggregate", {"guarantee": "each meter's readings in each UTC day: ε = 1; ..."})
@@ -81,12 +88,16 @@ def guarantee_in_words(kind: str, facts: dict[str, Any]) -> str:
     level = f"ε = {_number(budget['epsilon'])}"
     if budget["delta"] > 0:
         level += f", δ = {_number(budget['delta'], 3)}"
+    relation = re.search(r"neighbours: ([^:;]+)", facts["privacy"])
+    where = relation.group(1) if relation else "event level"
+    if budget.get("rho") is not None:  # zCDP: rho is what it spends; its (epsilon, delta) is implied
+        rho = f"ρ = {_number(budget['rho'])}"
+        return (f"each value is protected at {rho} (zCDP), which implies (ε, δ) = ({_number(budget['epsilon'])}, "
+                f"{_number(budget['delta'], 3)}) ({where}); the stream's guarantee is {rho} however long it runs")
     if kind == "collector":
         return (f"each client's report is protected at {level} (local, randomized by the client); "
                 f"the collector's guarantee is {level} however many reports arrive")
-    relation = re.search(r"neighbours: ([^:;]+)", facts["privacy"])
-    return (f"each value is protected at {level} ({relation.group(1) if relation else 'event level'}); "
-            f"the stream's guarantee is {level} however long it runs")
+    return f"each value is protected at {level} ({where}); the stream's guarantee is {level} however long it runs"
 
 
 def _card(kind: str, facts: dict[str, Any]) -> str:

@@ -234,7 +234,7 @@ def _ingest_at(sources: LiveSources, live: _Live, first_position: int | None, in
         held = count - released.size  # the released positions are the batch's last ones
         positions = np.arange(position + held, position + count)
         stamps = np.full(released.size, time.time()) if times is None else times[held:]
-    facts = mechanisms.facts(kind, live.mechanism)
+    facts = mechanisms.facts(kind, live.mechanism, live.source.params.get("delta"))  # a zCDP one's target delta
     public = {**live.source.public, **facts}
     state, held = mechanisms.split_snapshot(live.mechanism)
     rows = None if held is None or held.size == live.held_apart else HeldRows(

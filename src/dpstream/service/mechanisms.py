@@ -40,11 +40,14 @@ from typing import Any
 import numpy as np
 
 from dpstream._checks import check_choice
+from dpstream.accounting import ZcdpGuarantee, zcdp_unit_statement
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.keys import seed_key
 from dpstream.durable.snapshots import keyless, with_key
+from dpstream.privacy import PrivacyGuarantee
 from dpstream.release import ToPLCollector
 from dpstream.release.aggregate import UnitAggregate, unit_statement
+from dpstream.release.factorization import SqrtFactorization
 from dpstream.release.registry import served
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "collector_facts",
     "derive_key",
     "facts",
+    "guarantee",
     "mechanism_class",
     "restore",
     "restore_stored",
@@ -84,8 +88,9 @@ STREAM_METHODS: Mapping[str, Any] = _StreamMethods()
 
 #: Parameters the service sets itself, never taken from a request.
 _RESERVED = ("noise", "key", "seed")
-#: Parameters the service does not offer: w-event (its cards and budget words speak of each value, event level).
-_NOT_SERVED = ("w_event", "period_bound")
+#: Parameters the service does not offer: w-event (its cards and budget words speak of each value, event level), and
+#: ``rho`` (a zCDP stream takes its (epsilon, delta) target, ``epsilon`` and ``delta``, as ``release --method`` does).
+_NOT_SERVED = ("w_event", "period_bound", "rho")
 
 #: The largest ``hold`` and ``max_range`` (and ``period``, a chunk's length when it is longer) a request may ask
 #: for: a stream's memory grows with them (the binary tree keeps about 32 bytes per leaf of its current tree), and
@@ -140,6 +145,9 @@ def build_stream(method: object, params: dict[str, Any], key: bytes) -> Any:
     entries = served()
     entry = entries[check_choice(method, "method", tuple(entries))]
     params = _check_plain(params, _keywords(entry.cls), f"method {entry.name!r}")
+    delta = inspect.signature(entry.cls.__init__).parameters.get("delta")
+    if delta is not None and delta.default is inspect.Parameter.empty:  # a zCDP method's own message when missing
+        params.setdefault("delta", None)
     return entry.cls(**params, **entry.fixed, **entry.noise(None, key))
 
 
@@ -200,18 +208,39 @@ def restore_stored(cls: Any, text: str, key: bytes | None = None, held: bytes | 
     return cls.from_state(state), apart
 
 
-def _guarantee(mechanism: Any) -> dict[str, Any]:
-    guarantee = mechanism.privacy()
-    return {"epsilon": guarantee.epsilon, "delta": guarantee.delta, "statement": str(guarantee)}
+def guarantee(mechanism: Any, delta: float | None = None) -> PrivacyGuarantee:
+    """The mechanism's guarantee; a zCDP one stated at ``delta`` when given (the delta of the source's (epsilon,
+    delta) target: a restored mechanism no longer knows it)."""
+    stated = mechanism.privacy()
+    return stated.at(delta) if delta is not None and isinstance(stated, ZcdpGuarantee) else stated
 
 
-def stream_facts(mechanism: Any) -> dict[str, Any]:
+def _guarantee(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
+    """The ``privacy`` fact: epsilon, delta and the statement; under zCDP ``rho`` too (what it spends, composed by
+    adding rho's: its epsilon is implied, and does not add up)."""
+    stated = guarantee(mechanism, delta)
+    rho = {"rho": stated.rho} if isinstance(stated, ZcdpGuarantee) else {}
+    return {"epsilon": stated.epsilon, "delta": stated.delta, **rho, "statement": str(stated)}
+
+
+def _error_model(mechanism: Any) -> dict[str, Any]:
+    """What the standard errors of a stream's released values depend on, all public: the binary tree's
+    :meth:`~dpstream.release.binary_tree.BinaryTreeCounter.error_model`, or for the square-root factorization
+    ``{"square_root": ...}``, the parameters that rebuild its factor
+    (:func:`dpstream.service.answers.standard_errors`)."""
+    if isinstance(mechanism, SqrtFactorization):
+        return {"square_root": {"rho": mechanism.rho, "upper_bound": mechanism.upper_bound,
+                                "max_range": mechanism.max_range, "granularity": mechanism.granularity}}
+    return mechanism.error_model()
+
+
+def stream_facts(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
     """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, PAK's noisy sum of the
     hold-out (its running sums start there), the guarantee; for a periodic ToPS stream its public leaves (length,
     phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
-    facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism)}
+    facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism, delta)}
     if hasattr(mechanism, "error_model"):  # its released values carry their standard error (public parameters)
-        facts["error_model"] = mechanism.error_model()
+        facts["error_model"] = _error_model(mechanism)
     for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
@@ -229,28 +258,30 @@ def collector_facts(collector: ToPLCollector) -> dict[str, Any]:
             "parameters_id": collector.client().parameters_id, "privacy": _guarantee(collector)}
 
 
-def aggregate_facts(agg: UnitAggregate) -> dict[str, Any]:
+def aggregate_facts(agg: UnitAggregate, delta: float | None = None) -> dict[str, Any]:
     """The public facts of an aggregate: its grid, noise scale and hierarchy, the windows released so far, the
     partitions released (the public ones, then the selected private ones in the order first selected: a released
     value's partition number names one) and the guarantee, also in words per unit (each unit's rows in each window,
-    and over the windows released)."""
-    guarantee = _guarantee(agg)
+    and over the windows released; under zCDP in rho and the (epsilon, delta) it implies at ``delta``)."""
+    stated = guarantee(agg, delta)
     relation = agg.relation()
     windows = -(-agg.released // agg.width)  # the span released is public, as a stream's length is
+    statement = zcdp_unit_statement if isinstance(stated, ZcdpGuarantee) else unit_statement
     facts = {"granularity": agg.granularity, "noise_scale": agg.noise_scale, "levels": agg.levels,
-             "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names, "privacy": guarantee,
-             "guarantee": unit_statement(agg.privacy(), unit=relation.unit, window=relation.window,
-                                         windows=windows)}
+             "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names,
+             "privacy": _guarantee(agg, delta),
+             "guarantee": statement(stated, unit=relation.unit, window=relation.window, windows=windows)}
     if agg.statistic != "mean":  # every bucket's sum or count shares it (a mean's ratio has none that is exact)
         facts["standard_error"] = agg.standard_error()
     return facts
 
 
-def facts(kind: str, mechanism: Any) -> dict[str, Any]:
-    """The public facts of a source's mechanism, by the source's kind."""
+def facts(kind: str, mechanism: Any, delta: float | None = None) -> dict[str, Any]:
+    """The public facts of a source's mechanism, by the source's kind (a zCDP one's guarantee stated at ``delta``,
+    its target's)."""
     if kind == "collector":
         return collector_facts(mechanism)
-    return aggregate_facts(mechanism) if kind == "aggregate" else stream_facts(mechanism)
+    return aggregate_facts(mechanism, delta) if kind == "aggregate" else stream_facts(mechanism, delta)
 
 
 def mechanism_class(kind: str, params: dict[str, Any]) -> Any:

@@ -33,6 +33,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from dpstream.accounting import rho_for
 from dpstream.io.times import NS, duration_text, format_times, parse_duration, parse_times, time_kind
 from dpstream.release.aggregate import MAX_LEAVES, UnitAggregate
 from dpstream.service import mechanisms
@@ -54,7 +55,9 @@ PARAMETERS = {"epsilon": "epsilon", "bucket": "bucket", "unit_window": "window",
               "unit_max_rows": "max_rows", "unit_max_partitions": "max_partitions", "levels": "levels",
               "replace": "replace", "late": "late", "unit": "unit", "start": "start",
               "partition_selection": "partition_selection", "selection_epsilon": "selection_epsilon",
-              "selection_delta": "selection_delta"}
+              "selection_delta": "selection_delta", "noise": "rho", "delta": "rho"}
+#: The parameters of the aggregate's budget (:func:`_budget`: epsilon, or the rho of (epsilon, delta)).
+_BUDGET = ("epsilon", "noise", "delta")
 #: The most bucket values one batch may release (a gap between two rows releases every bucket in between).
 MAX_CLOSED = 1 << 22
 #: With private partition selection, a released value's position is its number in the order released times this
@@ -104,9 +107,9 @@ def _parameters(document: dict[str, Any]) -> dict[str, Any]:
     for required in ("epsilon", "bucket", "unit_window", "unit_bound"):
         if required not in document:
             raise ApiError(422, f"an aggregate needs {required}.")
-    params: dict[str, Any] = {}
+    params: dict[str, Any] = _budget(document)
     for name, value in document.items():
-        if value is None:
+        if value is None or name in _BUDGET:
             continue
         if name == "partitions":
             params["partitions"] = _texts(value, name)
@@ -124,6 +127,22 @@ def _parameters(document: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _budget(document: dict[str, Any]) -> dict[str, Any]:
+    """The aggregate's budget keyword: ``epsilon`` (Laplace noise, pure DP), or with ``"noise": "gaussian"`` the rho
+    whose (epsilon, delta) per window is the target (``dpstream aggregate --noise gaussian --delta``)."""
+    noise, delta = document.get("noise", "laplace"), document.get("delta")
+    if noise not in ("laplace", "gaussian"):
+        raise ApiError(422, f"noise must be \"laplace\" or \"gaussian\", got {json.dumps(noise)[:80]}.")
+    if noise == "laplace":
+        if delta is not None:
+            raise ApiError(422, "delta applies with \"noise\": \"gaussian\" only (Laplace noise is pure epsilon-DP).")
+        return {"epsilon": document["epsilon"]}
+    if delta is None:
+        raise ApiError(422, "\"noise\": \"gaussian\" needs delta: the delta of the per-window (epsilon, delta) "
+                            "target, e.g. 1e-6.")
+    return {"rho": rho_for(document["epsilon"], delta)}
+
+
 @router.post("/aggregates", status_code=201, dependencies=[Depends(authorize)])
 async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONResponse:
     name = check_name(document.pop("name", None))
@@ -134,8 +153,9 @@ async def create_aggregate(document: JsonObject, storage: StorageDep) -> JSONRes
         agg = UnitAggregate(**params, key=key)
     shown = {**document, "bucket": duration_text(agg.bucket), "unit_window": duration_text(agg.window)}
     return await common.created(storage, kind="aggregate", name=name, params=shown,
-                                public=mechanisms.aggregate_facts(agg), key=key, state=mechanisms.snapshot(agg),
-                                seeded=seed is not None, budget=budget, guarantee=agg.privacy())
+                                public=mechanisms.aggregate_facts(agg, document.get("delta")), key=key,
+                                state=mechanisms.snapshot(agg), seeded=seed is not None, budget=budget,
+                                guarantee=mechanisms.guarantee(agg, document.get("delta")))
 
 
 @router.get("/aggregates")

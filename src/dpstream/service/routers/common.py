@@ -105,10 +105,14 @@ def released(sources: LiveSources, kind: str, name: str, request: Request) -> Re
 
 def ledger(sources: LiveSources, kind: str, name: str, request: Request, *, counts: bool = True) -> dict[str, Any]:
     """The last ``?limit=`` batches of the ledger, oldest first (without their digests; ``counts=False``: without
-    their positions and counts, an aggregate's rows, data under its unit-level relation)."""
+    their positions and counts, an aggregate's rows, data under its unit-level relation).  A zCDP source's rows
+    carry its ``rho`` (what it spends: rho's add up over sources, the epsilon's they imply do not) beside the
+    (epsilon, delta) each was recorded with (ToPS's, a bound until theta is chosen)."""
     source = sources.public(kind, name)
+    rho = source.public["privacy"].get("rho")  # zCDP: what each batch is released under, beside what it implies
+    spent = {} if rho is None else {"rho": rho}
     return {"ledger": [{**({"first_position": row.first_position, "count": row.count} if counts else {}),
-                        "epsilon": row.epsilon, "delta": row.delta, "recorded": row.recorded}
+                        **spent, "epsilon": row.epsilon, "delta": row.delta, "recorded": row.recorded}
                        for row in sources.storage.ledger(source.id, limit=_limit(request))]}
 
 

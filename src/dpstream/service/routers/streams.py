@@ -39,10 +39,11 @@ async def create_stream(document: JsonObject, storage: StorageDep) -> JSONRespon
     with unprocessable():
         key = mechanisms.derive_key(seed)
         mechanism = mechanisms.build_stream(method, document, key)
+    delta = document.get("delta")  # a zCDP method's: the delta of its (epsilon, delta) target, its guarantee's
     return await common.created(storage, kind="stream", name=name, params={"method": method, **document},
-                                public=mechanisms.stream_facts(mechanism), key=key,
+                                public=mechanisms.stream_facts(mechanism, delta), key=key,
                                 state=mechanisms.snapshot(mechanism), seeded=seed is not None, budget=budget,
-                                guarantee=mechanism.privacy())
+                                guarantee=mechanisms.guarantee(mechanism, delta))
 
 
 @router.get("/streams")

@@ -35,7 +35,8 @@
   const POLLED = `updated every ${REFRESH_MS / 1000} s`;
   /** Round steps of a time axis, in seconds. */
   const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
-  const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL" };
+  const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL", "bt-zcdp": "binary tree (zCDP)",
+    "sqrt-zcdp": "square-root factorization (zCDP)", "tops-zcdp": "ToPS (zCDP)" };
   /** Partitions drawn per aggregate, each in its own colour (the caption names them; dashboard.css draws them). */
   const COLOURS = ["red", "blue", "green", "orange", "purple", "grey"];
   const PARTITION_LINES = COLOURS.length;
@@ -112,6 +113,12 @@
   // -- the words of the guarantee -----------------------------------------------------------------
 
   function inWords(kind, budget) {
+    const zcdp = budget.rho === undefined || budget.rho === null ? "" : ` This (ε, δ) is implied by ρ = ` +
+      `${number(budget.rho)} zero-concentrated DP (zCDP): ρ's add up when releases compose, the ε's they imply do not.`;
+    return inPureWords(kind, budget) + zcdp;
+  }
+
+  function inPureWords(kind, budget) {
     const eps = budget.epsilon;
     const factor = `e^${number(eps)} ≈ ${number(Math.exp(eps), 3)}`;
     const delta = budget.delta > 0 ? ` (plus at most δ = ${number(budget.delta, 3)} in absolute probability)` : "";
@@ -141,13 +148,18 @@
     const budget = facts.budget;
     let level = `ε = ${number(budget.epsilon)}`;
     if (budget.delta > 0) level += `, δ = ${number(budget.delta, 3)}`;
+    const relation = /neighbours: ([^:;]+)/.exec(facts.privacy);
+    const where = relation ? relation[1] : "event level";
+    if (budget.rho !== undefined && budget.rho !== null) {  // zCDP: rho is what it spends; (ε, δ) is implied
+      const rho = `ρ = ${number(budget.rho)}`;
+      return `each value is protected at ${rho} (zCDP), which implies (ε, δ) = (${number(budget.epsilon)}, ` +
+        `${number(budget.delta, 3)}) (${where}); the stream's guarantee is ${rho} however long it runs`;
+    }
     if (kind === "collector") {
       return `each client's report is protected at ${level} (local, randomized by the client); ` +
         `the collector's guarantee is ${level} however many reports arrive`;
     }
-    const relation = /neighbours: ([^:;]+)/.exec(facts.privacy);
-    return `each value is protected at ${level} (${relation ? relation[1] : "event level"}); ` +
-      `the stream's guarantee is ${level} however long it runs`;
+    return `each value is protected at ${level} (${where}); the stream's guarantee is ${level} however long it runs`;
   }
 
   // -- one card per source ----------------------------------------------------------------------
