@@ -24,6 +24,7 @@ from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._spark import last_error, spark_session
 from dpstream.durable.files import write_atomic
 from dpstream.durable.keys import seed_key
+from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.by_key import key_secret
 
 __all__ = ["aggregate_streaming", "check_streaming", "release_streaming", "streaming_options"]
@@ -191,6 +192,7 @@ def aggregate_streaming(context: click.Context, *, params: dict[str, Any], colum
     given = context.params
     secret = streaming_secret(given)
     seed, secret_file = given["seed"], given["secret_file"]
+    say(f"privacy: {UnitAggregate(**params, key=secret).privacy()}")
     source = (f"a key derived from --seed {seed} (replayable, NOT secret)" if seed is not None else
               f"the secret in {secret_file} (held outside the checkpoint; keep it secret: it recomputes the noise)")
     say(f"noise: keyed ChaCha20 bits per window under {source}; a micro-batch run again draws the same noise.")

@@ -205,7 +205,6 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         rows = _sorted(rows)
     names = partitions or ([] if private else [""])
     if engine == "spark-streaming":  # INPUT and -o are directories: a query over the files put in INPUT
-        say(f"privacy: {probe.privacy()}")
         return aggregate_streaming(context, params=params, lateness=allowed_lateness or 0, columns=dict(
             time_column=time_column, unit_column=unit_column, column=column, partition_column=partition_column,
             missing=missing))

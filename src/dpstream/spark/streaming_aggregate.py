@@ -182,7 +182,7 @@ def start_aggregate(spark: Any, source: str | os.PathLike[str], *, sink: str | o
             yield out
 
     rows = files.select("path", "modificationTime", "content").mapInPandas(parse, ROWS_SCHEMA)
-    released = rows.groupBy(F.lit(0).alias("group")).applyInPandasWithState(
+    released = rows.withColumn("group", F.lit(0)).groupBy("group").applyInPandasWithState(
         group_step, OUT_SCHEMA, "state string", "append", GroupStateTimeout.NoTimeout)
     writer = (released.writeStream.foreachBatch(_batch_writer(Path(sink), on_batch))
               .option("checkpointLocation", str(checkpoint)).queryName("dpstream-aggregate"))
