@@ -140,3 +140,14 @@ def test_usage_errors(tmp_path, extra, message):
     out = CliRunner().invoke(cli, ["aggregate", str(source), "-o", str(tmp_path / "sink"), *OPTIONS, *extra])
     assert out.exit_code == 2 and message in out.output, out.output
     assert len([line for line in out.output.splitlines() if line.startswith("Error")]) == 1
+
+
+def test_a_malformed_file_stops_the_query_with_the_local_readers_line(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.csv").write_text("time,meter,kwh\n0,a,1\n60,b,x\n")
+    out = _stream(tmp_path)
+    errors = [line for line in out.output.splitlines() if line.startswith("Error")]
+    assert out.exit_code == 1 and len(errors) == 1 and "\tat " not in out.output, out.output
+    local = CliRunner().invoke(cli, ["aggregate", str(tmp_path / "in" / "bad.csv"), "-o", "-", *OPTIONS])
+    assert local.exit_code == 1
+    assert [line for line in local.output.splitlines() if line.startswith("Error")] == errors  # the local words

@@ -55,7 +55,7 @@ from dpstream.io.times import format_times, parse_times, time_kind
 from dpstream.release.aggregate import Released, UnitAggregate
 from dpstream.release.aggregate_watermark import WatermarkAggregate
 from dpstream.spark.session import require_spark
-from dpstream.spark.streaming import _FILES_SCHEMA, SINK_PATTERN, _local_name, _nanoseconds, check_parameters
+from dpstream.spark.streaming import SINK_PATTERN, _local_name, _nanoseconds, source_files
 
 __all__ = ["aggregate_files", "read_aggregate_sink", "read_rows_file", "start_aggregate"]
 
@@ -156,17 +156,10 @@ def start_aggregate(spark: Any, source: str | os.PathLike[str], *, sink: str | o
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    if not isinstance(secret, bytes) or len(secret) < 16:
-        raise ValueError("the secret must be at least 16 bytes (32 random bytes, e.g. os.urandom(32)).")
-    if not Path(source).is_dir() and "://" not in str(source):
-        raise ValueError(f"the source {str(source)!r} is not a directory: the query reads the files put in one.")
-    UnitAggregate(**params, key=secret)  # refuse bad parameters before Spark starts
-    check_parameters(Path(checkpoint), {"aggregate": params, "columns": columns, "lateness": lateness}, secret)
-    Path(sink).mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format("binaryFile").schema(_FILES_SCHEMA)
-    if files_per_batch is not None:
-        reader = reader.option("maxFilesPerTrigger", int(files_per_batch))
-    files = reader.load(str(source))
+    UnitAggregate(**params, key=secret)  # refuse bad parameters before the checkpoint records them
+    files = source_files(spark, source, sink=sink, checkpoint=checkpoint, secret=secret,
+                         files_per_batch=files_per_batch,
+                         params={"aggregate": params, "columns": columns, "lateness": lateness})
 
     def parse(frames: Iterator[Any]) -> Iterator[Any]:
         for frame in frames:
