@@ -106,7 +106,7 @@ def test_the_local_aggregate_applies_the_same_watermark(tmp_path):
         assert [tuple(r) for r in csv.reader(handle)][1:] == expected
     newest = np.maximum.accumulate(np.r_[-(2**62), times[:-1]])
     late = times // (HOUR * 10**9) < (newest - 2 * HOUR * 10**9) // (HOUR * 10**9)
-    assert marked.dropped == int(late.sum()) >= 2 and f"late rows: {marked.dropped:,} dropped" in out.output
+    assert marked.dropped == int(late.sum()) >= 2 and "how many is not said" in out.output
     # lateness 0 is --late drop: the aggregate's own arrival-order rule
     zero = CliRunner().invoke(cli, [*base, "-o", str(tmp_path / "z.csv"), "--allowed-lateness", "0"])
     drop = CliRunner().invoke(cli, [*base, "-o", str(tmp_path / "d.csv"), "--late", "drop"])

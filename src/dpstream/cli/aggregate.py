@@ -374,8 +374,9 @@ class _Feeder(RowFeeder):
         guarantee = agg.privacy()
         say(f"privacy: {guarantee}")
         if self.marked is not None:
-            say(f"late rows: {self.marked.dropped:,} dropped (their bucket closed by --allowed-lateness "
-                f"{self.marked.lateness:,} s; in no released value).")
+            say(f"late rows: a row whose bucket the newest time before it, minus --allowed-lateness "
+                f"{self.marked.lateness:,} s, had closed is dropped (in no released value; how many is not said: "
+                "it is data).")
         windows = -(-agg.released // self.width)
         relation = agg.relation()
         statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
