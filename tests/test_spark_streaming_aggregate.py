@@ -174,3 +174,14 @@ def test_a_killed_query_continues_exactly_once(tmp_path):
     assert len(after) == len(paths)  # one batch per file, each written once under its id
     local = aggregate_files(paths, params=PARAMS, columns=COLUMNS, lateness=2 * HOUR, secret=seed_key(SEED))
     assert read_aggregate_sink(tmp_path / "sink") == local, where
+
+
+def test_skipped_rows_are_not_read_by_the_watermark(tmp_path):
+    source = tmp_path / "in.csv"
+    source.write_text("time,meter,kwh\n0,a,1\n90000,b,\n120,c,1\n7200,a,2\n3600,b,1\n10,c,2\n")
+    base = ["aggregate", str(source), *OPTIONS[:-2], "--seed", "1", "--missing", "skip"]
+    zero = CliRunner().invoke(cli, [*base, "-o", str(tmp_path / "z.csv"), "--allowed-lateness", "0"])
+    drop = CliRunner().invoke(cli, [*base, "-o", str(tmp_path / "d.csv"), "--late", "drop"])
+    assert zero.exit_code == drop.exit_code == 0, zero.output
+    released = (tmp_path / "z.csv").read_text()
+    assert released == (tmp_path / "d.csv").read_text() and "1970-01-02" not in released  # row 2's time unread

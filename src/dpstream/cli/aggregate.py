@@ -339,12 +339,11 @@ class _Feeder(RowFeeder):
             raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
 
     def _feed_marked(self, batch: RowBatch, times: np.ndarray, sink: TextIO) -> None:
-        keep = ~batch.missing if batch.missing.any() else slice(None)  # a skipped row's time is not read
-        partitions = None if batch.partitions is None else batch.partitions.to_numpy(zero_copy_only=False)[keep]
+        partitions = None if batch.partitions is None else batch.partitions.to_numpy(zero_copy_only=False)
         marked = self.marked
         assert marked is not None
-        for released in marked.release(times[keep], batch.units.to_numpy(zero_copy_only=False)[keep],
-                                       batch.values[keep], partitions):
+        for released in marked.release(times, batch.units.to_numpy(zero_copy_only=False), batch.values, partitions,
+                                       skip=batch.missing):
             self.write(released, sink)
 
     def end(self, sink: TextIO) -> None:

@@ -61,12 +61,18 @@ class WatermarkAggregate:
                                         zip(_COLUMNS, (np.int64, object, np.float64, object))}
         self.pending["partitions"] = None
 
-    def release(self, times: np.ndarray, units: Any, values: np.ndarray, partitions: Any = None) -> Iterator[Released]:
-        """Take rows in arrival order (times int64 nanoseconds); yield what the buckets they close release."""
+    def release(self, times: np.ndarray, units: Any, values: np.ndarray, partitions: Any = None, *,
+                skip: np.ndarray | None = None) -> Iterator[Released]:
+        """Take rows in arrival order (times int64 nanoseconds); yield what the buckets they close release.  Rows
+        marked in ``skip`` (a missing value, ``--missing skip``) are numbered but not read, their times neither."""
         times = np.asarray(times, dtype=np.int64)
         units, values = np.asarray(units, dtype=object), np.asarray(values, dtype=np.float64)
         self._check(values)
         self.position += times.size
+        if skip is not None and np.any(skip):
+            read = ~np.asarray(skip, dtype=bool)
+            times, units, values = times[read], units[read], values[read]
+            partitions = None if partitions is None else np.asarray(partitions, dtype=object)[read]
         size = self.aggregate.bucket * _NS
         before = np.maximum.accumulate(np.r_[self.newest, times[:-1]]) if times.size else times
         closed = np.where(before == _NEVER, _NEVER, (before - self.lateness * _NS) // size)
