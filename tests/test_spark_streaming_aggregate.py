@@ -133,7 +133,10 @@ def test_a_value_out_of_bounds_names_its_row_in_arrival_order(tmp_path):
     (["--engine", "spark-streaming", "--spark-checkpoint", "CK", "--seed", "1", "--state", "S"],
      "--allowed-lateness and --state do not go together"),
     (["--spark-checkpoint", "CK"], "--spark-checkpoint applies to --engine spark-streaming only"),
+    (["--spark-master", "local[1]"], "--spark-master applies to --engine spark-streaming only"),
     (["--late", "error"], "--late does not go with it"),
+    (["--engine", "spark-streaming", "--spark-checkpoint", "CK", "--seed", "1", "--late", "drop"],
+     "--late applies to --engine local only"),
     (["--state", "S"], "--allowed-lateness and --state do not go together"),
 ])
 def test_usage_errors(tmp_path, extra, message):
@@ -147,9 +150,14 @@ def test_usage_errors(tmp_path, extra, message):
 
 
 def test_a_malformed_file_stops_the_query_with_the_local_readers_line(spark, tmp_path):
-    (tmp_path / "in").mkdir()
+    good = _files(tmp_path, 1)  # the first micro-batch: released at the default lateness, 0
     (tmp_path / "in" / "bad.csv").write_text("time,meter,kwh\n0,a,1\n60,b,x\n")
-    out = _stream(tmp_path)
+    os.utime(tmp_path / "in" / "bad.csv", (1_700_000_100,) * 2)
+    out = CliRunner().invoke(cli, ["aggregate", str(tmp_path / "in"), "-o", str(tmp_path / "sink"), *OPTIONS[:-2],
+                                   "--engine", "spark-streaming", "--spark-checkpoint", str(tmp_path / "checkpoint"),
+                                   "--seed", str(SEED), "--available-now", "--files-per-batch", "1"])
+    assert read_aggregate_sink(tmp_path / "sink") == aggregate_files(good, params=PARAMS, columns=COLUMNS, lateness=0,
+                                                                     secret=seed_key(SEED))
     errors = [line for line in out.output.splitlines() if line.startswith("Error")]
     assert out.exit_code == 1 and len(errors) == 1 and "\tat " not in out.output, out.output
     local = CliRunner().invoke(cli, ["aggregate", str(tmp_path / "in" / "bad.csv"), "-o", "-", *OPTIONS])

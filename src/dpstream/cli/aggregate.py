@@ -67,7 +67,6 @@ def _lateness_option(ctx: click.Context, param: click.Parameter, value: str | No
     return duration_option(ctx, param, value)
 
 
-
 @cli.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(allow_dash=True))
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(allow_dash=True),
@@ -414,12 +413,21 @@ def _check_lateness(context: click.Context, lateness: int | None, *, engine: str
     """Usage errors of --allowed-lateness (it drops late rows: --late error refused beside it) and of the streaming
     engine's options that do not apply there."""
     source = context.get_parameter_source
+    if engine == "spark-streaming" and source("late") is not click.core.ParameterSource.DEFAULT:
+        raise ValueError("--late applies to --engine local only: a streaming query drops the rows of buckets "
+                         "already released (--allowed-lateness, default 0, says when a bucket closes).")
+    if engine == "spark-streaming" and lateness is None:
+        lateness = 0
     if lateness is not None and source("late") is not click.core.ParameterSource.DEFAULT:
         raise ValueError("--allowed-lateness drops the rows of closed buckets: --late does not go with it.")
     if lateness is not None and state_path is not None:
         raise ValueError("--allowed-lateness and --state do not go together (yet): a durable release consumes its "
                          "input in arrival order; --engine spark-streaming is the durable form.")
-    if engine == "spark-streaming":
+    if engine == "local":
+        for flag, name in (("--spark-master", "spark_master"), ("--spark-conf", "spark_conf")):
+            if source(name) is not click.core.ParameterSource.DEFAULT:
+                raise ValueError(f"{flag} applies to --engine spark-streaming only.")
+    else:
         given = {"--state": state_path, "--sort": context.params["sort_rows"] or None,
                  "--partition-selection private": context.params["partition_selection"] == "private" or None}
         for flag, value in given.items():
