@@ -29,3 +29,29 @@ def write_source(folder: Path, index: int, rng: np.random.Generator, *, rows: in
     os.utime(hidden, (mtime, mtime))
     hidden.rename(target)
     return target
+
+
+def kill_at_random(command: list[str], sink: Path, log_path: Path) -> tuple[str, dict[str, str]]:
+    """Run ``command`` (a streaming query's driver) in its own process group, wait for a random number (1-5) of the
+    sink's batch files and a random delay, and kill it with SIGKILL (the driver, its JVM, its workers) while it runs.
+    Returns where it was killed (for messages) and the environment a restart runs with."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([p for p in sys.path if p]), PYSPARK_PYTHON=sys.executable)
+    with log_path.open("wb") as log:
+        driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        chance = random.Random()
+        batches, delay = chance.randint(1, 5), chance.uniform(0.0, 1.0)  # killed after this many batches and seconds
+        deadline = time.monotonic() + 120
+        while len(list(sink.glob("batch-*.csv"))) < batches and driver.poll() is None:
+            assert time.monotonic() < deadline, f"the query wrote fewer than {batches} batches in 120 s"
+            time.sleep(0.1)
+        time.sleep(delay)
+        assert driver.poll() is None, log_path.read_text()  # killed while it runs, not after
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    return f"kill after {batches} batches and {delay:.2f} s", env

@@ -24,9 +24,10 @@ from dpstream.cli._columns import per_key_privacy
 from dpstream.cli._spark import last_error, spark_session
 from dpstream.durable.files import write_atomic
 from dpstream.durable.keys import seed_key
+from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.by_key import key_secret
 
-__all__ = ["check_streaming", "release_streaming", "streaming_options"]
+__all__ = ["aggregate_streaming", "check_streaming", "release_streaming", "streaming_options"]
 
 #: Bytes of a secret file.
 SECRET_BYTES = 32
@@ -114,10 +115,24 @@ def read_secret(path: str) -> bytes:
     return secret
 
 
+def streaming_secret(given: dict[str, Any]) -> bytes:
+    """The query's secret (``--secret-file``, or derived from ``--seed``), once the checkpoint and the secret file
+    are known to lie outside INPUT, -o and each other (usage errors)."""
+    input_path, output_path, seed, checkpoint, secret_file = (given[name] for name in (
+        "input_path", "output_path", "seed", "spark_checkpoint", "secret_file"))
+    places = [("--spark-checkpoint", checkpoint)] + ([] if secret_file is None else [("--secret-file", secret_file)])
+    for option, inner in places:  # the secret kept apart from the checkpoint; neither read as input nor output
+        for name, path in (("INPUT", input_path), ("-o", output_path), ("--spark-checkpoint", checkpoint)):
+            inside = Path(inner).resolve()
+            if option != name and (inside == Path(path).resolve() or Path(path).resolve() in inside.parents):
+                raise click.UsageError(f"{option} {inner} must be outside {name} {path}.")
+    return seed_key(seed) if seed is not None else read_secret(str(secret_file))
+
+
 def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) -> None:
     """Run ``release``'s streaming query (its options in ``context``) until it stops (``--available-now``) or is
     interrupted; say each micro-batch.  ``build(key)`` makes a key's mechanism with its noise from ``key``."""
-    from dpstream.spark.streaming import SINK_PATTERN, start_release, streaming_conf
+    from dpstream.spark.streaming import start_release
 
     given = context.params
     input_path, output_path, seed, checkpoint = (given[name] for name in ("input_path", "output_path", "seed",
@@ -125,13 +140,7 @@ def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) 
     secret_file = given["secret_file"]
     # what decides the released values: recorded in the checkpoint, a restart with others refused
     params = {name: value for name, value in given.items() if name not in _RUNTIME}
-    places = [("--spark-checkpoint", checkpoint)] + ([] if secret_file is None else [("--secret-file", secret_file)])
-    for option, inner in places:  # the secret kept apart from the checkpoint; neither read as input nor output
-        for name, path in (("INPUT", input_path), ("-o", output_path), ("--spark-checkpoint", checkpoint)):
-            inside = Path(inner).resolve()
-            if option != name and (inside == Path(path).resolve() or Path(path).resolve() in inside.parents):
-                raise click.UsageError(f"{option} {inner} must be outside {name} {path}.")
-    secret = seed_key(seed) if seed is not None else read_secret(str(secret_file))
+    secret = streaming_secret(given)
     lines = per_key_privacy(build(key_secret(secret, "")), seed=seed)[:2]  # every key's mechanism says the same
     source = (f"a key derived from --seed {seed} (replayable, NOT secret)" if seed is not None else
               f"the secret in {secret_file} (held outside the checkpoint; keep it secret: it recomputes every key's "
@@ -139,6 +148,17 @@ def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) 
     for line in [*lines, f"noise: each key draws from its own keyed ChaCha20 stream (identity: the key's text) under "
                          f"{source}; a micro-batch run again draws the same noise."]:
         say(line)
+    run_query(given, lambda spark, told: start_release(
+        spark, input_path, sink=output_path, checkpoint=checkpoint, key_column=given["key_column"],
+        time_column=given["time_column"], value_column=given["column"], build=build, secret=secret, params=params,
+        available_now=given["available_now"], files_per_batch=given["files_per_batch"], on_batch=told))
+
+
+def run_query(given: dict[str, Any], start: Callable[[Any, Callable[[int, int], None]], Any]) -> None:
+    """Start a streaming query (``start(spark, on_batch)``) in the command's Spark session and wait until it stops
+    (``--available-now``) or is interrupted; say each micro-batch, and the query's first error in one line."""
+    from dpstream.spark.streaming import SINK_PATTERN, streaming_conf
+
     totals = {"batches": 0, "values": 0}
 
     def told(batch_id: int, rows: int) -> None:
@@ -146,15 +166,11 @@ def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) 
         totals["values"] += rows
         say(f"micro-batch {batch_id}: {rows:,} values released ({SINK_PATTERN.format(batch_id)})")
 
-    with spark_session(given["spark_master"], streaming_conf(given["spark_conf"]), source=input_path) as spark:
+    with spark_session(given["spark_master"], streaming_conf(given["spark_conf"]), source=given["input_path"]) as spark:
         from pyspark.errors import StreamingQueryException
 
         try:
-            query = start_release(spark, input_path, sink=output_path, checkpoint=checkpoint,
-                                  key_column=given["key_column"], time_column=given["time_column"],
-                                  value_column=given["column"], build=build, secret=secret, params=params,
-                                  available_now=given["available_now"], files_per_batch=given["files_per_batch"],
-                                  on_batch=told)
+            query = start(spark, told)
         except ValueError as error:
             raise click.ClickException(str(error)) from None
         try:
@@ -164,4 +180,25 @@ def release_streaming(context: click.Context, *, build: Callable[[bytes], Any]) 
             say("stopped: the same command continues from the checkpoint.")
         except StreamingQueryException as error:  # the query's first error, one line (a Python error: its message)
             raise click.ClickException(last_error(str(error).split("\n\tat ", 1)[0])) from None
-    say(f"released {totals['values']:,} values in {totals['batches']:,} micro-batches to {output_path}")
+    say(f"released {totals['values']:,} values in {totals['batches']:,} micro-batches to {given['output_path']}")
+
+
+def aggregate_streaming(context: click.Context, *, params: dict[str, Any], columns: dict[str, Any],
+                        lateness: int) -> None:
+    """Run ``aggregate``'s streaming query (its options in ``context``; ``params`` the aggregate's, ``columns`` the
+    reader's, ``lateness`` the allowed lateness in seconds) until it stops or is interrupted."""
+    from dpstream.spark.streaming_aggregate import start_aggregate
+
+    given = context.params
+    secret = streaming_secret(given)
+    seed, secret_file = given["seed"], given["secret_file"]
+    say(f"privacy: {UnitAggregate(**params, key=secret).privacy()}")
+    source = (f"a key derived from --seed {seed} (replayable, NOT secret)" if seed is not None else
+              f"the secret in {secret_file} (held outside the checkpoint; keep it secret: it recomputes the noise)")
+    say(f"noise: keyed ChaCha20 bits per window under {source}; a micro-batch run again draws the same noise.")
+    say(f"late rows: a bucket is released once the newest time seen, minus --allowed-lateness {lateness:,} s, passes "
+        "its end; a row for a bucket already released is dropped, in no released value.")
+    run_query(given, lambda spark, told: start_aggregate(
+        spark, given["input_path"], sink=given["output_path"], checkpoint=given["spark_checkpoint"], params=params,
+        columns=columns, lateness=lateness, secret=secret, available_now=given["available_now"],
+        files_per_batch=given["files_per_batch"], on_batch=told))

@@ -43,11 +43,14 @@ from dpstream.cli._rows import (
     seconds_option,
 )
 from dpstream.cli._rows import row_batches as _batches
+from dpstream.cli._spark import spark_conf_option
+from dpstream.cli._spark_streaming import STREAMING_ONLY, aggregate_streaming, check_streaming, streaming_options
 from dpstream.io import InputError
 from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
 from dpstream.io.times import buckets_per_window, format_times, parse_times, time_kind
 from dpstream.release.aggregate import LATE_POLICIES, STATISTICS, Released, UnitAggregate, unit_statement
+from dpstream.release.aggregate_watermark import WatermarkAggregate
 from dpstream.release.partition_selection import SELECTIONS
 
 __all__ = ["aggregate"]
@@ -58,10 +61,18 @@ _BATCH = 1 << 18
 _WRITE = 1 << 16
 
 
+def _lateness_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``--allowed-lateness``: 0 or a duration, in seconds (None: not given)."""
+    if value is None or value.strip() in ("0", "0s", "0m", "0h", "0d"):
+        return None if value is None else 0
+    return duration_option(ctx, param, value)
+
+
 @cli.command()
-@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="Where to write the CSV bucket,partition,value ('-' for stdout).")
+@click.argument("input_path", metavar="INPUT", type=click.Path(allow_dash=True))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(allow_dash=True),
+              help="Where to write the CSV bucket,partition,value ('-' for stdout; with --engine spark-streaming a "
+                   "directory of batch files).")
 @click.option("--time-column", required=True, help="The time of each row: ISO 8601 (no offset = UTC) or epoch seconds.")
 @click.option("--unit-column", required=True, help="The privacy unit of each row (a meter, a household).")
 @click.option("--column", required=True, help="The value column.")
@@ -130,10 +141,22 @@ _WRITE = 1 << 16
               help="A secret state file: the release continues where a stopped run left it, never re-drawing noise.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               callback=seconds_option, help="With --state: the least time between two commits.")
+@click.option("--allowed-lateness", default=None, callback=_lateness_option,
+              help="Close a bucket once the newest time seen, minus this (0, or an integer and s|m|h|d), passes its "
+                   "end: rows within it are taken in any order, a row for a bucket already closed is dropped (in no "
+                   "released value). 0 is --late drop. The rule of --engine spark-streaming (default there 0).")
+@click.option("--engine", type=click.Choice(["local", "spark-streaming"]), default="local", show_default=True,
+              help="local (this process) or spark-streaming (INPUT a directory that files are put in, -o a directory "
+                   "of batch files, with --spark-checkpoint and --secret-file; see docs/streaming.md).")
+@click.option("--spark-master", default=None, help="With --engine spark-streaming: the Spark master URL.")
+@click.option("--spark-conf", multiple=True, callback=spark_conf_option, metavar="KEY=VALUE",
+              help="With --engine spark-streaming: a Spark configuration property (repeatable).")
+@streaming_options
 def aggregate(input_path: str, output_path: str, time_column: str, unit_column: str, column: str, bucket: int,
               unit_window: int, partition_column: str | None, partitions_path: str | None, missing: str,
               seed: int | None, force: bool, state_path: str | None, checkpoint_seconds: float, sort_rows: bool,
-              revised_path: str | None, revised_history: int, revised_cycle: int, **options: Any) -> None:
+              revised_path: str | None, revised_history: int, revised_cycle: int, allowed_lateness: int | None,
+              engine: str, **options: Any) -> None:
     """Release per-bucket sums, counts or means of INPUT's rows under unit-level DP.
 
     INPUT is CSV with a header (.gz allowed, '-' is stdin) or Parquet, one row per reading:
@@ -145,7 +168,14 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
     standard_error, delta = options.pop("standard_error"), options["delta"]  # the guarantee is stated at --delta
+    context = click.get_current_context()
+    for name in ("spark_master", "spark_conf", *STREAMING_ONLY):
+        options.pop(name)
+    check_streaming(context, engine=engine, input_path=input_path, time_column=time_column)
     with usage_errors():
+        allowed_lateness = _check_lateness(context, allowed_lateness, engine=engine, state_path=state_path)
+        if allowed_lateness is not None:
+            options["late"] = "drop"
         width = buckets_per_window(bucket, unit_window)
         private = _check_selection(partition_column, partitions_path, options)
         _check_not_partitions(partitions_path, {"-o": output_path, "--state": state_path})
@@ -172,6 +202,10 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     if sort_rows:
         rows = _sorted(rows)
     names = partitions or ([] if private else [""])
+    if engine == "spark-streaming":  # INPUT and -o are directories: a query over the files put in INPUT
+        return aggregate_streaming(context, params=params, lateness=allowed_lateness or 0, columns=dict(
+            time_column=time_column, unit_column=unit_column, column=column, partition_column=partition_column,
+            missing=missing))
     if state_path is not None:
         rows = _charged(rows, budget_path, probe, state_path=state_path, output_path=output_path)
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
@@ -186,7 +220,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
     rows = _charged(rows, budget_path, probe, state_path=None, output_path=output_path)
-    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta)
+    feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta,
+                     lateness=allowed_lateness)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -293,8 +328,9 @@ class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
     def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False,
-                 standard_error: bool = False, delta: float | None = None) -> None:
+                 standard_error: bool = False, delta: float | None = None, lateness: int | None = None) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
+        self.marked = None if lateness is None else WatermarkAggregate(releaser, lateness=lateness)
         self.standard_error, self.delta = standard_error, delta
         self.times = BatchTimes()
         self.first: int | None = None
@@ -304,6 +340,9 @@ class _Feeder(RowFeeder):
         if not len(batch):
             return
         times = self.times(batch)
+        if self.marked is not None:  # --allowed-lateness: rows held until the watermark closes their bucket
+            self._feed_marked(batch, times, sink)
+            return
         try:
             for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
                                                         skip=batch.missing if batch.missing.any() else None):
@@ -312,6 +351,21 @@ class _Feeder(RowFeeder):
             if not self.sorted_rows:
                 raise
             raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
+
+    def _feed_marked(self, batch: RowBatch, times: np.ndarray, sink: TextIO) -> None:
+        partitions = None if batch.partitions is None else batch.partitions.to_numpy(zero_copy_only=False)
+        marked = self.marked
+        assert marked is not None
+        for released in marked.release(times, batch.units.to_numpy(zero_copy_only=False), batch.values, partitions,
+                                       skip=batch.missing):
+            self.write(released, sink)
+
+    def end(self, sink: TextIO) -> None:
+        if self.marked is None:
+            return super().end(sink)
+        if self.marked.position == 0:
+            raise InputError("the input holds no rows.")
+        self.write(self.marked.flush(), sink)
 
     def write(self, released: Released, sink: TextIO) -> None:
         if not len(released):
@@ -334,6 +388,10 @@ class _Feeder(RowFeeder):
         if isinstance(guarantee, ZcdpGuarantee) and self.delta is not None:
             guarantee = guarantee.at(self.delta)  # the (epsilon, delta) target --delta asked for, not the default
         say(f"privacy: {guarantee}")
+        if self.marked is not None:
+            say(f"late rows: a row whose bucket the newest time before it, minus --allowed-lateness "
+                f"{self.marked.lateness:,} s, had closed is dropped (in no released value; how many is not said: "
+                "it is data).")
         windows = -(-agg.released // self.width)
         relation = agg.relation()
         statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
@@ -369,6 +427,33 @@ def _sorted(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:
         yield RowBatch(times=joined["times"][part], units=joined["units"][part], values=values[part],
                        partitions=joined["partitions"][part] if "partitions" in joined else None,
                        first_row=start + 1, missing=missing[part])
+
+
+def _check_lateness(context: click.Context, lateness: int | None, *, engine: str, state_path: str | None) -> int | None:
+    """Usage errors of --allowed-lateness (it drops late rows: --late error refused beside it) and of the streaming
+    engine's options that do not apply there."""
+    source = context.get_parameter_source
+    if engine == "spark-streaming" and source("late") is not click.core.ParameterSource.DEFAULT:
+        raise ValueError("--late applies to --engine local only: a streaming query drops the rows of buckets "
+                         "already released (--allowed-lateness, default 0, says when a bucket closes).")
+    if engine == "spark-streaming" and lateness is None:
+        lateness = 0
+    if lateness is not None and source("late") is not click.core.ParameterSource.DEFAULT:
+        raise ValueError("--allowed-lateness drops the rows of closed buckets: --late does not go with it.")
+    if lateness is not None and state_path is not None:
+        raise ValueError("--allowed-lateness and --state do not go together (yet): a durable release consumes its "
+                         "input in arrival order; --engine spark-streaming is the durable form.")
+    if engine == "local":
+        for flag, name in (("--spark-master", "spark_master"), ("--spark-conf", "spark_conf")):
+            if source(name) is not click.core.ParameterSource.DEFAULT:
+                raise ValueError(f"{flag} applies to --engine spark-streaming only.")
+    else:
+        given = {"--state": state_path, "--sort": context.params["sort_rows"] or None,
+                 "--partition-selection private": context.params["partition_selection"] == "private" or None}
+        for flag, value in given.items():
+            if value is not None:
+                raise ValueError(f"{flag} applies to --engine local only.")
+    return lateness
 
 
 def _start(text: str | None) -> int | None:

@@ -69,7 +69,7 @@ from dpstream.spark.streaming_rows import (
     step_keys,
 )
 
-__all__ = ["GROUPS", "PARAMETERS", "SINK_PATTERN", "read_sink", "start_release", "streaming_conf"]
+__all__ = ["GROUPS", "PARAMETERS", "SINK_PATTERN", "read_sink", "source_files", "start_release", "streaming_conf"]
 
 #: Groups of keys in the state store: one state value per group (PySpark's cost per group, milliseconds, is
 #: paid per group rather than per key), each rewritten when one of its keys has rows.
@@ -124,17 +124,10 @@ def start_release(spark: Any, source: str | os.PathLike[str], *, sink: str | os.
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    if not isinstance(secret, bytes) or len(secret) < 16:
-        raise ValueError("the secret must be at least 16 bytes (32 random bytes, e.g. os.urandom(32)).")
-    if not Path(source).is_dir() and "://" not in str(source):
-        raise ValueError(f"the source {str(source)!r} is not a directory: the query reads the files put in one.")
-    check_parameters(Path(checkpoint), dict(params or {}, key_column=key_column, time_column=time_column,
-                                            value_column=value_column, groups=groups), secret)
-    Path(sink).mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format("binaryFile").schema(_FILES_SCHEMA)
-    if files_per_batch is not None:
-        reader = reader.option("maxFilesPerTrigger", int(files_per_batch))
-    files = reader.load(str(source))
+    files = source_files(spark, source, sink=sink, checkpoint=checkpoint, secret=secret,
+                         files_per_batch=files_per_batch,
+                         params=dict(params or {}, key_column=key_column, time_column=time_column,
+                                     value_column=value_column, groups=groups))
     columns = {"key_column": key_column, "time_column": time_column, "value_column": value_column}
 
     def parse(frames: Iterator[Any]) -> Iterator[Any]:
@@ -153,6 +146,25 @@ def start_release(spark: Any, source: str | os.PathLike[str], *, sink: str | os.
     elif trigger_seconds:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
     return writer.start()
+
+
+def source_files(spark: Any, source: str | os.PathLike[str], *, sink: str | os.PathLike[str],
+                 checkpoint: str | os.PathLike[str], secret: bytes, params: dict[str, Any],
+                 files_per_batch: int | None) -> Any:
+    """What every streaming query checks before it starts -- a secret of at least 16 bytes, a source directory,
+    the checkpoint's record of ``params`` and the secret's check (:func:`check_parameters`) -- the sink directory
+    made, and the stream of the source's files (Spark's ``binaryFile`` source, at most ``files_per_batch`` a
+    micro-batch)."""
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        raise ValueError("the secret must be at least 16 bytes (32 random bytes, e.g. os.urandom(32)).")
+    if not Path(source).is_dir() and "://" not in str(source):
+        raise ValueError(f"the source {str(source)!r} is not a directory: the query reads the files put in one.")
+    check_parameters(Path(checkpoint), params, secret)
+    Path(sink).mkdir(parents=True, exist_ok=True)
+    reader = spark.readStream.format("binaryFile").schema(_FILES_SCHEMA)
+    if files_per_batch is not None:
+        reader = reader.option("maxFilesPerTrigger", int(files_per_batch))
+    return reader.load(str(source))
 
 
 def _local_name(path: str) -> str:
