@@ -92,8 +92,8 @@ class GridArithmetic:
 
     @property
     def node_variance(self) -> float:
-        """The exact variance of one node's noise, in the values' units squared."""
-        return laplace_units_variance(self.noise.scale) * self.granularity**2
+        """The exact variance of one node's noise, in the values' units squared (inf beyond a float's range)."""
+        return laplace_units_variance(self.noise.scale) * self.granularity * self.granularity
 
     #: The noise's law by name (the sampler's description).
     law_name = "discrete Laplace"
@@ -199,7 +199,7 @@ class GaussianArithmetic(GridArithmetic):
 
     @property
     def node_variance(self) -> float:
-        return self.noise.variance_units * self.granularity**2
+        return self.noise.variance_units * self.granularity * self.granularity
 
     def draw(self, sampler: NoiseSampler, n_leaves: int, fanout: int, n_levels: int) -> list[np.ndarray]:
         """Every node's noise in grid units (int64), bottom level first, in one draw."""

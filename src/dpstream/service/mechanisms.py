@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -240,7 +241,10 @@ def stream_facts(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
     phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism, delta)}
     if hasattr(mechanism, "error_model"):  # its released values carry their standard error (public parameters)
-        facts["error_model"] = _error_model(mechanism)
+        model = _error_model(mechanism)
+        variance = model.get("node_variance", 0.0)
+        if math.isfinite(variance * 4 * model.get("levels", 1)):  # beyond a float (an extreme bound): none stated
+            facts["error_model"] = model
     for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
