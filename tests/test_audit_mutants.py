@@ -66,7 +66,7 @@ def mutant(audit: str, runs: int) -> Callable[[Callable[[], tuple[Patch, ...]]],
     return declare
 
 
-_GRID_ON_PERTURBER = "        noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)\n"
+_GRID_ON_PERTURBER = "            noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)\n"
 _IMPORT_REPLACE = ("release/perturber.py", "from dataclasses import dataclass\n",
                    "from dataclasses import dataclass, replace\n")
 
@@ -75,14 +75,14 @@ _IMPORT_REPLACE = ("release/perturber.py", "from dataclasses import dataclass\n"
 def tops_noise_three_quarters() -> tuple[Patch, ...]:
     """ToPS's hierarchy noise at 3/4 of its scale (the perturber spends 4/3 of its claim)."""
     return (_IMPORT_REPLACE, ("release/perturber.py", _GRID_ON_PERTURBER,
-                              _GRID_ON_PERTURBER + "        noise = replace(noise, scale=noise.scale * 3 / 4)\n"))
+                              _GRID_ON_PERTURBER + "            noise = replace(noise, scale=noise.scale * 3 / 4)\n"))
 
 
 @mutant("tops-one-level", 20_000)
 def tops_noise_halved() -> tuple[Patch, ...]:
     """ToPS's hierarchy noise at half its scale (twice the claim)."""
     return (_IMPORT_REPLACE, ("release/perturber.py", _GRID_ON_PERTURBER,
-                              _GRID_ON_PERTURBER + "        noise = replace(noise, scale=noise.scale / 2)\n"))
+                              _GRID_ON_PERTURBER + "            noise = replace(noise, scale=noise.scale / 2)\n"))
 
 
 @mutant("binary-tree", 120_000)
