@@ -179,7 +179,9 @@ def test_a_killed_query_continues_exactly_once(tmp_path):
     assert "Traceback" not in again.stderr and "\tat org.apache" not in again.stderr  # no stack trace
     after = {path.name: path.read_bytes() for path in (tmp_path / "sink").glob("batch-*.csv")}
     assert all(after[name] == data for name, data in before.items()), f"a published batch changed ({where})"
-    assert len(after) == len(paths)  # one batch per file, each written once under its id
+    # each batch written once under its id, at most one per file (a restart may plan the files left in fewer
+    # micro-batches); the released rows, in order, are the local engine's: nothing lost, twice or changed
+    assert 0 < len(after) <= len(paths)
     local = aggregate_files(paths, params=PARAMS, columns=COLUMNS, lateness=2 * HOUR, secret=seed_key(SEED))
     assert read_aggregate_sink(tmp_path / "sink") == local, where
 
