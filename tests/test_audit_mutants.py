@@ -66,7 +66,8 @@ def mutant(audit: str, runs: int) -> Callable[[Callable[[], tuple[Patch, ...]]],
     return declare
 
 
-_GRID_ON_PERTURBER = "            noise = GridLaplace.on_grid(threshold, self.epsilon, g, levels=self.measured_levels)\n"
+_GRID_ON_PERTURBER = ("            noise = GridLaplace.on_grid(threshold, self.epsilon, g, "
+                      "levels=self.measured_levels)\n")
 _IMPORT_REPLACE = ("release/perturber.py", "from dataclasses import dataclass\n",
                    "from dataclasses import dataclass, replace\n")
 
