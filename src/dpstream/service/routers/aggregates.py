@@ -200,12 +200,7 @@ async def archive_aggregate(name: str, sources: SourcesDep) -> dict[str, Any]:
 
 @router.post("/aggregates/{name}/rows", dependencies=[scope("producer", "aggregate")])
 async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Response:
-    unknown = sorted(set(document) - set(_BATCH_FIELDS))
-    if unknown:
-        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; a batch has {', '.join(_BATCH_FIELDS)}.")
-    for required in ("times", "units", "values"):
-        if required not in document:
-            raise ApiError(422, f"a batch needs {required}.")
+    common.batch_fields(document, _BATCH_FIELDS, ("times", "units", "values"))
     values = numbers(document["values"], "values")
     times = _times(document["times"], "times")
     if times.size != values.size:

@@ -21,8 +21,8 @@ from dpstream.service.ingest import LiveSources
 from dpstream.service.parsing import DEFAULT_LIMIT, MAX_LIMIT, query_int
 from dpstream.service.storage import ConflictError, Source, Storage
 
-__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "budget_of", "create_source", "created", "events", "ledger",
-           "released", "require"]
+__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "batch_fields", "budget_of", "create_source", "created",
+           "events", "ledger", "released", "require"]
 
 #: The warning a seeded stream or aggregate is created with (in its answer and the log).
 SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
@@ -36,6 +36,16 @@ def require(document: dict[str, Any], kind: str) -> None:
     for required in ("epsilon", "upper_bound"):
         if required not in document:
             raise ApiError(422, f"a {kind} needs {required}.")
+
+
+def batch_fields(document: dict[str, Any], fields: tuple[str, ...], required: tuple[str, ...]) -> None:
+    """422 when a batch names a field outside ``fields`` or lacks one of ``required``."""
+    unknown = sorted(set(document) - set(fields))
+    if unknown:
+        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; a batch has {', '.join(fields)}.")
+    for name in required:
+        if name not in document:
+            raise ApiError(422, f"a batch needs {name}.")
 
 
 def budget_of(document: dict[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
 from dpstream.service.dependencies import JsonObject, SettingsDep, SourcesDep, StorageDep, authorize, scope
-from dpstream.service.errors import ApiError, unprocessable
+from dpstream.service.errors import unprocessable
 from dpstream.service.ingest import ingest
 from dpstream.service.parsing import check_name, integer, numbers
 from dpstream.service.routers import common
@@ -63,11 +63,7 @@ async def archive_stream(name: str, sources: SourcesDep) -> dict[str, Any]:
 
 @router.post("/streams/{name}/values", dependencies=[scope("producer", "stream")])
 async def post_values(name: str, document: JsonObject, sources: SourcesDep) -> Response:
-    unknown = sorted(set(document) - set(_BATCH_FIELDS))
-    if unknown:
-        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; a batch has {', '.join(_BATCH_FIELDS)}.")
-    if "values" not in document:
-        raise ApiError(422, "a batch needs values.")
+    common.batch_fields(document, _BATCH_FIELDS, ("values",))
     values = numbers(document["values"], "values")
     times = None if document.get("times") is None else numbers(document["times"], "times", values.size)
     first = document.get("first_position")
