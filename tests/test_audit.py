@@ -253,6 +253,7 @@ EXACT = {
     "tops-gaussian": 2_048,
     "tops-gaussian-1e-6": 2_048,
     "tops-stream-gaussian": 200,
+    "sqrt-zcdp-1e-6": 2_048,
 }
 #: Mechanisms that still add floating-point Laplace noise.
 #: (None left: every mechanism draws exact noise.)

@@ -114,7 +114,8 @@ class SqrtFactorizationGaussian(BinaryTree):
     statistic_name = "the Gaussian log-likelihood ratio of the re-encoded chunk"
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 1.0, chunk: int = 4,
-                 samples: int = 100_000) -> None:
+                 samples: int = 100_000, name: str = "sqrt-zcdp") -> None:
+        self.name = name
         self._params = dict(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=chunk)
         probe = SqrtFactorization(**self._params, seed=0)
         self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)

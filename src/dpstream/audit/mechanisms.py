@@ -66,6 +66,7 @@ unit-aggregate-gaussian   unit-aggregate's pair under zCDP (the rho of (eps, 1e-
 sqrt-zcdp                 the square-root factorization (the rho of (eps, 1e-3)), chunks of 4: the
                           first value is 0 or tau; the chunk's released values re-encoded as C w,
                           their Gaussian likelihood ratio; claim: the (eps, delta) its rho implies
+sqrt-zcdp-1e-6            sqrt-zcdp at the rho of (eps, 1e-6), the same way
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -259,6 +260,8 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
     "tops-gaussian": ToPSGaussian,
     "tops-stream-gaussian": ToPSStreamGaussian,
     "tops-gaussian-1e-6": lambda *, epsilon=1.0: ToPSGaussian(epsilon=epsilon, delta=1e-6, name="tops-gaussian-1e-6"),
+    "sqrt-zcdp-1e-6": lambda *, epsilon=1.0: SqrtFactorizationGaussian(epsilon=epsilon, delta=1e-6,
+                                                                       name="sqrt-zcdp-1e-6"),
 }
 
 

@@ -284,7 +284,7 @@ register(Mechanism("bt-zcdp", ZcdpBinaryTree, BINARY_TREE, _describe_bt, _same_n
                    audits=("binary-tree-gaussian", "binary-tree-gaussian-1e-6")))
 # the square-root factorization under zCDP, the same options (lower error than bt-zcdp on every query family)
 register(Mechanism(SQRT_ZCDP, SqrtFactorization, SQRT_ZCDP, _describe_sqrt, _same_names("granularity", "delta"),
-                   service=5, audits=("sqrt-zcdp",)))
+                   service=5, audits=("sqrt-zcdp", "sqrt-zcdp-1e-6")))
 # ToPS under zCDP: --epsilon and --delta are its (epsilon, delta) target, spent as the rho they afford
 register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS, **_same_names("delta")}, service=6,
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
