@@ -316,7 +316,10 @@ class BinaryTreeCounter(Params):
     def from_state(cls, state: dict[str, Any]) -> BinaryTreeCounter:
         """The counter a :attr:`state` snapshot describes, continuing where it was taken."""
         params, source = read_header(state, cls._KIND)
-        counter = cls(**params, noise=source)
+        # a zCDP tree's snapshot keeps its (epsilon, delta) target, so it is stated at that delta again; one taken
+        # before it did keeps its rho alone and is stated at the default delta
+        zcdp_target = cls is BinaryTreeCounter and "delta" in params
+        counter = (ZcdpBinaryTree if zcdp_target else cls)(**params, noise=source)
         counter.resume_stream(state["counter"])
         return counter
 
@@ -478,11 +481,13 @@ class ZcdpBinaryTree(BinaryTreeCounter):
     """The binary tree under zCDP at the largest rho whose (epsilon, delta) is the target's
     (:func:`~dpstream.accounting.rho_for`): ``release --method bt-zcdp --epsilon E --delta D``.  Its
     guarantee states that rho and the (epsilon, delta) it implies at ``delta``; its snapshots are the binary
-    tree's at that rho (:meth:`from_state` gives a :class:`BinaryTreeCounter`, which continues it exactly).
+    tree's with the target in place of rho (as :class:`~dpstream.release.factorization.SqrtFactorization`'s), so a
+    restored tree spends the same rho and states it at the same delta.  A snapshot taken before the target was
+    kept holds rho alone: it restores a :class:`BinaryTreeCounter` at that rho, stated at the default delta.
 
-    >>> tree = ZcdpBinaryTree(epsilon=1.0, delta=1e-6, upper_bound=1.0, max_range=8, seed=0)
-    >>> round(tree.rho, 6), tree.privacy(1e-6).epsilon <= 1.0
-    (0.024356, True)
+    >>> tree = ZcdpBinaryTree(epsilon=1.0, delta=1e-5, upper_bound=1.0, max_range=8, seed=0)
+    >>> round(tree.rho, 6), tree.privacy().delta, BinaryTreeCounter.from_state(tree.state).privacy().label
+    (0.030557, 1e-05, '0.0305566-zCDP, so (1, 1e-05)-DP')
     """
 
     def __init__(self, *, epsilon: float, delta: float | None, upper_bound: float, max_range: int = 2**20,
@@ -494,6 +499,7 @@ class ZcdpBinaryTree(BinaryTreeCounter):
         super().__init__(rho=rho_for(check_epsilon(epsilon), delta), upper_bound=upper_bound, max_range=max_range,
                          clip=clip, granularity=granularity, seed=seed, noise=noise, key=key)
         self.delta = delta
+        self._params = {**{k: v for k, v in self._params.items() if k != "rho"}, "epsilon": epsilon, "delta": delta}
 
     def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
         """The guarantee stated at ``delta``, by default at the target's (not at the library's default delta)."""
