@@ -15,7 +15,8 @@ the basic-composition filter of Rogers, Roth, Ullman and Vadhan (NeurIPS 2016): 
 at most the total give total-epsilon-DP; for rho-zCDP, the zCDP filter (Whitehouse, Ramdas, Rogers and
 Wu, ICML 2023): rho's adding up to at most the total give total-rho-zCDP.  An individual filter
 (Feldman and Zrnic 2021), which drops an exhausted unit's rows instead, spends less for units that
-appear rarely; it is not built.
+appear rarely; it is not built: it needs each unit's data-dependent spending accounted in every mechanism,
+where the uniform charge needs only the public amount a release states.
 
 **Accounting.**  A zCDP store (``rho=``) takes zCDP guarantees at their rho and pure ones at
 ``epsilon^2 / 2``, and states what is spent and left in rho and in the (epsilon, delta) they imply; a
