@@ -81,10 +81,34 @@ def test_metrics_count_batches_values_refusals_latency_and_budget(http):
     assert moved("dpstream_request_seconds_count", **values_route) == 5
     assert moved("dpstream_request_seconds_bucket", le="+Inf", **values_route) == 5
     published = http.get("/streams/load").json()["budget"]
-    assert _value(after, "dpstream_epsilon_spent", kind="stream", name="load") == published["epsilon_spent"] > 0
-    assert _value(after, "dpstream_epsilon", kind="stream", name="load") == published["epsilon"]
-    assert _value(after, "dpstream_epsilon", kind="aggregate", name="homes") == 1.0
+    pure = {"delta": "0"}  # pure DP: the epsilon's delta label is 0
+    assert _value(after, "dpstream_epsilon_spent", kind="stream", name="load", **pure) == published["epsilon_spent"] > 0
+    assert _value(after, "dpstream_epsilon", kind="stream", name="load", **pure) == published["epsilon"]
+    assert _value(after, "dpstream_epsilon", kind="aggregate", name="homes", **pure) == 1.0
+    assert not [key for key in after if key[0] == "dpstream_rho"]  # no zCDP source
     assert _value(after, "dpstream_position", kind="stream", name="load") == 60
     assert ("dpstream_position", frozenset({"kind": "aggregate", "name": "homes"}.items())) not in after
     text = http.get("/metrics").text
     assert TOKEN not in text and "nothing" not in text  # no secret; no path of a request, only templates
+
+
+def test_a_zcdp_sources_metrics_state_its_rho_and_the_delta_of_its_epsilon(http):
+    """A zCDP stream's epsilon is implied at its target's delta: labelled with it, never read as pure DP; its rho,
+    what zCDP sources add up, is a gauge of its own."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    stream = {"name": "z", "method": "bt-zcdp", "epsilon": 1.0, "delta": 1e-5, "upper_bound": 10.0, "max_range": 64,
+              "seed": 1}
+    assert http.post("/streams", json=stream, headers=auth).status_code == 201
+    before = _scrape(http)
+    assert http.post("/streams/z/values", json={"values": [1.0] * 5, "first_position": 0},
+                     headers=auth).status_code == 200
+    after = _scrape(http)
+    published = http.get("/streams/z").json()["budget"]
+    labels = {"kind": "stream", "name": "z"}
+    assert published["delta"] == 1e-5 and published["rho"] > 0
+    assert _value(after, "dpstream_epsilon", **labels, delta="1e-05") == published["epsilon"] <= 1.0
+    assert _value(after, "dpstream_epsilon_spent", **labels, delta="1e-05") == published["epsilon_spent"] > 0
+    assert not [key for key in after if key[0] == "dpstream_epsilon" and ("delta", "0") in key[1]]
+    assert _value(after, "dpstream_rho", **labels) == _value(before, "dpstream_rho", **labels) == published["rho"]
+    assert _value(before, "dpstream_rho_spent", **labels) == 0.0
+    assert _value(after, "dpstream_rho_spent", **labels) == published["rho_spent"] == published["rho"]

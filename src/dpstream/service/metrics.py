@@ -12,8 +12,11 @@ Prometheus sums them over the processes it scrapes):
 
 Read from the database at each scrape, the same for every process:
 
-* ``dpstream_epsilon{kind,name}``, ``dpstream_epsilon_spent{kind,name}`` -- each source's guarantee
-  and the budget spent of it, as ``GET /streams/{name}`` publishes them (``budget``);
+* ``dpstream_epsilon{kind,name,delta}``, ``dpstream_epsilon_spent{kind,name,delta}`` -- each source's
+  guarantee and the budget spent of it, as ``GET /streams/{name}`` publishes them (``budget``), labelled
+  with the delta the epsilon is stated at (``"0"``: pure DP), so an (epsilon, delta) never reads as pure;
+* ``dpstream_rho{kind,name}``, ``dpstream_rho_spent{kind,name}`` -- a zCDP source's rho and the rho spent
+  (zCDP sources compose by adding rho's; the epsilon they imply does not add up);
 * ``dpstream_position{kind,name}`` -- the values a stream, the reports a collector consumed (an
   aggregate's rows are left out, as above).
 
@@ -41,6 +44,11 @@ __all__ = ["CONTENT_TYPE", "COUNTED_KINDS", "Metrics", "MetricsMiddleware", "mou
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 #: The kinds of source whose number of inputs is public (at event level): an aggregate's rows are data.
 COUNTED_KINDS = ("stream", "collector")
+#: The gauges read from the database at each scrape, with their labels.
+_SOURCE_GAUGES = (("dpstream_epsilon", ["kind", "name", "delta"]),
+                  ("dpstream_epsilon_spent", ["kind", "name", "delta"]),
+                  ("dpstream_rho", ["kind", "name"]), ("dpstream_rho_spent", ["kind", "name"]),
+                  ("dpstream_position", ["kind", "name"]))
 #: The latency histogram's buckets, seconds.
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -80,24 +88,32 @@ class _Sources:
         self.storage = storage
 
     def describe(self) -> list[Metric]:  # the names, without reading the database at registration
-        return [GaugeMetricFamily(name, "", labels=["kind", "name"])
-                for name in ("dpstream_epsilon", "dpstream_epsilon_spent", "dpstream_position")]
+        return [GaugeMetricFamily(name, "", labels=labels) for name, labels in _SOURCE_GAUGES]
 
     def collect(self) -> Iterator[Metric]:
-        epsilon = GaugeMetricFamily("dpstream_epsilon", "The epsilon of each source's guarantee.",
-                                    labels=["kind", "name"])
+        epsilon = GaugeMetricFamily("dpstream_epsilon", "The epsilon of each source's guarantee, stated at the delta "
+                                    "of its label (0: pure DP).", labels=["kind", "name", "delta"])
         spent = GaugeMetricFamily("dpstream_epsilon_spent", "The epsilon each source spent of its guarantee "
-                                  "(its published budget).", labels=["kind", "name"])
+                                  "(its published budget), stated at the delta of its label (0: pure DP).",
+                                  labels=["kind", "name", "delta"])
+        rho = GaugeMetricFamily("dpstream_rho", "The rho of each zCDP source's guarantee (rho's add; the epsilon "
+                                "they imply does not).", labels=["kind", "name"])
+        rho_spent = GaugeMetricFamily("dpstream_rho_spent", "The rho each zCDP source spent (its published budget).",
+                                      labels=["kind", "name"])
         position = GaugeMetricFamily("dpstream_position", "The values a stream, the reports a collector consumed "
                                      "(an aggregate's rows are data: left out).", labels=["kind", "name"])
         for kind in ("stream", "collector", "aggregate"):
             for source in self.storage.sources(kind):
-                facts: dict[str, Any] = describe(source)
-                epsilon.add_metric([kind, source.name], facts["budget"]["epsilon"])
-                spent.add_metric([kind, source.name], facts["budget"]["epsilon_spent"])
+                budget: dict[str, Any] = describe(source)["budget"]
+                delta = "0" if budget["delta"] == 0 else repr(budget["delta"])  # the shortest exact text
+                epsilon.add_metric([kind, source.name, delta], budget["epsilon"])
+                spent.add_metric([kind, source.name, delta], budget["epsilon_spent"])
+                if "rho" in budget:
+                    rho.add_metric([kind, source.name], budget["rho"])
+                    rho_spent.add_metric([kind, source.name], budget["rho_spent"])
                 if kind in COUNTED_KINDS:
                     position.add_metric([kind, source.name], source.position)
-        yield from (epsilon, spent, position)
+        yield from (epsilon, spent, rho, rho_spent, position)
 
 
 class MetricsMiddleware:
