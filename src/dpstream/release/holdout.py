@@ -74,6 +74,19 @@ class HoldOutRelease(ABC):
         self._position += rest.size
         return self._stream.release(rest)
 
+    def standard_errors(self, positions: object) -> np.ndarray:
+        """The exact standard errors of the noise of the values released at stream ``positions`` (the hold-out's
+        included: the first released is ``hold``): the stream mechanism's, given theta, which the release states
+        once chosen (ToPS's perturber: :mod:`dpstream.release.tops_errors`; PAK's binary tree).  Truncation at
+        theta, the grid's rounding and a smoother's bias are not in them."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if self._stream is None:
+            raise ValueError("the standard errors depend on theta: they are known once the hold-out has chosen it.")
+        if positions.size and positions.min() < self.hold:
+            raise ValueError(f"positions must be >= hold = {self.hold} (the held-out values are not released one by "
+                             f"one), got {int(positions.min())}.")
+        return self._stream.standard_errors(positions - self.hold)
+
     def leaves(self) -> Leaves | None:
         """The public layout of the stream mechanism's leaves over the released values
         (:class:`~dpstream.release.revisions.Leaves`), or None: before the hold-out ends, or for a
