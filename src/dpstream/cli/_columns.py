@@ -139,7 +139,8 @@ class ColumnsWriter:
         #: Called with the sink after each record (stdin) or batch (files) is consumed: --state's checkpoint.
         self.after: Callable[[TextIO], None] | None = None
         #: With --standard-errors: the standard errors of a stream's values at positions (a column after 'value').
-        self.errors: Callable[..., np.ndarray] | None = standard_errors_of(streams if not self.keyed else _PerKey(streams))
+        self.errors: Callable[..., np.ndarray] | None = standard_errors_of(
+            streams if not self.keyed else _PerKey(streams))
 
     def _start(self, sink: TextIO) -> Any:
         out = csv.writer(sink, lineterminator="\n")
