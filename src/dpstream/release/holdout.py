@@ -80,12 +80,22 @@ class HoldOutRelease(ABC):
         once chosen (ToPS's perturber: :mod:`dpstream.release.tops_errors`; PAK's binary tree).  Truncation at
         theta, the grid's rounding and a smoother's bias are not in them."""
         positions = np.asarray(positions, dtype=np.int64)
+        return self._stream.standard_errors(positions - self._released_from(int(positions.min(initial=self.hold))))
+
+    def range_standard_error(self, start: int, stop: int) -> float:
+        """The exact standard error of the noise of the sum of the values released at stream positions ``[start,
+        stop)`` (as :meth:`standard_errors`: the stream mechanism's, given theta)."""
+        hold = self._released_from(start)
+        return self._stream.range_standard_error(start - hold, stop - hold)
+
+    def _released_from(self, first: int) -> int:
+        """The hold-out, once theta is chosen and when ``first`` (a stream position) is released; else an error."""
         if self._stream is None:
             raise ValueError("the standard errors depend on theta: they are known once the hold-out has chosen it.")
-        if positions.size and positions.min() < self.hold:
+        if first < self.hold:
             raise ValueError(f"positions must be >= hold = {self.hold} (the held-out values are not released one by "
-                             f"one), got {int(positions.min())}.")
-        return self._stream.standard_errors(positions - self.hold)
+                             f"one), got {first}.")
+        return self.hold
 
     def leaves(self) -> Leaves | None:
         """The public layout of the stream mechanism's leaves over the released values

@@ -90,7 +90,7 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.revisions import Leaves
-from dpstream.release.tops_errors import perturber_standard_errors
+from dpstream.release.tops_errors import perturber_standard_errors, range_standard_error
 from dpstream.smoothers import Smoother, make_smoother
 
 __all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
@@ -406,17 +406,11 @@ class HierarchicalPerturber(Params):
         each chunk's start), what :func:`~dpstream.release.revisions.revise` spreads each closed block's total over."""
         return Leaves(length=self.block_size, chunk=self.max_range)
 
-    @property
-    def node_variance(self) -> float:
-        """The exact variance of one node's noise, in the values' units squared."""
-        return self._arithmetic.node_variance
-
-    def standard_errors(self, positions: object) -> np.ndarray:
-        """The exact standard errors of the noise of the values released at ``positions`` (0 the first), from the
-        public structure, theta and the smoother alone (:mod:`dpstream.release.tops_errors`: the noise is linear;
-        truncation, the grid's rounding and the smoothing's bias are not in it).  The median smoother over leaves of
-        more than one value is refused (its predictions are not linear in the noise)."""
-        return perturber_standard_errors(self, positions)
+    #: The exact variance of one node's noise, in the values' units squared.
+    node_variance = property(lambda self: self._arithmetic.node_variance)
+    #: ``standard_errors(positions)`` and ``range_standard_error(start, stop)`` of the released values' noise, exact
+    #: from the public structure, theta and a linear smoother (:mod:`dpstream.release.tops_errors`).
+    standard_errors, range_standard_error = perturber_standard_errors, range_standard_error
 
     def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]; under

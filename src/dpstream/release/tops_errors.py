@@ -217,3 +217,92 @@ def perturber_standard_errors(perturber: Any, positions: object) -> np.ndarray:
     last = diagonal + before**2 * quadratic - 2.0 * before * cross
     variance = np.where(is_last, last, factor**2 * quadratic)
     return np.sqrt(perturber.node_variance * np.maximum(variance, 0.0)).reshape(positions.shape)
+
+
+def _prediction(perturber: Any, first: _Chunk, later: _Chunk, leaf: int) -> tuple[int, np.ndarray]:
+    """The noise weights of the prediction for ``leaf`` on the consistent noises of the leaves ``[lo, leaf)``."""
+    count, smoother = perturber.blocks_per_chunk, perturber.smoother
+    if smoother.name == "exponential":
+        lo = 0
+        coefficients = smoother.alpha * (1.0 - smoother.alpha) ** (leaf - 1.0 - np.arange(leaf))
+    else:
+        window, coefficient = _windows(smoother, np.array([leaf]))
+        lo = int(window[0])
+        coefficients = np.full(leaf - lo, float(coefficient[0]))
+    leaves = np.arange(lo, leaf)
+    return lo, coefficients * np.where(leaves < count, first.v[np.minimum(leaves, count - 1)], later.v[leaves % count])
+
+
+def _leaf_sum(perturber: Any, first: _Chunk, later: _Chunk, clock: int, stop: int) -> tuple[int, np.ndarray]:
+    """The noise weights (on the leaves ``[lo, leaf]``) of the sum of the released values at clock positions
+    ``[clock, stop)`` of one leaf: ``e - (shape before clock) P`` when it reaches the leaf's last value, else
+    ``(shape over the range) P`` (the leaf's values but the last are its prediction)."""
+    bs, count, r = perturber.block_size, perturber.blocks_per_chunk, perturber.max_range
+    chunk, inside = divmod(clock, r)
+    local = inside // bs
+    leaf = chunk * count + local
+    leaf_start = chunk * r + local * bs
+    end = chunk * r + min((local + 1) * bs, r)  # one past the leaf's last clock position
+    origin = max(leaf_start, perturber.phase)  # its first released position
+    cumulative = getattr(perturber, "_cumulative", None)
+    shape_sum = (lambda a, b: b - a) if cumulative is None else (
+        lambda a, b: float(cumulative[b - leaf_start] - cumulative[a - leaf_start]))
+    lo, prediction = _prediction(perturber, first, later, leaf) if bs > 1 else (leaf, np.zeros(0))
+    weights = np.zeros(leaf + 1 - lo)
+    if stop == end:
+        weights[:-1] = -shape_sum(origin, clock) * prediction
+        weights[-1] = 1.0
+    else:
+        weights[:-1] = shape_sum(clock, stop) * prediction
+    return lo, weights
+
+
+def range_standard_error(perturber: Any, start: int, stop: int) -> float:
+    """The exact standard error of the noise of the sum of the values ``perturber`` released at positions
+    ``[start, stop)``: whole leaves add their consistent noise, the leaves it cuts their partial sums of
+    predictions (:func:`_leaf_sum`), correlated through the chunks' consistency; O(leaves before ``stop``) for the
+    mean and exponential smoothers (their predictions weigh every earlier leaf)."""
+    if not 0 <= start < stop:
+        raise ValueError(f"a range needs 0 <= start < stop, got [{start}, {stop}).")
+    bs, count, r, phase = perturber.block_size, perturber.blocks_per_chunk, perturber.max_range, perturber.phase
+    check_linear(perturber.smoother, bs)
+    first, later = _chunks(perturber)
+    clock, stop = start + phase, stop + phase
+
+    def leaf_end(position: int) -> int:
+        chunk, inside = divmod(position, r)
+        return chunk * r + min((inside // bs + 1) * bs, r)
+
+    def leaf_of(position: int) -> int:
+        return position // r * count + position % r // bs
+
+    head_end = min(leaf_end(clock), stop)
+    tail_start = max(head_end, stop - 1 - (stop - 1) % r % bs)  # where the leaf of the last position starts
+    parts = [_leaf_sum(perturber, first, later, clock, head_end)]
+    if tail_start < stop and leaf_of(tail_start) != leaf_of(clock):
+        parts.append(_leaf_sum(perturber, first, later, tail_start, stop))
+    lo = min(part[0] for part in parts)
+    weights = np.zeros(leaf_of(stop - 1) + 1 - lo)
+    for part_lo, part in parts:
+        weights[part_lo - lo : part_lo - lo + part.size] += part
+    whole = np.arange(leaf_of(head_end - 1) + 1, leaf_of(tail_start) if tail_start < stop else leaf_of(stop - 1) + 1)
+    weights[whole - lo] += 1.0
+    return float(np.sqrt(perturber.node_variance * _quadratic(weights, lo, count, perturber.fanout,
+                                                               first.weights)))
+
+
+def _quadratic(weights: np.ndarray, lo: int, count: int, fanout: int, level_weights: tuple[float, ...]) -> float:
+    """``a^T C a`` for weights ``a`` on the global leaves from ``lo``: chunk by chunk, ``|a|^2`` plus each level's
+    ``w_m`` times its groups' squared sums (groups of ``b^m`` leaves from each chunk's start)."""
+    first_chunk = lo // count
+    chunks = -(-(lo + weights.size) // count) - first_chunk
+    top = fanout ** len(level_weights)
+    width = -(-count // top) * top
+    grid = np.zeros((chunks, width))
+    placed = np.zeros(chunks * count)
+    placed[lo - first_chunk * count : lo - first_chunk * count + weights.size] = weights
+    grid[:, :count] = placed.reshape(chunks, count)
+    total = float(np.sum(weights * weights))
+    for m, weight in enumerate(level_weights, start=1):
+        total += weight * float(np.sum(grid.reshape(chunks, -1, fanout**m).sum(axis=2) ** 2))
+    return total
