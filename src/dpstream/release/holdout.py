@@ -80,7 +80,8 @@ class HoldOutRelease(ABC):
         once chosen (ToPS's perturber: :mod:`dpstream.release.tops_errors`; PAK's binary tree).  Truncation at
         theta, the grid's rounding and a smoother's bias are not in them."""
         positions = np.asarray(positions, dtype=np.int64)
-        return self._stream.standard_errors(positions - self._released_from(int(positions.min(initial=self.hold))))
+        hold = self._released_from(int(positions.min(initial=self.hold)))
+        return self._stream.standard_errors(positions - hold)
 
     def range_standard_error(self, start: int, stop: int) -> float:
         """The exact standard error of the noise of the sum of the values released at stream positions ``[start,

@@ -1,0 +1,171 @@
+"""Exact standard errors of ToPS (pure and zCDP) and PAK: each released value's and each range's, against the
+linear map from the nodes' noise to the outputs found by brute force (zeros released with unit noise on one node
+at a time), against the empirical variance of seeded releases, through the CLI's column, and the refusals."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+from test_zcdp import OneHot
+
+from dpstream.cli import cli
+from dpstream.noise.discrete_laplace_law import laplace_units_variance
+from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.pak import PAK
+from dpstream.release.periodic import PeriodicPerturber
+from dpstream.release.perturber import HierarchicalPerturber
+from dpstream.release.tops import ToPS
+
+_CASES = {
+    "recent, b = 2, a short last leaf per chunk": lambda s: HierarchicalPerturber(
+        threshold=1, epsilon=1, max_range=20, fanout=2, smoothed_levels=1, noise=s, prior=0.3),
+    "mean across chunks, b = 3": lambda s: HierarchicalPerturber(
+        threshold=1, epsilon=1, max_range=27, fanout=3, smoothed_levels=1, smoother="mean", noise=s),
+    "moving average, zCDP": lambda s: HierarchicalPerturber(
+        threshold=1, rho=0.5, max_range=16, fanout=2, smoothed_levels=2, smoother="moving_average", noise=s),
+    "exponential, 2 measured levels": lambda s: HierarchicalPerturber(
+        threshold=1, epsilon=1, max_range=30, fanout=2, smoothed_levels=2, smoother="exponential", noise=s),
+    "smoothing off (median allowed)": lambda s: HierarchicalPerturber(
+        threshold=1, epsilon=1, max_range=16, fanout=2, smoothed_levels=0, smoother="median", noise=s),
+    "period with a phase": lambda s: PeriodicPerturber(
+        threshold=1, epsilon=1, period=3, phase=1, max_range=12, fanout=2, levels=2, noise=s,
+        smoother="moving_average"),
+    "period, shape, exponential, zCDP, one leaf per chunk": lambda s: PeriodicPerturber(
+        threshold=1, rho=1, period=3, phase=2, max_range=7, fanout=2, levels=1, noise=s, shape=[1, 2, 3],
+        smoother="exponential"),
+    "period, shape, mean, 3 levels": lambda s: PeriodicPerturber(
+        threshold=1, epsilon=1, period=2, phase=1, max_range=8, fanout=2, levels=3, noise=s, shape=[1, 3],
+        smoother="mean"),
+    "ToPS, public threshold, zCDP": lambda s: ToPS(
+        rho=0.3, upper_bound=4, threshold=2, max_range=16, fanout=4, smoothed_levels=1, noise=s,
+        smoother="moving_average", window=3),
+}
+
+
+def _outputs(make, sampler, n: int):
+    made = make(sampler)
+    return made, made.release(np.zeros(n))
+
+
+def _linear_map(make, n: int) -> tuple[np.ndarray, object]:
+    """Rows: released positions; columns: nodes (grid units), the prior's constant taken out."""
+    probe = OneHot(np.zeros(10**5, dtype=np.int64))
+    _outputs(make, probe, n)
+    nodes = probe.used
+    made, base = _outputs(make, OneHot(np.zeros(nodes, dtype=np.int64)), n)
+    columns = [(_outputs(make, OneHot(np.eye(nodes, dtype=np.int64)[k]), n)[1] - base) / made.granularity
+               for k in range(nodes)]
+    return np.stack(columns, axis=1), made
+
+
+def _node_variance(made) -> float:
+    return (made._stream if isinstance(made, ToPS) else made).node_variance
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_each_value_s_and_each_range_s_standard_error_is_the_noise_s_linear_map(case):
+    n = 40
+    linear, made = _linear_map(_CASES[case], n)
+    variance = _node_variance(made)
+    want = np.sqrt(variance * np.sum(linear**2, axis=1))
+    np.testing.assert_allclose(made.standard_errors(np.arange(n)), want, rtol=1e-9, atol=1e-12)
+    starts, stops = np.triu_indices(n + 1, k=1)
+    for start, stop in zip(starts.tolist(), stops.tolist()):
+        expected = np.sqrt(variance * np.sum(linear[start:stop].sum(axis=0) ** 2))
+        assert made.range_standard_error(start, stop) == pytest.approx(expected, rel=1e-8, abs=1e-12), (start, stop)
+
+
+def test_the_standard_errors_match_the_variance_of_seeded_releases():
+    # zCDP: discrete Gaussian nodes, so each output is close to normal and (runs - 1) s^2 / sigma^2 ~ chi^2(runs - 1)
+    runs, n = 400, 96
+
+    def perturber(seed):
+        return PeriodicPerturber(threshold=1, rho=0.5, period=5, phase=3, max_range=40, fanout=2, levels=3,
+                                 smoother="moving_average", prior=0.0, seed=seed)
+
+    outputs = np.stack([perturber(seed).release(np.zeros(n)) for seed in range(runs)])
+    positions = np.array([1, 3, 6, 41, 57, 95])  # a partial first leaf, predictions and last values, two chunks
+    ratio = (runs - 1) * outputs[:, positions].var(axis=0, ddof=1) / perturber(0).standard_errors(positions) ** 2
+    low, high = stats.chi2.ppf([1e-6, 1 - 1e-6], runs - 1)
+    assert np.all((ratio > low) & (ratio < high)), ratio / (runs - 1)
+    sums = outputs[:, 10:60].sum(axis=1)
+    ratio = (runs - 1) * sums.var(ddof=1) / perturber(0).range_standard_error(10, 60) ** 2
+    assert low < ratio < high, ratio / (runs - 1)
+
+
+def test_tops_states_its_perturber_s_errors_once_theta_is_chosen():
+    values = np.random.default_rng(0).integers(0, 20, size=3000).astype(float)
+    tops = ToPS(epsilon=1.0, upper_bound=100, hold=1000, max_range=4096, smoother="mean", seed=4)
+    with pytest.raises(ValueError, match="known once the hold-out has chosen it"):
+        tops.standard_errors([1000])
+    tops.release(values)
+    assert tops.standard_errors([1000, 2999]).tolist() == tops._stream.standard_errors([0, 1999]).tolist()
+    assert tops.range_standard_error(1500, 2500) == tops._stream.range_standard_error(500, 1500)
+    with pytest.raises(ValueError, match="positions must be >= hold = 1000"):
+        tops.standard_errors([999])
+    median = ToPS(epsilon=1.0, upper_bound=100, threshold=50, max_range=256, smoothed_levels=1, smoother="median",
+                  seed=0)
+    median.release(values[:10])
+    with pytest.raises(ValueError, match="median smoother's predictions are not a linear function"):
+        median.standard_errors([0])
+
+
+def test_pak_states_its_tree_s_errors_given_tau_and_its_held_sum_s():
+    values = np.random.default_rng(1).integers(0, 50, size=3000).astype(float)
+    pak = PAK(epsilon=1.0, upper_bound=100, hold=1000, max_range=1024, seed=2)
+    assert pak.held_sum_standard_error is None
+    pak.release(values)
+    tree = BinaryTreeCounter(epsilon=1.0, upper_bound=pak.threshold, max_range=1024, granularity=pak.granularity,
+                             seed=0)
+    assert pak.standard_errors(np.arange(1000, 3000)).tolist() == tree.standard_errors(np.arange(2000)).tolist()
+    assert pak.range_standard_error(1200, 2100) == tree.range_standard_error(200, 1100)
+    scale = pak._held_noise.noise.scale  # Lap(tau / eps2) on the grid
+    assert pak.held_sum_standard_error == pytest.approx(np.sqrt(laplace_units_variance(scale)) * pak.granularity)
+
+
+def _release(tmp_path, *args):
+    return CliRunner().invoke(cli, ["release", *map(str, args), "--upper-bound", "100", "--seed", "1"])
+
+
+@pytest.mark.parametrize("method", ["tops", "tops-zcdp", "pak"])
+def test_the_column_is_the_api_s_standard_errors(tmp_path, method):
+    values = tmp_path / "v.txt"
+    values.write_text("".join(f"{(i * 7) % 23}\n" for i in range(1500)))
+    extra = ["--delta", "1e-6"] if method == "tops-zcdp" else []
+    got = _release(tmp_path, values, "-o", tmp_path / "o.csv", "--method", method, "--epsilon", "1", "--hold", "500",
+                   "--max-range", "256", *extra, "--standard-errors")
+    assert got.exit_code == 0, got.output
+    rows = list(csv.DictReader((tmp_path / "o.csv").open()))
+    assert list(rows[0]) == ["value", "standard_error"] and len(rows) == 1000
+    cls = {"tops": ToPS, "pak": PAK}.get(method)
+    if cls is None:
+        from dpstream.release.tops_zcdp import ZcdpToPS as cls
+    made = cls(epsilon=1.0, upper_bound=100.0, hold=500, max_range=256, seed=1, **({"delta": 1e-6} if extra else {}))
+    released = made.release(np.loadtxt(values))
+    assert [float(row["value"]) for row in rows] == released.tolist()  # the same release
+    assert [float(row["standard_error"]) for row in rows] == made.standard_errors(np.arange(500, 1500)).tolist()
+
+
+def test_keyed_columns_are_each_key_s_and_the_median_is_refused_in_one_line(tmp_path):
+    keyed = tmp_path / "k.csv"
+    keyed.write_text("t,k,v\n" + "".join(f"{i},k{i % 2},{(i % 9) * (1 + i % 2)}\n" for i in range(600)))
+    got = _release(tmp_path, keyed, "-o", tmp_path / "ko.csv", "--key-column", "k", "--time-column", "t",
+                   "--column", "v", "--method", "tops", "--epsilon", "1", "--hold", "100", "--max-range", "64",
+                   "--standard-errors")
+    assert got.exit_code == 0, got.output
+    rows = list(csv.DictReader((tmp_path / "ko.csv").open()))
+    assert list(rows[0]) == ["key", "position", "time", "value", "standard_error"] and len(rows) == 400
+    columns = {}
+    for key in ("k0", "k1"):  # each key chooses its own theta: its errors are its own stream's
+        mine = [row for row in rows if row["key"] == key]
+        assert [int(row["position"]) for row in mine] == list(range(100, 300))
+        columns[key] = np.array([float(row["standard_error"]) for row in mine])
+    assert np.all(np.isfinite(columns["k0"])) and not np.array_equal(columns["k0"], columns["k1"])
+    refused = _release(tmp_path, keyed, "-o", tmp_path / "m.csv", "--key-column", "k", "--column", "v", "--method",
+                       "tops", "--epsilon", "1", "--smoother", "median", "--standard-errors")
+    assert refused.exit_code == 2 and "--standard-errors does not apply to --smoother median" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "m.csv").exists()
