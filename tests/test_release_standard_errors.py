@@ -71,8 +71,8 @@ def test_resumed_with_the_column_and_refused_elsewhere(tmp_path):
     assert lines[0] == "value,standard_error" and len(lines) == 201 and lines.count("value,standard_error") == 1
     changed = _run(tmp_path, longer, *run[:-3], "--state", tmp_path / "state")
     assert changed.exit_code != 0 and "standard_errors" in changed.output
-    tops = _run(tmp_path, values, "-o", tmp_path / "t.txt", "--method", "topl", "--epsilon", "1",
-                "--standard-errors")
+    tops = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "t.txt"), "--method", "topl",
+                                    "--epsilon", "1", "--upper-bound", "10", "--standard-errors"])
     assert tops.exit_code == 2 and "--standard-errors applies to --method tops, pak, pak-uncapped, bt" in tops.output
     assert len(tops.output.strip().splitlines()) == 1 and not (tmp_path / "t.txt").exists()
 

@@ -28,6 +28,7 @@ theta, the grid's rounding and the smoothing's bias are not noise and are not in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ def check_linear(smoother: Any, block_size: int) -> None:
                          "the noise, so their noise has no exact standard error.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: the cached chunks of one structure
 class _Chunk:
     """One chunk's leaves: ``v = 1 / w`` per leaf, its prefix sums, and per level m >= 1 the weight ``w_m``,
     the group size ``b^m``, the prefix sums of the groups' squared sums."""
@@ -100,6 +101,7 @@ class _Chunk:
             total = total + weight * (self.prefix[leaf] - self.prefix[start])
         return total
 
+    @lru_cache(maxsize=8)  # noqa: B019 - a few structures' chunks, kept by _chunks' cache anyway
     def geometric(self, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For the exponential smoother: per leaf j, ``E_j = sum_{i < j} beta^(j-1-i) v_i e_i`` restricted to this
         chunk has variance ``var[j]`` (in units of ``v``) and covariance ``cross[j]`` with leaf j; ``var[B]`` is
@@ -121,19 +123,23 @@ class _Chunk:
 
 def _chunks(perturber: Any) -> tuple[_Chunk, _Chunk]:
     """The first chunk's leaves and every later chunk's (they differ in a periodic perturber's partial first
-    leaf, whose skipped positions do not count, and in its public shape)."""
-    bs, count, r = perturber.block_size, perturber.blocks_per_chunk, perturber.max_range
-    starts = np.arange(count) * bs
+    leaf, whose skipped positions do not count, and in its public shape); cached per public structure."""
     cumulative = getattr(perturber, "_cumulative", None)
+    return _chunks_of(perturber.block_size, perturber.blocks_per_chunk, perturber.max_range, perturber.phase,
+                      perturber.fanout, perturber.measured_levels, None if cumulative is None else cumulative.tobytes())
+
+
+@lru_cache(maxsize=16)
+def _chunks_of(bs: int, count: int, r: int, phase: int, fanout: int, levels: int,
+               cumulative: bytes | None) -> tuple[_Chunk, _Chunk]:
+    starts = np.arange(count) * bs
+    shape = None if cumulative is None else np.frombuffer(cumulative, dtype=np.float64)
     out = []
-    for origin in (perturber.phase, 0):
+    for origin in (phase, 0):
         skipped = np.maximum(starts, origin) - starts
-        if cumulative is None:
-            weights = np.minimum(starts + bs, r) - np.maximum(starts, origin)
-        else:
-            weights = cumulative[bs] - cumulative[skipped]
-        out.append(_Chunk.of(1.0 / np.asarray(weights, dtype=np.float64), perturber.fanout,
-                             perturber.measured_levels))
+        weights = np.minimum(starts + bs, r) - np.maximum(starts, origin) if shape is None else \
+            shape[bs] - shape[skipped]
+        out.append(_Chunk.of(1.0 / np.asarray(weights, dtype=np.float64), fanout, levels))
     return out[0], out[1]
 
 
