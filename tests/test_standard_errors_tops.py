@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from scipy import stats
-from test_zcdp import OneHot
 
 from dpstream.cli import cli
 from dpstream.noise.discrete_laplace_law import laplace_units_variance
@@ -19,6 +18,7 @@ from dpstream.release.pak import PAK
 from dpstream.release.periodic import PeriodicPerturber
 from dpstream.release.perturber import HierarchicalPerturber
 from dpstream.release.tops import ToPS
+from test_zcdp import OneHot
 
 _CASES = {
     "recent, b = 2, a short last leaf per chunk": lambda s: HierarchicalPerturber(
@@ -169,3 +169,36 @@ def test_keyed_columns_are_each_key_s_and_the_median_is_refused_in_one_line(tmp_
                        "tops", "--epsilon", "1", "--smoother", "median", "--standard-errors")
     assert refused.exit_code == 2 and "--standard-errors does not apply to --smoother median" in refused.output
     assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "m.csv").exists()
+
+
+def test_a_mean_states_its_sum_s_and_its_count_s_standard_errors(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from dpstream.release.aggregate import UnitAggregate
+    from dpstream.service import create_app
+
+    params = dict(epsilon=1.0, bucket=3600, window=86400, unit_bound=5, upper_bound=5.0, max_rows=10, seed=3)
+    mean = UnitAggregate(statistic="mean", **params)
+    # half the budget each: the sum's nodes as a sum aggregate's at epsilon / 2; the count's on the unit grid
+    half = UnitAggregate(**{**params, "epsilon": 0.5})
+    assert mean.standard_error("sum") == mean.standard_error() == half.standard_error()
+    count = UnitAggregate(statistic="count", **{**params, "epsilon": 0.5, "unit_bound": 10})
+    assert mean.standard_error("count") == count.standard_error()
+    with pytest.raises(ValueError):
+        mean.standard_error("mean")
+    token = "errors-test-token-0123456789"
+    app = create_app(database=f"sqlite:///{tmp_path}/mean.db", token=token)
+    try:
+        http, admin = TestClient(app), {"Authorization": f"Bearer {token}"}
+        made = http.post("/aggregates", json={"name": "m", "epsilon": 1.0, "bucket": "1h", "unit_window": "1d",
+                                              "unit_bound": 5, "upper_bound": 5.0, "statistic": "mean",
+                                              "unit_max_rows": 10, "seed": 3}, headers=admin)
+        assert made.status_code == 201, made.text
+        rows = {"times": [3600 * i for i in range(30)], "units": [f"u{i % 4}" for i in range(30)],
+                "values": [1.0] * 30, "flush": True}
+        got = http.post("/aggregates/m/rows", json=rows, headers=admin).json()["released"]
+        assert got and all("standard_error" not in row for row in got)
+        assert {(row["sum_standard_error"], row["count_standard_error"]) for row in got} == {
+            (mean.standard_error("sum"), mean.standard_error("count"))}
+    finally:
+        app.state.storage.close()

@@ -275,8 +275,10 @@ def aggregate_facts(agg: UnitAggregate, delta: float | None = None) -> dict[str,
              "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names,
              "privacy": _guarantee(agg, delta),
              "guarantee": statement(stated, unit=relation.unit, window=relation.window, windows=windows)}
-    if agg.statistic != "mean":  # every bucket's sum or count shares it (a mean's ratio has none that is exact)
+    if agg.statistic != "mean":  # every bucket's sum or count shares it
         facts["standard_error"] = agg.standard_error()
+    else:  # a ratio of noisy values has no exact one: its noisy sum's and count's, each exact
+        facts.update(sum_standard_error=agg.standard_error("sum"), count_standard_error=agg.standard_error("count"))
     return facts
 
 
