@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from dpstream.cli import cli
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.tops import ToPS
 
 
 @pytest.mark.parametrize("max_range", [2**20, 16, 13, 2])
@@ -105,7 +106,9 @@ def test_the_service_s_released_values_carry_their_standard_error_where_known(tm
             lines = [line for _, line in zip(range(8), events.iter_lines()) if line.startswith("data:")]
         assert '"standard_error":' in lines[0]
         plain = http.post("/streams/tops/values", json={"values": values}, headers=admin).json()["released"]
-        assert plain and all(set(row) == {"position", "time", "value"} for row in plain)  # not known: not there
+        tops = ToPS(epsilon=1.0, upper_bound=10.0, hold=40, max_range=64, seed=1)
+        tops.release(values)  # theta is chosen at the end of the hold-out: the errors are known from then on
+        assert [row["standard_error"] for row in plain] == tops.standard_errors(np.arange(40, 50)).tolist()
         for statistic in ("sum", "mean"):
             params = {"epsilon": 1.0, "bucket": "1h", "unit_window": "1d", "unit_bound": 5, "upper_bound": 5.0,
                       "statistic": statistic, **({"unit_max_rows": 10} if statistic == "mean" else {})}

@@ -202,3 +202,20 @@ def test_a_mean_states_its_sum_s_and_its_count_s_standard_errors(tmp_path):
             (mean.standard_error("sum"), mean.standard_error("count"))}
     finally:
         app.state.storage.close()
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_the_public_error_model_gives_the_same_standard_errors(case):
+    import json
+
+    from dpstream.release.tops_errors import model_standard_errors
+
+    made = _CASES[case](OneHot(np.zeros(10**4, dtype=np.int64)))
+    made.release(np.zeros(5))
+    model = json.loads(json.dumps(made.error_model()))  # what the service stores among a stream's facts
+    positions = np.arange(60)
+    got = model_standard_errors(model, positions - model.get("first_position", 0))
+    assert got.tolist() == made.standard_errors(positions).tolist()
+    median = HierarchicalPerturber(threshold=1, epsilon=1, max_range=16, fanout=2, smoothed_levels=1,
+                                   smoother="median", seed=0)
+    assert median.error_model() is None

@@ -89,6 +89,12 @@ class HoldOutRelease(ABC):
         hold = self._released_from(start)
         return self._stream.range_standard_error(start - hold, stop - hold)
 
+    def error_model(self) -> dict[str, Any] | None:
+        """What :meth:`standard_errors` depends on, all public once theta is chosen, as plain data: the stream
+        mechanism's, with ``first_position`` (the hold-out); None before, or where there are none."""
+        model = None if self._stream is None else self._stream.error_model()
+        return None if model is None else {**model, "first_position": self.hold}
+
     def _released_from(self, first: int) -> int:
         """The hold-out, once theta is chosen and when ``first`` (a stream position) is released; else an error."""
         if self._stream is None:

@@ -90,7 +90,7 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.revisions import Leaves
-from dpstream.release.tops_errors import perturber_standard_errors, range_standard_error
+from dpstream.release.tops_errors import perturber_error_model, perturber_standard_errors, range_standard_error
 from dpstream.smoothers import Smoother, make_smoother
 
 __all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
@@ -411,6 +411,7 @@ class HierarchicalPerturber(Params):
     #: ``standard_errors(positions)`` and ``range_standard_error(start, stop)`` of the released values' noise, exact
     #: from the public structure, theta and a linear smoother (:mod:`dpstream.release.tops_errors`).
     standard_errors, range_standard_error = perturber_standard_errors, range_standard_error
+    error_model = perturber_error_model  #: what they depend on, as plain data (None for a median smoother)
 
     def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]; under

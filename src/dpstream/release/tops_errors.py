@@ -29,12 +29,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from scipy.signal import lfilter
 
-__all__ = ["check_linear", "perturber_standard_errors"]
+from dpstream.smoothers import make_smoother
+
+__all__ = ["check_linear", "model_standard_errors", "perturber_error_model", "perturber_standard_errors",
+           "range_standard_error"]
 
 
 def check_linear(smoother: Any, block_size: int) -> None:
@@ -312,3 +316,34 @@ def _quadratic(weights: np.ndarray, lo: int, count: int, fanout: int, level_weig
     for m, weight in enumerate(level_weights, start=1):
         total += weight * float(np.sum(grid.reshape(chunks, -1, fanout**m).sum(axis=2) ** 2))
     return total
+
+
+def perturber_error_model(perturber: Any) -> dict[str, Any] | None:
+    """What the standard errors of ``perturber``'s released values depend on, all public (one node's variance, the
+    structure, the smoother, the period's profile), as plain data :func:`model_standard_errors` reads; None where
+    the released noise is not linear (:func:`check_linear`)."""
+    smoother = perturber.smoother
+    try:
+        check_linear(smoother, perturber.block_size)
+    except ValueError:
+        return None
+    shape = getattr(perturber, "shape", None)
+    return {"node_variance": perturber.node_variance, "perturber": {
+        "block_size": perturber.block_size, "blocks_per_chunk": perturber.blocks_per_chunk,
+        "max_range": perturber.max_range, "phase": perturber.phase, "fanout": perturber.fanout,
+        "measured_levels": perturber.measured_levels, "shape": None if shape is None else shape.tolist(),
+        "smoother": {"name": smoother.name, **{name: getattr(smoother, name) for name in ("window", "alpha")
+                                                if hasattr(smoother, name)}}}}
+
+
+def model_standard_errors(model: dict[str, Any], positions: object) -> np.ndarray:
+    """:func:`perturber_standard_errors` of the perturber an :func:`perturber_error_model` describes."""
+    structure = dict(model["perturber"])
+    smoother = structure.pop("smoother")
+    shape = structure.pop("shape")
+    if shape is not None:
+        shape = np.asarray(shape, dtype=np.float64)
+        structure.update(shape=shape, _cumulative=np.concatenate(([0.0], np.cumsum(shape))))
+    perturber = SimpleNamespace(**structure, node_variance=model["node_variance"],
+                                smoother=make_smoother(smoother.pop("name"), **smoother) if smoother else None)
+    return perturber_standard_errors(perturber, positions)
