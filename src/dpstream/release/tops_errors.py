@@ -339,11 +339,11 @@ def perturber_error_model(perturber: Any) -> dict[str, Any] | None:
 def model_standard_errors(model: dict[str, Any], positions: object) -> np.ndarray:
     """:func:`perturber_standard_errors` of the perturber an :func:`perturber_error_model` describes."""
     structure = dict(model["perturber"])
-    smoother = structure.pop("smoother")
+    smoother = dict(structure.pop("smoother"))  # the model is left as it was
     shape = structure.pop("shape")
     if shape is not None:
         shape = np.asarray(shape, dtype=np.float64)
         structure.update(shape=shape, _cumulative=np.concatenate(([0.0], np.cumsum(shape))))
     perturber = SimpleNamespace(**structure, node_variance=model["node_variance"],
-                                smoother=make_smoother(smoother.pop("name"), **smoother) if smoother else None)
+                                smoother=make_smoother(smoother.pop("name"), **smoother))
     return perturber_standard_errors(perturber, positions)
