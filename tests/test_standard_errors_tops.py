@@ -220,3 +220,17 @@ def test_the_public_error_model_gives_the_same_standard_errors(case):
     median = HierarchicalPerturber(threshold=1, epsilon=1, max_range=16, fanout=2, smoothed_levels=1,
                                    smoother="median", seed=0)
     assert median.error_model() is None
+
+
+def test_a_resumed_tops_release_writes_the_column_of_an_uninterrupted_one(tmp_path):
+    values = [f"{(i * 7) % 23}\n" for i in range(1500)]
+    (tmp_path / "part.txt").write_text("".join(values[:900]))
+    (tmp_path / "all.txt").write_text("".join(values))
+    run = ["--method", "tops", "--epsilon", "1", "--hold", "500", "--max-range", "256", "--standard-errors"]
+    for name in ("part.txt", "all.txt"):
+        assert _release(tmp_path, tmp_path / name, "-o", tmp_path / "r.csv", *run, "--state",
+                        tmp_path / "s").exit_code == 0
+    assert _release(tmp_path, tmp_path / "all.txt", "-o", tmp_path / "u.csv", *run, "--state",
+                    tmp_path / "t").exit_code == 0
+    assert (tmp_path / "r.csv").read_text() == (tmp_path / "u.csv").read_text()
+    assert (tmp_path / "r.csv").read_text().startswith("value,standard_error\n")
