@@ -22,7 +22,10 @@ Hence ``Var = v (C_gg + before^2 c^2 Q - 2 before c K)`` for a leaf's last value
 the others, with ``c Q c`` the prediction's quadratic form in the leaves' covariance and ``c K`` its
 covariance with leaf ``g``: computed here in closed form from prefix sums over each level's groups
 (vectorized; O(leaves of one chunk) memory whatever the position), never from the data.  Truncation at
-theta, the grid's rounding and the smoothing's bias are not noise and are not in it.
+theta, the grid's rounding and the smoothing's bias are not noise and are not in it.  A range's sum
+(:func:`range_standard_error`) adds the noise of the whole leaves it covers and, in the leaves it cuts,
+partial sums of predictions.  :func:`perturber_error_model` states all this depends on as plain data (what
+the service keeps among a stream's facts), :func:`model_standard_errors` reads it back.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy.signal import lfilter
 
-from dpstream.smoothers import make_smoother
+from dpstream.smoothers import SMOOTHERS, make_smoother
 
 __all__ = ["check_linear", "model_standard_errors", "perturber_error_model", "perturber_standard_errors",
            "range_standard_error"]
@@ -45,7 +48,8 @@ def check_linear(smoother: Any, block_size: int) -> None:
     """Refuse standard errors where the released noise is not linear: the median smoother over leaves of more
     than one value (one-value leaves release their estimate alone, whatever the smoother)."""
     name = getattr(smoother, "name", None)
-    if block_size > 1 and name not in ("recent", "mean", "moving_average", "exponential"):
+    linear = name in ("recent", "mean", "moving_average", "exponential") and type(smoother) is SMOOTHERS[name]
+    if block_size > 1 and not linear:
         raise ValueError(f"standard errors need a linear smoother (recent, mean, moving_average or exponential): "
                          f"the {name or type(smoother).__name__} smoother's predictions are not a linear function of "
                          "the noise, so their noise has no exact standard error.")
