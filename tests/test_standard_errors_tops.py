@@ -234,3 +234,27 @@ def test_a_resumed_tops_release_writes_the_column_of_an_uninterrupted_one(tmp_pa
                     tmp_path / "t").exit_code == 0
     assert (tmp_path / "r.csv").read_text() == (tmp_path / "u.csv").read_text()
     assert (tmp_path / "r.csv").read_text().startswith("value,standard_error\n")
+
+
+def test_a_pak_stream_in_the_service_carries_its_tree_s_standard_errors(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from dpstream.service import create_app
+
+    token = "errors-test-token-0123456789"
+    app = create_app(database=f"sqlite:///{tmp_path}/pak.db", token=token)
+    try:
+        http, admin = TestClient(app), {"Authorization": f"Bearer {token}"}
+        params = {"epsilon": 1.0, "upper_bound": 10.0, "hold": 40, "max_range": 64}
+        made = http.post("/streams", json={"name": "p", "method": "pak", **params, "seed": 1}, headers=admin)
+        assert made.status_code == 201, made.text
+        values = [float(i % 7) for i in range(100)]
+        got = http.post("/streams/p/values", json={"values": values}, headers=admin).json()["released"]
+        pak = PAK(**params, seed=1)
+        pak.release(values)
+        assert [row["standard_error"] for row in got] == pak.standard_errors(np.arange(40, 100)).tolist()
+        facts = http.get("/streams/p").json()
+        assert facts["held_sum_standard_error"] == pak.held_sum_standard_error
+        assert facts["error_model"]["first_position"] == 40
+    finally:
+        app.state.storage.close()

@@ -245,7 +245,7 @@ def stream_facts(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
         variance = 0.0 if model is None else model.get("node_variance", 0.0)
         if model is not None and math.isfinite(variance * 4 * model.get("levels", 1)):  # beyond a float: none
             facts["error_model"] = model
-    for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
+    for name in ("smoothed_levels", "levels", "granularity", "held_sum", "held_sum_standard_error"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
     leaves = mechanism.leaves() if getattr(mechanism, "period", None) or getattr(mechanism, "leaf", None) else None
