@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from dpstream.cli import cli
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.binary_tree import BinaryTreeCounter
+from dpstream.release.tops import ToPS
 
 
 @pytest.mark.parametrize("max_range", [2**20, 16, 13, 2])
@@ -71,9 +72,9 @@ def test_resumed_with_the_column_and_refused_elsewhere(tmp_path):
     assert lines[0] == "value,standard_error" and len(lines) == 201 and lines.count("value,standard_error") == 1
     changed = _run(tmp_path, longer, *run[:-3], "--state", tmp_path / "state")
     assert changed.exit_code != 0 and "standard_errors" in changed.output
-    tops = _run(tmp_path, values, "-o", tmp_path / "t.txt", "--method", "tops", "--epsilon", "1",
-                "--standard-errors")
-    assert tops.exit_code == 2 and "--standard-errors applies to --method bt, bt-zcdp" in tops.output
+    tops = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "t.txt"), "--method", "topl",
+                                    "--epsilon", "1", "--upper-bound", "10", "--standard-errors"])
+    assert tops.exit_code == 2 and "--standard-errors applies to --method tops, pak, pak-uncapped, bt" in tops.output
     assert len(tops.output.strip().splitlines()) == 1 and not (tmp_path / "t.txt").exists()
 
 
@@ -105,7 +106,9 @@ def test_the_service_s_released_values_carry_their_standard_error_where_known(tm
             lines = [line for _, line in zip(range(8), events.iter_lines()) if line.startswith("data:")]
         assert '"standard_error":' in lines[0]
         plain = http.post("/streams/tops/values", json={"values": values}, headers=admin).json()["released"]
-        assert plain and all(set(row) == {"position", "time", "value"} for row in plain)  # not known: not there
+        tops = ToPS(epsilon=1.0, upper_bound=10.0, hold=40, max_range=64, seed=1)
+        tops.release(values)  # theta is chosen at the end of the hold-out: the errors are known from then on
+        assert [row["standard_error"] for row in plain] == tops.standard_errors(np.arange(40, 50)).tolist()
         for statistic in ("sum", "mean"):
             params = {"epsilon": 1.0, "bucket": "1h", "unit_window": "1d", "unit_bound": 5, "upper_bound": 5.0,
                       "statistic": statistic, **({"unit_max_rows": 10} if statistic == "mean" else {})}

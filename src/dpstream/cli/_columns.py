@@ -62,9 +62,10 @@ def standard_errors_option(command: Callable[..., Any]) -> Callable[..., Any]:
     not passed along every path of the command."""
     return click.option(
         "--standard-errors", is_flag=True, expose_value=False, callback=_remember_standard_errors,
-        help="bt, bt-zcdp: add the column 'standard_error' after 'value' (a plain output becomes CSV "
-             "'value,standard_error' with that header): the exact standard error of each released value's noise, a "
-             "function of its position (the grid's rounding and clipping are not in it).")(command)
+        help="bt, bt-zcdp, sqrt-zcdp, tops, tops-zcdp, pak: add the column 'standard_error' after 'value' (a plain "
+             "output becomes CSV 'value,standard_error' with that header): the exact standard error of each released "
+             "value's noise, a function of its position and the public parameters (and of theta once chosen); the "
+             "grid's rounding, clipping, truncation at theta and smoothing bias are not in it.")(command)
 
 
 def standard_errors_of(stream: Any) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -96,15 +97,20 @@ def header(*, time: bool, key: bool, errors: bool = False) -> list[str]:
 _WRITE_ROWS = 65536
 
 
-class _AnyStream:
-    """Stands for every key's stream where only what they share is asked (their standard errors at positions):
-    the first key's, looked up when asked (a row written has its key's stream made)."""
+class _PerKey:
+    """Each key's standard errors from its own stream (a key's ToPS or PAK chooses its own theta), one call per
+    key of the rows asked (a row written has its key's stream made)."""
 
     def __init__(self, streams: ByKey) -> None:
         self.streams = streams
 
-    def standard_errors(self, positions: np.ndarray) -> np.ndarray:
-        return next(iter(self.streams.streams.values())).standard_errors(positions)
+    def standard_errors(self, positions: np.ndarray, keys: list[str]) -> np.ndarray:
+        positions, keys = np.asarray(positions), np.asarray(keys, dtype=object)
+        out = np.empty(positions.shape)
+        for key in dict.fromkeys(keys.tolist()):
+            rows = keys == key
+            out[rows] = self.streams.streams[key].standard_errors(positions[rows])
+        return out
 
 
 def _times(times: list[str], rows: np.ndarray) -> list[str]:
@@ -133,7 +139,8 @@ class ColumnsWriter:
         #: Called with the sink after each record (stdin) or batch (files) is consumed: --state's checkpoint.
         self.after: Callable[[TextIO], None] | None = None
         #: With --standard-errors: the standard errors of a stream's values at positions (a column after 'value').
-        self.errors = standard_errors_of(streams if not self.keyed else _AnyStream(streams))
+        self.errors: Callable[..., np.ndarray] | None = standard_errors_of(
+            streams if not self.keyed else _PerKey(streams))
 
     def _start(self, sink: TextIO) -> Any:
         out = csv.writer(sink, lineterminator="\n")
@@ -141,10 +148,12 @@ class ColumnsWriter:
             out.writerow(header(time=self.time, key=self.keyed, errors=self.errors is not None))
         return out
 
-    def _with_errors(self, columns: list, positions: Callable[[], np.ndarray]) -> list:
-        """``columns``, and with --standard-errors the standard errors at ``positions()`` after them (computed only
-        then)."""
-        return columns if self.errors is None else [*columns, self.errors(np.asarray(positions()))]
+    def _with_errors(self, columns: list, positions: Callable[[], np.ndarray], keys: list[str] | None = None) -> list:
+        """``columns``, and with --standard-errors the standard errors at ``positions()`` (of ``keys``' streams when
+        keyed) after them (computed only then)."""
+        if self.errors is None:
+            return columns
+        return [*columns, self.errors(np.asarray(positions()), *(() if keys is None else (keys,)))]
 
     def _maybe_announce(self, stream: Any) -> None:
         if not self.announced and stream.threshold is not None:
@@ -189,7 +198,7 @@ class ColumnsWriter:
         position, released = got
         self._check(released, position=position, key=record.key)
         row = [record.key, position, record.time, released] if self.time else [record.key, position, released]
-        return row if self.errors is None else [*row, float(self.errors(np.array([position]))[0])]
+        return row if self.errors is None else [*row, float(self.errors(np.array([position]), [record.key])[0])]
 
     def _timed_row(self, record: Record, value: float) -> list | None:
         released = self.streams.release_one(value)
@@ -282,7 +291,8 @@ class ColumnsWriter:
             if self.time:
                 columns.append(_times(times, got.rows[start:end]))
             columns.append(got.values[start:end])
-            sink.write(csv_rows(self._with_errors(columns, lambda start=start, end=end: got.positions[start:end])))
+            sink.write(csv_rows(self._with_errors(columns, lambda start=start, end=end: got.positions[start:end],
+                                                  got.keys[start:end])))
         self.released += stop
 
     # -- groups of batches (keyed file input without checkpoints) ------------------------------

@@ -397,8 +397,10 @@ class _Feeder(RowFeeder):
         statement = zcdp_unit_statement if isinstance(guarantee, ZcdpGuarantee) else unit_statement
         say(statement(guarantee, unit=relation.unit, window=relation.window, windows=windows))
         if self.standard_error and agg.statistic == "mean":  # a ratio of two noisy values: its error is not linear
-            say(f"standard error of the noise of every released bucket's sum: {agg.standard_error():.6g} (the mean "
-                "divides that sum by a noisy count: its own error is not this, nor stated; bias is not in it)")
+            say(f"standard error of the noise of every released bucket's sum: {agg.standard_error('sum'):.6g}, and "
+                f"of its count: {agg.standard_error('count'):.6g} (each exact: linear noise of a known law); the mean "
+                "divides that noisy sum by that noisy count: a ratio of noisy values has no exact standard error, and "
+                "none is stated; bounding bias is not in them")
         elif self.standard_error:
             say(f"standard error of every released bucket's noise: {agg.standard_error():.6g} (exact: the noise is "
                 "linear and its law known; bounding and clipping bias are not in it)")

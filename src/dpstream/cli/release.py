@@ -314,6 +314,9 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
                                    f"known standard error), not {chosen.name}.")
         if context.params["engine"] != "local":
             raise click.UsageError("--standard-errors applies with --engine local only.")
+        if options.get("smoother") == "median":
+            raise click.UsageError("--standard-errors does not apply to --smoother median: its predictions are not "
+                                   "linear in the noise, so their noise has no exact standard error.")
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)

@@ -315,10 +315,10 @@ class UnitAggregate(Params):
         """The noise scale of the first measure's nodes, in the values' units."""
         return self._measures[0].arithmetic.scale_value
 
-    def standard_error(self) -> float:
-        """The exact standard error of every released bucket's noise (the mean's: of its sum; bounding is not in it),
-        :meth:`~dpstream.hierarchy.arithmetic.GridArithmetic.leaf_standard_error`."""
-        return self._measures[0].arithmetic.leaf_standard_error(self.fanout, self.levels)
+    def standard_error(self, measure: str = "sum") -> float:
+        """Every bucket's exact noise standard error, bounding aside (a mean's ratio has none: its ``measure``'s)."""
+        chosen = self._measures[("sum", "count").index(measure) if self.statistic == "mean" else 0]
+        return chosen.arithmetic.leaf_standard_error(self.fanout, self.levels)
 
     def relation(self) -> UnitLevel:
         """The neighbour relation, with the bounds in words."""

@@ -74,6 +74,36 @@ class HoldOutRelease(ABC):
         self._position += rest.size
         return self._stream.release(rest)
 
+    def standard_errors(self, positions: object) -> np.ndarray:
+        """The exact standard errors of the noise of the values released at stream ``positions`` (the hold-out's
+        included: the first released is ``hold``): the stream mechanism's, given theta, which the release states
+        once chosen (ToPS's perturber: :mod:`dpstream.release.tops_errors`; PAK's binary tree).  Truncation at
+        theta, the grid's rounding and a smoother's bias are not in them."""
+        positions = np.asarray(positions, dtype=np.int64)
+        hold = self._released_from(int(positions.min(initial=self.hold)))
+        return self._stream.standard_errors(positions - hold)
+
+    def range_standard_error(self, start: int, stop: int) -> float:
+        """The exact standard error of the noise of the sum of the values released at stream positions ``[start,
+        stop)`` (as :meth:`standard_errors`: the stream mechanism's, given theta)."""
+        hold = self._released_from(start)
+        return self._stream.range_standard_error(start - hold, stop - hold)
+
+    def error_model(self) -> dict[str, Any] | None:
+        """What :meth:`standard_errors` depends on, all public once theta is chosen, as plain data: the stream
+        mechanism's, with ``first_position`` (the hold-out); None before, or where there are none."""
+        model = None if self._stream is None else self._stream.error_model()
+        return None if model is None else {**model, "first_position": self.hold}
+
+    def _released_from(self, first: int) -> int:
+        """The hold-out, once theta is chosen and when ``first`` (a stream position) is released; else an error."""
+        if self._stream is None:
+            raise ValueError("the standard errors depend on theta: they are known once the hold-out has chosen it.")
+        if first < self.hold:
+            raise ValueError(f"positions must be >= hold = {self.hold} (the held-out values are not released one by "
+                             f"one), got {first}.")
+        return self.hold
+
     def leaves(self) -> Leaves | None:
         """The public layout of the stream mechanism's leaves over the released values
         (:class:`~dpstream.release.revisions.Leaves`), or None: before the hold-out ends, or for a

@@ -287,6 +287,12 @@ class PAK(HoldOutRelease, Params):
         self._threshold = self._stream.upper_bound  # tau rounded up to the grid
         self._held_noise = self._held_sum_noise(tau)
 
+    @property
+    def held_sum_standard_error(self) -> float | None:
+        """The exact standard error of :attr:`held_sum`'s noise (``Lap(tau / eps2)``, discrete on the grid), once tau
+        is chosen (None before); truncation at tau is not in it."""
+        return None if self._stream is None else float(np.sqrt(self._held_noise.node_variance))
+
     def _held_sum_noise(self, tau: float) -> GridArithmetic | FloatArithmetic:
         """The arithmetic of the held-out sum: ``Lap(tau / eps2)`` on the tree's grid, or in float (the studies)."""
         if not self._source.exact:

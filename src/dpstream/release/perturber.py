@@ -90,6 +90,7 @@ from dpstream.noise.sampler import NoiseSampler
 from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, EpsilonDelta, Part, PrivacyGuarantee
 from dpstream.release.revisions import Leaves
+from dpstream.release.tops_errors import perturber_error_model, perturber_standard_errors, range_standard_error
 from dpstream.smoothers import Smoother, make_smoother
 
 __all__ = ["HierarchicalPerturber", "HierarchyShape", "PerturberState", "optimal_smoothed_levels"]
@@ -404,6 +405,13 @@ class HierarchicalPerturber(Params):
         """The public layout of the measured leaves over the released values (blocks of ``b^s`` values from
         each chunk's start), what :func:`~dpstream.release.revisions.revise` spreads each closed block's total over."""
         return Leaves(length=self.block_size, chunk=self.max_range)
+
+    #: The exact variance of one node's noise, in the values' units squared.
+    node_variance = property(lambda self: self._arithmetic.node_variance)
+    #: ``standard_errors(positions)`` and ``range_standard_error(start, stop)`` of the released values' noise, exact
+    #: from the public structure, theta and a linear smoother (:mod:`dpstream.release.tops_errors`).
+    standard_errors, range_standard_error = perturber_standard_errors, range_standard_error
+    error_model = perturber_error_model  #: what they depend on, as plain data (None for a median smoother)
 
     def privacy(self, delta: float = DEFAULT_DELTA) -> PrivacyGuarantee:
         """The guarantee: ``spent_epsilon``-DP (at most ``epsilon``) at event level for values in [0, threshold]; under

@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from dpstream.release.binary_tree import increment_standard_errors
 from dpstream.release.factorization import SqrtFactorization
+from dpstream.release.tops_errors import model_standard_errors
 from dpstream.service.storage import Source
 
 __all__ = ["describe", "released_json", "released_rows_json", "standard_errors"]
@@ -51,14 +54,19 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
 
 def standard_errors(source: Source, positions: list[int]) -> list[float] | None:
     """The exact standard errors of a source's released values at ``positions``, when its mechanism states them
-    (its public ``error_model``: the binary tree's, or the square-root factorization's), else None.  The noise's
-    only: clipping, the grid's rounding and the factorization's decoding rounding are not in them."""
+    (its public ``error_model``: the binary tree's, PAK's tree's or ToPS's perturber's once theta is chosen, or the
+    square-root factorization's), else None.  The noise's only: clipping, truncation, smoothing bias, the grid's
+    rounding and the factorization's decoding rounding are not in them."""
     model = source.public.get("error_model")
     if model is None:
         return None
+    shifted = np.asarray(positions, dtype=np.int64) - model.get("first_position", 0)  # a hold-out's released ones
     if "square_root" in model:
-        return _factorization(**model["square_root"]).standard_errors(positions).tolist()
-    return increment_standard_errors(positions, **model).tolist()
+        return _factorization(**model["square_root"]).standard_errors(shifted).tolist()
+    if "perturber" in model:
+        return model_standard_errors(model, shifted).tolist()
+    return increment_standard_errors(shifted, levels=model["levels"], max_range=model["max_range"],
+                                     node_variance=model["node_variance"]).tolist()
 
 
 @lru_cache(maxsize=16)

@@ -224,7 +224,7 @@ def _guarantee(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
     return {"epsilon": stated.epsilon, "delta": stated.delta, **rho, "statement": str(stated)}
 
 
-def _error_model(mechanism: Any) -> dict[str, Any]:
+def _error_model(mechanism: Any) -> dict[str, Any] | None:
     """What the standard errors of a stream's released values depend on, all public: the binary tree's
     :meth:`~dpstream.release.binary_tree.BinaryTreeCounter.error_model`, or for the square-root factorization
     ``{"square_root": ...}``, the parameters that rebuild its factor
@@ -241,11 +241,11 @@ def stream_facts(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
     phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism, delta)}
     if hasattr(mechanism, "error_model"):  # its released values carry their standard error (public parameters)
-        model = _error_model(mechanism)
-        variance = model.get("node_variance", 0.0)
-        if math.isfinite(variance * 4 * model.get("levels", 1)):  # beyond a float (an extreme bound): none stated
+        model = _error_model(mechanism)  # a hold-out's: None until theta is chosen
+        variance = 0.0 if model is None else model.get("node_variance", 0.0)
+        if model is not None and math.isfinite(variance * 4 * model.get("levels", 1)):  # beyond a float: none
             facts["error_model"] = model
-    for name in ("smoothed_levels", "levels", "granularity", "held_sum"):
+    for name in ("smoothed_levels", "levels", "granularity", "held_sum", "held_sum_standard_error"):
         if hasattr(mechanism, name):
             facts[name] = getattr(mechanism, name)
     leaves = mechanism.leaves() if getattr(mechanism, "period", None) or getattr(mechanism, "leaf", None) else None
@@ -275,8 +275,10 @@ def aggregate_facts(agg: UnitAggregate, delta: float | None = None) -> dict[str,
              "fanout": agg.fanout, "windows": windows, "partitions": agg.partition_names,
              "privacy": _guarantee(agg, delta),
              "guarantee": statement(stated, unit=relation.unit, window=relation.window, windows=windows)}
-    if agg.statistic != "mean":  # every bucket's sum or count shares it (a mean's ratio has none that is exact)
+    if agg.statistic != "mean":  # every bucket's sum or count shares it
         facts["standard_error"] = agg.standard_error()
+    else:  # a ratio of noisy values has no exact one: its noisy sum's and count's, each exact
+        facts.update(sum_standard_error=agg.standard_error("sum"), count_standard_error=agg.standard_error("count"))
     return facts
 
 

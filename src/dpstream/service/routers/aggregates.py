@@ -174,7 +174,8 @@ def get_aggregate(name: str, request: Request, sources: SourcesDep) -> dict[str,
 def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float]]) -> bytes:
     """``{"released": [{"position", "bucket", "partition", "value"}, ...]}``: the bucket's start in ISO 8601 UTC, the
     partition's name (empty without partitions), the value, and for a sum or a count ``"standard_error"``, that of
-    its noise (every bucket's, a public fact of the aggregate; bounding is not in it)."""
+    its noise (every bucket's, a public fact of the aggregate; bounding is not in it), for a mean
+    ``"sum_standard_error"`` and ``"count_standard_error"`` (a ratio of noisy values has no exact one)."""
     if not rows:
         return b'{"released":[]}'
     positions, times, values = (list(column) for column in zip(*rows))
@@ -186,10 +187,10 @@ def released_buckets_json(source: Source, rows: Sequence[tuple[int, float, float
         stride = len(names)
     items = [{"position": p, "bucket": b, "partition": names[p % stride], "value": v}
              for p, b, v in zip(positions, starts, values)]
-    error = source.public.get("standard_error")
-    if error is not None:
-        for item in items:
-            item["standard_error"] = error
+    errors = {name: source.public[name] for name in ("standard_error", "sum_standard_error", "count_standard_error")
+              if source.public.get(name) is not None}
+    for item in items:
+        item.update(errors)
     return json.dumps({"released": items}, separators=(",", ":"), allow_nan=False).encode()
 
 
