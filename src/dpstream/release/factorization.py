@@ -76,7 +76,7 @@ from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter, BinaryTreeState
 
 __all__ = ["MAX_CHUNK", "SQRT_ZCDP", "SqrtFactorization", "integer_coefficients", "shaped_noise",
-           "sqrt_coefficients"]
+           "sqrt_coefficients", "zcdp_target"]
 
 #: The ``mechanism`` field of its snapshots (its registered name).
 SQRT_ZCDP = "sqrt-zcdp"
@@ -109,48 +109,73 @@ def integer_coefficients(n: int, bits: int) -> np.ndarray:
     return np.rint(sqrt_coefficients(n) * float((1 << bits) + 1)).astype(np.int64)
 
 
-def shaped_noise(z: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
-    """The decoded noise ``e_t = round((z_t - sum_{k<t} C_{t-k} e_k) / C_0)`` (``C_0`` odd: no ties), int64.
+def shaped_noise(z: np.ndarray, coefficients: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
+    """The decoded noise ``e_t = round((z_t - sum_{1<=k<m} C_k e_{t-k}) / C_0)`` (``C_0`` odd: no ties), int64,
+    for ``m`` coefficients; ``history`` (at most ``m - 1`` values, oldest first) is the decoded noise of the
+    positions just before ``z``'s first (none: ``z`` starts the stream).
 
     ``x + e`` is exactly the integer decoding of ``y = C x + z`` for every integer ``x`` (module
     docstring).  Every step is exact: a noise that would make a dot product leave int64 raises.
 
     >>> shaped_noise(np.array([9, 0, -4, 14]), np.array([9, 4, 3, 3])).tolist()
     [1, 0, -1, 2]
+    >>> shaped_noise(np.array([-4, 14]), np.array([9, 4, 3, 3]), history=np.array([1, 0])).tolist()
+    [-1, 2]
     """
-    n, divisor = z.size, int(coefficients[0])
+    n, m, divisor = z.size, coefficients.size, int(coefficients[0])
     if divisor % 2 == 0:
         raise ValueError(f"the first coefficient must be odd (no ties when rounding), got {divisor}.")
-    reversed_ = np.ascontiguousarray(coefficients[n - 1 : 0 : -1]) if n > 1 else coefficients[:0]
+    past = np.zeros(0, dtype=np.int64) if history is None else np.asarray(history, dtype=np.int64)[-(m - 1):]
+    h = past.size if m > 1 else 0
+    reversed_ = np.ascontiguousarray(coefficients[m - 1 : 0 : -1]) if m > 1 else coefficients[:0]  # C_{m-1} .. C_1
     limit = (1 << 62) // max(int(np.sum(coefficients)), 1)  # |e_k| below it: every dot stays in int64
-    e = np.zeros(n, dtype=np.int64)
-    for t in range(n):
-        v = int(z[t]) - int(np.dot(reversed_[n - 1 - t :], e[:t])) if t else int(z[0])
+    e = np.zeros(h + n, dtype=np.int64)
+    e[:h] = past[past.size - h :]
+    for i in range(h, h + n):
+        low = max(0, i - m + 1)
+        v = int(z[i - h]) - int(np.dot(reversed_[m - 1 - i + low :], e[low:i])) if i else int(z[0])
         q, rem = divmod(v, divisor)
         if 2 * rem > divisor:
             q += 1
         if abs(q) >= limit:
             raise OverflowError("the factorization's decoded noise left the exact integer range (a draw beyond "
                                 "any plausible tail); use a coarser granularity.")
-        e[t] = q
-    return e
+        e[i] = q
+    return e[h:]
 
 
-def _choose(bound: float, rho: float, granularity: float | None, n: int) -> tuple[float, int, np.ndarray]:
-    """The grid, the coefficient bits and the integer coefficients: the most bits (at most 20) that keep sigma
-    below 2^38 units; on the default grid, the grid is doubled while no ``b >= 8`` does."""
+def _choose(bound: float, rho: float, granularity: float | None, n: int,
+            bits: range = range(_MAX_BITS, _MIN_BITS - 1, -1)) -> tuple[float, int, np.ndarray]:
+    """The grid, the coefficient bits and the integer coefficients: the first of ``bits`` (most first; by default
+    at most 20, at least 8) that keeps sigma below 2^38 units; on the default grid, the grid is doubled while none
+    does."""
     step = default_granularity(bound) if granularity is None else check_granularity(granularity, bound)
     while True:
         units = ceil_units(bound, step)
-        for bits in range(_MAX_BITS, _MIN_BITS - 1, -1):
-            coefficients = integer_coefficients(n, bits)
+        for b in bits:
+            coefficients = integer_coefficients(n, b)
             square = units * units * int(np.dot(coefficients, coefficients))
             if square <= 2 * rho * _SIGMA_LIMIT**2:
-                return step, bits, coefficients
+                return step, b, coefficients
         if granularity is not None or step * 2.0 > bound:
             raise ValueError(f"the factorization's noise would pass the exact sampler's limit at rho = {rho:g} and "
                              "this granularity; use a coarser granularity or a larger rho.")
         step *= 2.0
+
+
+def zcdp_target(epsilon: float | None, delta: float | None, rho: float | None, what: str
+                ) -> tuple[float, tuple[float, float] | None]:
+    """The rho a factorization spends and its (epsilon, delta) target (None when ``rho`` is given): the largest rho
+    whose (epsilon, delta) at ``delta`` is the target's (:func:`~dpstream.accounting.rho_for`)."""
+    if rho is None and epsilon is not None:
+        if delta is None:
+            raise ValueError(f"the {what} under zCDP needs delta (--delta) with epsilon: the delta of its (epsilon, "
+                             "delta) target, e.g. 1e-6.")
+        return rho_for(check_epsilon(epsilon), delta), (float(epsilon), float(delta))
+    check_budget(epsilon, rho)  # exactly one of them
+    if delta is not None:
+        raise ValueError("give delta with epsilon (an (epsilon, delta) target), not with rho.")
+    return float(rho), None
 
 
 class SqrtFactorization(BinaryTreeCounter):
@@ -190,18 +215,8 @@ class SqrtFactorization(BinaryTreeCounter):
                  upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
                  seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
                  key: bytes | None = None) -> None:
-        if rho is None and epsilon is not None:
-            if delta is None:
-                raise ValueError("the square-root factorization under zCDP needs delta (--delta) with epsilon: the "
-                                 "delta of its (epsilon, delta) target, e.g. 1e-6.")
-            rho = rho_for(check_epsilon(epsilon), delta)
-            self.target: tuple[float, float] | None = (float(epsilon), float(delta))
-        else:
-            check_budget(epsilon, rho)  # exactly one of them
-            if delta is not None:
-                raise ValueError("give delta with epsilon (an (epsilon, delta) target), not with rho.")
-            self.target = None
-        self.epsilon, self.rho = None, float(rho)
+        self.rho, self.target = zcdp_target(epsilon, delta, rho, "square-root factorization")
+        self.epsilon = None
         bound = check_bound(upper_bound)
         self.max_range = check_positive_int(max_range, "max_range", minimum=2)
         if self.max_range > MAX_CHUNK:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from dpstream.release.banded import BandedFactorization
 from dpstream.release.binary_tree import increment_standard_errors
 from dpstream.release.factorization import SqrtFactorization
 from dpstream.service.storage import Source
@@ -51,13 +52,15 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
 
 def standard_errors(source: Source, positions: list[int]) -> list[float] | None:
     """The exact standard errors of a source's released values at ``positions``, when its mechanism states them
-    (its public ``error_model``: the binary tree's, or the square-root factorization's), else None.  The noise's
-    only: clipping, the grid's rounding and the factorization's decoding rounding are not in them."""
+    (its public ``error_model``: the binary tree's, or the square-root or banded factorization's), else None.  The
+    noise's only: clipping, the grid's rounding and the factorization's decoding rounding are not in them."""
     model = source.public.get("error_model")
     if model is None:
         return None
     if "square_root" in model:
         return _factorization(**model["square_root"]).standard_errors(positions).tolist()
+    if "banded" in model:
+        return _banded(**model["banded"]).standard_errors(positions).tolist()
     return increment_standard_errors(positions, **model).tolist()
 
 
@@ -66,6 +69,13 @@ def _factorization(*, rho: float, upper_bound: float, max_range: int, granularit
     """A square-root factorization with a stream's public parameters, for its standard errors alone (it never
     releases: its seed is no secret).  Kept, because its factor's weights cost O(max_range^2) once."""
     return SqrtFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
+
+
+@lru_cache(maxsize=16)
+def _banded(*, rho: float, upper_bound: float, max_range: int, granularity: float) -> BandedFactorization:
+    """A banded factorization with a stream's public parameters, for its standard errors alone (never releases).
+    Kept, because its prefix weights cost O(64 max_range log) once."""
+    return BandedFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
 
 
 def released_json(positions: list[int], times: list[float], values: list[float],
