@@ -47,8 +47,8 @@ precomputed and added to the values as they come; the increments are the release
 O(n) per chunk, and with ``key=`` chunk ``i`` draws from ``KeyedBits(key, ("sqrt-factorization",
 i))``, so a snapshot leaves the noise out and a resumed ``--state`` run recomputes it (never twice).
 Computing ``e`` is O(n^2) integer operations per chunk (``n`` dot products), so ``n`` is at most
-2^16 (4,096: 15 to 25 ms).  A buffered linear Toeplitz factorization (BLT, O(1) memory for unbounded
-streams) is not built.
+2^16 (4,096: 15 to 25 ms).  Its streaming form for unbounded streams, O(b) memory and no chunks, is
+the banded factorization of :mod:`dpstream.release.banded` (``banded-zcdp``).
 
 Error bars.  The prefix after ``t`` values of a chunk has linear noise of variance ``v sum_{k<t}
 beta_k^2`` (``v`` the discrete Gaussian's exact variance, ``beta`` the prefix sums of the
