@@ -12,7 +12,8 @@ random ranges of length uniform in [1, 4096] and in [1, T]; windows of 64 and of
 variances are the mechanisms' own exact standard errors squared (vectorised), averaged over the queries;
 ``--runs`` releases of a stream of zeros measure the mean squared error of the same queries (the noise's
 own error, no clipping).  Speed: values released per second (one batch of ``T``); memory: the peak of
-the Python heap while releasing in batches of 4,096 (tracemalloc), and the size of a JSON snapshot.
+the Python heap while releasing in batches of 4,096 with a key (tracemalloc), and the size of a keyed JSON
+snapshot taken inside a block.
 
 ``--stability`` prints the inverse series' tail of the banded encoder with strictly decreasing integer
 coefficients and with ties (fewer bits), the check behind the stability rule of
@@ -41,14 +42,14 @@ RHO = 0.5
 
 
 def mechanisms(horizon: int) -> dict[str, object]:
-    """Each compared mechanism by name (seeded: the studies replay)."""
+    """Each compared mechanism by name, built from its noise keywords (seed= or key=)."""
     return {
-        "bt-zcdp": lambda seed: BinaryTreeCounter(rho=RHO, upper_bound=1.0, max_range=horizon, seed=seed),
-        "sqrt-zcdp 4096": lambda seed: SqrtFactorization(rho=RHO, upper_bound=1.0, max_range=4096, seed=seed),
-        "sqrt-zcdp 65536": lambda seed: SqrtFactorization(rho=RHO, upper_bound=1.0, max_range=65536, seed=seed),
-        "banded-zcdp 1024": lambda seed: BandedFactorization(rho=RHO, upper_bound=1.0, max_range=1024, seed=seed),
-        "banded-zcdp 4096": lambda seed: BandedFactorization(rho=RHO, upper_bound=1.0, max_range=4096, seed=seed),
-        "banded-zcdp 16384": lambda seed: BandedFactorization(rho=RHO, upper_bound=1.0, max_range=16384, seed=seed),
+        "bt-zcdp": lambda **noise: BinaryTreeCounter(rho=RHO, upper_bound=1.0, max_range=horizon, **noise),
+        "sqrt-zcdp 4096": lambda **noise: SqrtFactorization(rho=RHO, upper_bound=1.0, max_range=4096, **noise),
+        "sqrt-zcdp 65536": lambda **noise: SqrtFactorization(rho=RHO, upper_bound=1.0, max_range=65536, **noise),
+        "banded-zcdp 1024": lambda **noise: BandedFactorization(rho=RHO, upper_bound=1.0, max_range=1024, **noise),
+        "banded-zcdp 4096": lambda **noise: BandedFactorization(rho=RHO, upper_bound=1.0, max_range=4096, **noise),
+        "banded-zcdp 16384": lambda **noise: BandedFactorization(rho=RHO, upper_bound=1.0, max_range=16384, **noise),
     }
 
 
@@ -78,25 +79,27 @@ def measured(make, families, horizon: int, runs: int) -> dict[str, float]:
     """The mean squared error of each family over ``runs`` releases of zeros."""
     errors = {name: 0.0 for name in families}
     for seed in range(runs):
-        prefix = np.concatenate(([0.0], np.cumsum(make(seed).release(np.zeros(horizon)))))
+        prefix = np.concatenate(([0.0], np.cumsum(make(seed=seed).release(np.zeros(horizon)))))
         for name, (starts, stops) in families.items():
             errors[name] += float(np.mean((prefix[stops] - prefix[starts]) ** 2)) / runs
     return errors
 
 
 def cost(make, horizon: int) -> tuple[float, float, int]:
-    """Values per second (one batch), the heap's peak in MiB releasing in batches of 4,096, a snapshot's bytes."""
-    mechanism = make(0)
+    """Values per second (one batch, seeded), the heap's peak in MiB releasing in batches of 4,096 (keyed, as durable
+    releases run), and the bytes of a keyed snapshot taken inside a block or chunk."""
+    mechanism = make(seed=0)
     start = time.perf_counter()
     mechanism.release(np.zeros(horizon))
     speed = horizon / (time.perf_counter() - start)
-    mechanism = make(1)
+    mechanism = make(key=bytes(32))
     zeros = np.zeros(4096)
     tracemalloc.start()
     for _ in range(min(horizon, 1 << 16) // 4096):
         mechanism.release(zeros)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
+    mechanism.release(zeros[:1000])
     return speed, peak, len(json.dumps(encode(mechanism.state, "state")))
 
 
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     makers = mechanisms(horizon)
     table: dict[str, dict[str, float]] = {}
     for name, make in makers.items():
-        mechanism = make(0)
+        mechanism = make(seed=0)
         table[name] = {family: float(np.mean(exact_variances(mechanism, *q))) for family, q in families.items()}
     tree = table["bt-zcdp"]
     print(f"T = {horizon:,}, rho = {RHO}, values in [0, 1]; mean exact variance per query family "
