@@ -71,21 +71,14 @@ from its keyed ``z`` and the history, O(BLOCK b) work, never the stream from its
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from dpstream._checks import check_bool, check_bound, check_grid, check_positive_int
 from dpstream.accounting import DEFAULT_DELTA, Zcdp, ZcdpGuarantee
-from dpstream.hierarchy.arithmetic import MAX_EXACT_UNITS, GaussianArithmetic
-from dpstream.noise.bits import BitsSeed
-from dpstream.noise.grid_gaussian import GridGaussian
-from dpstream.noise.sampler import NoiseSampler
-from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Part, PrivacyGuarantee
-from dpstream.release.binary_tree import BinaryTreeCounter, BinaryTreeState
-from dpstream.release.factorization import _MAX_BITS, _choose, integer_coefficients, shaped_noise, zcdp_target
+from dpstream.release.binary_tree import BinaryTreeState
+from dpstream.release.factorization import _MAX_BITS, IntegerFactorization, integer_coefficients, shaped_noise
 
 __all__ = ["BANDED_ZCDP", "BLOCK", "MAX_BAND", "BandedFactorization", "inverse_series", "strict_bits"]
 
@@ -133,7 +126,7 @@ def inverse_series(coefficients: np.ndarray, n: int) -> np.ndarray:
     return d[:n]
 
 
-class BandedFactorization(BinaryTreeCounter):
+class BandedFactorization(IntegerFactorization):
     """Continual sums of an unbounded stream with the banded square-root factorization under zCDP (exact discrete
     Gaussian noise), values in ``[0, upper_bound]``: ``release --method banded-zcdp --epsilon E --delta D
     --max-range B``.
@@ -168,48 +161,22 @@ class BandedFactorization(BinaryTreeCounter):
 
     _KIND = BANDED_ZCDP
 
-    def __init__(self, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
-                 upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
-                 seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
-                 key: bytes | None = None) -> None:
-        self.rho, self.target = zcdp_target(epsilon, delta, rho, "banded square-root factorization")
-        self.epsilon = None
-        bound = check_bound(upper_bound)
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
-        if self.max_range > MAX_BAND:
-            raise ValueError(f"max_range (the factorization's band) must be at most {MAX_BAND}, got {max_range}: "
-                             "its noise costs O(band) per value; give --max-range.")
-        self.clip = check_bool(clip, "clip")
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("banded-factorization",))
-        self.exact = self._source.exact
-        if not self.exact:
-            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
-        check_grid(bound, granularity)
-        least = strict_bits(self.max_range)  # the stability rule: strictly decreasing integer coefficients
-        step, self.bits, self.coefficients = _choose(bound, self.rho, granularity, self.max_range,
-                                                     bits=range(max(_MAX_BITS, least), least - 1, -1))
-        # a value moves b measurements by tau C_k: the band's squared norm counts as that many unit measurements
-        column = int(np.dot(self.coefficients, self.coefficients))
-        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=column)
-        self._arithmetic = GaussianArithmetic(gaussian)
-        self.granularity, self.upper_bound, self.spent_rho = step, gaussian.bound, gaussian.spent_rho
-        #: sigma of z in the values' units (z is in units of g / s, s = 2^bits + 1 the first coefficient)
-        self.noise_scale = math.sqrt(float(gaussian.sigma2)) * step / int(self.coefficients[0])
-        self.spent_epsilon = None
-        if gaussian.units + 64 * self.noise_scale / step >= MAX_EXACT_UNITS:
-            raise ValueError("upper_bound / granularity plus the noise must stay below 2^53 grid units; use a "
-                             "coarser granularity.")
-        self.noise = None
-        self._state = BinaryTreeState(released=0, running=0, increments=None, count=0)
-        #: the decoded noise of the (at most b - 1) positions before the current block (SECRET)
-        self._history = np.zeros(0, dtype=np.int64)
-        self._beta: np.ndarray | None = None
-        self._params: dict[str, Any] = dict(upper_bound=upper_bound, max_range=max_range, clip=clip,
-                                            granularity=granularity)
-        if self.target is None:
-            self._params["rho"] = rho
-        else:
-            self._params.update(epsilon=epsilon, delta=delta)
+    _WHAT, _IDENTITY, _ROLE, _LARGEST = ("banded square-root factorization", ("banded-factorization",), "band",
+                                         MAX_BAND)
+    _COST = "its noise costs O(band) per value"
+    #: The decoded noise of the (at most b - 1) positions before the current block (SECRET).
+    _history = np.zeros(0, dtype=np.int64)
+    #: The prefix weights, computed once when first asked (:meth:`prefix_weights`).
+    _beta: np.ndarray | None = None
+
+    def _bits(self) -> range:
+        """The stability rule: strictly decreasing integer coefficients (:func:`strict_bits`), at least 20 bits."""
+        least = strict_bits(self.max_range)
+        return range(max(_MAX_BITS, least), least - 1, -1)
+
+    def _reach(self) -> int:
+        """One value: every released number is one value plus its noise."""
+        return 1
 
     # -- the streaming contract (the tree's ``state``, ``from_state``, ``release``, ``release_one``) -------------
 
@@ -292,10 +259,6 @@ class BandedFactorization(BinaryTreeCounter):
             self._beta = beta
         return self._beta
 
-    def _unit_variance(self) -> float:
-        """The variance of ``z_k`` grid units in the values' units squared (the discrete Gaussian's exact variance)."""
-        return self._arithmetic.noise.variance_units * self.granularity**2
-
     def range_standard_errors(self, starts: object, stops: object) -> np.ndarray:
         """The exact standard error of the released sum of positions ``[start, stop)`` (its linear noise), for each
         pair: ``sqrt(v (Q(L) + S_L(start)))`` (module docstring), vectorised (one pass over ``beta`` per distinct
@@ -318,20 +281,6 @@ class BandedFactorization(BinaryTreeCounter):
             moved = np.concatenate(([0.0], np.cumsum((beta[size:] - beta[: n - size]) ** 2)))
             total[chosen] += moved[inside] - gaps[inside]
         return np.sqrt(total * self._unit_variance())
-
-    def range_standard_error(self, start: int, stop: int) -> float:
-        """The exact standard error of the released sum of positions ``[start, stop)``."""
-        return float(self.range_standard_errors([start], [stop])[0])
-
-    def count_standard_errors(self, ends: object) -> np.ndarray:
-        """The exact standard error of the noisy count (prefix sum) of the first ``e`` values, for each ``e``."""
-        ends = np.asarray(ends, dtype=np.int64)
-        return self.range_standard_errors(np.zeros_like(ends), ends).reshape(ends.shape)
-
-    def standard_errors(self, positions: object) -> np.ndarray:
-        """The exact standard error of the released value at each of ``positions``."""
-        positions = np.asarray(positions, dtype=np.int64).ravel()
-        return self.range_standard_errors(positions, positions + 1)
 
     def error_model(self) -> dict[str, Any]:
         """The public parameters its standard errors are computed from (the service rebuilds it from them)."""

@@ -75,8 +75,8 @@ from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter, BinaryTreeState
 
-__all__ = ["MAX_CHUNK", "SQRT_ZCDP", "SqrtFactorization", "integer_coefficients", "shaped_noise",
-           "sqrt_coefficients", "zcdp_target"]
+__all__ = ["MAX_CHUNK", "SQRT_ZCDP", "IntegerFactorization", "SqrtFactorization", "integer_coefficients",
+           "shaped_noise", "sqrt_coefficients", "zcdp_target"]
 
 #: The ``mechanism`` field of its snapshots (its registered name).
 SQRT_ZCDP = "sqrt-zcdp"
@@ -178,7 +178,89 @@ def zcdp_target(epsilon: float | None, delta: float | None, rho: float | None, w
     return float(rho), None
 
 
-class SqrtFactorization(BinaryTreeCounter):
+class IntegerFactorization(BinaryTreeCounter):
+    """What the integer factorizations share (:class:`SqrtFactorization`, and
+    :class:`~dpstream.release.banded.BandedFactorization`): the (epsilon, delta) target or rho, the grid and the
+    integer coefficients, the discrete Gaussian calibrated to ``tau ||C_(0:n)||`` (``n = max_range``: the first
+    column of a chunk, or the band), the binary tree's streaming state, and the standard errors built on
+    ``range_standard_errors``.  Subclasses set what they are called, their keyed identity, what ``max_range`` is
+    for them and its largest value."""
+
+    #: What the mechanism is called in its messages.
+    _WHAT = "factorization"
+    #: The identity of its keyed noise (a block or chunk index follows).
+    _IDENTITY: tuple[str, ...] = ("factorization",)
+    #: What ``max_range`` is (the chunk, the band), its largest value and why.
+    _ROLE, _LARGEST, _COST = "chunk", MAX_CHUNK, "its noise costs n^2 operations per chunk"
+
+    def _bits(self) -> range:
+        """The coefficient bits tried, most first."""
+        return range(_MAX_BITS, _MIN_BITS - 1, -1)
+
+    def _reach(self) -> int:
+        """How many values one released number adds up in grid units (a chunk's prefix: ``max_range``)."""
+        return self.max_range
+
+    def __init__(self, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
+                 upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
+                 seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
+                 key: bytes | None = None) -> None:
+        self.rho, self.target = zcdp_target(epsilon, delta, rho, self._WHAT)
+        self.epsilon = None
+        bound = check_bound(upper_bound)
+        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
+        if self.max_range > self._LARGEST:
+            raise ValueError(f"max_range (the factorization's {self._ROLE}) must be at most {self._LARGEST}, got "
+                             f"{max_range}: {self._COST}; give --max-range.")
+        self.clip = check_bool(clip, "clip")
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=self._IDENTITY)
+        self.exact = self._source.exact
+        if not self.exact:
+            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
+        check_grid(bound, granularity)
+        step, self.bits, self.coefficients = _choose(bound, self.rho, granularity, self.max_range, self._bits())
+        # the squared norm of C's first column (the band) counts as that many unit measurements: L2 sensitivity
+        # tau_units sqrt(it)
+        column = int(np.dot(self.coefficients, self.coefficients))
+        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=column)
+        self._arithmetic = GaussianArithmetic(gaussian)
+        self.granularity, self.upper_bound, self.spent_rho = step, gaussian.bound, gaussian.spent_rho
+        #: sigma of z in the values' units (z is in units of g / s, s = 2^b + 1 the first coefficient)
+        self.noise_scale = math.sqrt(float(gaussian.sigma2)) * step / int(self.coefficients[0])
+        self.spent_epsilon = None
+        if self._reach() * (gaussian.units + 64 * self.noise_scale / step) >= MAX_EXACT_UNITS:
+            raise ValueError("max_range * upper_bound / granularity plus the noise must stay below 2^53 grid units; "
+                             "use a coarser granularity or a smaller max_range.")
+        self.noise = None
+        self._state = BinaryTreeState(released=0, running=0, increments=None, count=0)
+        self._params: dict[str, Any] = dict(upper_bound=upper_bound, max_range=max_range, clip=clip,
+                                            granularity=granularity)
+        if self.target is None:
+            self._params["rho"] = rho
+        else:
+            self._params.update(epsilon=epsilon, delta=delta)
+
+    def _unit_variance(self) -> float:
+        """The variance of ``z_k`` grid units in the values' units squared (the discrete Gaussian's exact variance)."""
+        return self._arithmetic.noise.variance_units * self.granularity**2
+
+    def range_standard_error(self, start: int, stop: int) -> float:
+        """The exact standard error of the released sum of positions ``[start, stop)`` (see
+        :meth:`range_standard_errors`)."""
+        return float(self.range_standard_errors([start], [stop])[0])
+
+    def count_standard_errors(self, ends: object) -> np.ndarray:
+        """The exact standard error of the noisy count (prefix sum) of the first ``e`` values, for each ``e``."""
+        ends = np.asarray(ends, dtype=np.int64)
+        return self.range_standard_errors(np.zeros_like(ends), ends).reshape(ends.shape)
+
+    def standard_errors(self, positions: object) -> np.ndarray:
+        """The exact standard error of the released value at each of ``positions``."""
+        positions = np.asarray(positions, dtype=np.int64).ravel()
+        return self.range_standard_errors(positions, positions + 1)
+
+
+class SqrtFactorization(IntegerFactorization):
     """Continual sums with the square-root factorization under zCDP (exact discrete Gaussian noise), for values in
     ``[0, upper_bound]``: ``release --method sqrt-zcdp --epsilon E --delta D``.
 
@@ -210,45 +292,11 @@ class SqrtFactorization(BinaryTreeCounter):
     """
 
     _KIND = SQRT_ZCDP
+    _WHAT, _IDENTITY, _ROLE, _LARGEST = "square-root factorization", ("sqrt-factorization",), "chunk", MAX_CHUNK
+    _COST = "its noise costs n^2 operations per chunk"
 
-    def __init__(self, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
-                 upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
-                 seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
-                 key: bytes | None = None) -> None:
-        self.rho, self.target = zcdp_target(epsilon, delta, rho, "square-root factorization")
-        self.epsilon = None
-        bound = check_bound(upper_bound)
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
-        if self.max_range > MAX_CHUNK:
-            raise ValueError(f"max_range (the factorization's chunk) must be at most {MAX_CHUNK}, got {max_range}: "
-                             "its noise costs n^2 operations per chunk; give --max-range.")
-        self.clip = check_bool(clip, "clip")
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("sqrt-factorization",))
-        self.exact = self._source.exact
-        if not self.exact:
-            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
-        check_grid(bound, granularity)
-        step, self.bits, self.coefficients = _choose(bound, self.rho, granularity, self.max_range)
-        # the squared norm of C's first column counts as that many unit measurements: L2 sensitivity tau_units sqrt(it)
-        column = int(np.dot(self.coefficients, self.coefficients))
-        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=column)
-        self._arithmetic = GaussianArithmetic(gaussian)
-        self.granularity, self.upper_bound, self.spent_rho = step, gaussian.bound, gaussian.spent_rho
-        #: sigma of z in the values' units (z is in units of g / s, s = 2^b + 1 the first coefficient)
-        self.noise_scale = math.sqrt(float(gaussian.sigma2)) * step / int(self.coefficients[0])
-        self.spent_epsilon = None
-        if self.max_range * (gaussian.units + 64 * self.noise_scale / step) >= MAX_EXACT_UNITS:
-            raise ValueError("max_range * upper_bound / granularity plus the noise must stay below 2^53 grid units; "
-                             "use a coarser granularity or a smaller max_range.")
-        self.noise = None
-        self._state = BinaryTreeState(released=0, running=0, increments=None, count=0)
-        self._rows: np.ndarray | None = None
-        self._params: dict[str, Any] = dict(upper_bound=upper_bound, max_range=max_range, clip=clip,
-                                            granularity=granularity)
-        if self.target is None:
-            self._params["rho"] = rho
-        else:
-            self._params.update(epsilon=epsilon, delta=delta)
+    #: The prefix weights, computed once when first asked (:meth:`prefix_weights`).
+    _rows: np.ndarray | None = None
 
     # -- the streaming contract (the tree's ``state``, ``from_state``, ``release``, ``release_one``) -------------
 
@@ -290,10 +338,6 @@ class SqrtFactorization(BinaryTreeCounter):
             self._rows = np.cumsum(d)
         return self._rows
 
-    def _unit_variance(self) -> float:
-        """The variance of ``z_k`` grid units in the values' units squared (the discrete Gaussian's exact variance)."""
-        return self._arithmetic.noise.variance_units * self.granularity**2
-
     def _within(self, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
         """Squared weights of ``[start, stop)`` inside one chunk (``0 <= start <= stop <= n``)."""
         beta, n = self.prefix_weights(), self.max_range
@@ -324,21 +368,6 @@ class SqrtFactorization(BinaryTreeCounter):
                             + (last[apart] - first[apart] - 1) * full
                             + self._within(np.zeros(apart.sum(), dtype=np.int64), stops[apart] % n))
         return np.sqrt(total * self._unit_variance())
-
-    def range_standard_error(self, start: int, stop: int) -> float:
-        """The exact standard error of the released sum of positions ``[start, stop)`` (see
-        :meth:`range_standard_errors`)."""
-        return float(self.range_standard_errors([start], [stop])[0])
-
-    def count_standard_errors(self, ends: object) -> np.ndarray:
-        """The exact standard error of the noisy count (prefix sum) of the first ``e`` values, for each ``e``."""
-        ends = np.asarray(ends, dtype=np.int64)
-        return self.range_standard_errors(np.zeros_like(ends), ends).reshape(ends.shape)
-
-    def standard_errors(self, positions: object) -> np.ndarray:
-        """The exact standard error of the released value at each of ``positions``."""
-        positions = np.asarray(positions, dtype=np.int64).ravel()
-        return self.range_standard_errors(positions, positions + 1)
 
     def rounding_bounds(self, ends: object) -> np.ndarray:
         """The most the decoder's rounding adds to the prefix sum of the first ``e`` values (values' units): half
