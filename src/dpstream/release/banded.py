@@ -153,14 +153,15 @@ class BandedFactorization(IntegerFactorization):
 
     Examples
     --------
-    >>> m = BandedFactorization(epsilon=1.0, delta=1e-6, upper_bound=1.0, max_range=64, seed=0)
-    >>> out = m.release(np.ones(100))
-    >>> bool(np.all(out / m.granularity == np.rint(out / m.granularity))), m.bits, m.privacy().epsilon <= 1.0
-    (True, 15, True)
+    >>> m = BandedFactorization(epsilon=1.0, delta=1e-6, upper_bound=1.0, key=bytes(32))  # the band: 4,096
+    >>> m.bits, bool(np.all(np.diff(m.coefficients) < 0)), m.granularity == 2.0**-14  # the stability rule
+    (20, True, True)
+    >>> released = m.release(np.ones(5000))  # two blocks of noise, the second after the first's last 4,095
+    >>> m.state["counter"]["history"].size, m.privacy().label
+    (4095, '0.024356-zCDP, so (1, 1e-06)-DP')
     """
 
     _KIND = BANDED_ZCDP
-
     _WHAT, _IDENTITY, _ROLE, _LARGEST = ("banded square-root factorization", ("banded-factorization",), "band",
                                          MAX_BAND)
     _COST = "its noise costs O(band) per value"
