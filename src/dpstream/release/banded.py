@@ -75,8 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from dpstream.accounting import DEFAULT_DELTA, Zcdp, ZcdpGuarantee
-from dpstream.privacy import EVENT_LEVEL, Part, PrivacyGuarantee
+from dpstream.noise.grid_gaussian import GridGaussian
 from dpstream.release.binary_tree import BinaryTreeState
 from dpstream.release.factorization import _MAX_BITS, IntegerFactorization, integer_coefficients, shaped_noise
 
@@ -229,20 +228,13 @@ class BandedFactorization(IntegerFactorization):
                                       increments=None if increments is None else np.asarray(increments))
         self._history = history
 
-    def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
-        """``spent_rho``-zCDP at event level over the whole stream for values in ``[0, upper_bound]``, with the
-        (epsilon, delta) it implies at ``delta`` (default: the target's delta, else 1e-6)."""
-        if delta is None:
-            delta = DEFAULT_DELTA if self.target is None else self.target[1]
-        grid = self._arithmetic.noise
-        text = (f"y = C x + z over the whole stream: C the banded integer Toeplitz encoder round(s binom(2k, k) / "
+    def _measurement(self, grid: GridGaussian) -> str:
+        """One measurement of the whole stream (no chunks): the guarantee holds at every position."""
+        return (f"y = C x + z over the whole stream: C the banded integer Toeplitz encoder round(s binom(2k, k) / "
                 f"4^k) for k < b = {self.max_range} (0 beyond), s = 2^{self.bits} + 1, z discrete Gaussian of "
                 f"sigma^2 = tau^2 ||C_(0:b)||^2 / (2 rho) = {float(grid.sigma2):.6g} (g = {self.granularity:g}, "
                 f"tau = {grid.units} units); L2 sensitivity tau ||C_(0:b)|| at every position (a value moves b "
                 "measurements; exact in integers); released: the integer decoding of y")
-        part = Part(what="banded square-root factorization", budget=Zcdp(self.spent_rho),
-                    noise=self._source.describe("discrete Gaussian"), text=text)
-        return ZcdpGuarantee.of(part, neighbours=EVENT_LEVEL, delta=delta)
 
     # -- error bars ----------------------------------------------------------------------------
 

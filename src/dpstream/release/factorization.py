@@ -240,6 +240,23 @@ class IntegerFactorization(BinaryTreeCounter):
         else:
             self._params.update(epsilon=epsilon, delta=delta)
 
+    def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
+        """``spent_rho``-zCDP at event level for values in ``[0, upper_bound]``, with the (epsilon, delta) it implies
+        at ``delta`` (default: the target's delta, else 1e-6)."""
+        if delta is None:
+            delta = DEFAULT_DELTA if self.target is None else self.target[1]
+        part = Part(what=self._WHAT, budget=Zcdp(self.spent_rho), noise=self._source.describe("discrete Gaussian"),
+                    text=self._measurement(self._arithmetic.noise))
+        return ZcdpGuarantee.of(self._layout(part), neighbours=EVENT_LEVEL, delta=delta)
+
+    def _measurement(self, grid: GridGaussian) -> str:
+        """What is measured and how the noise is calibrated, in words."""
+        raise NotImplementedError
+
+    def _layout(self, part: Part) -> Part | Composition:
+        """How the measurements compose (one measurement: the part itself)."""
+        return part
+
     def _unit_variance(self) -> float:
         """The variance of ``z_k`` grid units in the values' units squared (the discrete Gaussian's exact variance)."""
         return self._arithmetic.noise.variance_units * self.granularity**2
@@ -308,21 +325,17 @@ class SqrtFactorization(IntegerFactorization):
         self._state.increments = increments
         return increments
 
-    def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
-        """``spent_rho``-zCDP at event level for values in ``[0, upper_bound]``, with the (epsilon, delta) it implies
-        at ``delta`` (default: the target's delta, else 1e-6)."""
-        if delta is None:
-            delta = DEFAULT_DELTA if self.target is None else self.target[1]
-        grid = self._arithmetic.noise
-        text = (f"y = C x + z on chunks of n = {self.max_range}: C the integer Toeplitz factor round(s "
+    def _measurement(self, grid: GridGaussian) -> str:
+        """What is measured and how the noise is calibrated, in words."""
+        return (f"y = C x + z on chunks of n = {self.max_range}: C the integer Toeplitz factor round(s "
                 f"binom(2k, k) / 4^k), s = 2^{self.bits} + 1, z discrete Gaussian of sigma^2 = tau^2 ||C e_0||^2 / "
                 f"(2 rho) = {float(grid.sigma2):.6g} (g = {self.granularity:g}, tau = {grid.units} "
                 "units); L2 sensitivity tau ||C e_0|| (its first column, exact); released: the integer decoding of y")
-        part = Part(what="square-root factorization", budget=Zcdp(self.spent_rho),
-                    noise=self._source.describe("discrete Gaussian"), text=text)
-        chunks = Composition(kind="parallel", parts=(part,),
-                             layout=f"{{}}; a fresh factorization per {self.max_range} values (parallel)")
-        return ZcdpGuarantee.of(chunks, neighbours=EVENT_LEVEL, delta=delta)
+
+    def _layout(self, part: Part) -> Part | Composition:
+        """A fresh factorization per chunk: the chunks in parallel."""
+        return Composition(kind="parallel", parts=(part,),
+                           layout=f"{{}}; a fresh factorization per {self.max_range} values (parallel)")
 
     # -- error bars ----------------------------------------------------------------------------
 
