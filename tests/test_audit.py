@@ -250,6 +250,7 @@ EXACT = {
     "binary-tree-gaussian-1e-6": 2_048,
     "unit-aggregate-gaussian": 4_000,
     "sqrt-zcdp": 2_048,
+    "banded-zcdp": 2_048,
     "tops-gaussian": 2_048,
     "tops-gaussian-1e-6": 2_048,
     "tops-stream-gaussian": 200,

@@ -66,6 +66,8 @@ MAKERS = {
                                                     **noise_kwargs("seed" if kind == "float" else kind)),
     "sqrt-zcdp": lambda kind: REGISTRY["sqrt-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, max_range=256,
                                                         **noise_kwargs("seed" if kind == "float" else kind)),
+    "banded-zcdp": lambda kind: REGISTRY["banded-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, max_range=64,
+                                                            **noise_kwargs("seed" if kind == "float" else kind)),
     "tops-zcdp": lambda kind: REGISTRY["tops-zcdp"].cls(epsilon=1.0, delta=1e-6, upper_bound=80, hold=HOLD,
                                                         max_range=512,
                                                         **noise_kwargs("seed" if kind == "float" else kind)),

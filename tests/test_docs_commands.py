@@ -150,7 +150,8 @@ def _runnable(line: str) -> tuple[list[str], str | None]:
     added = list(ADDED.get(command, ()))
     if command == "evaluate-count-of-counts" and "taxi" not in args:
         added += HOUSING
-    if command == "release" and ("bt" in args or "sqrt-zcdp" in args or "--threshold" in args):
+    if command == "release" and ("bt" in args or "sqrt-zcdp" in args or "banded-zcdp" in args
+                                 or "--threshold" in args):
         added.remove("--hold")  # the binary tree, the factorization and a public threshold hold nothing out
     if command == "release" and "--expected-length" in args:
         added = []  # the hold-out and the tree are fitted to the expected length, as written

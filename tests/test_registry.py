@@ -48,7 +48,7 @@ def test_every_registered_mechanism_has_a_contract_test(name):
 def test_one_name_per_mechanism_and_the_stored_names_are_read():
     assert class_of_kind("bt") is BinaryTreeCounter is class_of_kind("binary-tree")
     assert class_of_kind("no such kind") is None
-    served_names = ["tops", "bt", "pak", "bt-zcdp", "sqrt-zcdp", "tops-zcdp"]
+    served_names = ["tops", "bt", "pak", "bt-zcdp", "sqrt-zcdp", "tops-zcdp", "banded-zcdp"]
     assert set(STREAM_METHODS) == set(served()) == set(served_names)
     assert list(STREAM_METHODS) == served_names  # the order the service's messages name them in
     counter = BinaryTreeCounter(epsilon=1.0, upper_bound=10, max_range=16, seed=1)

@@ -22,7 +22,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 #: A non-default delta: a restored mechanism no longer knows it, the service must still state it.
 DELTA = 1e-5
 SHAPES = {"bt-zcdp": {"max_range": 512}, "sqrt-zcdp": {"max_range": 256}, "tops-zcdp": {"max_range": 1024,
-                                                                                      "hold": 300}}
+                                                                                      "hold": 300},
+          "banded-zcdp": {"max_range": 64}}
 START = 1_704_067_200  # 2024-01-01T00:00:00Z
 
 

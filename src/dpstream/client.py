@@ -202,7 +202,8 @@ class Client:
     def create_stream(self, name: str, *, epsilon: float, upper_bound: float, method: str = "tops",
                       **params: Any) -> dict[str, Any]:
         """``POST /streams``: a central-DP stream (``params``: the library's parameter names; ``seed`` for tests; a
-        zCDP ``method``, ``bt-zcdp``, ``sqrt-zcdp`` or ``tops-zcdp``, needs ``delta``: its (epsilon, delta) target)."""
+        zCDP ``method``, ``bt-zcdp``, ``sqrt-zcdp``, ``tops-zcdp`` or ``banded-zcdp``, needs ``delta``: its
+        (epsilon, delta) target)."""
         body = {"name": name, "method": method, "epsilon": epsilon, "upper_bound": upper_bound, **params}
         return self._call("POST", "/streams", json=body).json()
 

@@ -26,12 +26,14 @@ from dpstream.audit.core import on_lattice
 from dpstream.audit.streams import BinaryTree
 from dpstream.audit.tops import ToPSPerturber, ToPSStream
 from dpstream.audit.units import UnitAggregateWindows
+from dpstream.release.banded import BandedFactorization
 from dpstream.release.binary_tree import ZcdpBinaryTree
 from dpstream.release.factorization import SqrtFactorization
 from dpstream.release.perturber import HierarchicalPerturber
 from dpstream.release.tops_zcdp import ZcdpToPS
 
 __all__ = [
+    "BandedFactorizationGaussian",
     "BinaryTreeGaussian",
     "SqrtFactorizationGaussian",
     "ToPSGaussian",
@@ -137,6 +139,40 @@ class SqrtFactorizationGaussian(BinaryTree):
         x = np.zeros(self.chunk)
         mean_a, mean_b = x @ self._encode, (x + np.eye(self.chunk)[0] * self.neighbours[1]) @ self._encode
         return gaussian_log_ratio(outputs @ self._encode, mean_b, mean_a, self.scale)
+
+
+class BandedFactorizationGaussian(SqrtFactorizationGaussian):
+    """The banded square-root factorization (``release --method banded-zcdp``) at the rho of ``(epsilon, delta)``,
+    band 4: one stream of ``4 n`` values whose value at every multiple of 4 is 0 or tau (the rest 0), so each run's
+    value moves only its own window's 4 measurements; a run is the window's released values re-encoded as the
+    measurement they decode (``C w`` over the whole stream, within ``s / 2`` units of ``y``), their Gaussian
+    likelihood ratio; claim: the target (epsilon, delta)."""
+
+    name = "banded-zcdp"
+    statistic_name = "the Gaussian log-likelihood ratio of a window's re-encoded measurement"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-3, threshold: float = 1.0, band: int = 4,
+                 samples: int = 100_000) -> None:
+        self._params = dict(epsilon=epsilon, delta=delta, upper_bound=threshold, max_range=band)
+        self.samples, self.chunk, self.scale = samples, band, 1.0
+        probe = BandedFactorization(**self._params, seed=0)
+        self.claimed_epsilon, self.claimed_delta = _claim(probe.privacy(delta), epsilon, delta)
+        self.granularity, self.coefficients = probe.granularity, probe.coefficients.astype(np.float64)
+        self.neighbours = (0.0, probe.threshold)
+        self._sigma = probe.noise_scale * self.coefficients[0]  # z's sigma in the values' units
+        self._encode = np.array([[self.coefficients[t - k] if 0 <= t - k < band else 0.0 for t in range(band)]
+                                 for k in range(band)]) / self._sigma
+
+    def sample(self, x: float, n: int, rng: np.random.Generator) -> np.ndarray:
+        stream = np.zeros((n, self.chunk))
+        stream[:, 0] = x
+        released = BandedFactorization(**self._params, seed=rng).release(stream.ravel())
+        # the measurement each window decodes, C w over the whole stream (the band reaches back b - 1 positions)
+        return np.convolve(released, self.coefficients)[: released.size].reshape(n, self.chunk)
+
+    def statistic(self, outputs: np.ndarray) -> np.ndarray:
+        mean_a, mean_b = np.zeros(self.chunk), np.eye(self.chunk)[0] * self.neighbours[1] @ self._encode
+        return gaussian_log_ratio(outputs / self._sigma, mean_b, mean_a, self.scale)
 
 
 class ToPSGaussian(ToPSPerturber):

@@ -67,6 +67,9 @@ sqrt-zcdp                 the square-root factorization (the rho of (eps, 1e-3))
                           first value is 0 or tau; the chunk's released values re-encoded as C w,
                           their Gaussian likelihood ratio; claim: the (eps, delta) its rho implies
 sqrt-zcdp-1e-6            sqrt-zcdp at the rho of (eps, 1e-6), the same way
+banded-zcdp               the banded square-root factorization (the rho of (eps, 1e-3)), band 4:
+                          one stream, every 4th value 0 or tau; each window's released values
+                          re-encoded as C w, their Gaussian likelihood ratio; the same claim
 ========================  =======================================================================
 
 Where the output law is known the statistic is the log-likelihood ratio of every noisy value a
@@ -105,6 +108,7 @@ from dpstream.audit.core import (
 )
 from dpstream.audit.counts import CountOfCountsRegion, MaxSizeEstimate, TopDownRelease
 from dpstream.audit.gaussian import (
+    BandedFactorizationGaussian,
     BinaryTreeGaussian,
     SqrtFactorizationGaussian,
     ToPSGaussian,
@@ -257,6 +261,7 @@ MECHANISMS: dict[str, Callable[..., MechanismAdapter]] = {
                                                                            name="binary-tree-gaussian-1e-6"),
     "unit-aggregate-gaussian": UnitAggregateGaussian,
     "sqrt-zcdp": SqrtFactorizationGaussian,
+    "banded-zcdp": BandedFactorizationGaussian,
     "tops-gaussian": ToPSGaussian,
     "tops-stream-gaussian": ToPSStreamGaussian,
     "tops-gaussian-1e-6": lambda *, epsilon=1.0: ToPSGaussian(epsilon=epsilon, delta=1e-6, name="tops-gaussian-1e-6"),

@@ -47,8 +47,8 @@ precomputed and added to the values as they come; the increments are the release
 O(n) per chunk, and with ``key=`` chunk ``i`` draws from ``KeyedBits(key, ("sqrt-factorization",
 i))``, so a snapshot leaves the noise out and a resumed ``--state`` run recomputes it (never twice).
 Computing ``e`` is O(n^2) integer operations per chunk (``n`` dot products), so ``n`` is at most
-2^16 (4,096: 15 to 25 ms).  A buffered linear Toeplitz factorization (BLT, O(1) memory for unbounded
-streams) is not built.
+2^16 (4,096: 15 to 25 ms).  Its streaming form for unbounded streams, O(b) memory and no chunks, is
+the banded factorization of :mod:`dpstream.release.banded` (``banded-zcdp``).
 
 Error bars.  The prefix after ``t`` values of a chunk has linear noise of variance ``v sum_{k<t}
 beta_k^2`` (``v`` the discrete Gaussian's exact variance, ``beta`` the prefix sums of the
@@ -75,8 +75,8 @@ from dpstream.noise.source import NoiseSource, make_source
 from dpstream.privacy import EVENT_LEVEL, Composition, Part, PrivacyGuarantee
 from dpstream.release.binary_tree import BinaryTreeCounter, BinaryTreeState
 
-__all__ = ["MAX_CHUNK", "SQRT_ZCDP", "SqrtFactorization", "integer_coefficients", "shaped_noise",
-           "sqrt_coefficients"]
+__all__ = ["MAX_CHUNK", "SQRT_ZCDP", "IntegerFactorization", "SqrtFactorization", "integer_coefficients",
+           "shaped_noise", "sqrt_coefficients", "zcdp_target"]
 
 #: The ``mechanism`` field of its snapshots (its registered name).
 SQRT_ZCDP = "sqrt-zcdp"
@@ -109,51 +109,175 @@ def integer_coefficients(n: int, bits: int) -> np.ndarray:
     return np.rint(sqrt_coefficients(n) * float((1 << bits) + 1)).astype(np.int64)
 
 
-def shaped_noise(z: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
-    """The decoded noise ``e_t = round((z_t - sum_{k<t} C_{t-k} e_k) / C_0)`` (``C_0`` odd: no ties), int64.
+def shaped_noise(z: np.ndarray, coefficients: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
+    """The decoded noise ``e_t = round((z_t - sum_{1<=k<m} C_k e_{t-k}) / C_0)`` (``C_0`` odd: no ties), int64,
+    for ``m`` coefficients; ``history`` (at most ``m - 1`` values, oldest first) is the decoded noise of the
+    positions just before ``z``'s first (none: ``z`` starts the stream).
 
     ``x + e`` is exactly the integer decoding of ``y = C x + z`` for every integer ``x`` (module
     docstring).  Every step is exact: a noise that would make a dot product leave int64 raises.
 
     >>> shaped_noise(np.array([9, 0, -4, 14]), np.array([9, 4, 3, 3])).tolist()
     [1, 0, -1, 2]
+    >>> shaped_noise(np.array([-4, 14]), np.array([9, 4, 3, 3]), history=np.array([1, 0])).tolist()
+    [-1, 2]
     """
-    n, divisor = z.size, int(coefficients[0])
+    n, m, divisor = z.size, coefficients.size, int(coefficients[0])
     if divisor % 2 == 0:
         raise ValueError(f"the first coefficient must be odd (no ties when rounding), got {divisor}.")
-    reversed_ = np.ascontiguousarray(coefficients[n - 1 : 0 : -1]) if n > 1 else coefficients[:0]
+    past = np.zeros(0, dtype=np.int64) if history is None else np.asarray(history, dtype=np.int64)[-(m - 1):]
+    h = past.size if m > 1 else 0
+    reversed_ = np.ascontiguousarray(coefficients[m - 1 : 0 : -1]) if m > 1 else coefficients[:0]  # C_{m-1} .. C_1
     limit = (1 << 62) // max(int(np.sum(coefficients)), 1)  # |e_k| below it: every dot stays in int64
-    e = np.zeros(n, dtype=np.int64)
-    for t in range(n):
-        v = int(z[t]) - int(np.dot(reversed_[n - 1 - t :], e[:t])) if t else int(z[0])
+    e = np.zeros(h + n, dtype=np.int64)
+    e[:h] = past[past.size - h :]
+    for i in range(h, h + n):
+        low = max(0, i - m + 1)
+        v = int(z[i - h]) - int(np.dot(reversed_[m - 1 - i + low :], e[low:i])) if i else int(z[0])
         q, rem = divmod(v, divisor)
         if 2 * rem > divisor:
             q += 1
         if abs(q) >= limit:
             raise OverflowError("the factorization's decoded noise left the exact integer range (a draw beyond "
                                 "any plausible tail); use a coarser granularity.")
-        e[t] = q
-    return e
+        e[i] = q
+    return e[h:]
 
 
-def _choose(bound: float, rho: float, granularity: float | None, n: int) -> tuple[float, int, np.ndarray]:
-    """The grid, the coefficient bits and the integer coefficients: the most bits (at most 20) that keep sigma
-    below 2^38 units; on the default grid, the grid is doubled while no ``b >= 8`` does."""
+def _choose(bound: float, rho: float, granularity: float | None, n: int,
+            bits: range = range(_MAX_BITS, _MIN_BITS - 1, -1)) -> tuple[float, int, np.ndarray]:
+    """The grid, the coefficient bits and the integer coefficients: the first of ``bits`` (most first; by default
+    at most 20, at least 8) that keeps sigma below 2^38 units; on the default grid, the grid is doubled while none
+    does."""
     step = default_granularity(bound) if granularity is None else check_granularity(granularity, bound)
     while True:
         units = ceil_units(bound, step)
-        for bits in range(_MAX_BITS, _MIN_BITS - 1, -1):
-            coefficients = integer_coefficients(n, bits)
+        for b in bits:
+            coefficients = integer_coefficients(n, b)
             square = units * units * int(np.dot(coefficients, coefficients))
             if square <= 2 * rho * _SIGMA_LIMIT**2:
-                return step, bits, coefficients
+                return step, b, coefficients
         if granularity is not None or step * 2.0 > bound:
             raise ValueError(f"the factorization's noise would pass the exact sampler's limit at rho = {rho:g} and "
                              "this granularity; use a coarser granularity or a larger rho.")
         step *= 2.0
 
 
-class SqrtFactorization(BinaryTreeCounter):
+def zcdp_target(epsilon: float | None, delta: float | None, rho: float | None, what: str
+                ) -> tuple[float, tuple[float, float] | None]:
+    """The rho a factorization spends and its (epsilon, delta) target (None when ``rho`` is given): the largest rho
+    whose (epsilon, delta) at ``delta`` is the target's (:func:`~dpstream.accounting.rho_for`)."""
+    if rho is None and epsilon is not None:
+        if delta is None:
+            raise ValueError(f"the {what} under zCDP needs delta (--delta) with epsilon: the delta of its (epsilon, "
+                             "delta) target, e.g. 1e-6.")
+        return rho_for(check_epsilon(epsilon), delta), (float(epsilon), float(delta))
+    check_budget(epsilon, rho)  # exactly one of them
+    if delta is not None:
+        raise ValueError("give delta with epsilon (an (epsilon, delta) target), not with rho.")
+    return float(rho), None
+
+
+class IntegerFactorization(BinaryTreeCounter):
+    """What the integer factorizations share (:class:`SqrtFactorization`, and
+    :class:`~dpstream.release.banded.BandedFactorization`): the (epsilon, delta) target or rho, the grid and the
+    integer coefficients, the discrete Gaussian calibrated to ``tau ||C_(0:n)||`` (``n = max_range``: the first
+    column of a chunk, or the band), the binary tree's streaming state, and the standard errors built on
+    ``range_standard_errors``.  Subclasses set what they are called, their keyed identity, what ``max_range`` is
+    for them and its largest value."""
+
+    #: What the mechanism is called in its messages.
+    _WHAT = "factorization"
+    #: The identity of its keyed noise (a block or chunk index follows).
+    _IDENTITY: tuple[str, ...] = ("factorization",)
+    #: What ``max_range`` is (the chunk, the band), its largest value and why.
+    _ROLE, _LARGEST, _COST = "chunk", MAX_CHUNK, "its noise costs n^2 operations per chunk"
+
+    def _bits(self) -> range:
+        """The coefficient bits tried, most first."""
+        return range(_MAX_BITS, _MIN_BITS - 1, -1)
+
+    def _reach(self) -> int:
+        """How many values one released number adds up in grid units (a chunk's prefix: ``max_range``)."""
+        return self.max_range
+
+    def __init__(self, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
+                 upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
+                 seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
+                 key: bytes | None = None) -> None:
+        self.rho, self.target = zcdp_target(epsilon, delta, rho, self._WHAT)
+        self.epsilon = None
+        bound = check_bound(upper_bound)
+        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
+        if self.max_range > self._LARGEST:
+            raise ValueError(f"max_range (the factorization's {self._ROLE}) must be at most {self._LARGEST}, got "
+                             f"{max_range}: {self._COST}; give --max-range.")
+        self.clip = check_bool(clip, "clip")
+        self._source = make_source(seed=seed, noise=noise, key=key, identity=self._IDENTITY)
+        self.exact = self._source.exact
+        if not self.exact:
+            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
+        check_grid(bound, granularity)
+        step, self.bits, self.coefficients = _choose(bound, self.rho, granularity, self.max_range, self._bits())
+        # the squared norm of C's first column (the band) counts as that many unit measurements: L2 sensitivity
+        # tau_units sqrt(it)
+        column = int(np.dot(self.coefficients, self.coefficients))
+        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=column)
+        self._arithmetic = GaussianArithmetic(gaussian)
+        self.granularity, self.upper_bound, self.spent_rho = step, gaussian.bound, gaussian.spent_rho
+        #: sigma of z in the values' units (z is in units of g / s, s = 2^b + 1 the first coefficient)
+        self.noise_scale = math.sqrt(float(gaussian.sigma2)) * step / int(self.coefficients[0])
+        self.spent_epsilon = None
+        if self._reach() * (gaussian.units + 64 * self.noise_scale / step) >= MAX_EXACT_UNITS:
+            raise ValueError("max_range * upper_bound / granularity plus the noise must stay below 2^53 grid units; "
+                             "use a coarser granularity or a smaller max_range.")
+        self.noise = None
+        self._state = BinaryTreeState(released=0, running=0, increments=None, count=0)
+        self._params: dict[str, Any] = dict(upper_bound=upper_bound, max_range=max_range, clip=clip,
+                                            granularity=granularity)
+        if self.target is None:
+            self._params["rho"] = rho
+        else:
+            self._params.update(epsilon=epsilon, delta=delta)
+
+    def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
+        """``spent_rho``-zCDP at event level for values in ``[0, upper_bound]``, with the (epsilon, delta) it implies
+        at ``delta`` (default: the target's delta, else 1e-6)."""
+        if delta is None:
+            delta = DEFAULT_DELTA if self.target is None else self.target[1]
+        part = Part(what=self._WHAT, budget=Zcdp(self.spent_rho), noise=self._source.describe("discrete Gaussian"),
+                    text=self._measurement(self._arithmetic.noise))
+        return ZcdpGuarantee.of(self._layout(part), neighbours=EVENT_LEVEL, delta=delta)
+
+    def _measurement(self, grid: GridGaussian) -> str:
+        """What is measured and how the noise is calibrated, in words."""
+        raise NotImplementedError
+
+    def _layout(self, part: Part) -> Part | Composition:
+        """How the measurements compose (one measurement: the part itself)."""
+        return part
+
+    def _unit_variance(self) -> float:
+        """The variance of ``z_k`` grid units in the values' units squared (the discrete Gaussian's exact variance)."""
+        return self._arithmetic.noise.variance_units * self.granularity**2
+
+    def range_standard_error(self, start: int, stop: int) -> float:
+        """The exact standard error of the released sum of positions ``[start, stop)`` (see
+        :meth:`range_standard_errors`)."""
+        return float(self.range_standard_errors([start], [stop])[0])
+
+    def count_standard_errors(self, ends: object) -> np.ndarray:
+        """The exact standard error of the noisy count (prefix sum) of the first ``e`` values, for each ``e``."""
+        ends = np.asarray(ends, dtype=np.int64)
+        return self.range_standard_errors(np.zeros_like(ends), ends).reshape(ends.shape)
+
+    def standard_errors(self, positions: object) -> np.ndarray:
+        """The exact standard error of the released value at each of ``positions``."""
+        positions = np.asarray(positions, dtype=np.int64).ravel()
+        return self.range_standard_errors(positions, positions + 1)
+
+
+class SqrtFactorization(IntegerFactorization):
     """Continual sums with the square-root factorization under zCDP (exact discrete Gaussian noise), for values in
     ``[0, upper_bound]``: ``release --method sqrt-zcdp --epsilon E --delta D``.
 
@@ -185,55 +309,11 @@ class SqrtFactorization(BinaryTreeCounter):
     """
 
     _KIND = SQRT_ZCDP
+    _WHAT, _IDENTITY, _ROLE, _LARGEST = "square-root factorization", ("sqrt-factorization",), "chunk", MAX_CHUNK
+    _COST = "its noise costs n^2 operations per chunk"
 
-    def __init__(self, *, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
-                 upper_bound: float, max_range: int = 4096, clip: bool = False, granularity: float | None = None,
-                 seed: BitsSeed = None, noise: NoiseSampler | NoiseSource | None = None,
-                 key: bytes | None = None) -> None:
-        if rho is None and epsilon is not None:
-            if delta is None:
-                raise ValueError("the square-root factorization under zCDP needs delta (--delta) with epsilon: the "
-                                 "delta of its (epsilon, delta) target, e.g. 1e-6.")
-            rho = rho_for(check_epsilon(epsilon), delta)
-            self.target: tuple[float, float] | None = (float(epsilon), float(delta))
-        else:
-            check_budget(epsilon, rho)  # exactly one of them
-            if delta is not None:
-                raise ValueError("give delta with epsilon (an (epsilon, delta) target), not with rho.")
-            self.target = None
-        self.epsilon, self.rho = None, float(rho)
-        bound = check_bound(upper_bound)
-        self.max_range = check_positive_int(max_range, "max_range", minimum=2)
-        if self.max_range > MAX_CHUNK:
-            raise ValueError(f"max_range (the factorization's chunk) must be at most {MAX_CHUNK}, got {max_range}: "
-                             "its noise costs n^2 operations per chunk; give --max-range.")
-        self.clip = check_bool(clip, "clip")
-        self._source = make_source(seed=seed, noise=noise, key=key, identity=("sqrt-factorization",))
-        self.exact = self._source.exact
-        if not self.exact:
-            raise ValueError("zCDP (rho) runs on exact discrete Gaussian noise only, not FloatNoise.")
-        check_grid(bound, granularity)
-        step, self.bits, self.coefficients = _choose(bound, self.rho, granularity, self.max_range)
-        # the squared norm of C's first column counts as that many unit measurements: L2 sensitivity tau_units sqrt(it)
-        column = int(np.dot(self.coefficients, self.coefficients))
-        gaussian = GridGaussian.on_grid(bound, self.rho, step, levels=column)
-        self._arithmetic = GaussianArithmetic(gaussian)
-        self.granularity, self.upper_bound, self.spent_rho = step, gaussian.bound, gaussian.spent_rho
-        #: sigma of z in the values' units (z is in units of g / s, s = 2^b + 1 the first coefficient)
-        self.noise_scale = math.sqrt(float(gaussian.sigma2)) * step / int(self.coefficients[0])
-        self.spent_epsilon = None
-        if self.max_range * (gaussian.units + 64 * self.noise_scale / step) >= MAX_EXACT_UNITS:
-            raise ValueError("max_range * upper_bound / granularity plus the noise must stay below 2^53 grid units; "
-                             "use a coarser granularity or a smaller max_range.")
-        self.noise = None
-        self._state = BinaryTreeState(released=0, running=0, increments=None, count=0)
-        self._rows: np.ndarray | None = None
-        self._params: dict[str, Any] = dict(upper_bound=upper_bound, max_range=max_range, clip=clip,
-                                            granularity=granularity)
-        if self.target is None:
-            self._params["rho"] = rho
-        else:
-            self._params.update(epsilon=epsilon, delta=delta)
+    #: The prefix weights, computed once when first asked (:meth:`prefix_weights`).
+    _rows: np.ndarray | None = None
 
     # -- the streaming contract (the tree's ``state``, ``from_state``, ``release``, ``release_one``) -------------
 
@@ -245,21 +325,17 @@ class SqrtFactorization(BinaryTreeCounter):
         self._state.increments = increments
         return increments
 
-    def privacy(self, delta: float | None = None) -> PrivacyGuarantee:
-        """``spent_rho``-zCDP at event level for values in ``[0, upper_bound]``, with the (epsilon, delta) it implies
-        at ``delta`` (default: the target's delta, else 1e-6)."""
-        if delta is None:
-            delta = DEFAULT_DELTA if self.target is None else self.target[1]
-        grid = self._arithmetic.noise
-        text = (f"y = C x + z on chunks of n = {self.max_range}: C the integer Toeplitz factor round(s "
+    def _measurement(self, grid: GridGaussian) -> str:
+        """What is measured and how the noise is calibrated, in words."""
+        return (f"y = C x + z on chunks of n = {self.max_range}: C the integer Toeplitz factor round(s "
                 f"binom(2k, k) / 4^k), s = 2^{self.bits} + 1, z discrete Gaussian of sigma^2 = tau^2 ||C e_0||^2 / "
                 f"(2 rho) = {float(grid.sigma2):.6g} (g = {self.granularity:g}, tau = {grid.units} "
                 "units); L2 sensitivity tau ||C e_0|| (its first column, exact); released: the integer decoding of y")
-        part = Part(what="square-root factorization", budget=Zcdp(self.spent_rho),
-                    noise=self._source.describe("discrete Gaussian"), text=text)
-        chunks = Composition(kind="parallel", parts=(part,),
-                             layout=f"{{}}; a fresh factorization per {self.max_range} values (parallel)")
-        return ZcdpGuarantee.of(chunks, neighbours=EVENT_LEVEL, delta=delta)
+
+    def _layout(self, part: Part) -> Part | Composition:
+        """A fresh factorization per chunk: the chunks in parallel."""
+        return Composition(kind="parallel", parts=(part,),
+                           layout=f"{{}}; a fresh factorization per {self.max_range} values (parallel)")
 
     # -- error bars ----------------------------------------------------------------------------
 
@@ -274,10 +350,6 @@ class SqrtFactorization(BinaryTreeCounter):
                 d[t] = -np.dot(c[t:0:-1], d[:t]) / c[0]
             self._rows = np.cumsum(d)
         return self._rows
-
-    def _unit_variance(self) -> float:
-        """The variance of ``z_k`` grid units in the values' units squared (the discrete Gaussian's exact variance)."""
-        return self._arithmetic.noise.variance_units * self.granularity**2
 
     def _within(self, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
         """Squared weights of ``[start, stop)`` inside one chunk (``0 <= start <= stop <= n``)."""
@@ -309,21 +381,6 @@ class SqrtFactorization(BinaryTreeCounter):
                             + (last[apart] - first[apart] - 1) * full
                             + self._within(np.zeros(apart.sum(), dtype=np.int64), stops[apart] % n))
         return np.sqrt(total * self._unit_variance())
-
-    def range_standard_error(self, start: int, stop: int) -> float:
-        """The exact standard error of the released sum of positions ``[start, stop)`` (see
-        :meth:`range_standard_errors`)."""
-        return float(self.range_standard_errors([start], [stop])[0])
-
-    def count_standard_errors(self, ends: object) -> np.ndarray:
-        """The exact standard error of the noisy count (prefix sum) of the first ``e`` values, for each ``e``."""
-        ends = np.asarray(ends, dtype=np.int64)
-        return self.range_standard_errors(np.zeros_like(ends), ends).reshape(ends.shape)
-
-    def standard_errors(self, positions: object) -> np.ndarray:
-        """The exact standard error of the released value at each of ``positions``."""
-        positions = np.asarray(positions, dtype=np.int64).ravel()
-        return self.range_standard_errors(positions, positions + 1)
 
     def rounding_bounds(self, ends: object) -> np.ndarray:
         """The most the decoder's rounding adds to the prefix sum of the first ``e`` values (values' units): half

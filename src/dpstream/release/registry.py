@@ -36,6 +36,7 @@ from typing import Any
 
 from dpstream.noise.bits import KeyedBits
 from dpstream.release.aggregate import AGGREGATE, UnitAggregate
+from dpstream.release.banded import BANDED_ZCDP, BandedFactorization
 from dpstream.release.binary_tree import BinaryTreeCounter, ZcdpBinaryTree
 from dpstream.release.contract import BINARY_TREE, PAK_STATE, TOPL, TOPS, stored_kind
 from dpstream.release.factorization import SQRT_ZCDP, SqrtFactorization
@@ -233,6 +234,12 @@ def _describe_sqrt(factorization: SqrtFactorization) -> str:
             "no hold-out")
 
 
+def _describe_banded(factorization: BandedFactorization) -> str:
+    return (f"banded square-root factorization with bound B = {factorization.upper_bound:g}, band of "
+            f"{factorization.max_range:,} values (no horizon), discrete Gaussian noise at rho = "
+            f"{factorization.rho:.6g} (zCDP), no hold-out")
+
+
 def _describe_topl(topl: ToPL) -> str:
     return (f"threshold theta = {topl.threshold:g} (Square Wave reports + Eq. 8, {topl.collector.variant}); "
             f"every later value is one Hybrid-mechanism report, released as its unbiased estimate")
@@ -290,3 +297,6 @@ register(Mechanism("tops-zcdp", ZcdpToPS, TOPS, _describe_tops, {**_TOPS_OPTIONS
                    optional=_same_names("selection", "profile_bins", "window_leaves", "c", "threshold",
                                         "expected_length"),
                    audits=("tops-gaussian", "tops-gaussian-1e-6", "tops-stream-gaussian")))
+# the banded square-root factorization: unbounded streams under zCDP, --max-range is the band
+register(Mechanism(BANDED_ZCDP, BandedFactorization, BANDED_ZCDP, _describe_banded, _same_names("granularity", "delta"),
+                   service=7, audits=("banded-zcdp",)))

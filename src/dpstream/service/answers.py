@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dpstream.release.banded import BandedFactorization
 from dpstream.release.binary_tree import increment_standard_errors
 from dpstream.release.factorization import SqrtFactorization
 from dpstream.release.tops_errors import model_standard_errors
@@ -55,14 +56,16 @@ def describe(source: Source, *, counts: bool = True) -> dict[str, Any]:
 def standard_errors(source: Source, positions: list[int]) -> list[float] | None:
     """The exact standard errors of a source's released values at ``positions``, when its mechanism states them
     (its public ``error_model``: the binary tree's, PAK's tree's or ToPS's perturber's once theta is chosen, or the
-    square-root factorization's), else None.  The noise's only: clipping, truncation, smoothing bias, the grid's
-    rounding and the factorization's decoding rounding are not in them."""
+    square-root or banded factorization's), else None.  The noise's only: clipping, truncation, smoothing bias, the
+    grid's rounding and the factorization's decoding rounding are not in them."""
     model = source.public.get("error_model")
     if model is None:
         return None
     shifted = np.asarray(positions, dtype=np.int64) - model.get("first_position", 0)  # a hold-out's released ones
     if "square_root" in model:
         return _factorization(**model["square_root"]).standard_errors(shifted).tolist()
+    if "banded" in model:
+        return _banded(**model["banded"]).standard_errors(shifted).tolist()
     if "perturber" in model:
         return model_standard_errors(model, shifted).tolist()
     return increment_standard_errors(shifted, levels=model["levels"], max_range=model["max_range"],
@@ -74,6 +77,13 @@ def _factorization(*, rho: float, upper_bound: float, max_range: int, granularit
     """A square-root factorization with a stream's public parameters, for its standard errors alone (it never
     releases: its seed is no secret).  Kept, because its factor's weights cost O(max_range^2) once."""
     return SqrtFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
+
+
+@lru_cache(maxsize=16)
+def _banded(*, rho: float, upper_bound: float, max_range: int, granularity: float) -> BandedFactorization:
+    """A banded factorization with a stream's public parameters, for its standard errors alone (never releases).
+    Kept, because its prefix weights cost O(64 max_range log) once."""
+    return BandedFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
 
 
 def released_json(positions: list[int], times: list[float], values: list[float],

@@ -36,7 +36,8 @@
   /** Round steps of a time axis, in seconds. */
   const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
   const METHODS = { tops: "ToPS", bt: "binary tree", pak: "PAK", collector: "ToPL", "bt-zcdp": "binary tree (zCDP)",
-    "sqrt-zcdp": "square-root factorization (zCDP)", "tops-zcdp": "ToPS (zCDP)" };
+    "sqrt-zcdp": "square-root factorization (zCDP)", "tops-zcdp": "ToPS (zCDP)",
+    "banded-zcdp": "banded square-root factorization (zCDP)" };
   /** Partitions drawn per aggregate, each in its own colour (the caption names them; dashboard.css draws them). */
   const COLOURS = ["red", "blue", "green", "orange", "purple", "grey"];
   const PARTITION_LINES = COLOURS.length;
