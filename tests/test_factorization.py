@@ -58,6 +58,30 @@ def test_the_factor_squares_to_the_prefix_sums_and_the_integer_one_is_its_roundi
         assert np.max(np.abs(integer - c * (2**bits + 1))) <= 0.5
 
 
+def test_the_integer_coefficients_are_the_exact_roundings_on_every_machine():
+    """``C_k`` comes from float operations (a product of correctly rounded ratios); every machine and every resumed
+    run must build the same encoder, so it must be the exact ``round(s binom(2k, k) / 4^k)``, checked here in
+    integers for the longest chunk or band and every coefficient width the factorizations use.
+
+    ``P_k = floor(2^G c_k)`` by the exact recurrence loses less than one unit per step, so ``s c_k`` lies in
+    ``[s P_k, s (P_k + k)] / 2^G``; where both ends round alike that is ``round(s c_k)``.  ``k = 1`` is the one
+    tie (``s / 2``, ``s`` odd), rounded half to even as ``numpy.rint`` does.
+    """
+    guard, n = 256, MAX_CHUNK
+    prefix = [1 << guard]
+    for k in range(1, n):
+        prefix.append(prefix[-1] * (2 * k - 1) // (2 * k))
+    half = 1 << (guard - 1)
+    for bits in range(8, 31):
+        s = 2**bits + 1
+        floor_, ceil_ = ((s * p + half) >> guard for p in prefix), ((s * (p + k) + half) >> guard
+                                                                    for k, p in enumerate(prefix))
+        exact = [low if low == high else None for low, high in zip(floor_, ceil_)]
+        exact[1] = s // 2 if (s // 2) % 2 == 0 else s // 2 + 1
+        assert None not in exact, f"undetermined at {bits} bits"
+        assert integer_coefficients(n, bits).tolist() == exact, bits
+
+
 @pytest.mark.parametrize("bits", [3, 8, 17])
 def test_the_released_noise_is_the_decoding_of_y_alone(bits):
     rng = np.random.default_rng(bits)
