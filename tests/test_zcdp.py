@@ -232,3 +232,20 @@ def test_the_commands_state_the_guarantee_at_the_delta_asked_for(tmp_path):
     tree = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / "bt.txt"), "--method", "bt-zcdp",
                                     "--epsilon", "1", "--delta", "1e-3", "--upper-bound", "10", "--seed", "2"])
     assert tree.exit_code == 0 and f"{rho_for(1.0, 1e-3):g}-zCDP, so (1, 0.001)-DP" in tree.output, tree.output
+
+
+def test_missing_values_skipped_keep_the_zcdp_guarantee(tmp_path):
+    # --missing skip restated the guarantee on the rows kept as a pure one, and refused zCDP releases
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    values = tmp_path / "values.csv"
+    values.write_text("value\n1\n\n2\n3\n")
+    for method in ("bt-zcdp", "sqrt-zcdp", "banded-zcdp"):
+        result = CliRunner().invoke(cli, ["release", str(values), "-o", str(tmp_path / f"{method}.txt"), "--method",
+                                          method, "--epsilon", "1", "--delta", "1e-3", "--upper-bound", "5",
+                                          "--max-range", "16", "--missing", "skip", "--seed", "1"])
+        assert result.exit_code == 0, result.output
+        assert f"{rho_for(1.0, 1e-3):g}-zCDP, so (1, 0.001)-DP" in result.output
+        assert "on the stream of the rows kept" in result.output

@@ -37,6 +37,7 @@ from typing import Any
 import click
 
 from dpstream._progress import Progress
+from dpstream.accounting import ZcdpGuarantee
 from dpstream.io import InputError
 from dpstream.privacy import PrivacyGuarantee, RowsKept
 from dpstream.release.tops_defaults import ReleaseWarning
@@ -295,7 +296,10 @@ def stated_privacy(releaser: Any) -> Any:
     guarantee = releaser.privacy()
     if _command_option("missing") != "skip" or not isinstance(guarantee, PrivacyGuarantee):
         return guarantee
-    return PrivacyGuarantee.of(guarantee.breakdown, neighbours=RowsKept(guarantee.neighbours), local=guarantee.local)
+    kept = RowsKept(guarantee.neighbours)
+    if isinstance(guarantee, ZcdpGuarantee):  # the same rho, stated at the same delta
+        return ZcdpGuarantee.of(guarantee.breakdown, neighbours=kept, local=guarantee.local, delta=guarantee.delta)
+    return PrivacyGuarantee.of(guarantee.breakdown, neighbours=kept, local=guarantee.local)
 
 
 #: How every number printed because of --report-unprotected begins.
