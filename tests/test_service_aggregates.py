@@ -216,7 +216,9 @@ def test_a_batch_may_not_release_a_gap_of_more_than_its_limit(http, monkeypatch)
     released = len(http.get("/aggregates/load/released").json()["released"])
     far["times"] = [START + 11 * 86400]  # the buckets of 11 days of 96 values, less those released, close
     assert 11 * 96 - released > 900
-    assert "more than 900 bucket values" in _refused(http, "/aggregates/load/rows", far)
+    message = _refused(http, "/aggregates/load/rows", far)
+    assert "its time 2024-01-12T00:00:00Z comes" in message and "more than the 900 a batch may" in message, message
+    assert f"this batch would release {(11 * 48 - released // 2) * 2:,} bucket values" in message, message
     assert http.get("/aggregates/load").json() == before
     far["times"] = [START + 10 * 86400]
     assert len(http.post("/aggregates/load/rows", json=far, headers=AUTH).json()["released"]) == 10 * 96 - released
