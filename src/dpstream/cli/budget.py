@@ -100,7 +100,7 @@ def _database_budget(name: str, database: str, database_key: str | None) -> str:
     """The text of the service's budget ``name`` (a one-line error when there is none)."""
     from dpstream.service.budgets import NoBudget, ServiceBudgets
 
-    storage = open_database(database, database_key)
+    storage = open_database(database, database_key, existing=True)
     try:
         facts = ServiceBudgets(storage).describe(name)
     except NoBudget as error:
