@@ -100,8 +100,9 @@ _BATCH = 1 << 18
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               callback=seconds_option, help="With --state: the least time between two commits.")
 @click.option("--max-gap", callback=gap_option, default=None,
-              help="The longest time between two rows' steps (an integer and s|m|h|d): every step in between is "
-                   "released. Default: a gap may release at most 4,194,304 counts (steps x locations).")
+              help="With --neighbours unbounded: the longest time between two rows' steps (an integer and s|m|h|d): "
+                   "every step in between is released. Default: a gap may release at most 4,194,304 counts (steps x "
+                   "locations).")
 def release_locations(input_path: str, output_path: str, time_column: str, user_column: str, location_column: str,
                       locations_path: str, method: str | None, transition_path: str | None, prior: str,
                       postprocessed_path: str | None, seed: int | None, force: bool, state_path: str | None,
@@ -215,8 +216,9 @@ class _Writer(RowFeeder):
             return
         times = self.times(batch)
         releaser = self.releaser
-        check_gap(releaser.steps_closed(times), times=times, first=releaser.position + 1, seconds=releaser.step,
-                  per=len(releaser.locations), noun="step", max_gap=self.max_gap)
+        if not releaser.bounded:  # bounded neighbours refuse any step without rows, so any gap, at once
+            check_gap(releaser.steps_closed(times), times=times, first=releaser.position + 1, seconds=releaser.step,
+                      per=len(releaser.locations), noun="step", max_gap=self.max_gap)
         for released in self.releaser.release_parts(times, batch.units, batch.partitions):
             self.write(released, sink)
 
