@@ -136,6 +136,7 @@ CASES: list[tuple[str, str, int]] = [
     ("release-budget-store-pak", f"release s.csv -o out.txt {OK} --method pak --budget-store pure.json", USAGE),
     ("release-budget-store-junk", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store junk.txt", USAGE),
     ("release-budget-store-missing", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store nope.json", USAGE),
+    ("release-budget-store-damaged", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store damaged.json", USAGE),
     ("release-budget-store-directory", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store adir", USAGE),
     # -- release: what it found while running (1) -------------------------------------------
     ("release-input-missing", f"release nope.csv -o out.txt {OK}", RUNTIME),
@@ -334,6 +335,8 @@ CASES: list[tuple[str, str, int]] = [
     ("budget-missing-directory", "budget nodir/b.json", RUNTIME),
     ("budget-junk", "budget junk.txt", RUNTIME),
     ("budget-not-json", "budget bin.dat", RUNTIME),
+    ("budget-damaged-store", "budget damaged.json", RUNTIME),
+    ("budget-state-not-a-store", "budget pure.json --summary x.csv", USAGE),
     ("budget-directory", "budget adir", USAGE),
     ("budget-new-rho-negative", "budget new.json --new-rho -1", USAGE),
     ("budget-new-rho-zero", "budget new.json --new-rho 0", USAGE),
@@ -380,6 +383,7 @@ def _workspace(root: Path) -> None:
     server.close()
     write_tables(housing_data(300, n_states=2, n_counties=3, seed=1), root / "t")
     BudgetStore.create(root / "pure.json", epsilon=5.0)
+    (root / "damaged.json").write_text('{"format": "dpstream-budget", "version": 1, "accounting": "pu')
     truth = simulate_counts(FIG3_MATRIX, users=50, steps=20, seed=1)
     np.savetxt(root / "noisy.csv", LaplaceCounts(epsilon=0.5, seed=2).release(truth), delimiter=",", fmt="%.17g")
     np.savetxt(root / "T.csv", FIG3_MATRIX, delimiter=",")

@@ -11,8 +11,8 @@ import click
 from dpstream.cli._app import cli, usage_errors
 from dpstream.cli._columns import TABLE_KEYS, key_table, write_summary
 from dpstream.cli._options import DATABASE_KEY, open_database
-from dpstream.durable import StreamState, format_ledger
-from dpstream.durable.budget_store import BudgetStore, check_total, report
+from dpstream.durable import StateDamagedError, StreamState, format_ledger
+from dpstream.durable.budget_store import BUDGET_FORMAT, BudgetStore, check_total, report
 from dpstream.durable.release import restore
 from dpstream.release.by_key import BY_KEY, ByKey
 from dpstream.release.registry import REGISTRY
@@ -73,7 +73,14 @@ def budget(state_file: str, summary_path: str | None, new_rho: float | None, new
         return
     if not os.path.lexists(state_file):
         raise click.ClickException(f"there is no state file or budget store {state_file}.")
-    state = StreamState.read(state_file)
+    try:
+        state = StreamState.read(state_file)
+    except StateDamagedError:
+        with open(state_file, "rb") as handle:
+            if BUDGET_FORMAT.encode() not in handle.read(100):
+                raise
+        BudgetStore.open(state_file)  # a damaged budget store: its own one-line error
+        raise
     entry = REGISTRY.get(str(state.params.get("method")))
     ledger = format_ledger(state_file, counts=entry is None or entry.public_counts)
     snapshot = state.mechanism
