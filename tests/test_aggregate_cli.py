@@ -63,12 +63,13 @@ def test_bad_options_and_inputs_are_one_line_errors(tmp_path, extra, code, messa
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ([], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the bucket of the row before it: the 26,297,280 "
+    ([], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest bucket before it: the 26,297,280 "
          "buckets up to it would all be released (26,297,280 values, more than the 4,194,304 a gap releases without "
          "--max-gap); --max-gap 18262d releases them."),
-    (["--max-gap", "30d"], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the bucket of the row before it, "
+    (["--max-gap", "30d"], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest bucket before it, "
                            "more than --max-gap 30d: every bucket in between would be released"),
-    (["--max-gap", "30d", "--state", "s.json"], "comes 18262d after the bucket of the row before it, more than"),
+    (["--allowed-lateness", "1h"], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest bucket"),
+    (["--max-gap", "30d", "--state", "s.json"], "comes 18262d after the newest bucket before it, more than"),
 ])
 def test_a_long_gap_is_refused_before_any_work_naming_it_and_max_gap(tmp_path, monkeypatch, extra, message):
     """Every bucket between two rows is released (time is public): 50 years of minutes would take minutes."""

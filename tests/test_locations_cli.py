@@ -108,10 +108,10 @@ def test_bad_rows_are_one_line_errors(tmp_path, data, edit, message):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ([], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the step of the row before it: the 26,297,280 "
+    ([], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest step before it: the 26,297,280 "
          "steps up to it would all be released (52,594,560 values, more than the 4,194,304 a gap releases without "
          "--max-gap); --max-gap 18262d releases them."),
-    (["--max-gap", "30d"], "comes 18262d after the step of the row before it, more than --max-gap 30d"),
+    (["--max-gap", "30d"], "comes 18262d after the newest step before it, more than --max-gap 30d"),
 ])
 def test_a_long_gap_is_refused_before_any_work_naming_it_and_max_gap(tmp_path, extra, message):
     """Every step between two rows is released (time is public): 50 years of minutes would take minutes."""

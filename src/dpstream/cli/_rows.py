@@ -60,7 +60,7 @@ def check_gap(closed: np.ndarray, *, times: np.ndarray, first: int, seconds: int
     if (count * seconds <= max_gap) if max_gap is not None else count * per <= GAP_VALUES:
         return
     head = (f"row {first + row}: its time {format_times(times[row:row + 1])[0]} comes {duration_text(count * seconds)} "
-            f"after the {noun} of the row before it")
+            f"after the newest {noun} before it")
     if max_gap is not None:
         raise ValueError(f"{head}, more than --max-gap {duration_text(max_gap)}: every {noun} in between would be "
                          "released; a larger --max-gap releases them.")

@@ -348,14 +348,12 @@ class _Feeder(RowFeeder):
         if not len(batch):
             return
         times = self.times(batch)
-        agg = self.releaser
-        check_gap(buckets_closed(agg, times, batch.missing if batch.missing.any() else None), times=times,
-                  first=agg.position + 1, seconds=agg.bucket, per=len(agg.partition_names), noun="bucket",
-                  max_gap=self.max_gap)
         if self.marked is not None:  # --allowed-lateness: rows held until the watermark closes their bucket
+            self._check_gap(batch, times)
             self._feed_marked(batch, times, sink)
             return
         try:
+            self._check_gap(batch, times)
             for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
                                                         skip=batch.missing if batch.missing.any() else None):
                 self.write(released, sink)
@@ -363,6 +361,13 @@ class _Feeder(RowFeeder):
             if not self.sorted_rows:
                 raise
             raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
+
+    def _check_gap(self, batch: RowBatch, times: np.ndarray) -> None:
+        """Refuse a gap that would release too many buckets (--max-gap), before any work."""
+        agg = self.releaser
+        check_gap(buckets_closed(agg, times, batch.missing if batch.missing.any() else None), times=times,
+                  first=(self.marked or agg).position + 1, seconds=agg.bucket, per=len(agg.partition_names),
+                  noun="bucket", max_gap=self.max_gap)
 
     def _feed_marked(self, batch: RowBatch, times: np.ndarray, sink: TextIO) -> None:
         partitions = None if batch.partitions is None else batch.partitions.to_numpy(zero_copy_only=False)

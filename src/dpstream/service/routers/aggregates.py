@@ -242,7 +242,7 @@ def _check_gap(agg: UnitAggregate, times: np.ndarray) -> None:
     if total > MAX_CLOSED:
         row = int(np.argmax(closed))
         raise ValueError(f"row {agg.position + row + 1}: its time {format_times(times[row:row + 1])[0]} comes "
-                         f"{duration_text(int(closed[row]) * agg.bucket)} after the bucket of the row before it: this "
+                         f"{duration_text(int(closed[row]) * agg.bucket)} after the newest bucket before it: this "
                          f"batch would release {total:,} bucket values (every bucket between two rows is released), "
                          f"more than the {MAX_CLOSED:,} a batch may; the service refuses so long a gap: create another "
                          "aggregate.")
