@@ -59,9 +59,11 @@ PARAMETERS = {"epsilon": "epsilon", "bucket": "bucket", "unit_window": "window",
               "selection_delta": "selection_delta", "noise": "rho", "delta": "rho"}
 #: The parameters of the aggregate's budget (:func:`_budget`: epsilon, or the rho of (epsilon, delta)).
 _BUDGET = ("epsilon", "noise", "delta")
-#: The most bucket values one batch may release (a gap between two rows releases every bucket in between): its
-#: answer stays about the size of the largest request body, and a few seconds' work.
-MAX_CLOSED = 1 << 16
+#: The most bucket values one batch may release (a gap between two rows releases every bucket in between).
+MAX_CLOSED = 1 << 22
+#: The most empty bucket values the gaps between a batch's rows may release, or a window's if more: about the answer
+#: of the largest request body and a few seconds' work (438,288 of them took 34 s), a cost rows do not bound.
+MAX_GAP = 1 << 16
 #: With private partition selection, a released value's position is its number in the order released times this
 #: plus its partition's number (a window holds at most MAX_LEAVES buckets x partitions, so fewer partitions).
 PARTITION_STRIDE = MAX_LEAVES
@@ -236,16 +238,21 @@ async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Res
 
 
 def _check_gap(agg: UnitAggregate, times: np.ndarray) -> None:
-    """Refuse, before any work, a batch that would release more than MAX_CLOSED bucket values (public: times are)."""
+    """Refuse, before any work, a batch whose gaps would release more than MAX_GAP empty bucket values (or a window's,
+    if more), or that would release more than MAX_CLOSED in all: public numbers, as the times are."""
     closed = buckets_closed(agg, times)
-    total = int(closed.sum()) * len(agg.partition_names)
-    if total > MAX_CLOSED:
-        row = int(np.argmax(closed))
+    per = len(agg.partition_names)
+    empty, total = int(np.maximum(closed - 1, 0).sum()) * per, int(closed.sum()) * per
+    row = int(np.argmax(closed)) if closed.size else 0
+    if empty > max(MAX_GAP, agg.width * per):
         raise ValueError(f"row {agg.position + row + 1}: its time {format_times(times[row:row + 1])[0]} comes "
-                         f"{duration_text(int(closed[row]) * agg.bucket)} after the newest bucket before it: this "
-                         f"batch would release {total:,} bucket values (every bucket between two rows is released), "
-                         f"more than the {MAX_CLOSED:,} a batch may; the service refuses so long a gap: create another "
-                         "aggregate.")
+                         f"{duration_text(int(closed[row]) * agg.bucket)} after the newest bucket before it: the gaps "
+                         f"of this batch would release {empty:,} empty bucket values (every bucket between two rows "
+                         f"is released), more than the {max(MAX_GAP, agg.width * per):,} a batch may; the service "
+                         "refuses so long a gap: create another aggregate, starting after it.")
+    if total > MAX_CLOSED:
+        raise ValueError(f"this batch would release {total:,} bucket values, more than the {MAX_CLOSED:,} one batch "
+                         "may: post its rows in smaller batches.")
 
 
 @router.get("/aggregates/{name}/released")
