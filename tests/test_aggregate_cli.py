@@ -62,6 +62,26 @@ def test_bad_options_and_inputs_are_one_line_errors(tmp_path, extra, code, messa
     assert "Traceback" not in result.output and not (tmp_path / "out.csv").exists()
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest bucket before it: the 26,297,280 "
+         "buckets up to it would all be released (26,297,280 values, more than the 4,194,304 a gap releases without "
+         "--max-gap); --max-gap 18262d releases them."),
+    (["--max-gap", "30d"], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest bucket before it, "
+                           "more than --max-gap 30d: every bucket in between would be released"),
+    (["--allowed-lateness", "1h"], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest bucket"),
+    (["--max-gap", "30d", "--state", "s.json"], "comes 18262d after the newest bucket before it, more than"),
+])
+def test_a_long_gap_is_refused_before_any_work_naming_it_and_max_gap(tmp_path, monkeypatch, extra, message):
+    """Every bucket between two rows is released (time is public): 50 years of minutes would take minutes."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gap.csv").write_text("time,meter,kWh\n1990-01-01T00:00:00Z,a,1\n2040-01-01T00:00:00Z,a,1\n")
+    options = [arg if arg != "1h" else "1m" for arg in BASE]
+    result = _run(tmp_path / "gap.csv", "-o", tmp_path / "out.csv", *options, *extra)
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 1 and len(errors) == 1 and message in errors[0], result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out.csv").exists()
+
+
 def test_late_rows_unknown_partitions_and_missing_units_are_refused(tmp_path):
     rows = "time,meter,kWh,feeder\n2024-03-01T01:00:00Z,a,1,f0\n2024-03-01T00:00:00+00:00,a,1,f0\n"
     (tmp_path / "late.csv").write_text(rows)

@@ -218,6 +218,10 @@ def test_the_command_names_only_selected_partitions_and_states_delta(tmp_path):
     ([*PRIVATE, "--selection-delta", "0.01"], "selection_delta must lie in (0, 0.001], got 0.01"),
     ([*PRIVATE, "--selection-delta", "0"], "selection_delta must lie in (0, 0.001], got 0.0"),
     ([*PRIVATE, "--selection-epsilon", "1"], "selection_epsilon must lie strictly between 0 and epsilon 1"),
+    ([*PRIVATE, "--selection-epsilon", "1e-300"], "selection_epsilon (--selection-epsilon) 1e-300 is too small for "
+                                                  "the selection's exact noise: sensitivity / epsilon must be at most"),
+    ([*PRIVATE, "--epsilon", "1e-12"], "half of epsilon 1e-12 (the default selection_epsilon, --selection-epsilon), "
+                                       "5e-13 is too small"),
     ([*PRIVATE, "--replace"], "add/remove relation only"),
     ([*PRIVATE, "--unit-max-partitions", "5000"], "up to 1024, got 5000"),
     ([*PRIVATE, "--revised", "r.csv"], "--revised applies with public partitions only"),

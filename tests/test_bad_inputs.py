@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from dpstream.cli import cli
 from dpstream.count_of_counts import housing_data, write_tables
+from dpstream.durable.budget_store import BudgetStore
 from dpstream.postprocess import FIG3_MATRIX, LaplaceCounts, simulate_counts
 
 #: Seconds a case may take before it counts as a hang.
@@ -31,6 +32,8 @@ CASE_SECONDS = 20
 
 #: Options of a release that would succeed on s.csv.
 OK = "--epsilon 1 --upper-bound 100 --hold 50 --max-range 64 --seed 1"
+#: Options of a zCDP (or pure) release without a hold-out on s.csv, less --method and --delta.
+ZCDP = "--epsilon 1 --upper-bound 100 --seed 1"
 COC = "count-of-counts --entities t/entities.csv --groups t/groups.csv --hierarchy t/hierarchy.csv"
 PP = "postprocess noisy.csv --transition T.csv --users 50 --epsilon 0.5"
 LONG = "x" * 5000
@@ -93,6 +96,48 @@ CASES: list[tuple[str, str, int]] = [
     ("release-output-link-to-directory", f"release s.csv -o linkdir {OK} --force", USAGE),
     ("release-input-directory", f"release adir -o out.txt {OK}", USAGE),
     ("release-column-long", f"release two.csv -o out.txt {OK} --column {LONG}", RUNTIME),
+    # -- release under zCDP, and budget stores -------------------------------------------------
+    ("release-bt-zcdp-no-delta", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp", USAGE),
+    ("release-bt-zcdp-delta-zero", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta 0", USAGE),
+    ("release-bt-zcdp-delta-one", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta 1", USAGE),
+    ("release-bt-zcdp-delta-negative", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta -1", USAGE),
+    ("release-bt-zcdp-delta-nan", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta nan", USAGE),
+    ("release-bt-zcdp-delta-inf", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta inf", USAGE),
+    ("release-bt-zcdp-delta-word", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta small", USAGE),
+    ("release-bt-zcdp-epsilon-tiny", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --epsilon 1e-13 --delta 1e-6",
+     USAGE),
+    ("release-bt-zcdp-rho-tiny", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --epsilon 1e-12 --delta 1e-300",
+     USAGE),
+    ("release-bt-zcdp-granularity-tiny",
+     f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta 1e-6 --granularity 1e-300", USAGE),
+    ("release-bt-zcdp-hold", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta 1e-6 --hold 5", USAGE),
+    ("release-sqrt-zcdp-no-delta", f"release s.csv -o out.txt {ZCDP} --method sqrt-zcdp --max-range 64", USAGE),
+    ("release-sqrt-zcdp-delta-nan", f"release s.csv -o out.txt {ZCDP} --method sqrt-zcdp --delta nan --max-range 64",
+     USAGE),
+    ("release-sqrt-zcdp-max-range-zero", f"release s.csv -o out.txt {ZCDP} --method sqrt-zcdp --delta 1e-6 "
+     "--max-range 0", USAGE),
+    ("release-sqrt-zcdp-max-range-one", f"release s.csv -o out.txt {ZCDP} --method sqrt-zcdp --delta 1e-6 "
+     "--max-range 1", USAGE),
+    ("release-sqrt-zcdp-max-range-huge", f"release s.csv -o out.txt {ZCDP} --method sqrt-zcdp --delta 1e-6 "
+     "--max-range 99999999999999999999", USAGE),
+    ("release-sqrt-zcdp-max-range-default", f"release s.csv -o out.txt {ZCDP} --method sqrt-zcdp --delta 1e-6", USAGE),
+    ("release-tops-zcdp-no-delta", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50", USAGE),
+    ("release-tops-zcdp-delta-one", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 --delta 1", USAGE),
+    ("release-tops-zcdp-epsilon-tiny", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 --delta 1e-6 "
+     "--epsilon 1e-12", USAGE),
+    ("release-tops-zcdp-epsilon-huge", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 --delta 1e-6 "
+     "--epsilon 1e300", USAGE),
+    ("release-tops-zcdp-standard-errors", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 "
+     "--delta 1e-6 --standard-errors", USAGE),
+    ("release-topl-standard-errors", f"release s.csv -o out.txt {OK} --method topl --standard-errors", USAGE),
+    ("release-bt-delta", f"release s.csv -o out.txt {ZCDP} --method bt --delta 1e-6", USAGE),
+    ("release-budget-store-pure-for-zcdp", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta 1e-6 "
+     "--budget-store pure.json", USAGE),
+    ("release-budget-store-pak", f"release s.csv -o out.txt {OK} --method pak --budget-store pure.json", USAGE),
+    ("release-budget-store-junk", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store junk.txt", USAGE),
+    ("release-budget-store-missing", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store nope.json", USAGE),
+    ("release-budget-store-damaged", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store damaged.json", USAGE),
+    ("release-budget-store-directory", f"release s.csv -o out.txt {ZCDP} --method bt --budget-store adir", USAGE),
     # -- release: what it found while running (1) -------------------------------------------
     ("release-input-missing", f"release nope.csv -o out.txt {OK}", RUNTIME),
     ("release-input-junk", f"release junk.txt -o out.txt {OK}", RUNTIME),
@@ -285,6 +330,26 @@ CASES: list[tuple[str, str, int]] = [
     ("epp-seed-negative", "evaluate-postprocess --seed -1 --out res", USAGE),
     ("epp-out-under-a-file", "evaluate-postprocess --rounds 1 --out s.csv/res", RUNTIME),
     ("epp-out-has-results", "evaluate-postprocess --study epsilon --rounds 1 --out results", RUNTIME),
+    # -- budget ---------------------------------------------------------------------------------
+    ("budget-missing", "budget nope.json", RUNTIME),
+    ("budget-missing-directory", "budget nodir/b.json", RUNTIME),
+    ("budget-junk", "budget junk.txt", RUNTIME),
+    ("budget-not-json", "budget bin.dat", RUNTIME),
+    ("budget-damaged-store", "budget damaged.json", RUNTIME),
+    ("budget-state-not-a-store", "budget pure.json --summary x.csv", USAGE),
+    ("budget-directory", "budget adir", USAGE),
+    ("budget-new-rho-negative", "budget new.json --new-rho -1", USAGE),
+    ("budget-new-rho-zero", "budget new.json --new-rho 0", USAGE),
+    ("budget-new-rho-nan", "budget new.json --new-rho nan", USAGE),
+    ("budget-new-rho-inf", "budget new.json --new-rho inf", USAGE),
+    ("budget-new-rho-word", "budget new.json --new-rho abc", USAGE),
+    ("budget-new-epsilon-zero", "budget new.json --new-epsilon 0", USAGE),
+    ("budget-new-epsilon-nan", "budget new.json --new-epsilon nan", USAGE),
+    ("budget-new-both", "budget new.json --new-rho 1 --new-epsilon 1", USAGE),
+    ("budget-new-exists", "budget old.txt --new-rho 1", USAGE),
+    ("budget-new-no-directory", "budget nodir/b.json --new-rho 1", RUNTIME),
+    ("budget-new-under-a-file", "budget s.csv/b.json --new-rho 1", RUNTIME),
+    ("budget-new-directory", "budget adir --new-epsilon 1", USAGE),
     # -- the group ------------------------------------------------------------------------------
     ("group-unknown-command", "nope", USAGE),
     ("group-unknown-option", "--nope", USAGE),
@@ -317,6 +382,8 @@ def _workspace(root: Path) -> None:
     server.bind(str(root / "sock"))
     server.close()
     write_tables(housing_data(300, n_states=2, n_counties=3, seed=1), root / "t")
+    BudgetStore.create(root / "pure.json", epsilon=5.0)
+    (root / "damaged.json").write_text('{"format": "dpstream-budget", "version": 1, "accounting": "pu')
     truth = simulate_counts(FIG3_MATRIX, users=50, steps=20, seed=1)
     np.savetxt(root / "noisy.csv", LaplaceCounts(epsilon=0.5, seed=2).release(truth), delimiter=",", fmt="%.17g")
     np.savetxt(root / "T.csv", FIG3_MATRIX, delimiter=",")

@@ -82,6 +82,20 @@ def test_release_prints_a_table_for_few_keys_and_writes_the_summary(tmp_path):
     assert [float(row[3]) for row in rows[1:]] == [r.threshold for r in streams.report()]
 
 
+def test_the_table_shows_an_epsilon_recomputed_from_the_noise_scale_as_asked_and_the_summary_the_exact_one(tmp_path):
+    # the table said 0.09999999999989766: w-event recomputes epsilon from the noise scale, rounded up
+    _meters(tmp_path / "m.csv", {"m1": 40, "m2": 30})
+    result = _run("release", tmp_path / "m.csv", "-o", tmp_path / "out.csv", *OPTIONS, "--epsilon", "0.1",
+                  "--w-event", 7, "--threshold", 3, "--summary", tmp_path / "summary.csv")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("key "))
+    assert [line.split()[-1] for line in lines[head + 1 : head + 3]] == ["0.1", "0.1"]
+    with open(tmp_path / "summary.csv", newline="") as f:
+        exact = [float(row[-1]) for row in list(csv.reader(f))[1:]]
+    assert all(0.1 * (1 - 1e-10) < epsilon < 0.1 for epsilon in exact)  # the exact one, below the one asked
+
+
 def test_many_keys_are_no_table_but_a_summary_row_each(tmp_path):
     _meters(tmp_path / "m.csv", {f"k{i:02d}": 12 for i in range(TABLE_KEYS + 1)})
     result = _run("release", tmp_path / "m.csv", "-o", tmp_path / "out.csv", "--threshold", 4, *OPTIONS)

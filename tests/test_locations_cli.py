@@ -108,6 +108,24 @@ def test_bad_rows_are_one_line_errors(tmp_path, data, edit, message):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
+    ([], "row 2: its time 2040-01-01T00:00:00Z comes 18262d after the newest step before it: the 26,297,280 "
+         "steps up to it would all be released (52,594,560 values, more than the 4,194,304 a gap releases without "
+         "--max-gap); --max-gap 18262d releases them."),
+    (["--max-gap", "30d"], "comes 18262d after the newest step before it, more than --max-gap 30d"),
+])
+def test_a_long_gap_is_refused_before_any_work_naming_it_and_max_gap(tmp_path, extra, message):
+    """Every step between two rows is released (time is public): 50 years of minutes would take minutes."""
+    (tmp_path / "rows.csv").write_text("time,user,location\n1990-01-01T00:00:00Z,a,L1\n2040-01-01T00:00:00Z,a,L2\n")
+    (tmp_path / "locations.txt").write_text("L1\nL2\n")
+    result = _run(tmp_path / "rows.csv", "-o", tmp_path / "out.csv", "--time-column", "time", "--user-column", "user",
+                  "--location-column", "location", "--locations", tmp_path / "locations.txt", "--step", "1m",
+                  "--epsilon", "1", "--neighbours", "unbounded", *extra)
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 1 and len(errors) == 1 and message in errors[0], result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
     (["--postprocess", "map"], "--postprocess needs --transition"),
     (["--prior", "uniform"], "--prior applies with --postprocess only"),
     (["--step", "90min"], "is not an integer and s, m, h or d"),

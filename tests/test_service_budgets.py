@@ -74,6 +74,7 @@ def test_a_source_is_charged_once_and_a_creation_that_fails_takes_its_charge_bac
     ({"name": "x"}, "rho (zCDP) or epsilon (pure DP), one of them"),
     ({"name": "x", "rho": -1}, "finite number > 0, got -1"),
     ({"name": "x", "rho": 1, "delta": 2}, "delta must be below 1"),
+    ({"name": "x", "rho": 1e308}, "a budget's rho 1e+308 implies an epsilon beyond a float at delta 1e-06"),  # was 500
     ({"name": "x", "epsilon": 1, "delta": 1e-6}, "delta applies to a rho budget"),
     ({"name": "x", "rho": 1, "total": 2}, "unknown field(s) total"),
     ({"rho": 1}, "name must be"),

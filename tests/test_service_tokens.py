@@ -355,15 +355,20 @@ def test_the_access_log_has_one_line_per_request_and_no_secret(tmp_path):
 @pytest.mark.parametrize("args, code, message", [
     (["token", "create", "--role", "contributor"], 2, "a contributor token needs collector"),
     (["token", "create", "--role", "contributor", "--collector", "x", "--window", "1.5h"], 2, "window must be"),
-    (["token", "revoke", "nope"], 1, "no token with id 'nope'"),
+    (["token", "revoke", "nope"], 1, "database dpstream.db: there is none (nothing was created;"),
     (["token", "list", "--database", "mysql://x"], 1, "database URL must start with sqlite:///"),
+    (["token", "list", "--database", "sqlite:////nonexistent/x.db"], 1, "database /nonexistent/x.db: there is none"),
+    (["token", "list", "--database", "sqlite:///x.db"], 1, "database x.db: there is none (nothing was created;"),
+    (["budget", "b", "--database", "sqlite:///x.db"], 1, "database x.db: there is none (nothing was created;"),
     (["serve", "--token", TOKEN, "--access-log", "/nonexistent/dir/access.log"], 1, "--access-log /nonexistent/dir"),
-], ids=["no collector", "bad window", "unknown id", "bad database", "unwritable log"])
+], ids=["no collector", "bad window", "revoke without a database", "bad database", "list an absent database",
+        "list an absent relative database", "budget of an absent database", "unwritable log"])
 def test_bad_token_commands_are_one_line_errors(tmp_path, monkeypatch, args, code, message):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == code and message in result.output, result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # a command that reads the database never creates it
 
 
 def test_the_cli_lists_and_revokes_what_it_issued(tmp_path, monkeypatch):
@@ -374,6 +379,8 @@ def test_the_cli_lists_and_revokes_what_it_issued(tmp_path, monkeypatch):
     listed = json.loads(runner.invoke(cli, ["token", "list", "--json"]).stdout)["tokens"]
     assert listed == [{key: value for key, value in issued.items() if key != "token"}]
     assert runner.invoke(cli, ["token", "revoke", issued["id"]]).exit_code == 0
+    unknown = runner.invoke(cli, ["token", "revoke", "nope"])
+    assert unknown.exit_code == 1 and "no token with id 'nope'" in unknown.output
     table = runner.invoke(cli, ["token", "list"]).stdout
     assert issued["id"] in table and "revoked" in table and "stream:a" in table and issued["token"] not in table
 

@@ -107,6 +107,11 @@ def test_the_public_reads_carry_the_sqrt_stream_s_standard_errors(http):
     ({"method": "bt-zcdp", "delta": 1e-6, "rho": 0.1}, "method 'bt-zcdp' takes no parameter 'rho'"),
     ({"method": "bt", "rho": 0.1}, "method 'bt' takes no parameter 'rho'"),
     ({"method": "sqrt-zcdp", "delta": 2.0}, "delta"),
+    ({"method": "bt-zcdp", "delta": 0}, "delta must lie strictly between 0 and 1 to convert zCDP, got 0"),
+    ({"method": "bt-zcdp", "delta": "1e-6"}, "delta must be a real number, got '1e-6'"),
+    ({"method": "bt-zcdp", "delta": 1e-300, "epsilon": 1e-12}, "epsilon 1e-12 at delta 1e-300 affords rho 3.817e-28"),
+    ({"method": "tops-zcdp", "hold": 300, "delta": 1e-6, "epsilon": 1e-12},
+     "sqrt(2 rho), rho = 1e-12 (the threshold's budget under zCDP, unless threshold_epsilon) must be in"),
 ])
 def test_zcdp_streams_that_could_never_run_are_one_line_422s(http, body, message):
     answer = http.post("/streams", json={"name": "bad", "epsilon": 1.0, "upper_bound": 50.0, **body}, headers=AUTH)

@@ -130,6 +130,8 @@ def test_a_value_out_of_bounds_names_its_row_in_arrival_order(tmp_path):
     (["--engine", "spark-streaming", "--spark-checkpoint", "CK"], "needs --secret-file"),
     (["--engine", "spark-streaming", "--spark-checkpoint", "CK", "--seed", "1", "--sort"],
      "--sort applies to --engine local only"),
+    (["--engine", "spark-streaming", "--spark-checkpoint", "CK", "--seed", "1", "--max-gap", "1d"],
+     "--max-gap applies to --engine local only"),
     (["--engine", "spark-streaming", "--spark-checkpoint", "CK", "--seed", "1", "--state", "S"],
      "--allowed-lateness and --state do not go together"),
     (["--spark-checkpoint", "CK"], "--spark-checkpoint applies to --engine spark-streaming only"),

@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpstream._checks import check_epsilon, check_nonnegative, check_probability
+from dpstream._checks import MIN_EPSILON, check_epsilon, check_nonnegative, check_probability
 from dpstream.privacy import Budget, Composition, EpsilonDelta, Part, PrivacyGuarantee, Relation
 
 __all__ = [
@@ -178,14 +178,19 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
 
 def rho_for(epsilon: float, delta: float) -> float:
     """The largest rho (to a relative 1e-12, rounded down) whose :func:`zcdp_epsilon` at ``delta`` is at most
-    ``epsilon``: how much zCDP budget an (epsilon, delta) target affords.
+    ``epsilon``: how much zCDP budget an (epsilon, delta) target affords; a target that affords a rho > 0 below
+    :data:`~dpstream._checks.MIN_EPSILON` (which no mechanism takes) is refused naming it.
 
     >>> rho = rho_for(1.0, 1e-6); bool(zcdp_epsilon(rho, 1e-6) <= 1.0 < zcdp_epsilon(rho * 1.001, 1e-6))
     True
+    >>> rho_for(1e-12, 1e-300)
+    Traceback (most recent call last):
+    ValueError: epsilon 1e-12 at delta 1e-300 affords rho 3.817e-28 (zCDP), below 1e-12: smaller budgets drown the \
+data in float64 noise; a larger epsilon or delta.
     """
     epsilon, delta = check_nonnegative(epsilon, "epsilon"), _delta(delta)
-    if epsilon == 0.0:
-        return 0.0
+    if epsilon == 0.0 or zcdp_epsilon(epsilon, delta) <= epsilon:  # the search's top affords it (delta covers it)
+        return epsilon
     low, high = 0.0, epsilon  # zcdp_epsilon(rho) >= rho
     while high - low > high * 1e-12:
         middle = (low + high) / 2.0
@@ -193,6 +198,9 @@ def rho_for(epsilon: float, delta: float) -> float:
             low = middle
         else:
             high = middle
+    if low < MIN_EPSILON:
+        raise ValueError(f"epsilon {epsilon!r} at delta {delta!r} affords rho {low:.4g} (zCDP), below {MIN_EPSILON:g}: "
+                         "smaller budgets drown the data in float64 noise; a larger epsilon or delta.")
     return low
 
 

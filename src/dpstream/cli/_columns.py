@@ -21,6 +21,7 @@ values, released, theta, s or the structure, hold-out, epsilon) is a table on st
 from __future__ import annotations
 
 import csv
+import decimal
 import itertools
 import math
 import os
@@ -512,11 +513,23 @@ def _fields(report: KeyReport) -> list[str]:
             str(report.hold), f"{report.epsilon!r}"]
 
 
+def shown_epsilon(epsilon: float) -> str:
+    """``epsilon`` for people: at most 10 significant digits, rounded **up** (a guarantee at a smaller epsilon than
+    the one spent would be false); an epsilon recomputed from a noise scale rounded up (below the one asked by about
+    1e-12 of it) reads as the one asked.
+
+    >>> shown_epsilon(0.09999999999989766), shown_epsilon(1.0), shown_epsilon(0.12345678901)
+    ('0.1', '1.0', '0.1234567891')
+    """
+    return repr(float(decimal.Context(prec=10, rounding=decimal.ROUND_CEILING).create_decimal(epsilon)))
+
+
 def key_table(reports: list[KeyReport]) -> list[str]:
-    """The per-key table on stderr: one aligned line per key under a header ('-' where nothing is chosen yet)."""
+    """The per-key table on stderr: one aligned line per key under a header ('-' where nothing is chosen yet);
+    epsilon as :func:`shown_epsilon` (the summary CSV keeps the exact one)."""
     rows = [["key", "values", "released", "theta", "s", "hold", "epsilon"]]
-    rows += [[show_key(row[0]) if not row[0].isprintable() else row[0], *(field or "-" for field in row[1:])]
-             for row in map(_fields, reports)]
+    rows += [[show_key(row[0]) if not row[0].isprintable() else row[0], *(field or "-" for field in row[1:-1]),
+              shown_epsilon(report.epsilon)] for row, report in zip(map(_fields, reports), reports)]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return ["  ".join(field.ljust(width) if column == 0 else field.rjust(width)
                       for column, (field, width) in enumerate(zip(row, widths))).rstrip() for row in rows]

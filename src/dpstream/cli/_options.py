@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import click
 
@@ -28,11 +29,16 @@ DATABASE_KEY = click.option("--database-key", envvar="DPSTREAM_DATABASE_KEY", me
                             help="The database key, when the service's secrets are sealed with one.")
 
 
-def open_database(database: str, database_key: str | None) -> Any:
-    """The service's storage of ``database`` (a one-line error when it cannot be opened)."""
+def open_database(database: str, database_key: str | None, *, existing: bool = False) -> Any:
+    """The service's storage of ``database`` (a one-line error when it cannot be opened); ``existing``: a command
+    that reads refuses a SQLite file that is not there rather than create it."""
     from dpstream.service import StorageError, open_storage
     from dpstream.service.secrets import parse_database_key
 
+    path = unquote(database[len("sqlite:///"):]) if existing and database.startswith("sqlite:///") else ""
+    if path not in ("", ":memory:") and not os.path.lexists(path):
+        raise click.ClickException(f"database {path}: there is none (nothing was created; dpstream serve and dpstream "
+                                   "token create create one).")
     try:
         key = None if database_key is None else parse_database_key(database_key)
         return open_storage(database, database_key=key)

@@ -23,10 +23,13 @@ from dpstream.cli._app import say, warn_if_seeded
 from dpstream.cli._outputs import is_stream, prepare_output
 from dpstream.io import Batch, InputError
 from dpstream.io.rows import RowBatch
-from dpstream.io.times import parse_duration, parse_times, time_kind
+from dpstream.io.times import MAX_DURATION, duration_text, format_times, parse_duration, parse_times, time_kind
 
-__all__ = ["BatchTimes", "RowFeeder", "derived_output", "duration_option", "durable_rows", "read_names", "row_batches",
-           "seconds_option"]
+__all__ = ["GAP_VALUES", "BatchTimes", "RowFeeder", "check_gap", "derived_output", "duration_option", "durable_rows",
+           "gap_option", "read_names", "row_batches", "seconds_option"]
+
+#: The most values a gap between two rows releases unless --max-gap is given (as many as a window may hold).
+GAP_VALUES = 1 << 22
 
 
 def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -37,6 +40,34 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> i
         if re.fullmatch(r"\s*[0-9]+[smhd]\s*", value):  # well formed, too long
             raise click.BadParameter(str(error)) from None
         raise click.BadParameter(f"{value!r} is not an integer and s, m, h or d (m = minutes), e.g. 30m.") from None
+
+
+def gap_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``--max-gap``: a duration in seconds (None: not given, the default bound on the values released)."""
+    return None if value is None else duration_option(ctx, param, value)
+
+
+def check_gap(closed: np.ndarray, *, times: np.ndarray, first: int, seconds: int, per: int, noun: str,
+              max_gap: int | None) -> None:
+    """Refuse, before any work, a row whose gap after the row before it would release more than ``--max-gap`` (when
+    given) or more than :data:`GAP_VALUES` values (``per`` for each ``noun`` it closes; ``closed`` counts them before
+    each row, ``times`` the rows' nanoseconds, ``first`` the first row's number): every step in a gap is released,
+    which is public (times are) but would take minutes, a hang to the user."""
+    if not closed.size:
+        return
+    row = int(np.argmax(closed))
+    count = int(closed[row])
+    if (count * seconds <= max_gap) if max_gap is not None else count * per <= GAP_VALUES:
+        return
+    head = (f"row {first + row}: its time {format_times(times[row:row + 1])[0]} comes {duration_text(count * seconds)} "
+            f"after the newest {noun} before it")
+    if max_gap is not None:
+        raise ValueError(f"{head}, more than --max-gap {duration_text(max_gap)}: every {noun} in between would be "
+                         "released; a larger --max-gap releases them.")
+    larger = (f"--max-gap {duration_text(count * seconds)} releases them" if count * seconds <= MAX_DURATION else
+              "--max-gap allows at most 100 years")
+    raise ValueError(f"{head}: the {count:,} {noun}s up to it would all be released ({count * per:,} values, more "
+                     f"than the {GAP_VALUES:,} a gap releases without --max-gap); {larger}.")
 
 
 def seconds_option(ctx: click.Context, param: click.Parameter, value: float) -> float:

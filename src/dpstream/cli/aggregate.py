@@ -36,9 +36,11 @@ from dpstream.cli._revised import write_revised_csv
 from dpstream.cli._rows import (
     BatchTimes,
     RowFeeder,
+    check_gap,
     derived_output,
     durable_rows,
     duration_option,
+    gap_option,
     read_names,
     seconds_option,
 )
@@ -50,7 +52,7 @@ from dpstream.io.records import MISSING_POLICIES
 from dpstream.io.rows import RowBatch, read_rows
 from dpstream.io.times import buckets_per_window, format_times, parse_times, time_kind
 from dpstream.release.aggregate import LATE_POLICIES, STATISTICS, Released, UnitAggregate, unit_statement
-from dpstream.release.aggregate_watermark import WatermarkAggregate
+from dpstream.release.aggregate_watermark import WatermarkAggregate, buckets_closed
 from dpstream.release.partition_selection import SELECTIONS
 
 __all__ = ["aggregate"]
@@ -124,6 +126,9 @@ def _lateness_option(ctx: click.Context, param: click.Parameter, value: str | No
 @click.option("--start", default=None,
               help="The first bucket released (a time, aligned down to its window), public: without it the window "
                    "of the first row, which the guarantee does not cover.")
+@click.option("--max-gap", callback=gap_option, default=None,
+              help="The longest time between two rows' buckets (an integer and s|m|h|d): every bucket in between is "
+                   "released. Default: a gap may release at most 4,194,304 bucket values (buckets x partitions).")
 @click.option("--sort", "sort_rows", is_flag=True,
               help="Read the whole input and sort its rows by time first (a file written meter by meter); memory "
                    "grows with the rows.")
@@ -168,6 +173,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
     standard_error, delta = options.pop("standard_error"), options["delta"]  # the guarantee is stated at --delta
+    max_gap = options.pop("max_gap")
     context = click.get_current_context()
     for name in ("spark_master", "spark_conf", *STREAMING_ONLY):
         options.pop(name)
@@ -211,7 +217,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
                      names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                      columns=(time_column, unit_column, column, partition_column, missing),
-                     standard_error=standard_error, delta=delta)
+                     standard_error=standard_error, delta=delta, max_gap=max_gap)
         _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
         return
     if click.get_current_context().get_parameter_source("checkpoint_seconds") is not click.core.ParameterSource.DEFAULT:
@@ -221,7 +227,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
     rows = _charged(rows, budget_path, probe, state_path=None, output_path=output_path)
     feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta,
-                     lateness=allowed_lateness)
+                     lateness=allowed_lateness, max_gap=max_gap)
     with output_file(target) as sink:
         writer = csv.writer(sink, lineterminator="\n")
         writer.writerow(["bucket", "partition", "value"])
@@ -328,8 +334,10 @@ class _Feeder(RowFeeder):
     """Parses each batch's times, feeds the release and writes the buckets it closes."""
 
     def __init__(self, releaser: UnitAggregate, names: list[str], width: int, *, sorted_rows: bool = False,
-                 standard_error: bool = False, delta: float | None = None, lateness: int | None = None) -> None:
+                 standard_error: bool = False, delta: float | None = None, lateness: int | None = None,
+                 max_gap: int | None = None) -> None:
         self.releaser, self.names, self.width, self.sorted_rows = releaser, names, width, sorted_rows
+        self.max_gap = max_gap
         self.marked = None if lateness is None else WatermarkAggregate(releaser, lateness=lateness)
         self.standard_error, self.delta = standard_error, delta
         self.times = BatchTimes()
@@ -341,9 +349,11 @@ class _Feeder(RowFeeder):
             return
         times = self.times(batch)
         if self.marked is not None:  # --allowed-lateness: rows held until the watermark closes their bucket
+            self._check_gap(batch, times)
             self._feed_marked(batch, times, sink)
             return
         try:
+            self._check_gap(batch, times)
             for released in self.releaser.release_parts(times, batch.units, batch.values, batch.partitions,
                                                         skip=batch.missing if batch.missing.any() else None):
                 self.write(released, sink)
@@ -351,6 +361,13 @@ class _Feeder(RowFeeder):
             if not self.sorted_rows:
                 raise
             raise ValueError(f"{error} (--sort: rows are numbered in time order, not as in the file)") from None
+
+    def _check_gap(self, batch: RowBatch, times: np.ndarray) -> None:
+        """Refuse a gap that would release too many buckets (--max-gap), before any work."""
+        agg = self.releaser
+        check_gap(buckets_closed(agg, times, batch.missing if batch.missing.any() else None), times=times,
+                  first=(self.marked or agg).position + 1, seconds=agg.bucket, per=len(agg.partition_names),
+                  noun="bucket", max_gap=self.max_gap)
 
     def _feed_marked(self, batch: RowBatch, times: np.ndarray, sink: TextIO) -> None:
         partitions = None if batch.partitions is None else batch.partitions.to_numpy(zero_copy_only=False)
@@ -451,6 +468,7 @@ def _check_lateness(context: click.Context, lateness: int | None, *, engine: str
                 raise ValueError(f"{flag} applies to --engine spark-streaming only.")
     else:
         given = {"--state": state_path, "--sort": context.params["sort_rows"] or None,
+                 "--max-gap": context.params["max_gap"],
                  "--partition-selection private": context.params["partition_selection"] == "private" or None}
         for flag, value in given.items():
             if value is not None:
@@ -479,12 +497,13 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
                  checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False,
-                 delta: float | None = None) -> None:
+                 delta: float | None = None, max_gap: int | None = None) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
     width = buckets_per_window(params["bucket"], params["window"])
     durable_rows(state_path, command="aggregate", params={"method": "aggregate", **params}, columns=columns,
                  build=lambda key: UnitAggregate(**params, key=key),
-                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error, delta=delta),
+                 feeder=lambda agg: _Feeder(agg, names, width, standard_error=standard_error, delta=delta,
+                                            max_gap=max_gap),
                  header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
                  output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
                  batches=_batches)

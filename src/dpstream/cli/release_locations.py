@@ -37,9 +37,11 @@ from dpstream.cli._outputs import output_file, prepare_output
 from dpstream.cli._rows import (
     BatchTimes,
     RowFeeder,
+    check_gap,
     derived_output,
     durable_rows,
     duration_option,
+    gap_option,
     read_names,
     seconds_option,
 )
@@ -97,6 +99,10 @@ _BATCH = 1 << 18
               help="A secret state file: the release continues where a stopped run left it, never re-drawing noise.")
 @click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               callback=seconds_option, help="With --state: the least time between two commits.")
+@click.option("--max-gap", callback=gap_option, default=None,
+              help="With --neighbours unbounded: the longest time between two rows' steps (an integer and s|m|h|d): "
+                   "every step in between is released. Default: a gap may release at most 4,194,304 counts (steps x "
+                   "locations).")
 def release_locations(input_path: str, output_path: str, time_column: str, user_column: str, location_column: str,
                       locations_path: str, method: str | None, transition_path: str | None, prior: str,
                       postprocessed_path: str | None, seed: int | None, force: bool, state_path: str | None,
@@ -109,6 +115,7 @@ def release_locations(input_path: str, output_path: str, time_column: str, user_
     epsilon (N = --w-event), so any N consecutive steps of a user cost epsilon and a trajectory of
     T steps T x epsilon / N.  OUT is CSV 'step,<location>,...', written as steps close.
     """
+    max_gap = options.pop("max_gap")
     with usage_errors():
         locations = read_names(locations_path, "--locations", "location")
         params = dict(epsilon=options["epsilon"], locations=locations, step=options["step"],
@@ -126,7 +133,7 @@ def release_locations(input_path: str, output_path: str, time_column: str, user_
     if state_path is not None:
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows, seed=seed,
                      force=force, checkpoint_seconds=checkpoint_seconds,
-                     columns=(time_column, user_column, location_column))
+                     columns=(time_column, user_column, location_column), max_gap=max_gap)
     else:
         if click.get_current_context().get_parameter_source("checkpoint_seconds") is not \
                 click.core.ParameterSource.DEFAULT:
@@ -134,7 +141,7 @@ def release_locations(input_path: str, output_path: str, time_column: str, user_
         releaser = LocationCounts(**params, seed=seed)
         warn_if_seeded(seed)
         out = prepare_output(output_path, force=force, inputs=[input_path, locations_path, transition_path])
-        writer = _Writer(releaser)
+        writer = _Writer(releaser, max_gap)
         with output_file(out) as sink:
             sink.write(writer.header_text())
             for batch in rows:
@@ -193,8 +200,8 @@ def _read_transition(path: str | None, locations: list[str]) -> np.ndarray:
 class _Writer(RowFeeder):
     """Parses each batch's times, feeds the release and writes the steps it closes."""
 
-    def __init__(self, releaser: LocationCounts) -> None:
-        self.releaser = releaser
+    def __init__(self, releaser: LocationCounts, max_gap: int | None = None) -> None:
+        self.releaser, self.max_gap = releaser, max_gap
         self.times = BatchTimes()
         self.steps = 0  # steps written by this run
 
@@ -208,6 +215,10 @@ class _Writer(RowFeeder):
         if not len(batch):
             return
         times = self.times(batch)
+        releaser = self.releaser
+        if not releaser.bounded:  # bounded neighbours refuse any step without rows, so any gap, at once
+            check_gap(releaser.steps_closed(times), times=times, first=releaser.position + 1, seconds=releaser.step,
+                      per=len(releaser.locations), noun="step", max_gap=self.max_gap)
         for released in self.releaser.release_parts(times, batch.units, batch.partitions):
             self.write(released, sink)
 
@@ -230,14 +241,14 @@ class _Writer(RowFeeder):
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
                  rows: Iterator[RowBatch], seed: int | None, force: bool, checkpoint_seconds: float,
-                 columns: tuple[str, ...]) -> None:
+                 columns: tuple[str, ...], max_gap: int | None = None) -> None:
     """``release-locations --state FILE``: the release under a durable run, each batch committed before it is
     written."""
     header = _Writer(LocationCounts(**params, seed=0)).header_text()
     durable_rows(state_path, command="release-locations", params={"method": "locations", **params}, columns=columns,
-                 build=lambda key: LocationCounts(**params, key=key), feeder=_Writer, header=header, unit="steps",
-                 rows=rows, input_path=input_path, output_path=output_path, seed=seed, force=force,
-                 checkpoint_seconds=checkpoint_seconds)
+                 build=lambda key: LocationCounts(**params, key=key), feeder=lambda counts: _Writer(counts, max_gap),
+                 header=header, unit="steps", rows=rows, input_path=input_path, output_path=output_path, seed=seed,
+                 force=force, checkpoint_seconds=checkpoint_seconds)
 
 
 def _write_postprocessed(target: Path, output_path: str, params: dict[str, Any], *, method: str | None,

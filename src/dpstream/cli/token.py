@@ -24,11 +24,12 @@ _DATABASE = click.option("--database", default=DEFAULT_DATABASE, show_default=Tr
 _KEY = DATABASE_KEY
 
 
-def _tokens(database: str, database_key: str | None) -> Any:
-    """The token store of the database (a one-line error when it cannot be opened)."""
+def _tokens(database: str, database_key: str | None, *, existing: bool = True) -> Any:
+    """The token store of the database (a one-line error when it cannot be opened; ``existing``: refused when
+    there is no database, rather than created, except by ``create``)."""
     from dpstream.service.tokens import TokenStore
 
-    return TokenStore(open_database(database, database_key))
+    return TokenStore(open_database(database, database_key, existing=existing))
 
 
 @cli.group()
@@ -70,7 +71,7 @@ def create(role: str, streams: tuple[str, ...], aggregates: tuple[str, ...], col
         spec = token_spec({name: value for name, value in given.items() if value is not None})
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    store = _tokens(database, database_key)
+    store = _tokens(database, database_key, existing=False)
     try:
         secret, principal = store.create(spec)
     finally:

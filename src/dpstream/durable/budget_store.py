@@ -43,6 +43,7 @@ resumed) is not charged twice.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
@@ -58,8 +59,8 @@ from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, rho_of_pure, zcdp_
 from dpstream.durable.files import write_atomic
 from dpstream.privacy import PrivacyGuarantee, Relation, UnitLevel
 
-__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "amount_of", "check_charge", "in_terms",
-           "report", "subject_of"]
+__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "amount_of", "check_charge", "check_total",
+           "in_terms", "report", "subject_of"]
 
 #: The ``format`` field of a budget store file.
 BUDGET_FORMAT = "dpstream-budget"
@@ -170,15 +171,18 @@ class BudgetStore:
         its (epsilon, delta) at.  An existing file is refused."""
         if (rho is None) == (epsilon is None):
             raise ValueError("a budget store needs its total: rho (zCDP) or epsilon (pure DP), one of them.")
-        total = rho if rho is not None else epsilon
-        if not (isinstance(total, (int, float)) and math.isfinite(total) and total > 0):
-            raise ValueError(f"a budget store's total must be a finite number > 0, got {total!r}.")
+        total = check_total(rho if rho is not None else epsilon)
         path = Path(path)
+        if not path.parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"its directory {path.parent} does not exist (nothing was written)",
+                                    str(path))
+        if path.exists():  # checked again under the lock; here so that a refusal leaves no lock file
+            raise _exists(path)
         data = {"format": BUDGET_FORMAT, "version": _VERSION, "accounting": "zcdp" if rho is not None else "pure",
                 "total": float(total), "delta": float(delta), "subject": None, "charges": []}
         with _locked(path):
             if path.exists():
-                raise ValueError(f"the budget store {path} exists already: open it, or name another file.")
+                raise _exists(path)
             write_atomic(path, _encode(data))
         return cls(path, data)
 
@@ -294,10 +298,31 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+def _exists(path: Path) -> ValueError:
+    what = "the budget store" if BudgetStore.is_store(path) else "the file"
+    return ValueError(f"{what} {path} exists already: a budget store is created in a new file; name another one.")
+
+
+def check_total(total: Any) -> float:
+    """A store's total (rho or epsilon): a finite number > 0, else refused naming it.
+
+    >>> check_total(float("nan"))
+    Traceback (most recent call last):
+    ValueError: a budget store's total must be a finite number > 0, got nan.
+    """
+    if isinstance(total, bool) or not (isinstance(total, (int, float)) and math.isfinite(total) and total > 0):
+        raise ValueError(f"a budget store's total must be a finite number > 0, got {total!r}.")
+    return total
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive flock on ``path.lock``, waited for (charges of concurrent releases queue up)."""
-    descriptor = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """An exclusive flock on ``path.lock``, waited for (charges of concurrent releases queue up); an error names
+    ``path``, the store the user gave."""
+    try:
+        descriptor = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise type(error)(error.errno, f"{error.strerror} (its lock file {path.name}.lock)", str(path)) from None
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield

@@ -16,7 +16,8 @@ release the same values.  As with ``late="drop"``, the guarantee holds for input
 order is public: a row that runs ahead moves the watermark for every unit.
 
 The end of the input (:meth:`WatermarkAggregate.flush`) closes every bucket; a streaming query
-has no end, and releases only the buckets the watermark has closed.
+has no end, and releases only the buckets the watermark has closed.  :func:`buckets_closed` says
+how many buckets a batch's rows would close, before any work (a long gap closes every bucket in it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 
 from dpstream.release.aggregate import Released, UnitAggregate
 
-__all__ = ["WatermarkAggregate"]
+__all__ = ["WatermarkAggregate", "buckets_closed"]
 
 _NS = 1_000_000_000
 _NEVER = -(2**62)
@@ -140,3 +141,21 @@ class WatermarkAggregate:
         marked.pending = {name: None if column is None else np.asarray(column, dtype=kinds[name])
                           for name, column in state["pending"].items()}
         return marked
+
+
+def buckets_closed(agg: UnitAggregate, times: Any, skip: np.ndarray | None = None) -> np.ndarray:
+    """How many buckets ``agg.release_parts(times, ...)`` would close before each row (a gap between two rows closes
+    every bucket in between; ``skip`` marks rows left out), from the times alone and before any work: public, as
+    the times are, so that a caller can refuse a gap that would take minutes to release.
+
+    >>> agg = UnitAggregate(epsilon=1.0, bucket=3600, window=86400, unit_bound=1.0)
+    >>> buckets_closed(agg, np.array([0, 1800, 7200, 3600, 30 * 86400]) * _NS).tolist()
+    [0, 0, 2, 0, 718]
+    """
+    buckets = np.asarray(times).astype("datetime64[ns]").astype(np.int64) // (agg.bucket * _NS)
+    if not buckets.size:
+        return buckets
+    first = int(buckets[0]) if agg.start is None else agg.start // (agg.bucket * _NS)
+    prior = first - first % agg.width if agg._open is None else agg._open
+    seen = buckets if skip is None else np.where(skip, prior, buckets)  # a skipped row's time is not read
+    return np.diff(np.maximum.accumulate(np.concatenate(([prior], seen))))

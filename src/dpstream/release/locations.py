@@ -264,6 +264,20 @@ class LocationCounts(Params):
         if pieces:
             yield self._piece(pieces)
 
+    def steps_closed(self, times: Any) -> np.ndarray:
+        """How many steps :meth:`release_parts` would close before each row of a batch in time order (a gap between
+        two rows closes every step in between), from the times alone, before any work: public, as the times are.
+
+        >>> counts = LocationCounts(epsilon=1.0, locations=["a", "b"], step=60, neighbours="unbounded")
+        >>> counts.steps_closed(np.array([0, 30, 120, 6000]) * _NS).tolist()
+        [0, 0, 2, 98]
+        """
+        steps = np.asarray(times).astype("datetime64[ns]").astype(np.int64) // (self.step * _NS)
+        if not steps.size:
+            return steps
+        prior = int(steps[0]) if self._open is None else self._open + self._flushed  # the first step not released
+        return np.maximum(np.diff(np.maximum.accumulate(np.concatenate(([prior], steps)))), 0)
+
     def flush(self) -> ReleasedCounts:
         """Close and release the open step (the end of the input)."""
         if self._open is None or self._flushed:

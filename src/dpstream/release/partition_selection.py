@@ -91,6 +91,12 @@ may touch per window bound the selection's sensitivity.
     if isinstance(spent, bool) or not isinstance(spent, (int, float)) or not 0 < spent < epsilon:
         raise ValueError(f"selection_epsilon must lie strictly between 0 and epsilon {epsilon:g} (the rest pays for "
                          f"the buckets), got {spent!r}.")
+    try:  # the selection's own noise (the buckets' is checked where it is drawn)
+        discrete_laplace_scale(max_partitions, spent)
+    except ValueError as error:
+        what = ("selection_epsilon (--selection-epsilon)" if selection_epsilon is not None else
+                f"half of epsilon {epsilon!r} (the default selection_epsilon, --selection-epsilon),")
+        raise ValueError(f"{what} {spent!r} is too small for the selection's exact noise: {error}") from None
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta <= MAX_SELECTION_DELTA:
         raise ValueError(f"selection_delta must lie in (0, {MAX_SELECTION_DELTA:g}], got {delta!r}.")
     if replace:

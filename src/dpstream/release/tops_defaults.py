@@ -107,7 +107,8 @@ def check_threshold_choice(*, threshold_method: str, epsilon: float | None, thre
         low, high = 2.0**-19 / SHARES["prior"] / share, 2.0**23 / SHARES["drift"] / share
         if not low <= threshold_epsilon < high:
             name = "threshold_epsilon" if budget_given else (
-                "epsilon (the budget of the threshold too, unless threshold_epsilon)")
+                "epsilon (the budget of the threshold too, unless threshold_epsilon)" if rho is None else
+                f"sqrt(2 rho), rho = {rho:.4g} (the threshold's budget under zCDP, unless threshold_epsilon)")
             raise ValueError(f"{name} must be in [{low:.3g}, {high:.3g}) for the exact noise of the model threshold, "
                              f"got {threshold_epsilon!r}.")
         noise = upper_bound * levels / epsilon if rho is None else upper_bound * math.sqrt(levels / (2.0 * rho))

@@ -25,7 +25,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from dpstream.accounting import DEFAULT_DELTA
+from dpstream.accounting import DEFAULT_DELTA, zcdp_epsilon
 from dpstream.durable.budget_store import amount_of, check_charge, in_terms, subject_of
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.service.parsing import check_name
@@ -76,6 +76,9 @@ def budget_spec(document: dict[str, Any]) -> tuple[str, str, float, float]:
         raise ValueError("delta applies to a rho budget (the delta its (epsilon, delta) is stated at).")
     if _positive(delta, "delta") >= 1:
         raise ValueError(f"a budget's delta must be below 1, got {delta!r}.")
+    if accounting == "zcdp" and not math.isfinite(zcdp_epsilon(total, delta)):  # JSON has no infinity to show it
+        raise ValueError(f"a budget's rho {total!r} implies an epsilon beyond a float at delta {delta!r}: a smaller "
+                         "rho.")
     return name, accounting, total, float(delta)
 
 

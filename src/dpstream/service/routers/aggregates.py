@@ -36,6 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from dpstream.accounting import rho_for
 from dpstream.io.times import NS, duration_text, format_times, parse_duration, parse_times, time_kind
 from dpstream.release.aggregate import MAX_LEAVES, UnitAggregate
+from dpstream.release.aggregate_watermark import buckets_closed
 from dpstream.service import mechanisms
 from dpstream.service.answers import describe
 from dpstream.service.dependencies import JsonObject, SourcesDep, StorageDep, authorize, has_token, scope
@@ -60,6 +61,9 @@ PARAMETERS = {"epsilon": "epsilon", "bucket": "bucket", "unit_window": "window",
 _BUDGET = ("epsilon", "noise", "delta")
 #: The most bucket values one batch may release (a gap between two rows releases every bucket in between).
 MAX_CLOSED = 1 << 22
+#: The most empty bucket values the gaps between a batch's rows may release, or a window's if more: about the answer
+#: of the largest request body and a few seconds' work (438,288 of them took 34 s), a cost rows do not bound.
+MAX_GAP = 1 << 16
 #: With private partition selection, a released value's position is its number in the order released times this
 #: plus its partition's number (a window holds at most MAX_LEAVES buckets x partitions, so fewer partitions).
 PARTITION_STRIDE = MAX_LEAVES
@@ -217,13 +221,9 @@ async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Res
     inputs = (times, values, units, np.array([flush])) + (() if partitions is None else (partitions,))
 
     def release(agg: UnitAggregate) -> Rows:
-        start, parts = agg.released_values, []
-        for part in agg.release_parts(times, units, values, partitions):  # a window at a time: a long gap is cut
-            parts.append(part)
-            if sum(map(len, parts)) > MAX_CLOSED:
-                raise ValueError(f"this batch would release more than {MAX_CLOSED:,} bucket values (every bucket "
-                                 "between two rows is released); the service refuses so long a gap: create "
-                                 "another aggregate.")
+        _check_gap(agg, times)
+        start = agg.released_values
+        parts = list(agg.release_parts(times, units, values, partitions))  # a window at a time: a long gap is cut
         parts += [agg.flush()] if flush else []
         buckets = np.concatenate([np.zeros(0, dtype=np.int64)] + [part.buckets for part in parts])
         positions = np.arange(start, start + buckets.size, dtype=np.int64)
@@ -236,6 +236,24 @@ async def post_rows(name: str, document: JsonObject, sources: SourcesDep) -> Res
     body = await run_in_threadpool(ingest, sources, "aggregate", name, first, inputs, None, release,
                                    released_buckets_json)
     return Response(body, media_type="application/json")
+
+
+def _check_gap(agg: UnitAggregate, times: np.ndarray) -> None:
+    """Refuse, before any work, a batch whose gaps would release more than MAX_GAP empty bucket values (or a window's,
+    if more), or that would release more than MAX_CLOSED in all: public numbers, as the times are."""
+    closed = buckets_closed(agg, times)
+    per = len(agg.partition_names)
+    empty, total = int(np.maximum(closed - 1, 0).sum()) * per, int(closed.sum()) * per
+    row = int(np.argmax(closed)) if closed.size else 0
+    if empty > max(MAX_GAP, agg.width * per):
+        raise ValueError(f"row {agg.position + row + 1}: its time {format_times(times[row:row + 1])[0]} comes "
+                         f"{duration_text(int(closed[row]) * agg.bucket)} after the newest bucket before it: the gaps "
+                         f"of this batch would release {empty:,} empty bucket values (every bucket between two rows "
+                         f"is released), more than the {max(MAX_GAP, agg.width * per):,} a batch may; the service "
+                         "refuses so long a gap: create another aggregate, starting after it.")
+    if total > MAX_CLOSED:
+        raise ValueError(f"this batch would release {total:,} bucket values, more than the {MAX_CLOSED:,} one batch "
+                         "may: post its rows in smaller batches.")
 
 
 @router.get("/aggregates/{name}/released")
