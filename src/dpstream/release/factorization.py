@@ -40,7 +40,8 @@ C^{-1}``, about ``sqrt(t / pi)`` grid units after ``t`` values
 from ``L`` by ``2^-b`` relative; the variance is computed from the integer ones (computed by
 correctly rounded float operations in a fixed order; ``tests/test_factorization.py`` checks in integers
 that they are the exact roundings ``round(s binom(2k, k) / 4^k)`` for every ``k < 2^16`` and every width of
-8 to 30 bits, so every machine and every resumed run has the same ``C``).  Measured (``benchmarks/factorization_variance.py``): the linear variance 7.5e-8
+8 to 30 bits, so every machine and every resumed run has the same ``C``).  Measured
+(``benchmarks/factorization_variance.py``): the linear variance 7.5e-8
 relative above the ideal at n = 4,096.
 
 Streaming, memory and durability.  It reuses the binary tree's streaming (a chunk's noise
