@@ -249,3 +249,19 @@ def test_missing_values_skipped_keep_the_zcdp_guarantee(tmp_path):
         assert result.exit_code == 0, result.output
         assert f"{rho_for(1.0, 1e-3):g}-zCDP, so (1, 0.001)-DP" in result.output
         assert "on the stream of the rows kept" in result.output
+
+
+def test_a_keyed_zcdp_release_says_the_rhos_add_up(tmp_path):
+    from click.testing import CliRunner
+
+    from dpstream.cli import cli
+
+    rows = tmp_path / "keys.csv"
+    rows.write_text("k,value\na,1\nb,2\na,3\n")
+    common = ["--key-column", "k", "--column", "value", "--upper-bound", "5", "--seed", "1", "--epsilon", "1"]
+    zcdp = CliRunner().invoke(cli, ["release", str(rows), "-o", str(tmp_path / "z.csv"), "--method", "bt-zcdp",
+                                    "--delta", "1e-6", *common])
+    pure = CliRunner().invoke(cli, ["release", str(rows), "-o", str(tmp_path / "p.csv"), "--method", "bt", *common])
+    assert zcdp.exit_code == 0 and pure.exit_code == 0, zcdp.output + pure.output
+    assert "(the rhos add up: k keys are (k rho)-zCDP" in zcdp.output and "epsilons add up" not in zcdp.output
+    assert "(the epsilons add up)" in pure.output

@@ -33,6 +33,7 @@ import click
 import numpy as np
 
 from dpstream._checks import check_stream_values
+from dpstream.accounting import ZcdpGuarantee
 from dpstream.cli._app import quote, report_reading, say, stated_privacy
 from dpstream.cli._outputs import check_finite, output_file
 from dpstream.io import Batch, Record, StreamReader
@@ -388,11 +389,14 @@ def per_key_privacy(stream: Any, *, seed: int | None, durable: bool = False) -> 
         source = "the secret key of the state file (keep the file secret: it recomputes every key's noise)"
     else:
         source = "a random 32-byte secret drawn for this run and never stored"
+    stated = stated_privacy(stream)
+    adding = ("the rhos add up: k keys are (k rho)-zCDP, whose epsilon at a fixed delta grows about as sqrt(k)"
+              if isinstance(stated, ZcdpGuarantee) else "the epsilons add up")
     return [
         f"privacy, per key (each key's stream is released on its own, with its own hold-out, threshold and budget): "
-        f"{stated_privacy(stream)}",
+        f"{stated}",
         "the guarantee is per key: keys and how many values each has are public, and someone whose values fall "
-        "under k keys is protected by k times this budget (the epsilons add up).",
+        f"under k keys is protected by k times this budget ({adding}).",
         f"noise: each key draws from its own keyed ChaCha20 stream (identity: the key's text) under {source}.",
     ]
 
