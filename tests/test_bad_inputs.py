@@ -127,8 +127,8 @@ CASES: list[tuple[str, str, int]] = [
      "--epsilon 1e-12", USAGE),
     ("release-tops-zcdp-epsilon-huge", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 --delta 1e-6 "
      "--epsilon 1e300", USAGE),
-    ("release-tops-zcdp-standard-errors", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 "
-     "--delta 1e-6 --standard-errors", USAGE),
+    ("release-tops-zcdp-median-standard-errors", f"release s.csv -o out.txt {ZCDP} --method tops-zcdp --hold 50 "
+     "--delta 1e-6 --smoother median --standard-errors", USAGE),
     ("release-topl-standard-errors", f"release s.csv -o out.txt {OK} --method topl --standard-errors", USAGE),
     ("release-bt-delta", f"release s.csv -o out.txt {ZCDP} --method bt --delta 1e-6", USAGE),
     ("release-budget-store-pure-for-zcdp", f"release s.csv -o out.txt {ZCDP} --method bt-zcdp --delta 1e-6 "

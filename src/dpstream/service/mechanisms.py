@@ -247,7 +247,9 @@ def stream_facts(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
             facts["error_model"] = model
     for name in ("smoothed_levels", "levels", "granularity", "held_sum", "held_sum_standard_error"):
         if hasattr(mechanism, name):
-            facts[name] = getattr(mechanism, name)
+            value = getattr(mechanism, name)
+            if not (isinstance(value, float) and not math.isfinite(value)):  # beyond a float (huge bounds): not stated
+                facts[name] = value
     leaves = mechanism.leaves() if getattr(mechanism, "period", None) or getattr(mechanism, "leaf", None) else None
     if leaves is not None:  # a periodic stream: the dashboard revises its closed periods (post-processing)
         facts["leaves"] = {"length": leaves.length, "phase": leaves.phase, "chunk": leaves.chunk,
