@@ -20,10 +20,13 @@ import dpstream.durable.release as durable_release
 from dpstream.cli import cli
 from dpstream.durable import StreamState
 from dpstream.durable.encoding import decode, encode
+from dpstream.durable.snapshots import keyless, with_key
 from dpstream.noise.source import NoiseSource
 from dpstream.release.banded import BLOCK, MAX_BAND, BandedFactorization, inverse_series, strict_bits
+from dpstream.release.by_key import key_secret
 from dpstream.release.factorization import integer_coefficients, shaped_noise, sqrt_coefficients
 from dpstream.release.registry import REGISTRY
+from dpstream.spark.streaming_rows import restore_stream, save_stream
 from durable_faults import Faults
 
 KEY = bytes(range(32))
@@ -159,7 +162,8 @@ def test_batches_one_at_a_time_and_snapshots_inside_blocks_release_the_same(kind
         state = through_json(m.state)
         if kind == "key":  # the block's noise is recomputed from the key and the history, never stored
             assert state["counter"]["increments"] is None
-        assert len(state["counter"]["history"]) == (99 if hi >= BLOCK else 0)
+        history = state["counter"]["masked_history" if kind == "key" else "history"]
+        assert len(history) == (99 if hi >= BLOCK else 0)
         m = BandedFactorization.from_state(state)
     np.testing.assert_array_equal(np.array(out), whole)
     assert m.position == values.size and m.count == pytest.approx(float(np.sum(whole)))
@@ -174,7 +178,7 @@ def test_keyed_noise_is_a_function_of_the_key_and_the_position_never_twice():
     other = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=16, key=bytes(32))
     assert not np.array_equal(other.release(np.zeros(BLOCK)), e[:BLOCK] * m.granularity)
     snapshot = m.state
-    snapshot["counter"] = {**snapshot["counter"], "history": snapshot["counter"]["history"][:3]}
+    snapshot["counter"] = {**snapshot["counter"], "masked_history": snapshot["counter"]["masked_history"][:3]}
     with pytest.raises(ValueError, match="must carry the decoded noise of the 15 positions before its block") as error:
         BandedFactorization.from_state(snapshot)
     assert "\n" not in str(error.value)
@@ -221,3 +225,43 @@ def test_release_banded_zcdp_on_the_command_line_with_standard_errors_and_resume
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()  # the same keyed noise
     assert REGISTRY["banded-zcdp"].durable
+
+
+def test_a_keyed_snapshot_holds_the_history_masked_by_a_keyed_pad_never_in_the_clear():
+    # the history is decoded noise of released positions: beside the output, in the clear, it would give their values
+    # back to whoever reads a snapshot stored without its key (a Spark checkpoint, the service's state column)
+    m = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=16, key=KEY)
+    m.release(np.zeros(BLOCK + 10))
+    state = through_json(keyless(m.state))
+    assert "history" not in state["counter"] and len(state["counter"]["masked_history"]) == 15
+    assert not np.any(np.asarray(state["counter"]["masked_history"]) == m._history)
+    again = BandedFactorization.from_state(with_key(state, KEY))
+    np.testing.assert_array_equal(again._history, m._history)  # the pad is the key's: it comes off with the key
+    np.testing.assert_array_equal(again.release(np.zeros(BLOCK)), m.release(np.zeros(BLOCK)))
+    other = through_json(m.state)  # the same block, the same pad: the same masked history (no new pad per snapshot)
+    assert other["counter"]["masked_history"].tolist() == m.state["counter"]["masked_history"].tolist()
+    seeded = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=16, seed=1)
+    seeded.release(np.zeros(BLOCK))  # an unkeyed source has no pad: its snapshot holds its noise anyway (tests only)
+    assert seeded.state["counter"]["history"].tolist() == seeded._history.tolist()
+    wrong = {**state, "counter": {**state["counter"], "history": state["counter"]["masked_history"]}}
+    del wrong["counter"]["masked_history"]
+    with pytest.raises(ValueError, match="keyed banded-factorization snapshot must carry its history masked") as error:
+        BandedFactorization.from_state(with_key(wrong, KEY))
+    assert "\n" not in str(error.value)
+
+
+def test_the_spark_streaming_store_continues_a_banded_stream_across_a_block_as_the_library():
+    secret, values = bytes(range(1, 33)), np.random.default_rng(4).uniform(0, 5, BLOCK + 700)
+
+    def build(key):
+        return REGISTRY["banded-zcdp"].build({"epsilon": 1.0, "delta": 1e-6, "upper_bound": 5.0, "max_range": 32,
+                                              "clip": False, "granularity": None}, key=key)
+
+    stored, out = None, []
+    for lo, hi in ((0, 1000), (1000, BLOCK + 3), (BLOCK + 3, BLOCK + 700)):  # a micro-batch each, from the store
+        stream = restore_stream("m", stored, build=build, secret=secret)
+        out.append(stream.release(values[lo:hi]))
+        stored = json.loads(json.dumps(save_stream(stream)))
+        assert "history" not in stored["counter"]  # what Spark's checkpoint keeps: no noise in the clear
+    alone = build(key_secret(secret, "m")).release(values)
+    np.testing.assert_array_equal(np.concatenate(out), alone)
