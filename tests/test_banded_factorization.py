@@ -265,3 +265,15 @@ def test_the_spark_streaming_store_continues_a_banded_stream_across_a_block_as_t
         assert "history" not in stored["counter"]  # what Spark's checkpoint keeps: no noise in the clear
     alone = build(key_secret(secret, "m")).release(values)
     np.testing.assert_array_equal(np.concatenate(out), alone)
+
+
+def test_a_history_beyond_the_exact_range_is_refused_not_wrapped_around():
+    # 3 2^62 - 3 2^62 + 4 2^62 wraps to 0 in int64: the dot product must never see a history that can leave it
+    with pytest.raises(OverflowError, match="left the exact integer range"):
+        shaped_noise(np.array([0, 0]), np.array([9, 4, 3, 3]), history=np.array([2**62, -(2**62), 2**62]))
+    m = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=4, key=KEY)
+    m.release(np.zeros(BLOCK + 1))
+    state = m.state
+    state["counter"]["masked_history"] = state["counter"]["masked_history"] ^ np.int64(1 << 61)  # damaged
+    with pytest.raises(OverflowError, match="left the exact integer range"):
+        BandedFactorization.from_state(state).release(np.zeros(1))
