@@ -277,3 +277,32 @@ def test_a_history_beyond_the_exact_range_is_refused_not_wrapped_around():
     state["counter"]["masked_history"] = state["counter"]["masked_history"] ^ np.int64(1 << 61)  # damaged
     with pytest.raises(OverflowError, match="left the exact integer range"):
         BandedFactorization.from_state(state).release(np.zeros(1))
+
+
+def test_per_key_banded_zcdp_resumed_after_kills_and_a_resume_with_another_band_or_grid_is_refused(tmp_path,
+                                                                                                    monkeypatch):
+    rows = tmp_path / "rows.csv"  # key "a" crosses a block of noise, key "b" does not
+    keys = np.where(np.arange(BLOCK + 1400) % 5 == 4, "b", "a")  # 4,397 values of "a"
+    rows.write_text("meter,kwh\n" + "".join(f"{k},{v % 7}\n" for v, k in enumerate(keys)))
+    base = ["release", str(rows), "--method", "banded-zcdp", "--epsilon", "1", "--delta", "1e-6", "--upper-bound",
+            "10", "--key-column", "meter", "--checkpoint-seconds", "0", "--seed", "3"]
+    monkeypatch.setattr("dpstream.cli.release._CHUNK", 900)
+    whole = CliRunner().invoke(cli, [*base, "--max-range", "32", "-o", str(tmp_path / "whole.csv"), "--state",
+                                     str(tmp_path / "w.state")])
+    assert whole.exit_code == 0, whole.output
+    faults = Faults(np.random.default_rng(3))
+    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
+    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
+    result, kills = faults.run_until_finished(lambda: CliRunner().invoke(
+        cli, [*base, "--max-range", "32", "-o", str(tmp_path / "out.csv"), "--state", str(tmp_path / "o.state")],
+        catch_exceptions=False), tries=40)
+    assert result.exit_code == 0 and kills >= 2, result.output
+    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()  # every key's keyed noise
+    assert (tmp_path / "out.csv").read_text().count("\na,") == int(np.sum(keys == "a")) > BLOCK
+    monkeypatch.undo()
+    for changed, said in ((["--max-range", "16"], "was made with max_range = 32; this command has max_range = 16"),
+                          (["--max-range", "32", "--granularity", "0.5"], "was made with granularity = None")):
+        refused = CliRunner().invoke(cli, [*base, *changed, "-o", str(tmp_path / "whole.csv"), "--state",
+                                           str(tmp_path / "w.state")])
+        assert refused.exit_code != 0 and said in refused.output, refused.output
+        assert len(refused.output.strip().splitlines()) == 1
