@@ -289,3 +289,21 @@ def test_summary_is_refused_for_a_budget_store_rather_than_ignored(tmp_path):
         assert result.exit_code == 2 and "--summary applies to the state of a release" in result.output
         assert not (tmp_path / "s.csv").exists()
     assert not other.exists()
+
+
+def test_a_state_made_again_under_the_name_of_a_charged_one_is_a_new_release_and_charged_again(tmp_path):
+    # a new state is a new key, fresh noise on the same people's data: a charge named after its path alone would
+    # let a deleted and re-made state release again uncharged
+    store, values = tmp_path / "budget.json", _stream(tmp_path)
+    BudgetStore.create(store, rho=1.0)
+    run = ["--method", "banded-zcdp", "--epsilon", "1", "--delta", "1e-6", "--max-range", "8", "--state",
+           tmp_path / "state", "--budget-store", store]
+    assert _release(values, "-o", tmp_path / "a.txt", *run).exit_code == 0
+    assert "not again" in _release(values, "-o", tmp_path / "a.txt", *run).output  # resumed: the same release
+    (tmp_path / "state").unlink()
+    again = _release(values, "-o", tmp_path / "b.txt", *run)
+    assert again.exit_code == 0 and "not again" not in again.output, again.output
+    charges = BudgetStore.open(store).charges
+    assert len(charges) == 2 and charges[0].amount == charges[1].amount
+    assert "not again" in _release(values, "-o", tmp_path / "b.txt", *run).output  # the new one resumed: charged once
+    assert len(BudgetStore.open(store).charges) == 2

@@ -84,12 +84,18 @@ def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_
     """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
 
     The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
-    charged again), else the output, the process and the time (every run a release of its own).
+    charged again), else the output, the process and the time (every run a release of its own).  A state made
+    where none is, under a name already charged (the state deleted, or a first run stopped before it made one), is
+    a new release -- a new key, fresh noise on the data -- and is charged again under a name of its own; its resumed
+    runs find the charge of ``COMMAND --state FILE`` and are not.
     """
-    name = (f"{command} --state {Path(state_path).resolve()}" if state_path is not None else
-            f"{command} -o {output_path} ({os.getpid()}, {time.time_ns()})")
+    unique = f"({os.getpid()}, {time.time_ns()})"
+    name = f"{command} --state {Path(state_path).resolve()}" if state_path is not None else \
+        f"{command} -o {output_path} {unique}"
     store = BudgetStore.open(path)
     again = any(charge.release == name for charge in store.charges)
+    if again and not Path(state_path).exists():  # a new state: a new release, never covered by an earlier charge
+        name, again = f"{name}, made again {unique}", False
     charged = store.charge(name, guarantee, per_key=per_key)
     amount = f"{charged.amount:g}{' (every key alike)' * per_key}"
     say(f"budget store: {amount} charged by an earlier run of this release, not again ({path})." if again else

@@ -38,7 +38,7 @@ each release charges its per-window guarantee once, however many windows it span
 **The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
 an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
 other and none is lost.  A charge names its release; charging a name again (a ``--state`` release
-resumed) is not charged twice.
+resumed) is not charged twice (the command line names a state made again under a charged name anew).
 """
 
 from __future__ import annotations
