@@ -22,7 +22,10 @@ Construction (the numbers the computer produces):
    end of what is released so far), so every prefix of ``y`` has L2 sensitivity at most ``tau
    ||C_{0:b}||`` (computed exactly in integers): by Canonne, Kamath and Steinke (2020, Theorem 14) ``y``
    is ``tau^2 ||C_{0:b}||^2 / (2 sigma^2) <= rho``-zCDP at event level.  No parallel composition: one
-   measurement, one rho, whatever the stream's length.
+   measurement, one rho, whatever the stream's length.  Values chosen adaptively (each after the
+   releases before it) change nothing: for the same transcript, row ``t`` of neighbours differs by
+   ``C_{t-p} (x_p - x'_p)`` whatever the later values, a fixed ``C_{t-p}^2 tau^2 / (2 sigma^2)``, and zCDP
+   composes adaptively over the rows to the same sum.
 3. Decoding, a function of ``y`` alone (post-processing): ``w_t = round((y_t - sum_{1<=k<b} C_k w_{t-k})
    / s)`` in integers (O(b) memory), and ``w_t`` (times ``g``) is the value released at ``t``.  ``s`` is
    odd, so an integer over ``s`` is never a half-integer and the rounding commutes with adding integers:
