@@ -164,7 +164,7 @@ class DurableRelease:
     def start(cls, state_path: str | os.PathLike[str], *, method: str, params: dict[str, Any], seed: int | None,
               build: Callable[[bytes], Any], output: Callable[[bool], Path], from_stdin: bool = False,
               checkpoint_seconds: float = CHECKPOINT_SECONDS, max_keys: int | None = None,
-              source: str | None = None) -> DurableRelease:
+              source: str | None = None, key: bytes | None = None) -> DurableRelease:
         """Create or open the state, check it against ``params``, and build or restore the mechanism.
 
         ``build(key)`` builds the mechanism with ``key=``.  With ``max_keys`` the release is one
@@ -173,7 +173,8 @@ class DurableRelease:
         returns the output's path after the caller's checks of where it writes (called once the
         state exists and matches, before any byte is written).  ``source`` names the input file
         (its absolute path, recorded with the HMAC of its values; stdin with ``from_stdin``).
-        With ``seed`` (tests only) a new state's key is derived from it.
+        A new state's key is ``key`` if given (one a budget store's charge recorded the fingerprint of),
+        else derived from ``seed`` (tests only), else fresh.
         """
         check = build
         if max_keys is not None:
@@ -184,7 +185,7 @@ class DurableRelease:
             state = StreamState.open(path)
         else:
             target = output(False)
-            key = None if seed is None else seed_key(seed)
+            key = key if key is not None or seed is None else seed_key(seed)
             _building(check, key or bytes(32))  # refuse bad parameters before the state file exists
             state = StreamState.create(path, params=params, key=key)
         try:
