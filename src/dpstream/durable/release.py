@@ -44,7 +44,10 @@ is it safe to cut them off the output and continue (the message gives the comman
 state with an output restored from the same moment cannot be told from a true one: publishing
 after that re-releases, under the same noise, positions published after the backup, which
 reveals exactly how their input changed if it did.  Restore a state only with the output it
-committed, and never after publishing from a newer one.
+committed, and never after publishing from a newer one.  Two copies of a state resumed apart
+(each with its output) are each consistent with themselves, and publish the same noise on their
+two inputs: nothing here sees that; a budget store does (:mod:`dpstream.durable.budget_store`,
+which refuses a key charged under another state's path).  Resume one copy only.
 
 States of an older dpstream (no commitment: they wrote before checkpointing) continue: the lines
 a killed run of theirs wrote after its last checkpoint are kept and released again, checked
