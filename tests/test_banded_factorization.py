@@ -20,10 +20,13 @@ import dpstream.durable.release as durable_release
 from dpstream.cli import cli
 from dpstream.durable import StreamState
 from dpstream.durable.encoding import decode, encode
+from dpstream.durable.snapshots import keyless, with_key
 from dpstream.noise.source import NoiseSource
 from dpstream.release.banded import BLOCK, MAX_BAND, BandedFactorization, inverse_series, strict_bits
+from dpstream.release.by_key import key_secret
 from dpstream.release.factorization import integer_coefficients, shaped_noise, sqrt_coefficients
 from dpstream.release.registry import REGISTRY
+from dpstream.spark.streaming_rows import restore_stream, save_stream
 from durable_faults import Faults
 
 KEY = bytes(range(32))
@@ -159,7 +162,8 @@ def test_batches_one_at_a_time_and_snapshots_inside_blocks_release_the_same(kind
         state = through_json(m.state)
         if kind == "key":  # the block's noise is recomputed from the key and the history, never stored
             assert state["counter"]["increments"] is None
-        assert len(state["counter"]["history"]) == (99 if hi >= BLOCK else 0)
+        history = state["counter"]["masked_history" if kind == "key" else "history"]
+        assert len(history) == (99 if hi >= BLOCK else 0)
         m = BandedFactorization.from_state(state)
     np.testing.assert_array_equal(np.array(out), whole)
     assert m.position == values.size and m.count == pytest.approx(float(np.sum(whole)))
@@ -174,7 +178,7 @@ def test_keyed_noise_is_a_function_of_the_key_and_the_position_never_twice():
     other = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=16, key=bytes(32))
     assert not np.array_equal(other.release(np.zeros(BLOCK)), e[:BLOCK] * m.granularity)
     snapshot = m.state
-    snapshot["counter"] = {**snapshot["counter"], "history": snapshot["counter"]["history"][:3]}
+    snapshot["counter"] = {**snapshot["counter"], "masked_history": snapshot["counter"]["masked_history"][:3]}
     with pytest.raises(ValueError, match="must carry the decoded noise of the 15 positions before its block") as error:
         BandedFactorization.from_state(snapshot)
     assert "\n" not in str(error.value)
@@ -221,3 +225,84 @@ def test_release_banded_zcdp_on_the_command_line_with_standard_errors_and_resume
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()  # the same keyed noise
     assert REGISTRY["banded-zcdp"].durable
+
+
+def test_a_keyed_snapshot_holds_the_history_masked_by_a_keyed_pad_never_in_the_clear():
+    # the history is decoded noise of released positions: beside the output, in the clear, it would give their values
+    # back to whoever reads a snapshot stored without its key (a Spark checkpoint, the service's state column)
+    m = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=16, key=KEY)
+    m.release(np.zeros(BLOCK + 10))
+    state = through_json(keyless(m.state))
+    assert "history" not in state["counter"] and len(state["counter"]["masked_history"]) == 15
+    assert not np.any(np.asarray(state["counter"]["masked_history"]) == m._history)
+    again = BandedFactorization.from_state(with_key(state, KEY))
+    np.testing.assert_array_equal(again._history, m._history)  # the pad is the key's: it comes off with the key
+    np.testing.assert_array_equal(again.release(np.zeros(BLOCK)), m.release(np.zeros(BLOCK)))
+    other = through_json(m.state)  # the same block, the same pad: the same masked history (no new pad per snapshot)
+    assert other["counter"]["masked_history"].tolist() == m.state["counter"]["masked_history"].tolist()
+    seeded = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=16, seed=1)
+    seeded.release(np.zeros(BLOCK))  # an unkeyed source has no pad: its snapshot holds its noise anyway (tests only)
+    assert seeded.state["counter"]["history"].tolist() == seeded._history.tolist()
+    wrong = {**state, "counter": {**state["counter"], "history": state["counter"]["masked_history"]}}
+    del wrong["counter"]["masked_history"]
+    with pytest.raises(ValueError, match="keyed banded-factorization snapshot must carry its history masked") as error:
+        BandedFactorization.from_state(with_key(wrong, KEY))
+    assert "\n" not in str(error.value)
+
+
+def test_the_spark_streaming_store_continues_a_banded_stream_across_a_block_as_the_library():
+    secret, values = bytes(range(1, 33)), np.random.default_rng(4).uniform(0, 5, BLOCK + 700)
+
+    def build(key):
+        return REGISTRY["banded-zcdp"].build({"epsilon": 1.0, "delta": 1e-6, "upper_bound": 5.0, "max_range": 32,
+                                              "clip": False, "granularity": None}, key=key)
+
+    stored, out = None, []
+    for lo, hi in ((0, 1000), (1000, BLOCK + 3), (BLOCK + 3, BLOCK + 700)):  # a micro-batch each, from the store
+        stream = restore_stream("m", stored, build=build, secret=secret)
+        out.append(stream.release(values[lo:hi]))
+        stored = json.loads(json.dumps(save_stream(stream)))
+        assert "history" not in stored["counter"]  # what Spark's checkpoint keeps: no noise in the clear
+    alone = build(key_secret(secret, "m")).release(values)
+    np.testing.assert_array_equal(np.concatenate(out), alone)
+
+
+def test_a_history_beyond_the_exact_range_is_refused_not_wrapped_around():
+    # 3 2^62 - 3 2^62 + 4 2^62 wraps to 0 in int64: the dot product must never see a history that can leave it
+    with pytest.raises(OverflowError, match="left the exact integer range"):
+        shaped_noise(np.array([0, 0]), np.array([9, 4, 3, 3]), history=np.array([2**62, -(2**62), 2**62]))
+    m = BandedFactorization(rho=0.5, upper_bound=1.0, max_range=4, key=KEY)
+    m.release(np.zeros(BLOCK + 1))
+    state = m.state
+    state["counter"]["masked_history"] = state["counter"]["masked_history"] ^ np.int64(1 << 61)  # damaged
+    with pytest.raises(OverflowError, match="left the exact integer range"):
+        BandedFactorization.from_state(state).release(np.zeros(1))
+
+
+def test_per_key_banded_zcdp_resumed_after_kills_and_a_resume_with_another_band_or_grid_is_refused(tmp_path,
+                                                                                                    monkeypatch):
+    rows = tmp_path / "rows.csv"  # key "a" crosses a block of noise, key "b" does not
+    keys = np.where(np.arange(BLOCK + 1400) % 5 == 4, "b", "a")  # 4,397 values of "a"
+    rows.write_text("meter,kwh\n" + "".join(f"{k},{v % 7}\n" for v, k in enumerate(keys)))
+    base = ["release", str(rows), "--method", "banded-zcdp", "--epsilon", "1", "--delta", "1e-6", "--upper-bound",
+            "10", "--key-column", "meter", "--checkpoint-seconds", "0", "--seed", "3"]
+    monkeypatch.setattr("dpstream.cli.release._CHUNK", 900)
+    whole = CliRunner().invoke(cli, [*base, "--max-range", "32", "-o", str(tmp_path / "whole.csv"), "--state",
+                                     str(tmp_path / "w.state")])
+    assert whole.exit_code == 0, whole.output
+    faults = Faults(np.random.default_rng(3))
+    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
+    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
+    result, kills = faults.run_until_finished(lambda: CliRunner().invoke(
+        cli, [*base, "--max-range", "32", "-o", str(tmp_path / "out.csv"), "--state", str(tmp_path / "o.state")],
+        catch_exceptions=False), tries=40)
+    assert result.exit_code == 0 and kills >= 2, result.output
+    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()  # every key's keyed noise
+    assert (tmp_path / "out.csv").read_text().count("\na,") == int(np.sum(keys == "a")) > BLOCK
+    monkeypatch.undo()
+    for changed, said in ((["--max-range", "16"], "was made with max_range = 32; this command has max_range = 16"),
+                          (["--max-range", "32", "--granularity", "0.5"], "was made with granularity = None")):
+        refused = CliRunner().invoke(cli, [*base, *changed, "-o", str(tmp_path / "whole.csv"), "--state",
+                                           str(tmp_path / "w.state")])
+        assert refused.exit_code != 0 and said in refused.output, refused.output
+        assert len(refused.output.strip().splitlines()) == 1

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +22,9 @@ from hypothesis import strategies as st
 import dpstream
 from dpstream.accounting import Zcdp, ZcdpGuarantee, rho_for, rho_of_pure
 from dpstream.cli import cli
-from dpstream.durable.budget_store import BudgetExhausted, BudgetStore
+from dpstream.durable import StreamState
+from dpstream.durable.budget_store import BudgetExhausted, BudgetStore, KeyCharged
+from dpstream.durable.keys import key_fingerprint
 from dpstream.privacy import ENTITY_ROW, EVENT_LEVEL, Part, PrivacyGuarantee, UnitLevel
 
 
@@ -136,8 +142,9 @@ def _stream(tmp_path, n=400):
     return path
 
 
-def _release(*args):
-    return CliRunner().invoke(cli, ["release", *map(str, args), "--upper-bound", "10", "--seed", "1"])
+def _release(*args, seed=1):
+    seeded = [] if seed is None else ["--seed", str(seed)]
+    return CliRunner().invoke(cli, ["release", *map(str, args), "--upper-bound", "10", *seeded])
 
 
 def test_release_is_charged_before_it_publishes_and_refused_past_the_total(tmp_path):
@@ -289,3 +296,115 @@ def test_summary_is_refused_for_a_budget_store_rather_than_ignored(tmp_path):
         assert result.exit_code == 2 and "--summary applies to the state of a release" in result.output
         assert not (tmp_path / "s.csv").exists()
     assert not other.exists()
+
+
+def test_a_state_made_again_under_the_name_of_a_charged_one_is_a_new_release_and_charged_again(tmp_path):
+    # a new state is a new key, fresh noise on the same people's data: a charge named after its path alone would
+    # let a deleted and re-made state release again uncharged
+    store, values = tmp_path / "budget.json", _stream(tmp_path)
+    BudgetStore.create(store, rho=1.0)
+    run = ["--method", "banded-zcdp", "--epsilon", "1", "--delta", "1e-6", "--max-range", "8", "--state",
+           tmp_path / "state", "--budget-store", store]
+    assert _release(values, "-o", tmp_path / "a.txt", *run).exit_code == 0
+    assert "not again" in _release(values, "-o", tmp_path / "a.txt", *run).output  # resumed: the same release
+    (tmp_path / "state").unlink()
+    before = store.read_bytes()  # made again of the same seed: the same key, the same noise -- refused
+    same = _release(values, "-o", tmp_path / "b.txt", *run)
+    assert same.exit_code == 2 and "--seed 1 makes the key charged for release --state" in same.output
+    assert store.read_bytes() == before and not (tmp_path / "state").exists() and not (tmp_path / "b.txt").exists()
+    again = _release(values, "-o", tmp_path / "b.txt", *run, seed=2)
+    assert again.exit_code == 0 and "not again" not in again.output, again.output
+    charges = BudgetStore.open(store).charges
+    assert len(charges) == 2 and charges[0].amount == charges[1].amount
+    assert "not again" in _release(values, "-o", tmp_path / "b.txt", *run, seed=2).output  # resumed: charged once
+    assert len(BudgetStore.open(store).charges) == 2
+
+
+# -- copies of a state -------------------------------------------------------------------------
+
+_BT = ["--method", "bt-zcdp", "--epsilon", "1", "--delta", "1e-6"]
+
+
+def _copied(tmp_path):
+    """A store, a first run of ``s`` (unseeded: a fresh key) on 400 values, and a copy of its state and output made
+    after it (``c``, ``c.txt``); returns the store, the longer stream the original continues on, other data."""
+    store, values = tmp_path / "budget.json", _stream(tmp_path)
+    BudgetStore.create(store, rho=1.0)
+    first = _release(values, "-o", tmp_path / "a.txt", *_BT, "--state", tmp_path / "s", "--budget-store", store,
+                     seed=None)
+    assert first.exit_code == 0, first.output
+    shutil.copy(tmp_path / "s", tmp_path / "c")
+    shutil.copy(tmp_path / "a.txt", tmp_path / "c.txt")
+    longer, other = tmp_path / "longer.txt", tmp_path / "other.txt"
+    longer.write_text(values.read_text() + "3\n" * 100)
+    other.write_text(values.read_text() + "9\n" * 100)
+    return store, longer, other
+
+
+def test_a_copied_state_resumed_at_its_own_path_is_refused_and_the_original_resumes(tmp_path):
+    # each copy is consistent with itself (the output and input checks pass), and the copy's charge was named after
+    # its own path: it published the noise of the original's next positions on other data, charged as a new release
+    store, longer, other = _copied(tmp_path)
+    before, state, output = store.read_bytes(), (tmp_path / "c").read_bytes(), (tmp_path / "c.txt").read_bytes()
+    copy = _release(other, "-o", tmp_path / "c.txt", *_BT, "--state", tmp_path / "c", "--budget-store", store,
+                    seed=None)
+    assert copy.exit_code == 2 and copy.output.count("\n") == 1, copy.output
+    assert f"c's key was charged for release --state {(tmp_path / 's').resolve()} (budget store" in copy.output
+    assert "is a copy of that state; resuming a copy on other data would publish the same noise twice" in copy.output
+    assert store.read_bytes() == before and (tmp_path / "c").read_bytes() == state
+    assert (tmp_path / "c.txt").read_bytes() == output  # nothing published
+    original = _release(longer, "-o", tmp_path / "a.txt", *_BT, "--state", tmp_path / "s", "--budget-store", store,
+                        seed=None)
+    assert original.exit_code == 0 and "not again" in original.output, original.output
+    assert len(BudgetStore.open(store).charges) == 1
+    assert len((tmp_path / "a.txt").read_text().splitlines()) == 500
+
+
+def test_a_store_without_fingerprints_still_charges_and_records_them_on_a_resume(tmp_path):
+    store, longer, other = _copied(tmp_path)
+    old = json.loads(store.read_text())  # as an earlier version wrote it: no fingerprint, version 1
+    del old["charges"][0]["key"]
+    store.write_text(json.dumps({**old, "version": 1}))
+    assert CliRunner().invoke(cli, ["budget", str(store)]).exit_code == 0
+    original = _release(longer, "-o", tmp_path / "a.txt", *_BT, "--state", tmp_path / "s", "--budget-store", store,
+                        seed=None)
+    assert original.exit_code == 0 and "not again" in original.output, original.output
+    charge, = BudgetStore.open(store).charges
+    assert charge.key == key_fingerprint(StreamState.read(tmp_path / "s").key)  # recorded by the resume
+    copy = _release(other, "-o", tmp_path / "c.txt", *_BT, "--state", tmp_path / "c", "--budget-store", store,
+                    seed=None)
+    assert copy.exit_code == 2 and "is a copy of that state" in copy.output
+
+
+def test_a_charge_records_a_fingerprint_of_the_key_never_the_key(tmp_path):
+    store, _, _ = _copied(tmp_path)
+    key = StreamState.read(tmp_path / "s").key
+    charge, = BudgetStore.open(store).charges
+    assert charge.key == key_fingerprint(key) and len(charge.key) == 64
+    assert charge.key not in (key.hex(), hashlib.sha256(key).hexdigest())  # a hash of its own domain
+    text = store.read_bytes()
+    assert all(form not in text for form in (key, key.hex().encode(), base64.b64encode(key),
+                                             base64.urlsafe_b64encode(key).rstrip(b"=")))
+    assert charge.key not in CliRunner().invoke(cli, ["budget", str(store)]).output
+    with pytest.raises(KeyCharged, match="was charged for release 'release --state"):  # the library's refusal
+        BudgetStore.open(store).charge("another", _zcdp(0.01), key=charge.key)
+    assert BudgetStore.open(store).charge("another", _zcdp(0.01), key=key_fingerprint(bytes(32))).key is not None
+
+
+def test_a_copied_aggregate_state_is_refused(tmp_path):
+    store = tmp_path / "budget.json"
+    BudgetStore.create(store, epsilon=5.0)
+    rows = tmp_path / "rows.csv"
+    rows.write_text("time,meter,kwh\n" + "".join(f"{t},m{m},0.5\n" for t in range(0, 86400, 3600) for m in range(3)))
+    run = ["aggregate", str(rows), "--time-column", "time", "--unit-column", "meter", "--column", "kwh", "--bucket",
+           "1h", "--unit-window", "1d", "--unit-bound", "24", "--epsilon", "1", "--budget-store", str(store)]
+    first = CliRunner().invoke(cli, [*run, "-o", str(tmp_path / "a.csv"), "--state", str(tmp_path / "s")])
+    assert first.exit_code == 0, first.output
+    shutil.copy(tmp_path / "s", tmp_path / "c")
+    shutil.copy(tmp_path / "a.csv", tmp_path / "c.csv")
+    before = store.read_bytes()
+    copy = CliRunner().invoke(cli, [*run, "-o", str(tmp_path / "c.csv"), "--state", str(tmp_path / "c")])
+    assert copy.exit_code == 2 and copy.output.count("\n") == 1 and "is a copy of that state" in copy.output
+    assert store.read_bytes() == before
+    resumed = CliRunner().invoke(cli, [*run, "-o", str(tmp_path / "a.csv"), "--state", str(tmp_path / "s")])
+    assert resumed.exit_code == 0 and "not again" in resumed.output, resumed.output

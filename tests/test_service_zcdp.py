@@ -11,8 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dpstream.accounting import rho_for, zcdp_epsilon
+from dpstream.durable.encoding import decode
 from dpstream.io.times import NS, format_times
 from dpstream.release.aggregate import UnitAggregate
+from dpstream.release.banded import BLOCK
 from dpstream.release.registry import mechanism
 from dpstream.service import create_app
 from dpstream.service.mechanisms import derive_key
@@ -220,3 +222,39 @@ def test_a_zcdp_stream_charged_to_a_budget_continues_on_either_database(database
     assert [r["value"] for r in released] == _library("bt-zcdp", values, seed=8)[0].tolist()
     assert budget["spent"]["rho"] == facts["budget"]["rho"] == pytest.approx(rho_for(1.0, DELTA), rel=1e-9)
     assert budget["spent"]["delta"] == facts["budget"]["delta"] == DELTA
+
+
+DATABASE_KEY = bytes(range(32))
+
+
+def test_a_banded_stream_crosses_a_block_in_new_processes_as_the_library_and_keeps_its_history_sealed(tmp_path):
+    url, values = f"sqlite:///{tmp_path}/banded.db", _values(BLOCK + 500, seed=3)
+    cuts = [0, 3000, BLOCK + 7, BLOCK + 500]
+    released = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):  # a new service each batch: the block's noise from the key and history
+        app = create_app(database=url, token=TOKEN, database_key=DATABASE_KEY)
+        http = TestClient(app)
+        if lo == 0:
+            answer = http.post("/streams", json={"name": "b", "method": "banded-zcdp", "epsilon": 1.0, "delta": DELTA,
+                                                 "upper_bound": 50.0, **SHAPES["banded-zcdp"], "seed": 6}, headers=AUTH)
+            assert answer.status_code == 201, answer.text
+        batch = {"values": values[lo:hi].tolist(), "first_position": lo}
+        answer = http.post("/streams/b/values", json=batch, headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        released += answer.json()["released"]
+        again = http.post("/streams/b/values", json=batch, headers=AUTH)  # a retry: the values stored, not new noise
+        assert again.status_code == 200 and again.json()["released"] == answer.json()["released"]
+        changed = http.post("/streams/b/values", json={**batch, "values": (values[lo:hi] + 1).tolist()}, headers=AUTH)
+        assert changed.status_code == 409, changed.text
+        storage = app.state.storage
+        (sealed_key, sealed_state), = storage._query("SELECT secret_key, secret_state FROM sources WHERE name = 'b'")
+        state = json.loads(storage.source("stream", "b", secret=True).state)
+        assert derive_key(6) not in bytes(sealed_key)  # the key and the state sealed alike with the database key
+        assert "history" not in sealed_state and sealed_state != storage.source("stream", "b", secret=True).state
+        storage.close()
+    expected, library = _library("banded-zcdp", values, seed=6)
+    assert [r["position"] for r in released] == list(range(BLOCK + 500))
+    assert [r["value"] for r in released] == expected.tolist()  # bit-identical to one run of the library
+    counter = decode(state["state"])["counter"]  # the stored history is masked by the key's pad, never in the clear
+    assert "history" not in counter and len(counter["masked_history"]) == 63
+    assert not np.any(np.asarray(counter["masked_history"]) == library._history)

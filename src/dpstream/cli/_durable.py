@@ -47,9 +47,10 @@ __all__ = ["CHECKPOINT_SECONDS", "PER_KEY", "DurableRelease", "guarded", "seed_k
 
 def start(state_path: str, *, method: str, params: dict[str, Any], seed: int | None, build: Callable[[bytes], Any],
           input_path: str, output_path: str, force: bool, checkpoint_seconds: float = CHECKPOINT_SECONDS,
-          max_keys: int | None = None) -> DurableRelease:
+          max_keys: int | None = None, key: bytes | None = None) -> DurableRelease:
     """Create or open FILE for ``release --state FILE -o OUTPUT`` and start the run (see
-    :meth:`DurableRelease.start`); parameters that do not fit are usage errors."""
+    :meth:`DurableRelease.start`; ``key``: a new state's, the one its budget-store charge recorded); parameters
+    that do not fit are usage errors."""
     if output_path == "-" or is_stream(Path(output_path)):
         raise click.UsageError(f"--state needs -o FILE, a regular file that a resumed run can check and "
                                f"append to; got -o {output_path} (nothing was written).")
@@ -65,7 +66,7 @@ def start(state_path: str, *, method: str, params: dict[str, Any], seed: int | N
     try:
         run = DurableRelease.start(state_path, method=method, params=dict(params, output=os.path.abspath(output_path)),
                                    seed=seed, build=build, output=output, from_stdin=input_path == "-",
-                                   checkpoint_seconds=checkpoint_seconds, max_keys=max_keys,
+                                   checkpoint_seconds=checkpoint_seconds, max_keys=max_keys, key=key,
                                    source=None if input_path == "-" else os.path.abspath(input_path))
     except (ParameterError, StateMismatchError) as error:
         raise click.UsageError(str(error)) from None

@@ -12,7 +12,9 @@ import click
 
 from dpstream._checks import check_epsilon
 from dpstream.cli._app import quote, say
-from dpstream.durable.budget_store import BudgetStore
+from dpstream.durable import StateError, StreamState
+from dpstream.durable.budget_store import BudgetStore, KeyCharged
+from dpstream.durable.keys import key_fingerprint, seed_key
 from dpstream.privacy import PrivacyGuarantee
 
 #: Help of every --seed that seeds the noise of a release.
@@ -80,17 +82,55 @@ def budget_store_option(command: Any) -> Any:
 
 
 def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_path: str | None, output_path: str,
-                 per_key: bool = False) -> None:
+                 per_key: bool = False, seed: int | None = None) -> bytes | None:
     """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
 
     The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
-    charged again), else the output, the process and the time (every run a release of its own).
+    charged again), else the output, the process and the time (every run a release of its own).  A state made
+    where none is, under a name already charged (the state deleted, or a first run stopped before it made one), is
+    a new release -- a new key, fresh noise on the data -- and is charged again under a name of its own; its resumed
+    runs find the charge of their key and are not.
+
+    A ``--state`` charge records the fingerprint of the state's key (:func:`~dpstream.durable.keys.key_fingerprint`),
+    so a copy of a charged state, resumed at another path, is refused before anything is published: it would
+    publish the same noise on other data.  Returns the key of a new state (made here, from ``seed`` if given, so
+    that its charge records it; the state is made with it), else None.
     """
-    name = (f"{command} --state {Path(state_path).resolve()}" if state_path is not None else
-            f"{command} -o {output_path} ({os.getpid()}, {time.time_ns()})")
+    unique = f"({os.getpid()}, {time.time_ns()})"
+    name = f"{command} --state {Path(state_path).resolve()}" if state_path is not None else \
+        f"{command} -o {output_path} {unique}"
     store = BudgetStore.open(path)
-    again = any(charge.release == name for charge in store.charges)
-    charged = store.charge(name, guarantee, per_key=per_key)
+    new, key = _state_key(state_path, seed)
+    fingerprint = None if key is None else key_fingerprint(key)
+    if fingerprint is not None and not new:  # this state's own charge: its key's under this path (made again or not)
+        name = next((charge.release for charge in store.charges if charge.key == fingerprint and
+                     (charge.release == name or charge.release.startswith(f"{name}, made again "))), name)
+    again = not new and any(charge.release == name and (fingerprint is None or charge.key in (None, fingerprint))
+                            for charge in store.charges)
+    if not again and any(charge.release == name for charge in store.charges):  # another key: never covered by it
+        name = f"{name}, made again {unique}"
+    try:
+        charged = store.charge(name, guarantee, per_key=per_key, key=fingerprint)
+    except KeyCharged as error:
+        raise ValueError(f"--seed {seed} makes the key charged for {error.other} (budget store {path}): a state made "
+                         "with it again would publish the same noise twice (give another --seed)." if new else
+                         f"{state_path}'s key was charged for {error.other} (budget store {path}): {state_path} is a "
+                         "copy of that state; resuming a copy on other data would publish the same noise twice (make "
+                         "a new state instead).") from None
     amount = f"{charged.amount:g}{' (every key alike)' * per_key}"
     say(f"budget store: {amount} charged by an earlier run of this release, not again ({path})." if again else
         f"budget store: charged {amount} ({path}).")
+    return key if new else None
+
+
+def _state_key(state_path: str | None, seed: int | None) -> tuple[bool, bytes | None]:
+    """Whether the state is new, and its key: a new state's made here (from ``seed`` if given), an existing one's
+    read from it (None when it cannot be read: the run refuses it itself); no state, ``(False, None)``."""
+    if state_path is None:
+        return False, None
+    if not Path(state_path).exists():
+        return True, os.urandom(32) if seed is None else seed_key(seed)
+    try:
+        return False, StreamState.read(state_path).key
+    except (OSError, StateError):
+        return False, None

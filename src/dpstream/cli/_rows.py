@@ -153,20 +153,23 @@ def durable_rows(state_path: str, *, command: str, params: dict[str, Any], colum
                  build: Callable[[bytes], Any], feeder: Callable[[Any], Any], header: str, unit: str,
                  rows: Iterator[RowBatch], input_path: str, output_path: str, seed: int | None, force: bool,
                  checkpoint_seconds: float,
-                 batches: Callable[[Iterator[RowBatch], list[RowBatch]], Iterator[Batch]] = row_batches) -> None:
+                 batches: Callable[[Iterator[RowBatch], list[RowBatch]], Iterator[Batch]] = row_batches,
+                 key: bytes | None = None) -> None:
     """``COMMAND --state FILE`` over rows (``aggregate``, ``release-locations``): the release built by
     ``build(key)`` under a durable run (:func:`dpstream.cli._durable.start`; the state records ``params``, the
     ``columns`` and the seed), the header once, every batch not consumed by earlier runs fed to
     ``feeder(releaser)`` (its ``feed(batch, sink)``) and committed before it is written, its ``end(sink)``, the
     last commit, its ``report()``, and how many ``unit`` (the releaser's ``released``) this run released.  The
-    last commit's message is not said: it counts the rows consumed, data under a unit- or user-level relation."""
+    last commit's message is not said: it counts the rows consumed, data under a unit- or user-level relation.
+    ``key``: a new state's key, the one its budget-store charge recorded the fingerprint of."""
     if input_path == "-":
         raise click.UsageError(f"{command} --state reads a file, not stdin (it skips the rows consumed by earlier "
                                "runs).")
     method = params["method"]
     recorded = {**params, "columns": list(columns), "seed": seed}
     run = durable.start(state_path, method=method, params=recorded, seed=seed, input_path=input_path,
-                        output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds, build=build)
+                        output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds, build=build,
+                        key=key)
     try:
         warn_if_seeded(seed)
         writer = feeder(run.releaser)

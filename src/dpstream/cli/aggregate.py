@@ -213,9 +213,9 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
             time_column=time_column, unit_column=unit_column, column=column, partition_column=partition_column,
             missing=missing))
     if state_path is not None:
-        rows = _charged(rows, budget_path, probe, state_path=state_path, output_path=output_path)
+        rows, key = _charged(rows, budget_path, probe, state_path=state_path, output_path=output_path, seed=seed)
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
-                     names=names, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
+                     names=names, seed=seed, key=key, force=force, checkpoint_seconds=checkpoint_seconds,
                      columns=(time_column, unit_column, column, partition_column, missing),
                      standard_error=standard_error, delta=delta, max_gap=max_gap)
         _write_revised(revised, output_path, names, params, history=(revised_history, revised_cycle))
@@ -225,7 +225,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     releaser = UnitAggregate(**params, seed=seed)
     warn_if_seeded(seed)
     target = prepare_output(output_path, force=force, inputs=[input_path, partitions_path])
-    rows = _charged(rows, budget_path, probe, state_path=None, output_path=output_path)
+    rows, _ = _charged(rows, budget_path, probe, state_path=None, output_path=output_path)
     feeder = _Feeder(releaser, names, width, sorted_rows=sort_rows, standard_error=standard_error, delta=delta,
                      lateness=allowed_lateness, max_gap=max_gap)
     with output_file(target) as sink:
@@ -239,17 +239,18 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
 
 
 def _charged(rows: Iterator[RowBatch], budget_path: str | None, probe: UnitAggregate, *, state_path: str | None,
-             output_path: str) -> Iterator[RowBatch]:
+             output_path: str, seed: int | None = None) -> tuple[Iterator[RowBatch], bytes | None]:
     """The rows, after charging the release to the budget store ``budget_path`` (if any): last, once every check has
     passed, the output was found writable and the input's first batch was read (a missing column, a bad first row
-    is refused before the charge)."""
+    is refused before the charge); and the key of a new state, whose fingerprint the charge recorded (else None)."""
     if budget_path is None:
-        return rows
+        return rows, None
     first = next(rows, None)
     rows = rows if first is None else itertools.chain([first], rows)
     with usage_errors():
-        charge_store(budget_path, "aggregate", probe.privacy(), state_path=state_path, output_path=output_path)
-    return rows
+        key = charge_store(budget_path, "aggregate", probe.privacy(), state_path=state_path, output_path=output_path,
+                           seed=seed)
+    return rows, key
 
 
 def _budget(options: dict[str, Any]) -> dict[str, float]:
@@ -495,7 +496,7 @@ def _check_not_partitions(partitions_path: str | None, outputs: dict[str, str | 
 
 
 def _durable_run(state_path: str, *, input_path: str, output_path: str, params: dict[str, Any],
-                 rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool,
+                 rows: Iterator[RowBatch], names: list[str], seed: int | None, force: bool, key: bytes | None,
                  checkpoint_seconds: float, columns: tuple[Any, ...], standard_error: bool = False,
                  delta: float | None = None, max_gap: int | None = None) -> None:
     """``aggregate --state FILE``: the release under a durable run, each batch committed before it is written."""
@@ -506,4 +507,4 @@ def _durable_run(state_path: str, *, input_path: str, output_path: str, params: 
                                             max_gap=max_gap),
                  header="bucket,partition,value\n", unit="buckets", rows=rows, input_path=input_path,
                  output_path=output_path, seed=seed, force=force, checkpoint_seconds=checkpoint_seconds,
-                 batches=_batches)
+                 batches=_batches, key=key)

@@ -285,14 +285,16 @@ def release(input_path: str, output_path: str, method: str, column: str | None, 
 
 
 def _charge(budget_path: str | None, probe: Callable[[], Any], *, state_path: str | None, output_path: str,
-            keyed: bool) -> None:
+            keyed: bool, seed: int | None = None) -> bytes | None:
     """``--budget-store``: charge the store the release's stated guarantee (each key's, with keys: every key the same
     public amount), that of ``probe()`` (a mechanism built from the parameters alone), before any value or
-    data-chosen threshold is published; a refusal is a usage error."""
-    if budget_path is not None:
-        with usage_errors():
-            charge_store(budget_path, "release", stated_privacy(probe()), state_path=state_path,
-                         output_path=output_path, per_key=keyed)
+    data-chosen threshold is published; a refusal is a usage error.  Returns the key of a new state (its charge
+    records its fingerprint: :func:`~dpstream.cli._options.charge_store`), else None."""
+    if budget_path is None:
+        return None
+    with usage_errors():
+        return charge_store(budget_path, "release", stated_privacy(probe()), state_path=state_path,
+                            output_path=output_path, per_key=keyed, seed=seed)
 
 
 def _check_options(context: click.Context, chosen: Mechanism, options: dict[str, Any], hold: int) -> int:
@@ -420,8 +422,9 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
     chosen = REGISTRY[method]
     if not chosen.durable:
         raise click.UsageError(f"--state applies to --method {_names(lambda entry: entry.durable)}, not {method}.")
-    _charge(budget_path, lambda: _quiet(chosen.build)({**options, "hold": hold}, seed=0), state_path=state_path,
-            output_path=output_path, keyed=key_column is not None)  # before the state is made: a refusal leaves none
+    new_key = _charge(budget_path, lambda: _quiet(chosen.build)({**options, "hold": hold}, seed=0),
+                      state_path=state_path, output_path=output_path, keyed=key_column is not None,
+                      seed=seed)  # before the state is made: a refusal leaves none
     specific = specific_options()
     applies = {name: value for name, value in options.items()
                if name not in specific or name in chosen.options or (name in chosen.optional and value is not None)}
@@ -439,7 +442,7 @@ def _release_durable(state_path: str, *, input_path: str, output_path: str, meth
         run = durable.start(state_path, method=method, params=params, seed=seed, input_path=input_path,
                             output_path=output_path, force=force, checkpoint_seconds=checkpoint_seconds,
                             build=_quiet(lambda key: chosen.build({**options, "hold": hold}, key=key)),
-                            max_keys=max_keys if keyed else None)
+                            max_keys=max_keys if keyed else None, key=new_key)
     except BaseException:
         reader.close()
         raise

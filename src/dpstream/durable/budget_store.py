@@ -38,7 +38,13 @@ each release charges its per-window guarantee once, however many windows it span
 **The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
 an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
 other and none is lost.  A charge names its release; charging a name again (a ``--state`` release
-resumed) is not charged twice.
+resumed) is not charged twice (the command line names a state made again under a charged name anew).
+
+**Copies of a state.**  The charge of a ``--state`` release records the fingerprint of the state's key
+(:func:`~dpstream.durable.keys.key_fingerprint`, one-way: never the key), and a charge under another name
+with a charged fingerprint is refused (:class:`KeyCharged`): a copy of a state, resumed at another path on
+other data, would publish the same noise twice.  A charge without one (a store of an earlier version) matches
+nothing.  A copy resumed without the store is not seen: nothing but the store sees two copies.
 """
 
 from __future__ import annotations
@@ -59,12 +65,14 @@ from dpstream.accounting import DEFAULT_DELTA, ZcdpGuarantee, rho_of_pure, zcdp_
 from dpstream.durable.files import write_atomic
 from dpstream.privacy import PrivacyGuarantee, Relation, UnitLevel
 
-__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "amount_of", "check_charge", "check_total",
-           "in_terms", "report", "subject_of"]
+__all__ = ["BUDGET_FORMAT", "BudgetExhausted", "BudgetStore", "Charge", "KeyCharged", "amount_of", "check_charge",
+           "check_total", "in_terms", "report", "subject_of"]
 
 #: The ``format`` field of a budget store file.
 BUDGET_FORMAT = "dpstream-budget"
 _VERSION = 1
+#: The version of a store holding a key fingerprint: an earlier dpstream refuses it rather than misread it.
+_KEYED_VERSION = 2
 #: Relative slack when comparing a sum of charges with the total (float sums of equal shares).
 _SLACK = 1e-12
 
@@ -73,14 +81,25 @@ class BudgetExhausted(ValueError):
     """A charge would take the store past its total: the release must not run."""
 
 
+class KeyCharged(ValueError):
+    """A charge's key fingerprint was charged under another name (``other``): a copy of a state, not a release of
+    its own; it must not run."""
+
+    def __init__(self, message: str, other: str) -> None:
+        super().__init__(message)
+        self.other = other
+
+
 @dataclass(frozen=True)
 class Charge:
-    """One release's charge: its name, the amount (rho or epsilon, as the store counts), its statement, when."""
+    """One release's charge: its name, the amount (rho or epsilon, as the store counts), its statement, when, and
+    the fingerprint of its state's key (None: a release without a state, or a charge made before they were recorded)."""
 
     release: str
     amount: float
     statement: str
     time: str
+    key: str | None = None
 
 
 def subject_of(relation: Relation, *, per_key: bool = False) -> str:
@@ -207,23 +226,37 @@ class BudgetStore:
         """What ``guarantee`` costs in this store's accounting (refused when it cannot be counted in it)."""
         return amount_of(guarantee, self.accounting)
 
-    def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False) -> Charge:
+    def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False,
+               key: str | None = None) -> Charge:
         """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
         a name charged before is not charged again (its first charge is returned).  ``per_key``: the guarantee
-        is each key's (a release with keys), charged once for every key alike."""
+        is each key's (a release with keys), charged once for every key alike.  ``key``: the fingerprint of the
+        release's state key, recorded; refused (:class:`KeyCharged`) when charged under another name.  A name
+        charged with another fingerprint is not this release; one charged without is (and records it now)."""
         amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours, per_key=per_key)
         with _locked(self.path):
             self._data = data = _read(self.path)
-            earlier = [c for c in data["charges"] if c["release"] == release]
+            earlier = [c for c in data["charges"] if c["release"] == release and
+                       (key is None or c.get("key") in (None, key))]
             if earlier:
+                if key is not None and earlier[0].get("key") is None:  # charged before fingerprints: record it now
+                    earlier[0]["key"], data["version"] = key, _KEYED_VERSION
+                    write_atomic(self.path, _encode(data))
                 return Charge(**earlier[0])
+            other = next((c["release"] for c in data["charges"] if key is not None and c.get("key") == key), None)
+            if other is not None:
+                raise KeyCharged(f"the key of release {release!r} was charged for release {other!r} in the budget "
+                                 f"store {self.path}: a copy of its state would publish the same noise twice.", other)
             check_charge(release=release, amount=amount, subject=subject, stored_subject=data["subject"],
                          spent=math.fsum(c["amount"] for c in data["charges"]), total=data["total"],
                          accounting=data["accounting"], where=str(self.path))
             charge = Charge(release=release, amount=float(amount), statement=str(guarantee),
-                            time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                            time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), key=key)
             data["subject"] = subject
-            data["charges"].append(asdict(charge))
+            if key is not None:
+                data["version"] = _KEYED_VERSION
+            data["charges"].append({name: value for name, value in asdict(charge).items()
+                                    if name != "key" or value is not None})
             write_atomic(self.path, _encode(data))
         return charge
 
@@ -293,7 +326,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise ValueError(f"there is no budget store {path}.") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError(f"{path} is not a budget store (not JSON).") from None
-    if not isinstance(data, dict) or data.get("format") != BUDGET_FORMAT or data.get("version") != _VERSION:
+    if not isinstance(data, dict) or data.get("format") != BUDGET_FORMAT or \
+            data.get("version") not in (_VERSION, _KEYED_VERSION):
         raise ValueError(f"{path} is not a budget store of this version.")
     return data
 

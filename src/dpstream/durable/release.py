@@ -44,7 +44,10 @@ is it safe to cut them off the output and continue (the message gives the comman
 state with an output restored from the same moment cannot be told from a true one: publishing
 after that re-releases, under the same noise, positions published after the backup, which
 reveals exactly how their input changed if it did.  Restore a state only with the output it
-committed, and never after publishing from a newer one.
+committed, and never after publishing from a newer one.  Two copies of a state resumed apart
+(each with its output) are each consistent with themselves, and publish the same noise on their
+two inputs: nothing here sees that; a budget store does (:mod:`dpstream.durable.budget_store`,
+which refuses a key charged under another state's path).  Resume one copy only.
 
 States of an older dpstream (no commitment: they wrote before checkpointing) continue: the lines
 a killed run of theirs wrote after its last checkpoint are kept and released again, checked
@@ -164,7 +167,7 @@ class DurableRelease:
     def start(cls, state_path: str | os.PathLike[str], *, method: str, params: dict[str, Any], seed: int | None,
               build: Callable[[bytes], Any], output: Callable[[bool], Path], from_stdin: bool = False,
               checkpoint_seconds: float = CHECKPOINT_SECONDS, max_keys: int | None = None,
-              source: str | None = None) -> DurableRelease:
+              source: str | None = None, key: bytes | None = None) -> DurableRelease:
         """Create or open the state, check it against ``params``, and build or restore the mechanism.
 
         ``build(key)`` builds the mechanism with ``key=``.  With ``max_keys`` the release is one
@@ -173,7 +176,8 @@ class DurableRelease:
         returns the output's path after the caller's checks of where it writes (called once the
         state exists and matches, before any byte is written).  ``source`` names the input file
         (its absolute path, recorded with the HMAC of its values; stdin with ``from_stdin``).
-        With ``seed`` (tests only) a new state's key is derived from it.
+        A new state's key is ``key`` if given (one a budget store's charge recorded the fingerprint of),
+        else derived from ``seed`` (tests only), else fresh.
         """
         check = build
         if max_keys is not None:
@@ -184,7 +188,7 @@ class DurableRelease:
             state = StreamState.open(path)
         else:
             target = output(False)
-            key = None if seed is None else seed_key(seed)
+            key = key if key is not None or seed is None else seed_key(seed)
             _building(check, key or bytes(32))  # refuse bad parameters before the state file exists
             state = StreamState.create(path, params=params, key=key)
         try:

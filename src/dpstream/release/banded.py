@@ -22,7 +22,10 @@ Construction (the numbers the computer produces):
    end of what is released so far), so every prefix of ``y`` has L2 sensitivity at most ``tau
    ||C_{0:b}||`` (computed exactly in integers): by Canonne, Kamath and Steinke (2020, Theorem 14) ``y``
    is ``tau^2 ||C_{0:b}||^2 / (2 sigma^2) <= rho``-zCDP at event level.  No parallel composition: one
-   measurement, one rho, whatever the stream's length.
+   measurement, one rho, whatever the stream's length.  Values chosen adaptively (each after the
+   releases before it) change nothing: for the same transcript, row ``t`` of neighbours differs by
+   ``C_{t-p} (x_p - x'_p)`` whatever the later values, a fixed ``C_{t-p}^2 tau^2 / (2 sigma^2)``, and zCDP
+   composes adaptively over the rows to the same sum.
 3. Decoding, a function of ``y`` alone (post-processing): ``w_t = round((y_t - sum_{1<=k<b} C_k w_{t-k})
    / s)`` in integers (O(b) memory), and ``w_t`` (times ``g``) is the value released at ``t``.  ``s`` is
    odd, so an integer over ``s`` is never a half-integer and the rounding commutes with adding integers:
@@ -64,9 +67,14 @@ noise otherwise).  The decoder's rounding adds at most :meth:`BandedFactorizatio
 
 Durability.  The noise at position ``t`` is a deterministic function of the key and ``t``: block ``i``'s
 ``z`` from its keyed bits, and the history carried from block to block.  A snapshot holds the decoded
-noise of the ``b - 1`` positions before the current block (SECRET, as is the key the same snapshot
-holds) and, with a keyed source, not the current block's noise: a resumed run recomputes that block
-from its keyed ``z`` and the history, O(BLOCK b) work, never the stream from its start.
+noise of the ``b - 1`` positions before the current block and, with a keyed source, not the current
+block's noise: a resumed run recomputes that block from its keyed ``z`` and the history, O(BLOCK b)
+work, never the stream from its start.  The history is noise of released positions: beside the output
+it gives their values back.  So with a keyed source it is stored XOR a keyed one-time pad
+(``KeyedBits(key, ("banded-factorization", "history", i))`` for the history before block ``i``, one
+fixed vector of the key and ``i``), and a snapshot stored without its key (a Spark checkpoint, the
+service's state column) holds no noise in the clear, as the other keyed mechanisms' snapshots; an
+unkeyed source's snapshot holds its history and block as they are (SECRET).
 """
 
 from __future__ import annotations
@@ -156,7 +164,7 @@ class BandedFactorization(IntegerFactorization):
     >>> m.bits, bool(np.all(np.diff(m.coefficients) < 0)), m.granularity == 2.0**-14  # the stability rule
     (20, True, True)
     >>> released = m.release(np.ones(5000))  # two blocks of noise, the second after the first's last 4,095
-    >>> m.state["counter"]["history"].size, m.privacy().label
+    >>> m.state["counter"]["masked_history"].size, m.privacy().label
     (4095, '0.024356-zCDP, so (1, 1e-06)-DP')
     """
 
@@ -205,22 +213,38 @@ class BandedFactorization(IntegerFactorization):
         st.count += ar.sum(out)
         return ar.released(out)
 
+    def _pad(self, released: int, size: int) -> np.ndarray:
+        """The keyed one-time pad of the history before block ``released // BLOCK``: ``size`` words of
+        ``KeyedBits(key, ("banded-factorization", "history", i))`` as int64 (the history there is one fixed vector of
+        the key and ``i``, so a pad never masks two different ones)."""
+        words = self._source.sampler("history", released // BLOCK).bits.words(size)
+        return np.asarray(words, dtype=np.uint64).view(np.int64)
+
     def stream_state(self) -> dict[str, Any]:
-        """The progress as plain data: positions released, the noisy count, the history (SECRET) and, with an
-        unkeyed source, the current block's noise (a keyed one recomputes it from the key and the history)."""
+        """The progress as plain data: positions released, the noisy count and the history; with a keyed source the
+        history XOR a keyed pad (``masked_history``: a snapshot stored without its key holds no noise in the clear)
+        and not the current block's noise (recomputed from the key and the history); with an unkeyed one the history
+        and the current block's noise as they are (SECRET)."""
         st = self._state
-        increments = None if self._source.keyed or st.increments is None else st.increments.copy()
-        return {"released": st.released, "count": st.count, "increments": increments,
-                "history": self._history.copy()}
+        if self._source.keyed:
+            return {"released": st.released, "count": st.count, "increments": None,
+                    "masked_history": self._history ^ self._pad(st.released, self._history.size)}
+        increments = None if st.increments is None else st.increments.copy()
+        return {"released": st.released, "count": st.count, "increments": increments, "history": self._history.copy()}
 
     def resume_stream(self, data: dict[str, Any]) -> None:
         """Continue from :meth:`stream_state` (on a mechanism built with the same parameters and source)."""
         released, increments = int(data["released"]), data["increments"]
-        history = np.asarray(data["history"], dtype=np.int64)
+        if self._source.keyed != ("masked_history" in data):
+            raise ValueError("a keyed banded-factorization snapshot must carry its history masked (masked_history), "
+                             "an unkeyed one as it is (history).")
+        history = np.asarray(data["masked_history" if self._source.keyed else "history"], dtype=np.int64)
         if history.size != min(self.max_range - 1, released // BLOCK * BLOCK):
             raise ValueError(f"a banded-factorization snapshot at position {released} must carry the decoded noise "
                              f"of the {min(self.max_range - 1, released // BLOCK * BLOCK)} positions before its "
                              f"block, got {history.size}.")
+        if self._source.keyed:
+            history = history ^ self._pad(released, history.size)
         if increments is None and released % BLOCK and not self._source.keyed:
             raise ValueError("a banded-factorization snapshot taken inside a block must carry its noise (an unkeyed "
                              "source cannot recompute it).")

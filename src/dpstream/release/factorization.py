@@ -131,6 +131,9 @@ def shaped_noise(z: np.ndarray, coefficients: np.ndarray, history: np.ndarray | 
     h = past.size if m > 1 else 0
     reversed_ = np.ascontiguousarray(coefficients[m - 1 : 0 : -1]) if m > 1 else coefficients[:0]  # C_{m-1} .. C_1
     limit = (1 << 62) // max(int(np.sum(coefficients)), 1)  # |e_k| below it: every dot stays in int64
+    if np.any((past >= limit) | (past <= -limit)):  # a history from a damaged snapshot: never wrapped around
+        raise OverflowError("the factorization's decoded noise left the exact integer range (a history beyond any "
+                            "plausible tail: a damaged snapshot).")
     e = np.zeros(h + n, dtype=np.int64)
     e[:h] = past[past.size - h :]
     for i in range(h, h + n):
