@@ -11,6 +11,7 @@ from urllib.parse import unquote
 import click
 
 from dpstream._checks import check_epsilon
+from dpstream.accounting import check_target_delta
 from dpstream.cli._app import quote, say
 from dpstream.durable.budget_store import BudgetStore
 from dpstream.privacy import PrivacyGuarantee
@@ -18,8 +19,8 @@ from dpstream.privacy import PrivacyGuarantee
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "epsilon_option",
-           "epsilons_option", "floats", "open_database"]
+__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "delta_option",
+           "epsilon_option", "epsilons_option", "floats", "open_database", "target_delta_option"]
 
 #: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
 DEFAULT_DATABASE = "sqlite:///dpstream.db"
@@ -63,6 +64,23 @@ def epsilon_option(ctx: click.Context | None, param: click.Parameter | None, val
         return check_epsilon(value)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+
+
+def delta_option(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback of a ``--delta``: a probability in (0, 1] (None: not given), else a usage error naming the
+    option and the value (NaN included, which a click range lets through)."""
+    if value is not None and not 0 < value <= 1:
+        raise click.BadParameter(f"delta must lie in (0, 1], got {value!r}.", ctx=ctx, param=param)
+    return value
+
+
+def target_delta_option(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback of the ``--delta`` of an (epsilon, delta) target, whose rho a zCDP release spends:
+    :func:`~dpstream.accounting.check_target_delta` as a usage error naming the option and the value."""
+    try:
+        return None if value is None else check_target_delta(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 
 def epsilons_option(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
