@@ -93,9 +93,11 @@ def _lateness_option(ctx: click.Context, param: click.Parameter, value: str | No
 @click.option("--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A budget store (dpstream budget FILE --new-rho R) this release is charged before it publishes: "
                    "refused when the store's total would be passed (a --state release is charged once).")
-@click.option("--standard-error", is_flag=True,
+@click.option("--standard-errors", "standard_error", is_flag=True,
               help="Also say on stderr the exact standard error of every released bucket's noise (all buckets share "
                    "it; bounding and clipping bias are not in it).")
+@click.option("--standard-error", "standard_error_alias", is_flag=True, hidden=True,
+              help="Former spelling of --standard-errors.")
 @click.option("--upper-bound", type=float, default=None, help="Bound B of one value: values lie in [0, B] "
                                                                    "(default --unit-bound).")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
@@ -172,7 +174,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
-    standard_error, delta = options.pop("standard_error"), options["delta"]  # the guarantee is stated at --delta
+    standard_error = options.pop("standard_error") | options.pop("standard_error_alias")
+    delta = options["delta"]  # the guarantee is stated at --delta
     max_gap = options.pop("max_gap")
     context = click.get_current_context()
     for name in ("spark_master", "spark_conf", *STREAMING_ONLY):
