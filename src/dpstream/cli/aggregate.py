@@ -214,7 +214,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     if engine == "spark-streaming":  # INPUT and -o are directories: a query over the files put in INPUT
         return aggregate_streaming(context, params=params, lateness=allowed_lateness or 0, columns=dict(
             time_column=time_column, unit_column=unit_column, column=column, partition_column=partition_column,
-            missing=missing))
+            missing=missing), max_gap=max_gap)
     if state_path is not None:
         rows = _charged(rows, budget_path, probe, state_path=state_path, output_path=output_path)
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,
