@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -102,13 +101,13 @@ def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_
     """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
 
     The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
-    charged again), else the output, the process and the time (every run a release of its own).
+    charged again), else ``COMMAND -o OUTPUT``, every run a release of its own (charged again under the same name).
     """
-    name = (f"{command} --state {Path(state_path).resolve()}" if state_path is not None else
-            f"{command} -o {output_path} ({os.getpid()}, {time.time_ns()})")
+    resumable = state_path is not None
+    name = f"{command} --state {Path(state_path).resolve()}" if resumable else f"{command} -o {output_path}"
     store = BudgetStore.open(path)
-    again = any(charge.release == name for charge in store.charges)
-    charged = store.charge(name, guarantee, per_key=per_key)
+    again = resumable and any(charge.release == name for charge in store.charges)
+    charged = store.charge(name, guarantee, per_key=per_key, resumable=resumable)
     amount = f"{charged.amount:g}{' (every key alike)' * per_key}"
     say(f"budget store: {amount} charged by an earlier run of this release, not again ({path})." if again else
         f"budget store: charged {amount} ({path}).")

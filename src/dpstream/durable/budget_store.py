@@ -37,8 +37,9 @@ each release charges its per-window guarantee once, however many windows it span
 
 **The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
 an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
-other and none is lost.  A charge names its release; charging a name again (a ``--state`` release
-resumed) is not charged twice.
+other and none is lost.  A charge names its release (the command and its output or state file); charging
+the name of a resumable release again (a ``--state`` release resumed) is not charged twice, and every other
+charge is one of its own, whatever its name (two runs of a command with the same output are two releases).
 """
 
 from __future__ import annotations
@@ -207,14 +208,16 @@ class BudgetStore:
         """What ``guarantee`` costs in this store's accounting (refused when it cannot be counted in it)."""
         return amount_of(guarantee, self.accounting)
 
-    def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False) -> Charge:
+    def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False,
+               resumable: bool = True) -> Charge:
         """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
-        a name charged before is not charged again (its first charge is returned).  ``per_key``: the guarantee
-        is each key's (a release with keys), charged once for every key alike."""
+        a ``resumable`` release's name charged before is not charged again (its first charge is returned), where
+        ``resumable=False`` charges every call (names may repeat).  ``per_key``: the guarantee is each key's (a
+        release with keys), charged once for every key alike."""
         amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours, per_key=per_key)
         with _locked(self.path):
             self._data = data = _read(self.path)
-            earlier = [c for c in data["charges"] if c["release"] == release]
+            earlier = [c for c in data["charges"] if c["release"] == release] if resumable else []
             if earlier:
                 return Charge(**earlier[0])
             check_charge(release=release, amount=amount, subject=subject, stored_subject=data["subject"],
