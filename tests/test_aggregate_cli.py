@@ -331,3 +331,16 @@ def test_the_means_standard_error_is_said_to_be_its_sums_only(tmp_path):
     assert result.exit_code == 0, result.output
     assert "standard error of the noise of every released bucket's sum: " in result.output
     assert "the noise is linear" not in result.output
+
+
+def test_standard_errors_is_spelled_as_releases_and_the_former_spelling_still_works(tmp_path):
+    # aggregate spelled it --standard-error, release --standard-errors
+    data = _csv(tmp_path / "in.csv")
+    said = [_run(data, "-o", tmp_path / f"{flag}.csv", *BASE, "--missing", "zero", flag)
+            for flag in ("--standard-errors", "--standard-error")]
+    assert all(result.exit_code == 0 for result in said), [result.output for result in said]
+    lines = [[line for line in result.output.splitlines() if line.startswith("standard error")] for result in said]
+    assert len(lines[0]) == 1 and lines[0] == lines[1]
+    assert (tmp_path / "--standard-errors.csv").read_bytes() == (tmp_path / "--standard-error.csv").read_bytes()
+    shown = CliRunner().invoke(cli, ["aggregate", "--help"]).output
+    assert "--standard-errors" in shown and "--standard-error " not in shown

@@ -408,3 +408,28 @@ def test_a_copied_aggregate_state_is_refused(tmp_path):
     assert store.read_bytes() == before
     resumed = CliRunner().invoke(cli, [*run, "-o", str(tmp_path / "a.csv"), "--state", str(tmp_path / "s")])
     assert resumed.exit_code == 0 and "not again" in resumed.output, resumed.output
+
+
+def test_a_run_without_state_is_named_by_its_command_and_output_and_charged_every_time(tmp_path):
+    # the name carried "(pid, time_ns)" to be unique: 'aggregate -o out.txt (1546, 1795...)'
+    store, values = tmp_path / "budget.json", _stream(tmp_path)
+    BudgetStore.create(store, epsilon=2.5)
+    run = [values, "-o", tmp_path / "a.txt", "--method", "bt", "--epsilon", "1", "--budget-store", store, "--force"]
+    assert [_release(*run).exit_code for _ in range(2)] == [0, 0]
+    refused = _release(*run)
+    assert refused.exit_code == 2, refused.output
+    assert f"release 'release -o {tmp_path / 'a.txt'}' needs epsilon 1 but the budget store has 0.5 left" \
+        in refused.output
+    charges = BudgetStore.open(store).charges
+    assert [(c.release, c.amount) for c in charges] == [(f"release -o {tmp_path / 'a.txt'}", 1.0)] * 2
+    listing = CliRunner().invoke(cli, ["budget", str(store)]).output
+    assert listing.count(f"  epsilon 1  release -o {tmp_path / 'a.txt'}\n") == 2 and "spent epsilon 2 by 2" in listing
+
+
+def test_only_a_resumable_name_is_charged_once(tmp_path):
+    store = BudgetStore.create(tmp_path / "b.json", epsilon=3.0)
+    assert [store.charge("r", _pure(1.0), resumable=False).amount for _ in range(2)] == [1.0, 1.0]
+    assert store.charge("s", _pure(0.5)).amount == store.charge("s", _pure(0.5)).amount == 0.5
+    assert math.isclose(BudgetStore.open(tmp_path / "b.json").spent, 2.5)
+    with pytest.raises(BudgetExhausted, match="release 'r' needs epsilon 1 but the budget store has 0.5 left of 3"):
+        store.charge("r", _pure(1.0), resumable=False)

@@ -38,8 +38,10 @@ from dpstream.privacy import Budget, Composition, EpsilonDelta, Part, PrivacyGua
 
 __all__ = [
     "DEFAULT_DELTA",
+    "MAX_TARGET_DELTA",
     "Zcdp",
     "check_budget",
+    "check_target_delta",
     "ZcdpGuarantee",
     "rho_for",
     "rho_of_pure",
@@ -51,6 +53,11 @@ __all__ = [
 
 #: The delta a zCDP guarantee states its implied (epsilon, delta) at unless told otherwise.
 DEFAULT_DELTA = 1e-6
+
+#: The largest delta of an (epsilon, delta) target a zCDP mechanism spends the rho of: an (epsilon, delta)
+#: statement lets a person's data out with probability delta, so a larger one says too little to call private
+#: (the cap of partition selection's delta, :data:`~dpstream.release.partition_selection.MAX_SELECTION_DELTA`).
+MAX_TARGET_DELTA = 1e-3
 
 #: Relative margin by which a converted epsilon is rounded up (float error of one evaluation is ~1e-15).
 _MARGIN = 2.0**-40
@@ -65,6 +72,20 @@ def _delta(delta: object) -> float:
     if delta <= 0.0 or delta >= 1.0:
         raise ValueError(f"delta must lie strictly between 0 and 1 to convert zCDP, got {delta!r}.")
     return delta
+
+
+def check_target_delta(delta: object) -> float:
+    """The delta of an (epsilon, delta) target (:func:`rho_for`): a real number in (0, :data:`MAX_TARGET_DELTA`].
+
+    >>> check_target_delta(0.999999)
+    Traceback (most recent call last):
+    ValueError: the delta of an (epsilon, delta) target must lie in (0, 0.001] (a larger one lets the data out with \
+that probability: the guarantee says little), got 0.999999.
+    """
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta <= MAX_TARGET_DELTA:
+        raise ValueError(f"the delta of an (epsilon, delta) target must lie in (0, {MAX_TARGET_DELTA:g}] (a larger "
+                         f"one lets the data out with that probability: the guarantee says little), got {delta!r}.")
+    return float(delta)
 
 
 def check_budget(epsilon: object, rho: object) -> tuple[float | None, float | None]:
@@ -179,7 +200,8 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
 def rho_for(epsilon: float, delta: float) -> float:
     """The largest rho (to a relative 1e-12, rounded down) whose :func:`zcdp_epsilon` at ``delta`` is at most
     ``epsilon``: how much zCDP budget an (epsilon, delta) target affords; a target that affords a rho > 0 below
-    :data:`~dpstream._checks.MIN_EPSILON` (which no mechanism takes) is refused naming it.
+    :data:`~dpstream._checks.MIN_EPSILON` (which no mechanism takes) is refused naming it, and so is a delta above
+    :data:`MAX_TARGET_DELTA` (:func:`check_target_delta`).
 
     >>> rho = rho_for(1.0, 1e-6); bool(zcdp_epsilon(rho, 1e-6) <= 1.0 < zcdp_epsilon(rho * 1.001, 1e-6))
     True
@@ -188,7 +210,7 @@ def rho_for(epsilon: float, delta: float) -> float:
     ValueError: epsilon 1e-12 at delta 1e-300 affords rho 3.817e-28 (zCDP), below 1e-12: smaller budgets drown the \
 data in float64 noise; a larger epsilon or delta.
     """
-    epsilon, delta = check_nonnegative(epsilon, "epsilon"), _delta(delta)
+    epsilon, delta = check_nonnegative(epsilon, "epsilon"), check_target_delta(_delta(delta))
     if epsilon == 0.0 or zcdp_epsilon(epsilon, delta) <= epsilon:  # the search's top affords it (delta covers it)
         return epsilon
     low, high = 0.0, epsilon  # zcdp_epsilon(rho) >= rho

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -11,6 +10,7 @@ from urllib.parse import unquote
 import click
 
 from dpstream._checks import check_epsilon
+from dpstream.accounting import check_target_delta
 from dpstream.cli._app import quote, say
 from dpstream.durable import StateError, StreamState
 from dpstream.durable.budget_store import BudgetStore, KeyCharged
@@ -20,8 +20,8 @@ from dpstream.privacy import PrivacyGuarantee
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "epsilon_option",
-           "epsilons_option", "floats", "open_database"]
+__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "delta_option",
+           "epsilon_option", "epsilons_option", "floats", "open_database", "target_delta_option"]
 
 #: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
 DEFAULT_DATABASE = "sqlite:///dpstream.db"
@@ -67,6 +67,23 @@ def epsilon_option(ctx: click.Context | None, param: click.Parameter | None, val
         raise click.BadParameter(str(error)) from None
 
 
+def delta_option(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback of a ``--delta``: a probability in (0, 1] (None: not given), else a usage error naming the
+    option and the value (NaN included, which a click range lets through)."""
+    if value is not None and not 0 < value <= 1:
+        raise click.BadParameter(f"delta must lie in (0, 1], got {value!r}.", ctx=ctx, param=param)
+    return value
+
+
+def target_delta_option(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback of the ``--delta`` of an (epsilon, delta) target, whose rho a zCDP release spends:
+    :func:`~dpstream.accounting.check_target_delta` as a usage error naming the option and the value."""
+    try:
+        return None if value is None else check_target_delta(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+
 def epsilons_option(ctx: click.Context, param: click.Parameter, text: str) -> list[float]:
     """Click callback of an ``--epsilons``-style option: comma-separated budgets."""
     return [epsilon_option(ctx, param, value) for value in floats(text)]
@@ -86,7 +103,7 @@ def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_
     """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
 
     The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
-    charged again), else the output, the process and the time (every run a release of its own).  A state made
+    charged again), else ``COMMAND -o OUTPUT``, every run a release of its own (charged again under the same name).  A state made
     where none is, under a name already charged (the state deleted, or a first run stopped before it made one), is
     a new release -- a new key, fresh noise on the data -- and is charged again under a name of its own; its resumed
     runs find the charge of their key and are not.
@@ -97,20 +114,20 @@ def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_
     that its charge records it; the state is made with it), else None.
     """
     unique = f"({os.getpid()}, {time.time_ns()})"
-    name = f"{command} --state {Path(state_path).resolve()}" if state_path is not None else \
-        f"{command} -o {output_path} {unique}"
+    resumable = state_path is not None
+    name = f"{command} --state {Path(state_path).resolve()}" if resumable else f"{command} -o {output_path}"
     store = BudgetStore.open(path)
     new, key = _state_key(state_path, seed)
     fingerprint = None if key is None else key_fingerprint(key)
     if fingerprint is not None and not new:  # this state's own charge: its key's under this path (made again or not)
         name = next((charge.release for charge in store.charges if charge.key == fingerprint and
                      (charge.release == name or charge.release.startswith(f"{name}, made again "))), name)
-    again = not new and any(charge.release == name and (fingerprint is None or charge.key in (None, fingerprint))
+    again = resumable and not new and any(charge.release == name and (fingerprint is None or charge.key in (None, fingerprint))
                             for charge in store.charges)
     if not again and any(charge.release == name for charge in store.charges):  # another key: never covered by it
         name = f"{name}, made again {unique}"
     try:
-        charged = store.charge(name, guarantee, per_key=per_key, key=fingerprint)
+        charged = store.charge(name, guarantee, per_key=per_key, key=fingerprint, resumable=resumable)
     except KeyCharged as error:
         raise ValueError(f"--seed {seed} makes the key charged for {error.other} (budget store {path}): a state made "
                          "with it again would publish the same noise twice (give another --seed)." if new else

@@ -14,17 +14,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import numpy as np
 
 from dpstream.cli._app import say
 from dpstream.cli._columns import per_key_privacy
+from dpstream.cli._rows import check_gap
 from dpstream.cli._spark import last_error, spark_session
 from dpstream.durable.files import write_atomic
 from dpstream.durable.keys import seed_key
 from dpstream.release.aggregate import UnitAggregate
+from dpstream.release.aggregate_watermark import buckets_closed
+
+if TYPE_CHECKING:
+    import pandas as pd
 from dpstream.release.by_key import key_secret
 
 __all__ = ["aggregate_streaming", "check_streaming", "release_streaming", "streaming_options"]
@@ -184,9 +191,10 @@ def run_query(given: dict[str, Any], start: Callable[[Any, Callable[[int, int], 
 
 
 def aggregate_streaming(context: click.Context, *, params: dict[str, Any], columns: dict[str, Any],
-                        lateness: int) -> None:
+                        lateness: int, max_gap: int | None) -> None:
     """Run ``aggregate``'s streaming query (its options in ``context``; ``params`` the aggregate's, ``columns`` the
-    reader's, ``lateness`` the allowed lateness in seconds) until it stops or is interrupted."""
+    reader's, ``lateness`` the allowed lateness in seconds, ``max_gap`` ``--max-gap``: a micro-batch with a longer gap
+    stops the query, :func:`check_streaming_gap`) until it stops or is interrupted."""
     from dpstream.spark.streaming_aggregate import start_aggregate
 
     given = context.params
@@ -201,4 +209,20 @@ def aggregate_streaming(context: click.Context, *, params: dict[str, Any], colum
     run_query(given, lambda spark, told: start_aggregate(
         spark, given["input_path"], sink=given["output_path"], checkpoint=given["spark_checkpoint"], params=params,
         columns=columns, lateness=lateness, secret=secret, available_now=given["available_now"],
-        files_per_batch=given["files_per_batch"], on_batch=told))
+        files_per_batch=given["files_per_batch"], on_batch=told, check=partial(check_streaming_gap, max_gap)))
+
+
+def check_streaming_gap(max_gap: int | None, aggregate: UnitAggregate, rows: pd.DataFrame) -> None:
+    """``aggregate --engine spark-streaming``: the local engine's long-gap check (:func:`~dpstream.cli._rows.check_gap`,
+    ``--max-gap`` or at most :data:`~dpstream.cli._rows.GAP_VALUES` values) on a micro-batch's rows in arrival order,
+    before any work; a refusal names the source file and its row."""
+    times = rows["time_ns"].to_numpy(np.int64)
+    closed = buckets_closed(aggregate, times)
+    if not closed.size:
+        return
+    at = int(np.argmax(closed))
+    try:
+        check_gap(closed[at:at + 1], times=times[at:at + 1], first=int(rows["row"].iloc[at]), seconds=aggregate.bucket,
+                  per=len(aggregate.partition_names), noun="bucket", max_gap=max_gap)
+    except ValueError as error:
+        raise ValueError(f"{rows['file'].iloc[at]}: {error}") from None

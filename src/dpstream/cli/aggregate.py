@@ -30,7 +30,7 @@ import pyarrow.csv as pcsv
 
 from dpstream.accounting import ZcdpGuarantee, rho_for, zcdp_unit_statement
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
-from dpstream.cli._options import SEED_HELP, charge_store, epsilon_option
+from dpstream.cli._options import SEED_HELP, charge_store, epsilon_option, target_delta_option
 from dpstream.cli._outputs import check_finite, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
 from dpstream.cli._rows import (
@@ -88,14 +88,16 @@ def _lateness_option(ctx: click.Context, param: click.Parameter, value: str | No
 @click.option("--noise", "noise_law", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
               help="gaussian: discrete Gaussian noise under rho-zCDP, at the rho whose (--epsilon, --delta) per window "
                    "is the target; composes over windows by adding rho (see docs/zcdp.md).")
-@click.option("--delta", type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True), default=None,
-              help="With --noise gaussian: the delta of the per-window (epsilon, delta) target.")
+@click.option("--delta", type=float, default=None, callback=target_delta_option,
+              help="With --noise gaussian: the delta of the per-window (epsilon, delta) target, at most 1e-3.")
 @click.option("--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A budget store (dpstream budget FILE --new-rho R) this release is charged before it publishes: "
                    "refused when the store's total would be passed (a --state release is charged once).")
-@click.option("--standard-error", is_flag=True,
+@click.option("--standard-errors", "standard_error", is_flag=True,
               help="Also say on stderr the exact standard error of every released bucket's noise (all buckets share "
                    "it; bounding and clipping bias are not in it).")
+@click.option("--standard-error", "standard_error_alias", is_flag=True, hidden=True,
+              help="Former spelling of --standard-errors.")
 @click.option("--upper-bound", type=float, default=None, help="Bound B of one value: values lie in [0, B] "
                                                                    "(default --unit-bound).")
 @click.option("--clip", is_flag=True, help="Clip values outside [0, B] instead of failing.")
@@ -172,7 +174,8 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     'bucket,partition,value', the bucket's start in ISO 8601 UTC, released as buckets close.
     --revised FILE writes revised values beside it (post-processing, rewritten by every run).
     """
-    standard_error, delta = options.pop("standard_error"), options["delta"]  # the guarantee is stated at --delta
+    standard_error = options.pop("standard_error") | options.pop("standard_error_alias")
+    delta = options["delta"]  # the guarantee is stated at --delta
     max_gap = options.pop("max_gap")
     context = click.get_current_context()
     for name in ("spark_master", "spark_conf", *STREAMING_ONLY):
@@ -211,7 +214,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     if engine == "spark-streaming":  # INPUT and -o are directories: a query over the files put in INPUT
         return aggregate_streaming(context, params=params, lateness=allowed_lateness or 0, columns=dict(
             time_column=time_column, unit_column=unit_column, column=column, partition_column=partition_column,
-            missing=missing))
+            missing=missing), max_gap=max_gap)
     if state_path is not None:
         rows, key = _charged(rows, budget_path, probe, state_path=state_path, output_path=output_path, seed=seed)
         _durable_run(state_path, input_path=input_path, output_path=output_path, params=params, rows=rows,

@@ -39,7 +39,7 @@ from dpstream.cli._columns import (
     standard_errors_option,
     summary,
 )
-from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store
+from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store, delta_option, target_delta_option
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import check_revised, write_revised
 from dpstream.cli._spark import RELEASE_ENGINES
@@ -163,9 +163,10 @@ class _Methods(click.Choice):
 @click.option("--threshold-step", type=float, default=None,
               help="Spacing of the candidate thresholds step, 2 step, ..., B  [default: 1; tops with "
                    "--expected-length: B/1024].")
-@click.option("--delta", type=float, default=None,
+@click.option("--delta", type=float, default=None, callback=delta_option,
               help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range); bt-zcdp, tops-zcdp: the "
-                   "delta of its (epsilon, delta) target, required (it spends the rho that affords, docs/zcdp.md).")
+                   "delta of its (epsilon, delta) target, at most 1e-3, required (it spends the rho that affords, "
+                   "docs/zcdp.md).")
 @click.option("--threshold-fraction", type=float, default=PAK_THRESHOLD_FRACTION, show_default=True,
               help="pak: eps1/eps, the share of the budget for the threshold (the rest for the held-out sum).")
 @click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
@@ -319,6 +320,8 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if options.get("smoother") == "median":
             raise click.UsageError("--standard-errors does not apply to --smoother median: its predictions are not "
                                    "linear in the noise, so their noise has no exact standard error.")
+    if chosen.name.endswith("-zcdp"):  # its --delta is that of an (epsilon, delta) target: at most 1e-3
+        target_delta_option(context, next(p for p in context.command.params if p.name == "delta"), options["delta"])
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)

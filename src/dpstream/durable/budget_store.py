@@ -37,8 +37,10 @@ each release charges its per-window guarantee once, however many windows it span
 
 **The file.**  JSON, replaced atomically (:func:`~dpstream.durable.files.write_atomic`, mode 0600) under
 an exclusive lock on ``FILE.lock`` that a charge waits for, so concurrent releases charge one after the
-other and none is lost.  A charge names its release; charging a name again (a ``--state`` release
-resumed) is not charged twice (the command line names a state made again under a charged name anew).
+other and none is lost.  A charge names its release (the command and its output or state file); charging
+the name of a resumable release again (a ``--state`` release resumed) is not charged twice, and every other
+charge is one of its own, whatever its name (two runs of a command with the same output are two releases;
+the command line names a state made again under a charged name anew).
 
 **Copies of a state.**  The charge of a ``--state`` release records the fingerprint of the state's key
 (:func:`~dpstream.durable.keys.key_fingerprint`, one-way: never the key), and a charge under another name
@@ -227,17 +229,18 @@ class BudgetStore:
         return amount_of(guarantee, self.accounting)
 
     def charge(self, release: str, guarantee: PrivacyGuarantee, *, per_key: bool = False,
-               key: str | None = None) -> Charge:
+               key: str | None = None, resumable: bool = True) -> Charge:
         """Charge ``release`` its guarantee, or refuse (:class:`BudgetExhausted`) when the total would be passed;
-        a name charged before is not charged again (its first charge is returned).  ``per_key``: the guarantee
-        is each key's (a release with keys), charged once for every key alike.  ``key``: the fingerprint of the
-        release's state key, recorded; refused (:class:`KeyCharged`) when charged under another name.  A name
-        charged with another fingerprint is not this release; one charged without is (and records it now)."""
+        a ``resumable`` release's name charged before is not charged again (its first charge is returned), where
+        ``resumable=False`` charges every call (names may repeat).  ``per_key``: the guarantee is each key's (a
+        release with keys), charged once for every key alike.  ``key``: the fingerprint of the release's state
+        key, recorded; refused (:class:`KeyCharged`) when charged under another name.  A name charged with another
+        fingerprint is not this release; one charged without is (and records it now)."""
         amount, subject = self.amount(guarantee), subject_of(guarantee.neighbours, per_key=per_key)
         with _locked(self.path):
             self._data = data = _read(self.path)
             earlier = [c for c in data["charges"] if c["release"] == release and
-                       (key is None or c.get("key") in (None, key))]
+                       (key is None or c.get("key") in (None, key))] if resumable else []
             if earlier:
                 if key is not None and earlier[0].get("key") is None:  # charged before fingerprints: record it now
                     earlier[0]["key"], data["version"] = key, _KEYED_VERSION

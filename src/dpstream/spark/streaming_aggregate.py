@@ -65,6 +65,8 @@ ROWS_SCHEMA = "file_time long, file string, row long, time_ns long, unit string,
 OUT_SCHEMA = "seq long, bucket string, partition string, value double"
 #: Rows read from a source file at a time.
 _BATCH = 1 << 16
+#: A check of a step's rows (of :data:`ROWS_SCHEMA`, in arrival order) against the aggregate before it takes them.
+RowsCheck = Callable[[UnitAggregate, pd.DataFrame], None]
 
 
 def read_rows_file(path: str, data: bytes | None, *, file_time: int, columns: dict[str, Any]) -> pd.DataFrame:
@@ -121,15 +123,19 @@ def released_frame(marked: WatermarkAggregate, released: list[Released], first: 
 
 
 def step(rows: pd.DataFrame, stored: dict[str, Any] | None, *, params: dict[str, Any], lateness: int,
-         secret: bytes) -> tuple[pd.DataFrame, dict[str, Any]]:
+         secret: bytes, check: RowsCheck | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One micro-batch's step (or one file's, locally): the watermarked aggregate restored from ``stored``
-    (None: a new one), fed ``rows`` in arrival order (file, then row); the released rows and the new state."""
+    (None: a new one), fed ``rows`` in arrival order (file, then row); the released rows and the new state.
+    ``check(aggregate, rows)``, before any work, may refuse the rows (a :class:`ValueError`: ``aggregate``'s long-gap
+    check)."""
     if stored is None:
         marked, sent = WatermarkAggregate(UnitAggregate(**params, key=secret), lateness=lateness), 0
     else:
         aggregate = UnitAggregate.from_state(with_key(decode(stored["aggregate"]), secret))
         marked, sent = WatermarkAggregate.from_state(decode(stored["watermark"]), aggregate), int(stored["sent"])
     rows = rows.sort_values(["file_time", "file", "row"], kind="stable")
+    if check is not None:
+        check(marked.aggregate, rows)
     partitions = None if params.get("partitions") is None and params.get("partition_selection") != "private" \
         else rows["partition"].to_numpy(dtype=object)
     released = list(marked.release(rows["time_ns"].to_numpy(np.int64), rows["unit"].to_numpy(dtype=object),
@@ -143,14 +149,14 @@ def step(rows: pd.DataFrame, stored: dict[str, Any] | None, *, params: dict[str,
 def start_aggregate(spark: Any, source: str | os.PathLike[str], *, sink: str | os.PathLike[str],
                     checkpoint: str | os.PathLike[str], params: dict[str, Any], columns: dict[str, Any],
                     lateness: int, secret: bytes, available_now: bool = True, files_per_batch: int | None = None,
-                    on_batch: Callable[[int, int], None] | None = None) -> Any:
+                    on_batch: Callable[[int, int], None] | None = None, check: RowsCheck | None = None) -> Any:
     """Start the streaming aggregate of the files in the directory ``source`` (see the module docstring).
 
     ``params`` are :class:`UnitAggregate`'s (JSON-able, ``late="drop"``), ``columns`` the reader's
     (:func:`read_rows_file`), ``lateness`` the allowed lateness in seconds; the noise comes from
-    ``secret``.  Released rows go to ``sink`` (:data:`~dpstream.spark.streaming.SINK_PATTERN`), the checkpoint
-    to ``checkpoint`` (a restart with other parameters or another secret refused, :class:`ValueError`).
-    Returns the running ``StreamingQuery``.
+    ``secret``; ``check`` is :func:`step`'s.  Released rows go to ``sink``
+    (:data:`~dpstream.spark.streaming.SINK_PATTERN`), the checkpoint to ``checkpoint`` (a restart with other
+    parameters or another secret refused, :class:`ValueError`).  Returns the running ``StreamingQuery``.
     """
     require_spark()
     from pyspark.sql import functions as F
@@ -169,7 +175,7 @@ def start_aggregate(spark: Any, source: str | os.PathLike[str], *, sink: str | o
     def group_step(group: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         rows = pd.concat(list(frames), ignore_index=True)
         out, stored = step(rows, json.loads(state.get[0]) if state.exists else None, params=params,
-                           lateness=lateness, secret=secret)
+                           lateness=lateness, secret=secret, check=check)
         state.update((json.dumps(stored, separators=(",", ":")),))
         if len(out):
             yield out
@@ -217,13 +223,13 @@ def read_aggregate_sink(sink: str | os.PathLike[str]) -> list[tuple[str, str, st
 
 
 def aggregate_files(paths: Sequence[str | os.PathLike[str]], *, params: dict[str, Any], columns: dict[str, Any],
-                    lateness: int, secret: bytes) -> list[tuple[str, str, str]]:
+                    lateness: int, secret: bytes, check: RowsCheck | None = None) -> list[tuple[str, str, str]]:
     """The local counterpart of :func:`start_aggregate`: the files ``paths`` in this order (the query's: by
     modification time) through the same step, in this process; the released rows as the sink holds them."""
     stored, out = None, []
     for place, path in enumerate(paths):
         rows = read_rows_file(str(path), None, file_time=place, columns=columns)
-        frame, stored = step(rows, stored, params=params, lateness=lateness, secret=secret)
+        frame, stored = step(rows, stored, params=params, lateness=lateness, secret=secret, check=check)
         out.append(frame)
     table = pa.Table.from_pandas(pd.concat(out, ignore_index=True), preserve_index=False) if out else None
     if table is None:
