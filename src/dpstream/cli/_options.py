@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -103,10 +104,10 @@ def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_
     """Charge the budget store ``path`` a release's guarantee (a :class:`ValueError` when refused), and say so.
 
     The charge is named after the release: ``COMMAND --state FILE`` (a resumed run is the same release and is not
-    charged again), else ``COMMAND -o OUTPUT``, every run a release of its own (charged again under the same name).  A state made
-    where none is, under a name already charged (the state deleted, or a first run stopped before it made one), is
-    a new release -- a new key, fresh noise on the data -- and is charged again under a name of its own; its resumed
-    runs find the charge of their key and are not.
+    charged again), else ``COMMAND -o OUTPUT``, every run a release of its own (charged again under the same
+    name).  A state made where none is, under a name already charged (the state deleted, or a first run stopped
+    before it made one), is a new release -- a new key, fresh noise on the data -- and is charged again under a
+    name of its own; its resumed runs find the charge of their key and are not.
 
     A ``--state`` charge records the fingerprint of the state's key (:func:`~dpstream.durable.keys.key_fingerprint`),
     so a copy of a charged state, resumed at another path, is refused before anything is published: it would
@@ -122,9 +123,10 @@ def charge_store(path: str, command: str, guarantee: PrivacyGuarantee, *, state_
     if fingerprint is not None and not new:  # this state's own charge: its key's under this path (made again or not)
         name = next((charge.release for charge in store.charges if charge.key == fingerprint and
                      (charge.release == name or charge.release.startswith(f"{name}, made again "))), name)
-    again = resumable and not new and any(charge.release == name and (fingerprint is None or charge.key in (None, fingerprint))
-                            for charge in store.charges)
-    if not again and any(charge.release == name for charge in store.charges):  # another key: never covered by it
+    again = resumable and not new and any(charge.release == name and
+                                          (fingerprint is None or charge.key in (None, fingerprint))
+                                          for charge in store.charges)
+    if resumable and not again and any(charge.release == name for charge in store.charges):  # another key
         name = f"{name}, made again {unique}"
     try:
         charged = store.charge(name, guarantee, per_key=per_key, key=fingerprint, resumable=resumable)
