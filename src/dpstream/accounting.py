@@ -75,7 +75,9 @@ def _delta(delta: object) -> float:
 
 
 def check_target_delta(delta: object) -> float:
-    """The delta of an (epsilon, delta) target (:func:`rho_for`): a real number in (0, :data:`MAX_TARGET_DELTA`].
+    """The delta of a new release's (epsilon, delta) target (:func:`rho_for`): a real number in (0,
+    :data:`MAX_TARGET_DELTA`].  Checked where a release starts (the commands without a state to continue, the
+    service's creations), not when one is restored: a release begun at a larger delta continues at it.
 
     >>> check_target_delta(0.999999)
     Traceback (most recent call last):
@@ -200,8 +202,9 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
 def rho_for(epsilon: float, delta: float) -> float:
     """The largest rho (to a relative 1e-12, rounded down) whose :func:`zcdp_epsilon` at ``delta`` is at most
     ``epsilon``: how much zCDP budget an (epsilon, delta) target affords; a target that affords a rho > 0 below
-    :data:`~dpstream._checks.MIN_EPSILON` (which no mechanism takes) is refused naming it, and so is a delta above
-    :data:`MAX_TARGET_DELTA` (:func:`check_target_delta`).
+    :data:`~dpstream._checks.MIN_EPSILON` (which no mechanism takes) is refused naming it.  Any delta in (0, 1)
+    converts; the commands and the service refuse a new release's target above :data:`MAX_TARGET_DELTA`
+    (:func:`check_target_delta`), while a release begun before that rule continues at its own delta.
 
     >>> rho = rho_for(1.0, 1e-6); bool(zcdp_epsilon(rho, 1e-6) <= 1.0 < zcdp_epsilon(rho * 1.001, 1e-6))
     True
@@ -210,7 +213,7 @@ def rho_for(epsilon: float, delta: float) -> float:
     ValueError: epsilon 1e-12 at delta 1e-300 affords rho 3.817e-28 (zCDP), below 1e-12: smaller budgets drown the \
 data in float64 noise; a larger epsilon or delta.
     """
-    epsilon, delta = check_nonnegative(epsilon, "epsilon"), check_target_delta(_delta(delta))
+    epsilon, delta = check_nonnegative(epsilon, "epsilon"), _delta(delta)
     if epsilon == 0.0 or zcdp_epsilon(epsilon, delta) <= epsilon:  # the search's top affords it (delta covers it)
         return epsilon
     low, high = 0.0, epsilon  # zcdp_epsilon(rho) >= rho

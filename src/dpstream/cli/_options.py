@@ -21,8 +21,8 @@ from dpstream.privacy import PrivacyGuarantee
 #: Help of every --seed that seeds the noise of a release.
 SEED_HELP = "For tests only: anyone who knows the seed can recompute the noise. Never publish a seeded release."
 
-__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "delta_option",
-           "epsilon_option", "epsilons_option", "floats", "open_database", "target_delta_option"]
+__all__ = ["DATABASE_KEY", "DEFAULT_DATABASE", "SEED_HELP", "budget_store_option", "charge_store", "check_new_target",
+           "delta_option", "epsilon_option", "epsilons_option", "floats", "open_database"]
 
 #: The service's database when none is given (``serve``, ``token``): a file in the working directory, created 0600.
 DEFAULT_DATABASE = "sqlite:///dpstream.db"
@@ -76,12 +76,17 @@ def delta_option(ctx: click.Context, param: click.Parameter, value: float | None
     return value
 
 
-def target_delta_option(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Click callback of the ``--delta`` of an (epsilon, delta) target, whose rho a zCDP release spends:
-    :func:`~dpstream.accounting.check_target_delta` as a usage error naming the option and the value."""
+def check_new_target(ctx: click.Context, value: float | None, state_path: str | None) -> None:
+    """The ``--delta`` of an (epsilon, delta) target, whose rho a zCDP release spends:
+    :func:`~dpstream.accounting.check_target_delta` as a usage error naming the option and the value, for a new
+    release; a ``--state`` that exists continues at the delta it began with (its parameters are checked against the
+    state's)."""
+    if value is None or (state_path is not None and Path(state_path).exists()):
+        return
     try:
-        return None if value is None else check_target_delta(value)
+        check_target_delta(value)
     except ValueError as error:
+        param = next(p for p in ctx.command.params if p.name == "delta")
         raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 

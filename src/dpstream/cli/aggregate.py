@@ -30,7 +30,7 @@ import pyarrow.csv as pcsv
 
 from dpstream.accounting import ZcdpGuarantee, rho_for, zcdp_unit_statement
 from dpstream.cli._app import cli, say, usage_errors, warn_if_seeded
-from dpstream.cli._options import SEED_HELP, charge_store, epsilon_option, target_delta_option
+from dpstream.cli._options import SEED_HELP, charge_store, check_new_target, delta_option, epsilon_option
 from dpstream.cli._outputs import check_finite, output_file, prepare_output
 from dpstream.cli._revised import write_revised_csv
 from dpstream.cli._rows import (
@@ -88,7 +88,7 @@ def _lateness_option(ctx: click.Context, param: click.Parameter, value: str | No
 @click.option("--noise", "noise_law", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True,
               help="gaussian: discrete Gaussian noise under rho-zCDP, at the rho whose (--epsilon, --delta) per window "
                    "is the target; composes over windows by adding rho (see docs/zcdp.md).")
-@click.option("--delta", type=float, default=None, callback=target_delta_option,
+@click.option("--delta", type=float, default=None, callback=delta_option,
               help="With --noise gaussian: the delta of the per-window (epsilon, delta) target, at most 1e-3.")
 @click.option("--budget-store", "budget_path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A budget store (dpstream budget FILE --new-rho R) this release is charged before it publishes: "
@@ -177,7 +177,7 @@ def aggregate(input_path: str, output_path: str, time_column: str, unit_column: 
     standard_error = options.pop("standard_error") | options.pop("standard_error_alias")
     delta = options["delta"]  # the guarantee is stated at --delta
     max_gap = options.pop("max_gap")
-    context = click.get_current_context()
+    check_new_target(context := click.get_current_context(), delta, state_path)  # a new release's: at most 1e-3
     for name in ("spark_master", "spark_conf", *STREAMING_ONLY):
         options.pop(name)
     check_streaming(context, engine=engine, input_path=input_path, time_column=time_column)

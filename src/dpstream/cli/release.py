@@ -39,7 +39,7 @@ from dpstream.cli._columns import (
     standard_errors_option,
     summary,
 )
-from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store, delta_option, target_delta_option
+from dpstream.cli._options import SEED_HELP, budget_store_option, charge_store, check_new_target, delta_option
 from dpstream.cli._outputs import check_finite, is_stream, output_file, prepare_output
 from dpstream.cli._revised import check_revised, write_revised
 from dpstream.cli._spark import RELEASE_ENGINES
@@ -320,8 +320,8 @@ def _check_options(context: click.Context, chosen: Mechanism, options: dict[str,
         if options.get("smoother") == "median":
             raise click.UsageError("--standard-errors does not apply to --smoother median: its predictions are not "
                                    "linear in the noise, so their noise has no exact standard error.")
-    if chosen.name.endswith("-zcdp"):  # its --delta is that of an (epsilon, delta) target: at most 1e-3
-        target_delta_option(context, next(p for p in context.command.params if p.name == "delta"), options["delta"])
+    if chosen.name.endswith("-zcdp"):  # its --delta is that of an (epsilon, delta) target: at most 1e-3 when new
+        check_new_target(context, options["delta"], context.params.get("state_path"))
     check_revised(context, options)  # --revised and --plot: outputs too
     for alias, name in _DEPRECATED.items():
         value = options.pop(alias)

@@ -144,6 +144,7 @@ def _budget(document: dict[str, Any]) -> dict[str, Any]:
     if delta is None:
         raise ApiError(422, "\"noise\": \"gaussian\" needs delta: the delta of the per-window (epsilon, delta) "
                             "target, e.g. 1e-6.")
+    common.check_new_target(delta)  # a new aggregate's target: at most 1e-3
     return {"rho": rho_for(document["epsilon"], delta)}
 
 

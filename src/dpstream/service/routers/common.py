@@ -12,6 +12,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from dpstream.accounting import MAX_TARGET_DELTA, check_target_delta
 from dpstream.durable.budget_store import BudgetExhausted
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.service.answers import describe, released_rows_json, standard_errors
@@ -21,8 +22,8 @@ from dpstream.service.ingest import LiveSources
 from dpstream.service.parsing import DEFAULT_LIMIT, MAX_LIMIT, query_int
 from dpstream.service.storage import ConflictError, Source, Storage
 
-__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "batch_fields", "budget_of", "create_source", "created",
-           "events", "ledger", "released", "require"]
+__all__ = ["KEEPALIVE_SECONDS", "SEED_WARNING", "archive", "batch_fields", "budget_of", "check_new_target",
+           "create_source", "created", "events", "ledger", "released", "require"]
 
 #: The warning a seeded stream or aggregate is created with (in its answer and the log).
 SEED_WARNING = "seed makes the noise recomputable by anyone who knows it; this stream is for testing only."
@@ -46,6 +47,17 @@ def batch_fields(document: dict[str, Any], fields: tuple[str, ...], required: tu
     for name in required:
         if name not in document:
             raise ApiError(422, f"a batch needs {name}.")
+
+
+def check_new_target(delta: object) -> None:
+    """422 when a new zCDP source's target delta is a number above the cap
+    (:func:`~dpstream.accounting.check_target_delta`); other bad deltas get the mechanism's own message, and a
+    source restored from the database continues at the delta it was created with."""
+    if isinstance(delta, (int, float)) and not isinstance(delta, bool) and delta > MAX_TARGET_DELTA:
+        try:
+            check_target_delta(delta)
+        except ValueError as error:
+            raise ApiError(422, str(error)) from None
 
 
 def budget_of(document: dict[str, Any]) -> str | None:

@@ -37,6 +37,8 @@ async def create_stream(document: JsonObject, storage: StorageDep) -> JSONRespon
     seed, budget = document.pop("seed", None), common.budget_of(document)
     common.require(document, "stream")
     with unprocessable():
+        if method.endswith("-zcdp"):  # a new release's target: at most 1e-3 (other bad deltas: the class's message)
+            common.check_new_target(document.get("delta"))
         key = mechanisms.derive_key(seed)
         mechanism = mechanisms.build_stream(method, document, key)
     delta = document.get("delta")  # a zCDP method's: the delta of its (epsilon, delta) target, its guarantee's
