@@ -266,7 +266,7 @@ class BandedFactorization(IntegerFactorization):
         """``beta_j`` for ``j < N``: the prefix noise after ``t`` values is ``sum_k beta_{t-1-k} z_k`` grid units (plus
         the rounding); beyond ``N``, ``beta_j`` is its limit ``1 / C(1)`` to float precision (module docstring)."""
         if self._beta is None:
-            c, limit = self.coefficients.astype(np.float64), 1.0 / float(np.sum(self.coefficients))
+            c, limit = self.coefficients.astype(np.float64), self._limit()
             n = 1 << (16 * self.max_range - 1).bit_length()
             while True:
                 beta = np.cumsum(inverse_series(c, n))
@@ -275,6 +275,10 @@ class BandedFactorization(IntegerFactorization):
                 n *= 2
             self._beta = beta
         return self._beta
+
+    def _limit(self) -> float:
+        """``1 / C(1)``: the limit of ``beta_j``, its value beyond the terms :meth:`prefix_weights` computes."""
+        return 1.0 / float(np.sum(self.coefficients))
 
     def range_standard_errors(self, starts: object, stops: object) -> np.ndarray:
         """The exact standard error of the released sum of positions ``[start, stop)`` (its linear noise), for each
@@ -285,7 +289,7 @@ class BandedFactorization(IntegerFactorization):
         if np.any(a < 0) or np.any(c < a):
             raise ValueError("need 0 <= start <= stop for every range.")
         beta = self.prefix_weights()
-        n, limit = beta.size, 1.0 / float(np.sum(self.coefficients))
+        n, limit = beta.size, self._limit()
         squares = np.concatenate(([0.0], np.cumsum(beta**2)))  # Q(m) for m <= N
         gaps = np.concatenate(([0.0], np.cumsum((limit - beta) ** 2)))  # sum_{i<m} (beta_inf - beta_i)^2
         length = c - a
@@ -311,6 +315,6 @@ class BandedFactorization(IntegerFactorization):
         ends = np.asarray(ends, dtype=np.int64)
         beta = self.prefix_weights()
         reach = np.concatenate(([0.0], np.cumsum(np.abs(beta))))
-        n, limit = beta.size, 1.0 / float(np.sum(self.coefficients))
+        n, limit = beta.size, self._limit()
         total = np.where(ends <= n, reach[np.minimum(ends, n)], reach[n] + (ends - n) * limit)
         return total * float(self.coefficients[0]) * self.granularity / 2.0
