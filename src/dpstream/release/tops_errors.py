@@ -110,7 +110,7 @@ class _Chunk:
         return total
 
     @lru_cache(maxsize=8)  # noqa: B019 - a few structures' chunks, kept by _chunks' cache anyway
-    def geometric(self, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def geometric(self, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """For the exponential smoother: per leaf j, ``E_j = sum_{i < j} beta^(j-1-i) v_i e_i`` restricted to this
         chunk has variance ``var[j]`` (in units of ``v``) and covariance ``cross[j]`` with leaf j; ``var[B]`` is
         the whole chunk's."""
@@ -126,7 +126,7 @@ class _Chunk:
         # Var(E_{j+1}) = beta^2 Var(E_j) + 2 beta v_j cross_j + v_j^2 C_jj, from Var(E_0) = 0
         increments = 2.0 * beta * self.v * cross + self.v**2 * self.diagonal
         var = np.concatenate(([0.0], lfilter([1.0], [1.0, -beta * beta], increments)))
-        return var, cross, increments
+        return var, cross
 
 
 def _chunks(perturber: Any) -> tuple[_Chunk, _Chunk]:
@@ -186,8 +186,8 @@ def _exponential(first: _Chunk, later: _Chunk, count: int, alpha: float, chunk: 
     """``(c^2 Q, c K)`` of the exponential smoother's prediction ``alpha E_g`` (geometric weights over every
     earlier leaf; the chunks before the leaf's carried by powers of ``beta^2``, summed in closed form)."""
     beta = 1.0 - alpha
-    var0, cross0, _ = first.geometric(beta)
-    var1, cross1, _ = later.geometric(beta)
+    var0, cross0 = first.geometric(beta)
+    var1, cross1 = later.geometric(beta)
     decay = beta ** (2 * count)
     # variance at the start of chunk k >= 1: var0[B] decayed k - 1 chunks, plus k - 1 later chunks' var1[B]
     k = np.maximum(chunk - 1, 0).astype(np.float64)
@@ -214,12 +214,11 @@ def perturber_standard_errors(perturber: Any, positions: object) -> np.ndarray:
     local = inside // bs
     leaf = chunk * count + local
     first, later = _chunks(perturber)
-    v = np.where(chunk == 0, first.v[local], later.v[local])
-    end = np.minimum((local + 1) * bs, r) - 1
-    is_last = inside == end
     diagonal = first.diagonal
     if bs == 1:  # every value is its leaf's estimate
         return np.full(positions.shape, np.sqrt(perturber.node_variance * diagonal))
+    v = np.where(chunk == 0, first.v[local], later.v[local])
+    is_last = inside == np.minimum((local + 1) * bs, r) - 1
     smoother = perturber.smoother
     if smoother.name == "exponential":
         quadratic, cross = _exponential(first, later, count, smoother.alpha, chunk, local)
@@ -227,7 +226,7 @@ def perturber_standard_errors(perturber: Any, positions: object) -> np.ndarray:
         quadratic, cross = _uniform(first, later, count, smoother, chunk, local, leaf)
     shape = getattr(perturber, "shape", None)
     factor = np.ones(flat.shape) if shape is None else shape[clock % bs]
-    before = 1.0 / v - (factor if shape is not None else 1.0)  # the leaf's other values' share of the predictions
+    before = 1.0 / v - factor  # the leaf's other values' share of the predictions
     last = diagonal + before**2 * quadratic - 2.0 * before * cross
     variance = np.where(is_last, last, factor**2 * quadratic)
     return np.sqrt(perturber.node_variance * np.maximum(variance, 0.0)).reshape(positions.shape)
