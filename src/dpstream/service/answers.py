@@ -62,28 +62,27 @@ def standard_errors(source: Source, positions: list[int]) -> list[float] | None:
     if model is None:
         return None
     shifted = np.asarray(positions, dtype=np.int64) - model.get("first_position", 0)  # a hold-out's released ones
-    if "square_root" in model:
-        return _factorization(**model["square_root"]).standard_errors(shifted).tolist()
-    if "banded" in model:
-        return _banded(**model["banded"]).standard_errors(shifted).tolist()
+    for name, kind in _FACTORIZATIONS.items():
+        if name in model:
+            return _factorization(kind, **model[name]).standard_errors(shifted).tolist()
     if "perturber" in model:
         return model_standard_errors(model, shifted).tolist()
     return increment_standard_errors(shifted, levels=model["levels"], max_range=model["max_range"],
                                      node_variance=model["node_variance"]).tolist()
 
 
-@lru_cache(maxsize=16)
-def _factorization(*, rho: float, upper_bound: float, max_range: int, granularity: float) -> SqrtFactorization:
-    """A square-root factorization with a stream's public parameters, for its standard errors alone (it never
-    releases: its seed is no secret).  Kept, because its factor's weights cost O(max_range^2) once."""
-    return SqrtFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
+#: The factorizations by the name of their error model (the parameters that rebuild them).
+_FACTORIZATIONS: dict[str, type[SqrtFactorization | BandedFactorization]] = {
+    "square_root": SqrtFactorization, "banded": BandedFactorization}
 
 
-@lru_cache(maxsize=16)
-def _banded(*, rho: float, upper_bound: float, max_range: int, granularity: float) -> BandedFactorization:
-    """A banded factorization with a stream's public parameters, for its standard errors alone (never releases).
-    Kept, because its prefix weights cost O(64 max_range log) once."""
-    return BandedFactorization(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
+@lru_cache(maxsize=32)
+def _factorization(kind: type[SqrtFactorization | BandedFactorization], *, rho: float, upper_bound: float,
+                   max_range: int, granularity: float) -> SqrtFactorization | BandedFactorization:
+    """A factorization of ``kind`` with a stream's public parameters, for its standard errors alone (it never
+    releases: its seed is no secret).  Kept, because its weights cost O(max_range^2) (square root) or about
+    O(max_range log max_range) (banded) once."""
+    return kind(rho=rho, upper_bound=upper_bound, max_range=max_range, granularity=granularity, seed=0)
 
 
 def released_json(positions: list[int], times: list[float], values: list[float],
