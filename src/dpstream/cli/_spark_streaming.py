@@ -29,10 +29,10 @@ from dpstream.durable.files import write_atomic
 from dpstream.durable.keys import seed_key
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.aggregate_watermark import buckets_closed
+from dpstream.release.by_key import key_secret
 
 if TYPE_CHECKING:
     import pandas as pd
-from dpstream.release.by_key import key_secret
 
 __all__ = ["aggregate_streaming", "check_streaming", "release_streaming", "streaming_options"]
 
