@@ -276,7 +276,7 @@ class LocationCounts(Params):
         if not steps.size:
             return steps
         prior = int(steps[0]) if self._open is None else self._open + self._flushed  # the first step not released
-        return np.maximum(np.diff(np.maximum.accumulate(np.concatenate(([prior], steps)))), 0)
+        return np.diff(np.maximum.accumulate(np.concatenate(([prior], steps))))  # nondecreasing: never negative
 
     def flush(self) -> ReleasedCounts:
         """Close and release the open step (the end of the input)."""
