@@ -64,10 +64,11 @@ def standard_errors_option(command: Callable[..., Any]) -> Callable[..., Any]:
     not passed along every path of the command."""
     return click.option(
         "--standard-errors", is_flag=True, expose_value=False, callback=_remember_standard_errors,
-        help="bt, bt-zcdp, sqrt-zcdp, tops, tops-zcdp, pak: add the column 'standard_error' after 'value' (a plain "
-             "output becomes CSV 'value,standard_error' with that header): the exact standard error of each released "
-             "value's noise, a function of its position and the public parameters (and of theta once chosen); the "
-             "grid's rounding, clipping, truncation at theta and smoothing bias are not in it.")(command)
+        help="bt, bt-zcdp, sqrt-zcdp, banded-zcdp, tops, tops-zcdp, pak, pak-uncapped: add the column "
+             "'standard_error' after 'value' (a plain output becomes CSV 'value,standard_error' with that header): the "
+             "exact standard error of each released value's noise, a function of its position and the public "
+             "parameters (and of theta once chosen); the grid's rounding, clipping, truncation at theta and smoothing "
+             "bias are not in it.")(command)
 
 
 def standard_errors_of(stream: Any) -> Callable[[np.ndarray], np.ndarray] | None:
