@@ -164,9 +164,9 @@ class _Methods(click.Choice):
               help="Spacing of the candidate thresholds step, 2 step, ..., B  [default: 1; tops with "
                    "--expected-length: B/1024].")
 @click.option("--delta", type=float, default=None, callback=delta_option,
-              help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range); bt-zcdp, tops-zcdp: the "
-                   "delta of its (epsilon, delta) target, at most 1e-3, required (it spends the rho that affords, "
-                   "docs/zcdp.md).")
+              help="pak: delta of the threshold (default 1/n^2 with n = hold + max-range); bt-zcdp, sqrt-zcdp, "
+                   "banded-zcdp, tops-zcdp: the delta of its (epsilon, delta) target, at most 1e-3, required (it "
+                   "spends the rho that affords, docs/zcdp.md).")
 @click.option("--threshold-fraction", type=float, default=PAK_THRESHOLD_FRACTION, show_default=True,
               help="pak: eps1/eps, the share of the budget for the threshold (the rest for the held-out sum).")
 @click.option("--multiplier", type=float, default=PAK_MULTIPLIER, show_default=True,
