@@ -178,7 +178,8 @@ class BandedFactorization(IntegerFactorization):
     _beta: np.ndarray | None = None
 
     def _bits(self) -> range:
-        """The stability rule: strictly decreasing integer coefficients (:func:`strict_bits`), at least 20 bits."""
+        """The bits tried, most first: from 20 (or :func:`strict_bits` if more) down to :func:`strict_bits`, never
+        fewer (the stability rule: strictly decreasing integer coefficients)."""
         least = strict_bits(self.max_range)
         return range(max(_MAX_BITS, least), least - 1, -1)
 
