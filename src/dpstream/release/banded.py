@@ -40,8 +40,9 @@ Stability (the rule on ``b`` and ``bits``).  The decoder is the IIR filter ``1 /
 The coefficients ``c_k`` strictly decrease, but rounded to integers consecutive ones can become equal
 (their differences ``~ s / (2 sqrt(pi) k^1.5)`` fall below 1 near ``k = 4,486`` at 20 bits).  The rule:
 the encoder's ``bits`` are chosen so that ``C_0 > C_1 > ... > C_{b-1} > 0`` strictly (the least such is
-:func:`strict_bits`, 17 at b = 1,024, 20 at 4,096, 26 at 65,536; 20 when fewer suffice), and the grid
-is coarsened (on the default grid) while the noise would pass the exact sampler's limit.  Then by the
+:func:`strict_bits`, 17 at b = 1,024, 20 at 4,096, 26 at 65,536; the most tried is 20 when fewer suffice,
+lowered toward it while the noise would pass the exact sampler's limit), and then the grid is coarsened (on
+the default grid) while the noise would still pass it.  Then by the
 Eneström-Kakeya theorem every root of ``C(x)`` lies in ``|x| >= min_k C_k / C_{k+1} > 1``: ``D`` decays
 geometrically, the decoded noise has a finite stationary variance and its prefix sums' weights
 ``beta_j = sum_{i<=j} D_i`` converge to ``1 / C(1)``.  (Measured, ``benchmarks/banded_study.py
