@@ -212,3 +212,14 @@ def test_release_sqrt_zcdp_on_the_command_line_and_resumed_after_kills(tmp_path,
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()  # the same keyed noise
     assert len((tmp_path / "out.txt").read_text().split()) == 3000
     assert REGISTRY["sqrt-zcdp"].durable
+
+
+def test_error_model_names_the_public_parameters_that_rebuild_the_factor():
+    """A factorization's error model is its own (the square-root factor's parameters), not the binary tree's it
+    inherits its streaming from: the standard errors of a factorization rebuilt from it are the mechanism's."""
+    m = SqrtFactorization(epsilon=1.0, delta=1e-6, upper_bound=2.0, max_range=64, seed=0)
+    model = m.error_model()
+    assert set(model) == {"square_root"}
+    rebuilt = SqrtFactorization(**model["square_root"], seed=1)
+    positions = np.arange(0, 200, 7)
+    np.testing.assert_array_equal(rebuilt.standard_errors(positions), m.standard_errors(positions))

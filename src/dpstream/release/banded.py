@@ -172,7 +172,7 @@ class BandedFactorization(IntegerFactorization):
     _KIND = BANDED_ZCDP
     _WHAT, _IDENTITY, _ROLE, _LARGEST = ("banded square-root factorization", ("banded-factorization",), "band",
                                          MAX_BAND)
-    _COST = "its noise costs O(band) per value"
+    _COST, _MODEL = "its noise costs O(band) per value", "banded"
     #: The decoded noise of the (at most b - 1) positions before the current block (SECRET).
     _history = np.zeros(0, dtype=np.int64)
     #: The prefix weights, computed once when first asked (:meth:`prefix_weights`).
@@ -304,11 +304,6 @@ class BandedFactorization(IntegerFactorization):
             moved = np.concatenate(([0.0], np.cumsum((beta[size:] - beta[: n - size]) ** 2)))
             total[chosen] += moved[inside] - gaps[inside]
         return np.sqrt(total * self._unit_variance())
-
-    def error_model(self) -> dict[str, Any]:
-        """The public parameters its standard errors are computed from (the service rebuilds it from them)."""
-        return {"banded": {"rho": self.rho, "upper_bound": self.upper_bound, "max_range": self.max_range,
-                           "granularity": self.granularity}}
 
     def rounding_bounds(self, ends: object) -> np.ndarray:
         """The most the decoder's rounding adds to the prefix sum of the first ``e`` values (values' units): half

@@ -197,6 +197,8 @@ class IntegerFactorization(BinaryTreeCounter):
     _IDENTITY: tuple[str, ...] = ("factorization",)
     #: What ``max_range`` is (the chunk, the band), its largest value and why.
     _ROLE, _LARGEST, _COST = "chunk", MAX_CHUNK, "its noise costs n^2 operations per chunk"
+    #: The name of its :meth:`error_model` (the service's answers rebuild the factorization by it).
+    _MODEL = "factorization"
 
     def _bits(self) -> range:
         """The coefficient bits tried, most first."""
@@ -281,6 +283,13 @@ class IntegerFactorization(BinaryTreeCounter):
         positions = np.asarray(positions, dtype=np.int64).ravel()
         return self.range_standard_errors(positions, positions + 1)
 
+    def error_model(self) -> dict[str, Any]:
+        """The public parameters its standard errors are computed from, under its name (``{"square_root": ...}``,
+        ``{"banded": ...}``): the factorization rebuilt from them has the same standard errors (the service's answers
+        rebuild it so), where the binary tree's model would describe no factor."""
+        return {self._MODEL: {"rho": self.rho, "upper_bound": self.upper_bound, "max_range": self.max_range,
+                              "granularity": self.granularity}}
+
 
 class SqrtFactorization(IntegerFactorization):
     """Continual sums with the square-root factorization under zCDP (exact discrete Gaussian noise), for values in
@@ -315,7 +324,7 @@ class SqrtFactorization(IntegerFactorization):
 
     _KIND = SQRT_ZCDP
     _WHAT, _IDENTITY, _ROLE, _LARGEST = "square-root factorization", ("sqrt-factorization",), "chunk", MAX_CHUNK
-    _COST = "its noise costs n^2 operations per chunk"
+    _COST, _MODEL = "its noise costs n^2 operations per chunk", "square_root"
 
     #: The prefix weights, computed once when first asked (:meth:`prefix_weights`).
     _rows: np.ndarray | None = None

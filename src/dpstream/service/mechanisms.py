@@ -48,7 +48,6 @@ from dpstream.durable.snapshots import keyless, with_key
 from dpstream.privacy import PrivacyGuarantee
 from dpstream.release import ToPLCollector
 from dpstream.release.aggregate import UnitAggregate, unit_statement
-from dpstream.release.factorization import SqrtFactorization
 from dpstream.release.registry import served
 
 __all__ = [
@@ -224,27 +223,15 @@ def _guarantee(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
     return {"epsilon": stated.epsilon, "delta": stated.delta, **rho, "statement": str(stated)}
 
 
-def _error_model(mechanism: Any) -> dict[str, Any] | None:
-    """What the standard errors of a stream's released values depend on, all public: the binary tree's
-    :meth:`~dpstream.release.binary_tree.BinaryTreeCounter.error_model`, or for the square-root factorization
-    ``{"square_root": ...}``, the parameters that rebuild its factor
-    (:func:`dpstream.service.answers.standard_errors`)."""
-    if isinstance(mechanism, SqrtFactorization):
-        return {"square_root": {"rho": mechanism.rho, "upper_bound": mechanism.upper_bound,
-                                "max_range": mechanism.max_range, "granularity": mechanism.granularity}}
-    return mechanism.error_model()
-
-
 def stream_facts(mechanism: Any, delta: float | None = None) -> dict[str, Any]:
     """The public facts of a stream's mechanism: theta once chosen, the hierarchy's shape, PAK's noisy sum of the
     hold-out (its running sums start there), the guarantee; for a periodic ToPS stream its public leaves (length,
     phase, chunk, the first released position and the shape of the period), which the dashboard revises by."""
     facts: dict[str, Any] = {"threshold": mechanism.threshold, "privacy": _guarantee(mechanism, delta)}
     if hasattr(mechanism, "error_model"):  # its released values carry their standard error (public parameters)
-        model = _error_model(mechanism)  # a hold-out's: None until theta is chosen
-        variance = 0.0 if model is None else model.get("node_variance", 0.0)
-        if model is not None and math.isfinite(variance * 4 * model.get("levels", 1)):  # beyond a float: none
-            facts["error_model"] = model
+        model = mechanism.error_model()  # a hold-out's: None until theta is chosen
+        if model is not None and math.isfinite(model.get("node_variance", 0.0) * 4 * model.get("levels", 1)):
+            facts["error_model"] = model  # beyond a float (an extreme bound): none stated
     for name in ("smoothed_levels", "levels", "granularity", "held_sum", "held_sum_standard_error"):
         if hasattr(mechanism, name):
             value = getattr(mechanism, name)
