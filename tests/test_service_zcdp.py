@@ -95,7 +95,8 @@ def test_the_public_reads_carry_the_sqrt_stream_s_standard_errors(http):
     _, library = _library("sqrt-zcdp", values, seed=2)
     assert [r["standard_error"] for r in page] == library.standard_errors(np.arange(100, 110)).tolist()
     with http.stream("GET", "/streams/s/events?after=297") as events:
-        lines = [line for _, line in zip(range(11), events.iter_lines()) if line.startswith("data:")]
+        # "retry" and a blank line, then per event: id, event, data, blank (an 11th line waits for a keep-alive)
+        lines = [line for _, line in zip(range(10), events.iter_lines()) if line.startswith("data:")]
     assert [json.loads(line[5:])["standard_error"] for line in lines] == \
         library.standard_errors([298, 299]).tolist()
 
