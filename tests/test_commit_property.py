@@ -22,7 +22,7 @@ from durable_faults import Faults, Killed, repair
 
 PARAMS = {"method": "tops", "epsilon": 1.0}
 VALUES = np.random.default_rng(5).integers(0, 50, 3000).astype(float)
-SECONDS = 20
+SECONDS = 14
 
 
 

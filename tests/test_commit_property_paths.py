@@ -33,7 +33,7 @@ from dpstream.cli._app import Stopped
 from dpstream.durable import StreamState
 from durable_faults import Faults, Killed, repair
 
-SECONDS = 11
+SECONDS = 8
 KEYS = ("a", "b", "c")
 ROWS = 700
 HOLD = 15

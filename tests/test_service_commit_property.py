@@ -25,7 +25,7 @@ from dpstream.service.mechanisms import derive_key
 TOKEN = "property-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PARAMS = {"epsilon": 1.0, "upper_bound": 50.0, "hold": 40, "max_range": 4096}
-SECONDS = 18
+SECONDS = 13
 
 
 class Crash(Exception):
