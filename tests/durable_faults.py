@@ -11,6 +11,9 @@ import os
 
 import numpy as np
 
+from dpstream.durable import StreamState
+from dpstream.durable import release as durable_release
+
 
 class Killed(BaseException):
     """The process dies here (SIGKILL): nothing more of it runs, the kernel drops its locks."""
@@ -70,6 +73,15 @@ class Faults:
             self.kill_in = None
             return result, kills
         raise AssertionError(f"no run finished in {tries} tries")
+
+
+def killed_until_finished(monkeypatch, run, *, seed: int, tries: int):
+    """Patch the durable release's output writes and state saves with :class:`Faults` of ``seed`` and call ``run()``
+    killed at random ones until a call finishes: :meth:`Faults.run_until_finished`'s result and kills."""
+    faults = Faults(np.random.default_rng(seed))
+    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
+    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
+    return faults.run_until_finished(run, tries=tries)
 
 
 def repair(world, *, after: bytes, outcome: str, action: str, before_state: bytes | None, copies: list[bytes]) -> None:

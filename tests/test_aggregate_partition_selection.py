@@ -11,15 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 import dpstream.cli.aggregate as aggregate_command
-import dpstream.durable.release as durable_release
 import dpstream.io.rows as rows
 from dpstream.cli import cli
-from dpstream.durable import StreamState
 from dpstream.noise.discrete_laplace_law import discrete_laplace_pmf
 from dpstream.noise.sampler import ZeroNoise
 from dpstream.release.aggregate import UnitAggregate
 from dpstream.release.partition_selection import selection_threshold
-from durable_faults import Faults
+from durable_faults import killed_until_finished
 
 _NS = 10**9
 HOUR = 3600
@@ -245,10 +243,8 @@ def test_kill_and_resume_with_private_selection_writes_what_an_uninterrupted_run
     assert whole.exit_code == 0, whole.output
     expected = (tmp_path / "whole.csv").read_bytes()
     assert b",f0," in expected and b"lonely" not in expected
-    faults = Faults(np.random.default_rng(3))
-    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
-    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    result, kills = faults.run_until_finished(
-        lambda: _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options), tries=60)
+    result, kills = killed_until_finished(
+        monkeypatch, lambda: _run(data, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options),
+        seed=3, tries=60)
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.csv").read_bytes() == expected

@@ -16,9 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import dpstream.durable.release as durable_release
 from dpstream.cli import cli
-from dpstream.durable import StreamState
 from dpstream.durable.encoding import decode, encode
 from dpstream.durable.snapshots import keyless, with_key
 from dpstream.noise.source import NoiseSource
@@ -27,7 +25,7 @@ from dpstream.release.by_key import key_secret
 from dpstream.release.factorization import integer_coefficients, shaped_noise, sqrt_coefficients
 from dpstream.release.registry import REGISTRY
 from dpstream.spark.streaming_rows import restore_stream, save_stream
-from durable_faults import Faults
+from durable_faults import killed_until_finished
 
 KEY = bytes(range(32))
 
@@ -216,12 +214,9 @@ def test_release_banded_zcdp_on_the_command_line_with_standard_errors_and_resume
     state = [*base, "--checkpoint-seconds", "0", "--seed", "4"]
     whole = CliRunner().invoke(cli, [*state, "-o", str(tmp_path / "whole.txt"), "--state", str(tmp_path / "w.state")])
     assert whole.exit_code == 0, whole.output
-    faults = Faults(np.random.default_rng(7))
-    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
-    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    result, kills = faults.run_until_finished(lambda: CliRunner().invoke(
+    result, kills = killed_until_finished(monkeypatch, lambda: CliRunner().invoke(
         cli, [*state, "-o", str(tmp_path / "out.txt"), "--state", str(tmp_path / "o.state")],
-        catch_exceptions=False), tries=60)
+        catch_exceptions=False), seed=7, tries=60)
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()  # the same keyed noise
     assert REGISTRY["banded-zcdp"].durable
@@ -290,12 +285,9 @@ def test_per_key_banded_zcdp_resumed_after_kills_and_a_resume_with_another_band_
     whole = CliRunner().invoke(cli, [*base, "--max-range", "32", "-o", str(tmp_path / "whole.csv"), "--state",
                                      str(tmp_path / "w.state")])
     assert whole.exit_code == 0, whole.output
-    faults = Faults(np.random.default_rng(3))
-    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
-    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    result, kills = faults.run_until_finished(lambda: CliRunner().invoke(
+    result, kills = killed_until_finished(monkeypatch, lambda: CliRunner().invoke(
         cli, [*base, "--max-range", "32", "-o", str(tmp_path / "out.csv"), "--state", str(tmp_path / "o.state")],
-        catch_exceptions=False), tries=40)
+        catch_exceptions=False), seed=3, tries=40)
     assert result.exit_code == 0 and kills >= 2, result.output
     assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()  # every key's keyed noise
     assert (tmp_path / "out.csv").read_text().count("\na,") == int(np.sum(keys == "a")) > BLOCK

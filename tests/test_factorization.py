@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import dpstream.durable.release as durable_release
 from dpstream.cli import cli
-from dpstream.durable import StreamState
 from dpstream.noise.source import NoiseSource
 from dpstream.release.factorization import (
     MAX_CHUNK,
@@ -27,7 +25,7 @@ from dpstream.release.factorization import (
     sqrt_coefficients,
 )
 from dpstream.release.registry import REGISTRY
-from durable_faults import Faults
+from durable_faults import killed_until_finished
 
 KEY = bytes(range(32))
 
@@ -202,12 +200,9 @@ def test_release_sqrt_zcdp_on_the_command_line_and_resumed_after_kills(tmp_path,
     state = [*base, "--checkpoint-seconds", "0", "--seed", "4"]
     whole = CliRunner().invoke(cli, [*state, "-o", str(tmp_path / "whole.txt"), "--state", str(tmp_path / "w.state")])
     assert whole.exit_code == 0, whole.output
-    faults = Faults(np.random.default_rng(7))
-    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
-    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    result, kills = faults.run_until_finished(lambda: CliRunner().invoke(
+    result, kills = killed_until_finished(monkeypatch, lambda: CliRunner().invoke(
         cli, [*state, "-o", str(tmp_path / "out.txt"), "--state", str(tmp_path / "o.state")],
-        catch_exceptions=False), tries=60)
+        catch_exceptions=False), seed=7, tries=60)
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()  # the same keyed noise
     assert len((tmp_path / "out.txt").read_text().split()) == 3000

@@ -8,14 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 import dpstream.cli.release_locations as command
-import dpstream.durable.release as durable_release
 import dpstream.io.rows as rows
 from dpstream.cli import cli
 from dpstream.datasets.trajectories import trajectories
-from dpstream.durable import StreamState
 from dpstream.postprocess import postprocess
 from dpstream.release.locations import LocationCounts
-from durable_faults import Faults
+from durable_faults import killed_until_finished
 
 USERS, STEPS = 30, 48
 
@@ -182,12 +180,9 @@ def test_kill_and_resume_with_state_writes_what_an_uninterrupted_run_writes(tmp_
     whole = _run(*_base(tmp_path, "-o", tmp_path / "whole.csv", "--state", tmp_path / "whole.state", *options))
     assert whole.exit_code == 0, whole.output
     expected = (tmp_path / "whole.csv").read_bytes()
-    faults = Faults(np.random.default_rng(5))
-    monkeypatch.setattr(durable_release, "_write_all", faults.write_all)
-    monkeypatch.setattr(StreamState, "save", faults.save(StreamState.save))
-    result, kills = faults.run_until_finished(
-        lambda: _run(*_base(tmp_path, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state", *options)),
-        tries=40)
+    result, kills = killed_until_finished(
+        monkeypatch, lambda: _run(*_base(tmp_path, "-o", tmp_path / "out.csv", "--state", tmp_path / "out.state",
+                                         *options)), seed=5, tries=40)
     assert result.exit_code == 0 and kills >= 3, result.output
     assert (tmp_path / "out.csv").read_bytes() == expected
 
